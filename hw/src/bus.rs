@@ -1,0 +1,294 @@
+//! The Bus contract: the only thing between the driver and a device.
+//!
+//! Two implementations exist: VFIO (a mapped BAR0 and the IOMMU, in the driver) and
+//! the simulator. A third, [`MemBus`], keeps BAR0 as plain memory with identity-mapped
+//! DMA for unit tests and fast-path benchmarks.
+//!
+//! # Registers
+//! BAR0 holds the initialization segment at offset 0 and the UAR pages at
+//! `index * 4096` (`log_uar_page_sz = 0`). Every register is big-endian on the device.
+//! [`Bus::read32`], [`Bus::write32`] and [`Bus::write64`] take and return the
+//! register's *value*; the bus stores it big-endian, so `write64(off, v)` puts the
+//! bytes `v.to_be_bytes()` at `off..off + 8`. A doorbell that must carry the first 8
+//! bytes of a WQE's control segment as they sit in memory (rdma-core's
+//! `mmio_write64_be`) is therefore written as `write64(off, u64::from_be_bytes(bytes))`.
+//! Writes reach the device in program order.
+//!
+//! # DMA
+//! [`Bus::dma_map`] makes `len` bytes of host memory at `vaddr` visible to the device
+//! at an IO virtual address; the device reads and writes host memory only through such
+//! mappings, and any other access is an IOMMU fault. The trait is safe to call, but it
+//! carries a promise the type system cannot see: **the caller keeps the mapped bytes
+//! alive and in place until [`Bus::dma_unmap`]**, and treats them as shared with the
+//! device (volatile or atomic access only, no Rust references that the device might
+//! write through). In ferroverbs the driver's `dma` module is the only caller, and it
+//! upholds this with owned, pinned allocations.
+//!
+//! # Ordering
+//! * [`Bus::wmb`] orders the driver's earlier stores to DMA memory before a following
+//!   MMIO write (rdma-core `udma_to_device_barrier`: a compiler barrier on x86-64,
+//!   `dsb st` on arm64). A device must never observe a WQE before the doorbell that
+//!   publishes it.
+//! * [`Bus::rmb`] orders the read of a CQE or EQE owner bit before the reads of its body
+//!   (rdma-core `udma_from_device_barrier`: `lfence` on x86-64, `dsb ld` on arm64). A
+//!   device publishes a CQE's body before its owner bit.
+//!
+//! # Interrupts
+//! Optionally, an eventfd per MSI-X vector, signalled when an armed EQ gets an event.
+
+use core::sync::atomic::{compiler_fence, fence, AtomicU32, Ordering};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// Size of a UAR page and of the adapter page (`MLX5_ADAPTER_PAGE_SIZE`).
+pub const ADAPTER_PAGE_SIZE: usize = 4096;
+
+/// A BlueFlame block: 64 bytes copied to the device in one burst.
+pub type Block64 = [u8; 64];
+
+/// Device access rights of a DMA mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DmaPerm {
+    /// The device may read the memory.
+    pub read: bool,
+    /// The device may write the memory.
+    pub write: bool,
+}
+
+impl DmaPerm {
+    /// Read and write, the usual case for queues and registered memory.
+    pub const RW: DmaPerm = DmaPerm {
+        read: true,
+        write: true,
+    };
+    /// Device reads only.
+    pub const RO: DmaPerm = DmaPerm {
+        read: true,
+        write: false,
+    };
+}
+
+/// Why a bus operation failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BusError {
+    /// The range to map was empty, or wraps the address space.
+    #[error("DMA range of {len} bytes at {vaddr:#x} is empty or wraps")]
+    BadRange {
+        /// Host address.
+        vaddr: usize,
+        /// Length in bytes.
+        len: usize,
+    },
+    /// The IOVA space (or the mapping table) is exhausted.
+    #[error("no IOVA space left for {len} bytes")]
+    NoIovaSpace {
+        /// Length in bytes.
+        len: usize,
+    },
+    /// No mapping starts at this IOVA with this length.
+    #[error("no DMA mapping of {len} bytes at IOVA {iova:#x}")]
+    NotMapped {
+        /// IO virtual address.
+        iova: u64,
+        /// Length in bytes.
+        len: usize,
+    },
+    /// The platform refused the mapping (VFIO errno, memlock limit, ...).
+    #[error("DMA map of {len} bytes refused: {reason}")]
+    MapRefused {
+        /// Length in bytes.
+        len: usize,
+        /// What the platform said.
+        reason: String,
+    },
+}
+
+/// The bus between the driver and a device. See the module documentation for the
+/// exact meaning of each operation.
+///
+/// The driver is generic over `B: Bus`, so on VFIO a doorbell compiles to one store.
+pub trait Bus: Send + Sync {
+    /// Length of BAR0 in bytes.
+    fn bar0_len(&self) -> usize;
+
+    /// Reads the 32-bit big-endian register at byte offset `off` of BAR0 and returns its
+    /// value. A device that has fallen off the bus reads as all ones.
+    fn read32(&self, off: usize) -> u32;
+
+    /// Writes `value` to the 32-bit big-endian register at byte offset `off`.
+    fn write32(&self, off: usize, value: u32);
+
+    /// Writes `value` big-endian to the 64 bits at byte offset `off` (one store on
+    /// 64-bit hosts): doorbells.
+    fn write64(&self, off: usize, value: u64);
+
+    /// Copies a 64-byte block to BAR0 at `off` (a BlueFlame chunk), in ascending
+    /// 8-byte stores.
+    fn write_block64(&self, off: usize, block: &Block64);
+
+    /// Orders earlier stores to DMA memory before the following MMIO write.
+    #[inline(always)]
+    fn wmb(&self) {
+        // x86-64 keeps stores in order, so a compiler barrier is enough there; a
+        // release fence is what weaker architectures need.
+        #[cfg(target_arch = "x86_64")]
+        compiler_fence(Ordering::SeqCst);
+        #[cfg(not(target_arch = "x86_64"))]
+        fence(Ordering::Release);
+    }
+
+    /// Orders the read of an owner bit before the reads of the entry's body.
+    #[inline(always)]
+    fn rmb(&self) {
+        fence(Ordering::Acquire);
+    }
+
+    /// Maps `len` bytes of host memory at `vaddr` for device access; returns the IOVA.
+    /// The caller keeps the memory alive and in place until [`Bus::dma_unmap`].
+    fn dma_map(&self, vaddr: usize, len: usize, perm: DmaPerm) -> Result<u64, BusError>;
+
+    /// Removes the mapping made by [`Bus::dma_map`] that starts at `iova`.
+    fn dma_unmap(&self, iova: u64, len: usize) -> Result<(), BusError>;
+
+    /// The eventfd signalled for MSI-X `vector`, if the bus delivers interrupts.
+    fn irq_eventfd(&self, vector: u16) -> Option<i32> {
+        let _ = vector;
+        None
+    }
+}
+
+/// BAR0 as plain memory and identity-mapped DMA (IOVA = host address).
+///
+/// For unit tests and fast-path benchmarks: a doorbell is one relaxed store per dword,
+/// and the test can read back what the driver wrote. No device is behind it.
+pub struct MemBus {
+    bar: Box<[AtomicU32]>,
+    maps: Mutex<BTreeMap<u64, (usize, DmaPerm)>>,
+}
+
+impl MemBus {
+    /// A bus whose BAR0 is `bar0_len` bytes of zeroes.
+    pub fn new(bar0_len: usize) -> Self {
+        let words = bar0_len.div_ceil(4);
+        MemBus {
+            bar: (0..words).map(|_| AtomicU32::new(0)).collect(),
+            maps: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The bytes of BAR0 at `off..off + len`, as the device would see them.
+    pub fn bar_bytes(&self, off: usize, len: usize) -> Vec<u8> {
+        (off..off + len)
+            .map(|i| {
+                let w = self.read32(i & !3).to_be_bytes();
+                w[i & 3]
+            })
+            .collect()
+    }
+
+    /// Number of live DMA mappings.
+    pub fn mappings(&self) -> usize {
+        self.maps.lock().map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+impl Bus for MemBus {
+    fn bar0_len(&self) -> usize {
+        self.bar.len() * 4
+    }
+
+    #[inline]
+    fn read32(&self, off: usize) -> u32 {
+        self.bar
+            .get(off / 4)
+            .map_or(u32::MAX, |w| w.load(Ordering::Relaxed))
+    }
+
+    #[inline]
+    fn write32(&self, off: usize, value: u32) {
+        if let Some(w) = self.bar.get(off / 4) {
+            w.store(value, Ordering::Relaxed);
+        }
+    }
+
+    #[inline]
+    fn write64(&self, off: usize, value: u64) {
+        self.write32(off, (value >> 32) as u32);
+        self.write32(off + 4, value as u32);
+    }
+
+    #[inline]
+    fn write_block64(&self, off: usize, block: &Block64) {
+        for (i, c) in block.chunks_exact(4).enumerate() {
+            self.write32(off + i * 4, u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+        }
+    }
+
+    fn dma_map(&self, vaddr: usize, len: usize, perm: DmaPerm) -> Result<u64, BusError> {
+        if len == 0 || vaddr.checked_add(len).is_none() {
+            return Err(BusError::BadRange { vaddr, len });
+        }
+        let mut maps = self
+            .maps
+            .lock()
+            .map_err(|_| BusError::NoIovaSpace { len })?;
+        maps.insert(vaddr as u64, (len, perm));
+        Ok(vaddr as u64)
+    }
+
+    fn dma_unmap(&self, iova: u64, len: usize) -> Result<(), BusError> {
+        let mut maps = self
+            .maps
+            .lock()
+            .map_err(|_| BusError::NotMapped { iova, len })?;
+        match maps.get(&iova) {
+            Some(&(l, _)) if l == len => {
+                maps.remove(&iova);
+                Ok(())
+            }
+            _ => Err(BusError::NotMapped { iova, len }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registers_are_big_endian_on_the_device() {
+        let bus = MemBus::new(8192);
+        bus.write32(0x18, 0x0000_0001);
+        assert_eq!(bus.bar_bytes(0x18, 4), [0, 0, 0, 1]);
+        let ctrl = [0x00, 0x12, 0x34, 0x0a, 0xab, 0xcd, 0xef, 0x02];
+        bus.write64(0x1800, u64::from_be_bytes(ctrl));
+        assert_eq!(bus.bar_bytes(0x1800, 8), ctrl);
+        let mut blk = [0u8; 64];
+        blk.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+        bus.write_block64(0x1900, &blk);
+        assert_eq!(bus.bar_bytes(0x1900, 64), blk);
+        assert_eq!(
+            bus.read32(1 << 20),
+            u32::MAX,
+            "outside BAR0 reads as all ones"
+        );
+    }
+
+    #[test]
+    fn dma_is_identity_and_counted() {
+        let bus = MemBus::new(4096);
+        let buf = vec![0u8; 128];
+        let iova = bus
+            .dma_map(buf.as_ptr() as usize, 128, DmaPerm::RW)
+            .unwrap();
+        assert_eq!(iova, buf.as_ptr() as u64);
+        assert_eq!(bus.mappings(), 1);
+        assert!(bus.dma_unmap(iova, 64).is_err());
+        bus.dma_unmap(iova, 128).unwrap();
+        assert_eq!(bus.mappings(), 0);
+        assert!(matches!(
+            bus.dma_map(0, 0, DmaPerm::RW),
+            Err(BusError::BadRange { .. })
+        ));
+    }
+}

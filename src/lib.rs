@@ -1,0 +1,1 @@
+//! ferroverbs workspace root: integration tests, examples, benchmarks.
