@@ -49,7 +49,7 @@ impl Field {
 
     /// Whether the field starts and ends on byte boundaries (arrays, nested layouts).
     pub const fn is_byte_aligned(&self) -> bool {
-        self.bit % 8 == 0 && self.width % 8 == 0
+        self.bit.is_multiple_of(8) && self.width.is_multiple_of(8)
     }
 
     /// The same field moved `base_bits` further into an enclosing structure
