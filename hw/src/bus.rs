@@ -277,7 +277,7 @@ mod tests {
     #[test]
     fn dma_is_identity_and_counted() {
         let bus = MemBus::new(4096);
-        let buf = vec![0u8; 128];
+        let buf = [0u8; 128];
         let iova = bus
             .dma_map(buf.as_ptr() as usize, 128, DmaPerm::RW)
             .unwrap();
