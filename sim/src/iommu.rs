@@ -1,0 +1,569 @@
+//! The simulated IOMMU: the IOVA map the driver sets up with `Bus::dma_map`, and the
+//! only way the simulated device touches host memory.
+//!
+//! Like VFIO's type-1 IOMMU (`VFIO_IOMMU_MAP_DMA`), a mapping makes a range of host
+//! memory visible to the device at an IO virtual address. Unlike [`MemBus`], the IOVA
+//! is *allocated by the simulator* and is never the host address, so a driver that
+//! hands the device a host pointer instead of an IOVA gets an IOMMU fault here, as it
+//! would on real hardware.
+//!
+//! IOVAs keep the page offset of the host address (`iova & 0xfff == vaddr & 0xfff`), the
+//! trick rdma-core's `mlx5_vfio` uses for memory regions, and each mapping's first page
+//! is aligned to the power of two covering the mapping (capped at 1 GiB), so a buffer
+//! mapped in one piece can be described by one PAS entry of a large page size (as
+//! rdma-core does for its EQ buffer).
+//!
+//! This module holds the simulator's only `unsafe` code: the volatile copies between
+//! device buffers and mapped host memory. Every access is checked against the map
+//! table (bounds and permission) while the table is read-locked, so a mapping cannot
+//! be removed under a copy in flight. The promise that makes the copies sound is the
+//! one the [`Bus`](ferroverbs_hw::Bus) contract puts on `dma_map`'s caller: the mapped
+//! bytes stay alive and in place until `dma_unmap`.
+//!
+//! [`MemBus`]: ferroverbs_hw::MemBus
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::RwLock;
+
+use ferroverbs_hw::{BusError, DmaPerm};
+
+/// Granule of the IOMMU (and of VFIO on x86-64): 4 KiB.
+pub const IOMMU_PAGE: u64 = 4096;
+
+/// First IOVA handed out. Far from where Linux places user mappings and heaps on
+/// x86-64 and arm64 (`0x55..`/`0x7f..` prefixes), so host pointers do not alias IOVAs.
+pub const IOVA_BASE: u64 = 0x0000_00c0_0000_0000;
+
+/// Size of the IOVA space handed out (1 TiB).
+pub const IOVA_SPACE: u64 = 1 << 40;
+
+/// Largest alignment given to a mapping's IOVA (1 GiB).
+const MAX_ALIGN: u64 = 1 << 30;
+
+/// Most mappings at once, as VFIO's `dma_entry_limit` default (`U16_MAX`).
+pub const MAX_MAPPINGS: usize = u16::MAX as usize;
+
+/// Which kind of device access faulted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// The device read host memory.
+    Read,
+    /// The device wrote host memory.
+    Write,
+}
+
+/// A device access the IOMMU refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IommuFault {
+    /// Some byte of the range is not mapped.
+    #[error("IOMMU fault: {access:?} of {len} bytes at IOVA {iova:#x}: not mapped")]
+    NotMapped {
+        /// First unmapped IOVA of the access.
+        iova: u64,
+        /// Length of the whole access.
+        len: usize,
+        /// Read or write.
+        access: Access,
+    },
+    /// The mapping does not allow this kind of access.
+    #[error("IOMMU fault: {access:?} of {len} bytes at IOVA {iova:#x}: permission denied")]
+    Permission {
+        /// IOVA of the refused part.
+        iova: u64,
+        /// Length of the whole access.
+        len: usize,
+        /// Read or write.
+        access: Access,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Mapping {
+    /// Host address of the first mapped byte.
+    host: usize,
+    /// Length in bytes (as passed to `dma_map`).
+    len: usize,
+    perm: DmaPerm,
+    /// Start and length of the page-granular IOVA span allocated for it.
+    span: u64,
+    span_len: u64,
+}
+
+/// First-fit allocator of page-granular IOVA ranges, with coalescing on free.
+#[derive(Debug)]
+struct IovaAllocator {
+    /// Free ranges: start -> length.
+    free: BTreeMap<u64, u64>,
+}
+
+impl IovaAllocator {
+    fn new() -> Self {
+        let mut free = BTreeMap::new();
+        free.insert(IOVA_BASE, IOVA_SPACE);
+        IovaAllocator { free }
+    }
+
+    /// Allocates `len` bytes (a multiple of the page) aligned to `align`.
+    fn alloc(&mut self, len: u64, align: u64) -> Option<u64> {
+        let (start, flen, at) = self.free.iter().find_map(|(&start, &flen)| {
+            let at = start.checked_add(align - 1)? & !(align - 1);
+            let end = at.checked_add(len)?;
+            (end <= start + flen).then_some((start, flen, at))
+        })?;
+        self.free.remove(&start);
+        if at > start {
+            self.free.insert(start, at - start);
+        }
+        let end = at + len;
+        if end < start + flen {
+            self.free.insert(end, start + flen - end);
+        }
+        Some(at)
+    }
+
+    fn release(&mut self, start: u64, len: u64) {
+        let mut start = start;
+        let mut len = len;
+        // Merge with the following range.
+        if let Some(&next_len) = self.free.get(&(start + len)) {
+            self.free.remove(&(start + len));
+            len += next_len;
+        }
+        // Merge with the preceding range.
+        if let Some((&prev, &prev_len)) = self.free.range(..start).next_back() {
+            if prev + prev_len == start {
+                self.free.remove(&prev);
+                start = prev;
+                len += prev_len;
+            }
+        }
+        self.free.insert(start, len);
+    }
+}
+
+#[derive(Debug)]
+struct Maps {
+    /// Mappings by their first IOVA (`span + page offset of host`).
+    by_iova: BTreeMap<u64, Mapping>,
+    alloc: IovaAllocator,
+}
+
+/// The IOVA map table and the checked accessors of host memory.
+#[derive(Debug)]
+pub struct Iommu {
+    maps: RwLock<Maps>,
+    faults: AtomicU64,
+}
+
+impl Default for Iommu {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Iommu {
+    /// An IOMMU with nothing mapped.
+    pub fn new() -> Self {
+        Iommu {
+            maps: RwLock::new(Maps {
+                by_iova: BTreeMap::new(),
+                alloc: IovaAllocator::new(),
+            }),
+            faults: AtomicU64::new(0),
+        }
+    }
+
+    fn read_maps(&self) -> std::sync::RwLockReadGuard<'_, Maps> {
+        // A panic while holding the lock cannot leave the table inconsistent (every
+        // update is a single insert/remove), so a poisoned lock is still usable.
+        self.maps.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_maps(&self) -> std::sync::RwLockWriteGuard<'_, Maps> {
+        self.maps.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Maps `len` bytes of host memory at `vaddr`; returns the IOVA of `vaddr`.
+    ///
+    /// The caller promises (the [`Bus::dma_map`](ferroverbs_hw::Bus::dma_map)
+    /// contract) that the bytes stay alive and in place until [`Iommu::unmap`].
+    pub fn map(&self, vaddr: usize, len: usize, perm: DmaPerm) -> Result<u64, BusError> {
+        let end = vaddr
+            .checked_add(len)
+            .filter(|_| len > 0)
+            .ok_or(BusError::BadRange { vaddr, len })?;
+        let page_off = (vaddr as u64) & (IOMMU_PAGE - 1);
+        let span_len = (end as u64)
+            .checked_next_multiple_of(IOMMU_PAGE)
+            .ok_or(BusError::BadRange { vaddr, len })?
+            - ((vaddr as u64) - page_off);
+        let align = span_len.next_power_of_two().clamp(IOMMU_PAGE, MAX_ALIGN);
+        let mut maps = self.write_maps();
+        if maps.by_iova.len() >= MAX_MAPPINGS {
+            return Err(BusError::NoIovaSpace { len });
+        }
+        let span = maps
+            .alloc
+            .alloc(span_len, align)
+            .ok_or(BusError::NoIovaSpace { len })?;
+        let iova = span + page_off;
+        maps.by_iova.insert(
+            iova,
+            Mapping {
+                host: vaddr,
+                len,
+                perm,
+                span,
+                span_len,
+            },
+        );
+        Ok(iova)
+    }
+
+    /// Removes the mapping that starts at `iova` with length `len`.
+    pub fn unmap(&self, iova: u64, len: usize) -> Result<(), BusError> {
+        let mut maps = self.write_maps();
+        match maps.by_iova.get(&iova) {
+            Some(m) if m.len == len => {
+                let (span, span_len) = (m.span, m.span_len);
+                maps.by_iova.remove(&iova);
+                maps.alloc.release(span, span_len);
+                Ok(())
+            }
+            _ => Err(BusError::NotMapped { iova, len }),
+        }
+    }
+
+    /// Number of live mappings.
+    pub fn mappings(&self) -> usize {
+        self.read_maps().by_iova.len()
+    }
+
+    /// Total bytes currently mapped.
+    pub fn mapped_bytes(&self) -> u64 {
+        self.read_maps()
+            .by_iova
+            .values()
+            .map(|m| m.len as u64)
+            .sum()
+    }
+
+    /// Number of device accesses refused since creation.
+    pub fn faults(&self) -> u64 {
+        self.faults.load(Ordering::Relaxed)
+    }
+
+    /// Whether the whole range is mapped with the given permission.
+    pub fn check(&self, iova: u64, len: usize, access: Access) -> Result<(), IommuFault> {
+        let maps = self.read_maps();
+        Self::walk(&maps, iova, len, access, |_, _, _| ())
+    }
+
+    /// Calls `f(host, offset_in_access, chunk_len)` for each mapped piece of
+    /// `[iova, iova + len)`, after checking the whole range first.
+    fn walk(
+        maps: &Maps,
+        iova: u64,
+        len: usize,
+        access: Access,
+        mut f: impl FnMut(usize, usize, usize),
+    ) -> Result<(), IommuFault> {
+        let not_mapped = |at: u64| IommuFault::NotMapped {
+            iova: at,
+            len,
+            access,
+        };
+        if iova.checked_add(len as u64).is_none() {
+            return Err(not_mapped(iova));
+        }
+        // First pass: validate, collecting the pieces.
+        let mut pieces: [(usize, usize, usize); 4] = [(0, 0, 0); 4];
+        let mut more: Vec<(usize, usize, usize)> = Vec::new();
+        let mut n = 0usize;
+        let mut done = 0usize;
+        while done < len {
+            let at = iova + done as u64;
+            let (&start, m) = maps
+                .by_iova
+                .range(..=at)
+                .next_back()
+                .ok_or_else(|| not_mapped(at))?;
+            let off = (at - start) as usize;
+            if off >= m.len {
+                return Err(not_mapped(at));
+            }
+            let allowed = match access {
+                Access::Read => m.perm.read,
+                Access::Write => m.perm.write,
+            };
+            if !allowed {
+                return Err(IommuFault::Permission {
+                    iova: at,
+                    len,
+                    access,
+                });
+            }
+            let chunk = (m.len - off).min(len - done);
+            let piece = (m.host + off, done, chunk);
+            if n < pieces.len() {
+                pieces[n] = piece;
+            } else {
+                more.push(piece);
+            }
+            n += 1;
+            done += chunk;
+        }
+        for &(host, at, chunk) in pieces.iter().take(n).chain(more.iter()) {
+            f(host, at, chunk);
+        }
+        Ok(())
+    }
+
+    fn count<T>(&self, r: Result<T, IommuFault>) -> Result<T, IommuFault> {
+        if r.is_err() {
+            self.faults.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// Copies `buf.len()` bytes of host memory at `iova` into `buf` (a device read).
+    ///
+    /// Nothing is read unless the whole range is mapped readable.
+    pub fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), IommuFault> {
+        let maps = self.read_maps();
+        let r = Self::walk(&maps, iova, buf.len(), Access::Read, |host, at, chunk| {
+            // SAFETY: `walk` found `[host, host + chunk)` inside a live mapping that
+            // allows reads, and the read lock held on the table keeps that mapping live
+            // for the duration of the copy. The Bus contract (`dma_map`) makes the
+            // mapper keep those bytes allocated and in place until unmapped, and treat
+            // them as shared with the device, so volatile byte reads are sound even if
+            // the driver writes them concurrently. `at + chunk <= buf.len()` by
+            // construction of the pieces.
+            unsafe { volatile_read(host as *const u8, &mut buf[at..at + chunk]) }
+        });
+        drop(maps);
+        // Later reads of the device must not be hoisted above this one (an owner bit
+        // read first, then the body, as the device does for command entries).
+        fence(Ordering::Acquire);
+        self.count(r)
+    }
+
+    /// Copies `data` to host memory at `iova` (a device write).
+    ///
+    /// Nothing is written unless the whole range is mapped writable.
+    pub fn write(&self, iova: u64, data: &[u8]) -> Result<(), IommuFault> {
+        // Earlier device writes (an entry's body) become visible before this one
+        // (its owner byte).
+        fence(Ordering::Release);
+        let maps = self.read_maps();
+        let r = Self::walk(&maps, iova, data.len(), Access::Write, |host, at, chunk| {
+            // SAFETY: as in `read`: the range lies in a live writable mapping, kept
+            // live by the read lock, and the mapper promised the memory stays valid and
+            // is only accessed volatilely or atomically while mapped.
+            unsafe { volatile_write(host as *mut u8, &data[at..at + chunk]) }
+        });
+        drop(maps);
+        self.count(r)
+    }
+
+    /// Reads a big-endian u32 at `iova`.
+    pub fn read_be32(&self, iova: u64) -> Result<u32, IommuFault> {
+        let mut b = [0u8; 4];
+        self.read(iova, &mut b)?;
+        Ok(u32::from_be_bytes(b))
+    }
+
+    /// Reads a big-endian u64 at `iova`.
+    pub fn read_be64(&self, iova: u64) -> Result<u64, IommuFault> {
+        let mut b = [0u8; 8];
+        self.read(iova, &mut b)?;
+        Ok(u64::from_be_bytes(b))
+    }
+
+    /// Writes a big-endian u32 at `iova`.
+    pub fn write_be32(&self, iova: u64, v: u32) -> Result<(), IommuFault> {
+        self.write(iova, &v.to_be_bytes())
+    }
+}
+
+/// Volatile copy from host memory, word-wise where aligned.
+///
+/// # Safety
+/// `src..src + dst.len()` must be valid for reads.
+unsafe fn volatile_read(src: *const u8, dst: &mut [u8]) {
+    let mut i = 0;
+    let n = dst.len();
+    while i < n && !(src as usize + i).is_multiple_of(8) {
+        // SAFETY: `i < n`, within the range the caller vouched for.
+        dst[i] = unsafe { src.add(i).read_volatile() };
+        i += 1;
+    }
+    while i + 8 <= n {
+        // SAFETY: `src + i` is 8-aligned and `i + 8 <= n`.
+        let w = unsafe { (src.add(i) as *const u64).read_volatile() };
+        dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
+        i += 8;
+    }
+    while i < n {
+        // SAFETY: `i < n`.
+        dst[i] = unsafe { src.add(i).read_volatile() };
+        i += 1;
+    }
+}
+
+/// Volatile copy to host memory, word-wise where aligned.
+///
+/// # Safety
+/// `dst..dst + src.len()` must be valid for writes.
+unsafe fn volatile_write(dst: *mut u8, src: &[u8]) {
+    let mut i = 0;
+    let n = src.len();
+    while i < n && !(dst as usize + i).is_multiple_of(8) {
+        // SAFETY: `i < n`, within the range the caller vouched for.
+        unsafe { dst.add(i).write_volatile(src[i]) };
+        i += 1;
+    }
+    while i + 8 <= n {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&src[i..i + 8]);
+        // SAFETY: `dst + i` is 8-aligned and `i + 8 <= n`.
+        unsafe { (dst.add(i) as *mut u64).write_volatile(u64::from_ne_bytes(w)) };
+        i += 8;
+    }
+    while i < n {
+        // SAFETY: `i < n`.
+        unsafe { dst.add(i).write_volatile(src[i]) };
+        i += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iova_is_not_the_host_address_and_keeps_the_page_offset() {
+        let io = Iommu::new();
+        let buf = vec![0u8; 10_000];
+        let vaddr = buf.as_ptr() as usize + 100;
+        let iova = io.map(vaddr, 5000, DmaPerm::RW).unwrap();
+        assert_ne!(iova, vaddr as u64);
+        assert_eq!(iova & 0xfff, vaddr as u64 & 0xfff);
+        assert!(iova >= IOVA_BASE);
+        // The host address faults.
+        assert!(matches!(
+            io.read(vaddr as u64, &mut [0u8; 4]),
+            Err(IommuFault::NotMapped { .. })
+        ));
+        assert_eq!(io.faults(), 1);
+        io.unmap(iova, 5000).unwrap();
+        assert_eq!(io.mappings(), 0);
+    }
+
+    #[test]
+    fn reads_and_writes_reach_host_memory_and_are_bounds_checked() {
+        let io = Iommu::new();
+        let mut buf = vec![0u8; 4096];
+        buf[10] = 0xab;
+        let iova = io
+            .map(buf.as_mut_ptr() as usize, 4096, DmaPerm::RW)
+            .unwrap();
+        let mut b = [0u8; 1];
+        io.read(iova + 10, &mut b).unwrap();
+        assert_eq!(b[0], 0xab);
+        io.write(iova + 4090, &[1, 2, 3, 4, 5, 6]).unwrap();
+        // One byte past the end faults and writes nothing.
+        assert!(io.write(iova + 4091, &[9; 6]).is_err());
+        assert!(io.read(iova + 4096, &mut b).is_err());
+        assert!(io.read(iova - 1, &mut b).is_err());
+        io.unmap(iova, 4096).unwrap();
+        assert_eq!(&buf[4090..4096], &[1, 2, 3, 4, 5, 6]);
+        // Unaligned, odd-length copies.
+        let iova = io
+            .map(buf.as_mut_ptr() as usize, 4096, DmaPerm::RW)
+            .unwrap();
+        let data: Vec<u8> = (0..77u8).collect();
+        io.write(iova + 3, &data).unwrap();
+        let mut back = vec![0u8; 77];
+        io.read(iova + 3, &mut back).unwrap();
+        assert_eq!(back, data);
+        io.unmap(iova, 4096).unwrap();
+    }
+
+    #[test]
+    fn permissions_are_enforced() {
+        let io = Iommu::new();
+        let buf = vec![0u8; 64];
+        let iova = io.map(buf.as_ptr() as usize, 64, DmaPerm::RO).unwrap();
+        assert!(io.read(iova, &mut [0u8; 8]).is_ok());
+        assert!(matches!(
+            io.write(iova, &[1]),
+            Err(IommuFault::Permission {
+                access: Access::Write,
+                ..
+            })
+        ));
+        io.unmap(iova, 64).unwrap();
+        assert_eq!(buf, vec![0u8; 64]);
+    }
+
+    #[test]
+    fn unmap_needs_the_exact_mapping_and_space_is_reused() {
+        let io = Iommu::new();
+        let buf = vec![0u8; 3 * 4096];
+        let a = io.map(buf.as_ptr() as usize, 4096, DmaPerm::RW).unwrap();
+        assert!(io.unmap(a, 4095).is_err());
+        assert!(io.unmap(a + 1, 4096).is_err());
+        io.unmap(a, 4096).unwrap();
+        assert!(io.unmap(a, 4096).is_err());
+        let mut seen = Vec::new();
+        for _ in 0..1000 {
+            let x = io
+                .map(buf.as_ptr() as usize, 3 * 4096, DmaPerm::RW)
+                .unwrap();
+            seen.push(x);
+            io.unmap(x, 3 * 4096).unwrap();
+        }
+        seen.dedup();
+        assert_eq!(seen.len(), 1, "freed IOVA space is reused");
+        assert_eq!(io.mappings(), 0);
+        assert!(matches!(
+            io.map(0, 0, DmaPerm::RW),
+            Err(BusError::BadRange { .. })
+        ));
+        assert!(matches!(
+            io.map(usize::MAX - 10, 100, DmaPerm::RW),
+            Err(BusError::BadRange { .. })
+        ));
+    }
+
+    #[test]
+    fn large_mappings_are_aligned_to_their_size() {
+        let io = Iommu::new();
+        let buf = vec![0u8; 64 * 1024 + 4096];
+        let base = (buf.as_ptr() as usize).next_multiple_of(4096);
+        let small = io.map(base, 4096, DmaPerm::RW).unwrap();
+        let big = io.map(base, 64 * 1024, DmaPerm::RW).unwrap();
+        assert_eq!(big % (64 * 1024), 0);
+        assert_ne!(small, big);
+        io.unmap(small, 4096).unwrap();
+        io.unmap(big, 64 * 1024).unwrap();
+    }
+
+    #[test]
+    fn accesses_may_span_adjacent_mappings() {
+        let io = Iommu::new();
+        let buf = vec![7u8; 2 * 4096];
+        let base = buf.as_ptr() as usize;
+        let a = io.map(base, 4096, DmaPerm::RW).unwrap();
+        let b = io.map(base + 4096, 4096, DmaPerm::RW).unwrap();
+        if b == a + 4096 {
+            let mut x = [0u8; 16];
+            io.read(a + 4088, &mut x).unwrap();
+            assert_eq!(x, [7u8; 16]);
+        }
+        io.unmap(a, 4096).unwrap();
+        io.unmap(b, 4096).unwrap();
+    }
+}
