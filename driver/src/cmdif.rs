@@ -29,46 +29,45 @@ use crate::dma::{DmaBuf, PAGE_SIZE};
 use crate::error::{CmdError, CmdStatus, DeliveryStatus, Error, Failure, Opcode, Result};
 use crate::regs;
 
-/// Bytes of input/output carried inline in the entry.
-pub const INLINE_LEN: usize = 16;
+pub use ferroverbs_hw::control::cmdq::{blocks_for, INLINE_LEN};
+use ferroverbs_hw::control::cmdq::{
+    CmdLayout, CmdProtBlock, CmdqGeometry, GeometryError, CMD_LAYOUT_SIZE, CMD_PROT_BLOCK_SIZE,
+    MLX5_CMD_DATA_BLOCK_SIZE, MLX5_PCI_CMD_XPORT,
+};
+
 /// Data bytes per mailbox block (`MLX5_CMD_DATA_BLOCK_SIZE`).
-pub const BLOCK_DATA: usize = 512;
+pub const BLOCK_DATA: usize = MLX5_CMD_DATA_BLOCK_SIZE;
 /// Size of a mailbox block (`struct mlx5_cmd_prot_block`).
-pub const BLOCK_SIZE: usize = 576;
+pub const BLOCK_SIZE: usize = CMD_PROT_BLOCK_SIZE;
 /// Distance between blocks in a chain's memory: Linux allocates blocks 1024-byte
 /// aligned (`roundup_pow_of_two(576)`).
-pub const BLOCK_STRIDE: usize = 1024;
-/// The most entries a command queue may have (`MLX5_MAX_COMMANDS`).
-pub const MAX_COMMANDS: usize = 32;
-/// `type` of every entry: PCI transport (`MLX5_PCI_CMD_XPORT`).
-const PCI_CMD_XPORT: u8 = 7;
+pub const BLOCK_STRIDE: usize = BLOCK_SIZE.next_power_of_two();
 
-/// Offsets inside a command queue entry.
+/// Offsets inside a command queue entry (`struct mlx5_cmd_layout`).
 mod entry {
-    pub const TYPE: usize = 0x00;
-    pub const INLEN: usize = 0x04;
-    pub const IN_PTR: usize = 0x08;
-    pub const IN: usize = 0x10;
-    pub const OUT: usize = 0x20;
-    pub const OUT_PTR: usize = 0x30;
-    pub const OUTLEN: usize = 0x38;
-    pub const TOKEN: usize = 0x3c;
-    pub const STATUS_OWN: usize = 0x3f;
-    pub const SIZE: usize = 0x40;
+    use super::CmdLayout;
+    use core::mem::offset_of;
+    pub const TYPE: usize = offset_of!(CmdLayout, type_);
+    pub const INLEN: usize = offset_of!(CmdLayout, inlen);
+    pub const IN_PTR: usize = offset_of!(CmdLayout, in_ptr);
+    pub const IN: usize = offset_of!(CmdLayout, in_);
+    pub const OUT: usize = offset_of!(CmdLayout, out);
+    pub const OUT_PTR: usize = offset_of!(CmdLayout, out_ptr);
+    pub const OUTLEN: usize = offset_of!(CmdLayout, outlen);
+    pub const TOKEN: usize = offset_of!(CmdLayout, token);
+    pub const STATUS_OWN: usize = offset_of!(CmdLayout, status_own);
+    pub const SIZE: usize = super::CMD_LAYOUT_SIZE;
 }
 
-/// Offsets inside a mailbox block.
+/// Offsets inside a mailbox block (`struct mlx5_cmd_prot_block`).
 mod block {
-    pub const NEXT: usize = 0x230;
-    pub const BLOCK_NUM: usize = 0x238;
-    pub const TOKEN: usize = 0x23d;
-    pub const CTRL_SIG: usize = 0x23e;
-    pub const SIG: usize = 0x23f;
-}
-
-/// Number of mailbox blocks a message of `len` bytes needs.
-pub fn blocks_for(len: usize) -> usize {
-    len.saturating_sub(INLINE_LEN).div_ceil(BLOCK_DATA)
+    use super::CmdProtBlock;
+    use core::mem::offset_of;
+    pub const NEXT: usize = offset_of!(CmdProtBlock, next);
+    pub const BLOCK_NUM: usize = offset_of!(CmdProtBlock, block_num);
+    pub const TOKEN: usize = offset_of!(CmdProtBlock, token);
+    pub const CTRL_SIG: usize = offset_of!(CmdProtBlock, ctrl_sig);
+    pub const SIG: usize = offset_of!(CmdProtBlock, sig);
 }
 
 /// Reads the opcode and `op_mod` of a command input (generic header `mbox_in`).
@@ -195,40 +194,21 @@ pub(crate) struct CmdIf<B: Bus> {
 }
 
 /// The command queue geometry read from the init segment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Geometry {
-    pub(crate) log_size: u8,
-    pub(crate) log_stride: u8,
-}
+pub(crate) type Geometry = CmdqGeometry;
 
-impl Geometry {
-    /// Reads and validates `cmdif_rev` and the queue geometry (Linux `mlx5_cmd_init`,
-    /// rdma-core `mlx5_vfio_init_cmd_interface`).
-    pub(crate) fn read<B: Bus>(bus: &B) -> Result<Geometry> {
-        if bus.read32(regs::HEALTH_FW_VER) == u32::MAX && bus.read32(regs::FW_REV) == u32::MAX {
-            return Err(Error::DeviceFailed(Failure::Vanished));
-        }
-        let rev = (bus.read32(regs::CMDIF_REV_FW_SUB) >> 16) as u16;
-        if rev != regs::CMD_IF_REV {
-            return Err(Error::UnsupportedCmdifRev { found: rev });
-        }
-        let v = bus.read32(regs::CMDQ_ADDR_L_SZ);
-        let log_size = ((v >> 4) & 0xf) as u8;
-        let log_stride = (v & 0xf) as u8;
-        if (1usize << log_size) > MAX_COMMANDS
-            || usize::from(log_size) + usize::from(log_stride) > 12
-            || (1usize << log_stride) < entry::SIZE
-        {
-            return Err(Error::BadCmdqGeometry {
-                log_size,
-                log_stride,
-            });
-        }
-        Ok(Geometry {
-            log_size,
-            log_stride,
-        })
+/// Reads and validates `cmdif_rev` and the queue geometry (Linux `mlx5_cmd_init`,
+/// rdma-core `mlx5_vfio_init_cmd_interface`).
+pub(crate) fn read_geometry<B: Bus>(bus: &B) -> Result<Geometry> {
+    if bus.read32(regs::HEALTH_FW_VER) == u32::MAX && bus.read32(regs::FW_REV) == u32::MAX {
+        return Err(Error::DeviceFailed(Failure::Vanished));
     }
+    let rev = regs::cmdif_rev(bus.read32(regs::CMDIF_REV_FW_SUB));
+    if rev != regs::CMD_IF_REV {
+        return Err(Error::UnsupportedCmdifRev { found: rev });
+    }
+    CmdqGeometry::from_reg(bus.read32(regs::CMDQ_ADDR_L_SZ))
+        .validate()
+        .map_err(|e: GeometryError| Error::BadCmdqGeometry(e))
 }
 
 impl<B: Bus> CmdIf<B> {
@@ -244,7 +224,7 @@ impl<B: Bus> CmdIf<B> {
                 iova,
             });
         }
-        let n = 1usize << geo.log_size;
+        let n = geo.entries();
         let slots = (0..n)
             .map(|_| Slot {
                 state: SlotState::Free,
@@ -353,7 +333,7 @@ impl<B: Bus> CmdIf<B> {
         let e = self.entry_off(slot);
         let page = &self.page;
         page.fill(e, entry::SIZE, 0);
-        page.write_u8(e + entry::TYPE, PCI_CMD_XPORT);
+        page.write_u8(e + entry::TYPE, MLX5_PCI_CMD_XPORT);
         page.write_be32(e + entry::INLEN, input.len() as u32);
         page.write_be64(e + entry::IN_PTR, in_ptr);
         page.write_bytes(e + entry::IN, &input[..INLINE_LEN]);
@@ -483,27 +463,22 @@ mod tests {
     #[test]
     fn geometry_is_validated() {
         let b = bus();
-        assert_eq!(
-            Geometry::read(&*b).unwrap(),
-            Geometry {
-                log_size: 5,
-                log_stride: 6
-            }
-        );
+        let g = read_geometry(&*b).unwrap();
+        assert_eq!((g.log_size, g.log_stride), (5, 6));
         b.write32(regs::CMDIF_REV_FW_SUB, 4 << 16);
         assert!(matches!(
-            Geometry::read(&*b),
+            read_geometry(&*b),
             Err(Error::UnsupportedCmdifRev { found: 4 })
         ));
         b.write32(regs::CMDIF_REV_FW_SUB, 5 << 16);
         b.write32(regs::CMDQ_ADDR_L_SZ, 0x67);
         assert!(matches!(
-            Geometry::read(&*b),
+            read_geometry(&*b),
             Err(Error::BadCmdqGeometry { .. })
         ));
         let gone = MemBus::new(0);
         assert!(matches!(
-            Geometry::read(&gone),
+            read_geometry(&gone),
             Err(Error::DeviceFailed(Failure::Vanished))
         ));
     }
@@ -511,7 +486,7 @@ mod tests {
     #[test]
     fn queue_address_and_doorbell() {
         let b = bus();
-        let geo = Geometry::read(&*b).unwrap();
+        let geo = read_geometry(&*b).unwrap();
         let mut q = CmdIf::new(&b, geo).unwrap();
         let iova = q.page.iova();
         assert_eq!(b.read32(regs::CMDQ_ADDR_H), (iova >> 32) as u32);
@@ -552,7 +527,7 @@ mod tests {
     #[test]
     fn mailboxes_of_one_two_and_many_blocks_round_trip() {
         let b = bus();
-        let mut q = CmdIf::new(&b, Geometry::read(&*b).unwrap()).unwrap();
+        let mut q = CmdIf::new(&b, read_geometry(&*b).unwrap()).unwrap();
         for len in [16usize, 17, 528, 529, 1040, 1041, 16 + 512 * 40 + 7] {
             let input: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
             let out_len = len + 100;
@@ -577,7 +552,7 @@ mod tests {
     #[test]
     fn statuses_come_back_typed() {
         let b = bus();
-        let mut q = CmdIf::new(&b, Geometry::read(&*b).unwrap()).unwrap();
+        let mut q = CmdIf::new(&b, read_geometry(&*b).unwrap()).unwrap();
         let mut input = [0u8; 16];
         input[..2].copy_from_slice(&0x801u16.to_be_bytes());
         input[6..8].copy_from_slice(&3u16.to_be_bytes());
@@ -614,7 +589,7 @@ mod tests {
     fn abandoned_slots_are_skipped_until_released() {
         let b = bus();
         b.write32(regs::CMDQ_ADDR_L_SZ, 0x16); // 2 entries
-        let mut q = CmdIf::new(&b, Geometry::read(&*b).unwrap()).unwrap();
+        let mut q = CmdIf::new(&b, read_geometry(&*b).unwrap()).unwrap();
         let input = [0u8; 16];
         let p = q
             .post(SlotClass::Regular, &input, 16, Duration::ZERO)

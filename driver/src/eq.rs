@@ -22,84 +22,35 @@ use crate::dma::DmaBuf;
 use crate::error::Result;
 use crate::regs;
 
-/// Size of an EQE.
-pub const EQE_SIZE: usize = 64;
-/// Offset of the event type byte.
-const EQE_TYPE: usize = 0x01;
-/// Offset of the sub-type byte.
-const EQE_SUB_TYPE: usize = 0x03;
-/// Offset of the event data.
-const EQE_DATA: usize = 0x20;
-/// Offset of the owner byte.
-const EQE_OWNER: usize = 0x3f;
-/// Spare entries the EQ is created with beyond what can be outstanding
-/// (`MLX5_NUM_SPARE_EQE`).
-pub const NUM_SPARE_EQE: u32 = 0x80;
+use ferroverbs_hw::datapath::eqe::{eqe_sw_owned, Eqe, MLX5_EQE_OWNER_INIT_VAL};
+pub use ferroverbs_hw::datapath::eqe::{EventType, EQE_SIZE, MLX5_NUM_SPARE_EQE as NUM_SPARE_EQE};
 
-/// Event types (`MLX5_EVENT_TYPE_*`, Linux `device.h`).
-pub mod event_type {
-    /// Completion (always delivered to the CQ's EQ, never subscribed).
-    pub const COMP: u8 = 0x00;
-    /// Path migrated.
-    pub const PATH_MIG: u8 = 0x01;
-    /// Communication established.
-    pub const COMM_EST: u8 = 0x02;
-    /// Send queue drained.
-    pub const SQ_DRAINED: u8 = 0x03;
-    /// CQ error.
-    pub const CQ_ERROR: u8 = 0x04;
-    /// Work queue catastrophic error.
-    pub const WQ_CATAS_ERROR: u8 = 0x05;
-    /// Path migration failed.
-    pub const PATH_MIG_FAILED: u8 = 0x07;
-    /// Internal error.
-    pub const INTERNAL_ERROR: u8 = 0x08;
-    /// Port state change.
-    pub const PORT_CHANGE: u8 = 0x09;
-    /// Command completion.
-    pub const CMD: u8 = 0x0a;
-    /// Firmware asks for (or returns) pages.
-    pub const PAGE_REQUEST: u8 = 0x0b;
-    /// Invalid request on a work queue.
-    pub const WQ_INVAL_REQ_ERROR: u8 = 0x10;
-    /// Access error on a work queue.
-    pub const WQ_ACCESS_ERROR: u8 = 0x11;
-    /// SRQ catastrophic error.
-    pub const SRQ_CATAS_ERROR: u8 = 0x12;
-    /// Last WQE reached on an SRQ-attached QP.
-    pub const SRQ_LAST_WQE: u8 = 0x13;
-    /// SRQ limit reached.
-    pub const SRQ_RQ_LIMIT: u8 = 0x14;
-}
+/// Offset of the owner byte in an EQE.
+const EQE_OWNER: usize = core::mem::offset_of!(Eqe, owner);
 
 /// The async EQ's `event_bitmask[0]`: Linux's `MLX5_ASYNC_EVENT_MASK` plus the
 /// command-completion and page-request events rdma-core's VFIO driver subscribes.
-pub const ASYNC_EVENT_MASK: u64 = {
-    use event_type::*;
-    let types = [
-        PATH_MIG,
-        COMM_EST,
-        SQ_DRAINED,
-        CQ_ERROR,
-        WQ_CATAS_ERROR,
-        PATH_MIG_FAILED,
-        WQ_INVAL_REQ_ERROR,
-        WQ_ACCESS_ERROR,
-        PORT_CHANGE,
-        SRQ_CATAS_ERROR,
-        SRQ_LAST_WQE,
-        SRQ_RQ_LIMIT,
-        CMD,
-        PAGE_REQUEST,
-    ];
-    let mut m = 0u64;
-    let mut i = 0;
-    while i < types.len() {
-        m |= 1 << types[i];
-        i += 1;
-    }
-    m
-};
+pub fn async_event_mask() -> u64 {
+    use EventType::*;
+    [
+        PathMig,
+        CommEst,
+        SqDrained,
+        CqError,
+        WqCatasError,
+        PathMigFailed,
+        WqInvalReqError,
+        WqAccessError,
+        PortChange,
+        SrqCatasError,
+        SrqLastWqe,
+        SrqRqLimit,
+        Cmd,
+        PageRequest,
+    ]
+    .iter()
+    .fold(0, |m, t| m | t.mask_bit())
+}
 
 /// An asynchronous event reported by the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,44 +113,40 @@ pub(crate) enum Event {
     Async(AsyncEvent),
 }
 
-fn be32(b: &[u8], off: usize) -> u32 {
-    u32::from_be_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
-}
-
 impl Event {
     /// Decodes an EQE. Total over every 64-byte value: device bytes never panic.
-    pub(crate) fn decode(eqe: &[u8; EQE_SIZE]) -> Event {
-        use event_type::*;
-        let d = &eqe[EQE_DATA..EQE_DATA + 28];
-        let ty = eqe[EQE_TYPE];
-        let sub_type = eqe[EQE_SUB_TYPE];
-        match ty {
-            CMD => Event::Cmd { vector: be32(d, 0) },
-            PAGE_REQUEST => {
-                let ec = u16::from_be_bytes([d[0], d[1]]);
+    pub(crate) fn decode(bytes: &[u8; EQE_SIZE]) -> Event {
+        // Same size, both unaligned plain bytes: checked at compile time.
+        let eqe: &Eqe = zerocopy::transmute_ref!(bytes);
+        let ty = eqe.event_type();
+        let sub_type = eqe.sub_type;
+        match eqe.event() {
+            Some(EventType::Cmd) => Event::Cmd {
+                vector: eqe.cmd().vector(),
+            },
+            Some(EventType::PageRequest) => {
+                let r = eqe.page_req();
                 Event::PageRequest {
-                    ec_function: ec & 0x8000 != 0,
-                    func_id: u16::from_be_bytes([d[2], d[3]]),
-                    num_pages: be32(d, 4) as i32,
+                    ec_function: r.ec_function(),
+                    func_id: r.func_id(),
+                    num_pages: r.num_pages(),
                 }
             }
-            COMP => Event::Completion {
-                cqn: be32(d, 0x18) & 0xff_ffff,
+            Some(EventType::Comp) => Event::Completion {
+                cqn: eqe.comp().cqn(),
             },
-            PORT_CHANGE => Event::Async(AsyncEvent::PortChange {
-                port: (d[8] >> 4) & 0xf,
+            Some(EventType::PortChange) => Event::Async(AsyncEvent::PortChange {
+                port: eqe.port().port_num(),
                 sub_type,
             }),
-            CQ_ERROR => Event::Async(AsyncEvent::CqError {
-                cqn: be32(d, 0) & 0xff_ffff,
-                syndrome: d[0x0b],
+            Some(EventType::CqError) => Event::Async(AsyncEvent::CqError {
+                cqn: eqe.cq_err().cqn(),
+                syndrome: eqe.cq_err().syndrome,
             }),
-            PATH_MIG | COMM_EST | SQ_DRAINED | WQ_CATAS_ERROR | PATH_MIG_FAILED
-            | WQ_INVAL_REQ_ERROR | WQ_ACCESS_ERROR | SRQ_CATAS_ERROR | SRQ_LAST_WQE
-            | SRQ_RQ_LIMIT => Event::Async(AsyncEvent::Queue {
+            Some(t) if t.is_qp_srq_event() => Event::Async(AsyncEvent::Queue {
                 event_type: ty,
-                resource: d[0x14],
-                number: be32(d, 0x18) & 0xff_ffff,
+                resource: eqe.qp_srq().resource_type(),
+                number: eqe.qp_srq().qp_srq_n(),
             }),
             _ => Event::Async(AsyncEvent::Other {
                 event_type: ty,
@@ -228,7 +175,7 @@ impl<B: Bus> EventQueue<B> {
         let nent = 1usize << log_size;
         let buf = DmaBuf::new(bus, nent * EQE_SIZE, DmaPerm::RW)?;
         for i in 0..nent {
-            buf.write_u8(i * EQE_SIZE + EQE_OWNER, 1);
+            buf.write_u8(i * EQE_SIZE + EQE_OWNER, MLX5_EQE_OWNER_INIT_VAL);
         }
         Ok(EventQueue {
             bus: Arc::clone(bus),
@@ -257,7 +204,7 @@ impl<B: Bus> EventQueue<B> {
     /// doorbells.
     pub(crate) fn activate(&mut self, eqn: u8, uar_index: u32) {
         self.eqn = eqn;
-        self.uar = uar_index as usize * regs::UAR_PAGE_SIZE;
+        self.uar = regs::uar_bar_offset(uar_index);
     }
 
     /// The EQ number.
@@ -272,10 +219,10 @@ impl<B: Bus> EventQueue<B> {
 
     /// Takes the next software-owned EQE, if any.
     pub(crate) fn next(&mut self) -> Option<[u8; EQE_SIZE]> {
-        let nent_mask = (1u32 << self.log_size) - 1;
-        let off = (self.cc & nent_mask) as usize * EQE_SIZE;
+        let nent = 1u32 << self.log_size;
+        let off = (self.cc & (nent - 1)) as usize * EQE_SIZE;
         let owner = self.buf.load_u8_acquire(off + EQE_OWNER);
-        if owner & 1 != ((self.cc >> self.log_size) & 1) as u8 {
+        if !eqe_sw_owned(owner, self.cc, nent) {
             return None;
         }
         self.bus.rmb();
@@ -296,14 +243,10 @@ impl<B: Bus> EventQueue<B> {
     }
 
     fn doorbell(&mut self, arm: bool) {
-        let off = if arm {
-            regs::UAR_EQ_ARM
-        } else {
-            regs::UAR_EQ_UPDATE_CI
-        };
-        let v = (u32::from(self.eqn) << 24) | (self.cc & 0xff_ffff);
+        let v = regs::eq_doorbell_value(self.eqn, self.cc);
         self.bus.wmb();
-        self.bus.write32(self.uar + off, v);
+        self.bus
+            .write32(self.uar + regs::eq_doorbell_offset(arm), v);
         self.unpublished = 0;
     }
 }
@@ -312,6 +255,10 @@ impl<B: Bus> EventQueue<B> {
 mod tests {
     use super::*;
     use ferroverbs_hw::MemBus;
+
+    const EQE_TYPE: usize = 0x01;
+    const EQE_SUB_TYPE: usize = 0x03;
+    const EQE_DATA: usize = 0x20;
 
     /// Plays the device: writes an EQE at `idx` for pass `pass`.
     fn post(eq: &EventQueue<MemBus>, idx: usize, pass: u32, ty: u8, data: &[u8]) {
@@ -333,7 +280,7 @@ mod tests {
         for round in 0..3u32 {
             for i in 0..4usize {
                 let v = (round * 4 + i as u32).to_be_bytes();
-                post(&eq, i, round, event_type::CMD, &v);
+                post(&eq, i, round, EventType::Cmd as u8, &v);
                 let e = eq.next().expect("posted");
                 assert_eq!(
                     Event::decode(&e),
@@ -352,7 +299,7 @@ mod tests {
     #[test]
     fn decodes_page_requests_and_async_events() {
         let mut e = [0u8; 64];
-        e[EQE_TYPE] = event_type::PAGE_REQUEST;
+        e[EQE_TYPE] = EventType::PageRequest as u8;
         e[EQE_DATA..EQE_DATA + 8].copy_from_slice(&[0x80, 0, 0, 3, 0xff, 0xff, 0xff, 0xf6]);
         assert_eq!(
             Event::decode(&e),
@@ -363,7 +310,7 @@ mod tests {
             }
         );
         let mut p = [0u8; 64];
-        p[EQE_TYPE] = event_type::PORT_CHANGE;
+        p[EQE_TYPE] = EventType::PortChange as u8;
         p[EQE_SUB_TYPE] = 4;
         p[EQE_DATA + 8] = 0x10;
         assert_eq!(
@@ -374,12 +321,12 @@ mod tests {
             })
         );
         let mut q = [0u8; 64];
-        q[EQE_TYPE] = event_type::WQ_CATAS_ERROR;
+        q[EQE_TYPE] = EventType::WqCatasError as u8;
         q[EQE_DATA + 0x18..EQE_DATA + 0x1c].copy_from_slice(&0xff12_3456u32.to_be_bytes());
         assert_eq!(
             Event::decode(&q),
             Event::Async(AsyncEvent::Queue {
-                event_type: event_type::WQ_CATAS_ERROR,
+                event_type: EventType::WqCatasError as u8,
                 resource: 0,
                 number: 0x12_3456
             })
@@ -390,7 +337,7 @@ mod tests {
             g[EQE_TYPE] = t;
             let _ = Event::decode(&g);
         }
-        assert_eq!(ASYNC_EVENT_MASK & 0xc00, 0xc00);
+        assert_eq!(async_event_mask() & 0xc00, 0xc00);
     }
 
     #[test]
@@ -399,7 +346,7 @@ mod tests {
         let mut eq = EventQueue::new(&bus, 8).unwrap();
         eq.activate(1, 1);
         for i in 0..100usize {
-            post(&eq, i, 0, event_type::PORT_CHANGE, &[0; 28]);
+            post(&eq, i, 0, EventType::PortChange as u8, &[0; 28]);
             eq.next().unwrap();
         }
         // Published unarmed at 64 consumed entries.

@@ -11,77 +11,12 @@ use std::time::Duration;
 
 use ferroverbs_hw::BusError;
 
-/// The name of a command opcode (`MLX5_CMD_OP_*` in Linux `mlx5_ifc.h`), if known.
+use ferroverbs_hw::control::cmd::{CmdStatus as HwCmdStatus, Opcode as HwOpcode};
+
+/// The name of a command opcode (`MLX5_CMD_OP_*` in Linux `mlx5_ifc.h`, without the
+/// prefix), if the register model knows it.
 pub fn opcode_name(opcode: u16) -> Option<&'static str> {
-    Some(match opcode {
-        0x100 => "QUERY_HCA_CAP",
-        0x101 => "QUERY_ADAPTER",
-        0x102 => "INIT_HCA",
-        0x103 => "TEARDOWN_HCA",
-        0x104 => "ENABLE_HCA",
-        0x105 => "DISABLE_HCA",
-        0x107 => "QUERY_PAGES",
-        0x108 => "MANAGE_PAGES",
-        0x109 => "SET_HCA_CAP",
-        0x10a => "QUERY_ISSI",
-        0x10b => "SET_ISSI",
-        0x10d => "SET_DRIVER_VERSION",
-        0x200 => "CREATE_MKEY",
-        0x201 => "QUERY_MKEY",
-        0x202 => "DESTROY_MKEY",
-        0x203 => "QUERY_SPECIAL_CONTEXTS",
-        0x301 => "CREATE_EQ",
-        0x302 => "DESTROY_EQ",
-        0x303 => "QUERY_EQ",
-        0x304 => "GEN_EQE",
-        0x400 => "CREATE_CQ",
-        0x401 => "DESTROY_CQ",
-        0x402 => "QUERY_CQ",
-        0x403 => "MODIFY_CQ",
-        0x500 => "CREATE_QP",
-        0x501 => "DESTROY_QP",
-        0x502 => "RST2INIT_QP",
-        0x503 => "INIT2RTR_QP",
-        0x504 => "RTR2RTS_QP",
-        0x505 => "RTS2RTS_QP",
-        0x506 => "SQERR2RTS_QP",
-        0x507 => "2ERR_QP",
-        0x50a => "2RST_QP",
-        0x50b => "QUERY_QP",
-        0x50c => "SQD_RTS_QP",
-        0x50e => "INIT2INIT_QP",
-        0x700 => "CREATE_SRQ",
-        0x701 => "DESTROY_SRQ",
-        0x702 => "QUERY_SRQ",
-        0x703 => "ARM_RQ",
-        0x750 => "QUERY_VPORT_STATE",
-        0x751 => "MODIFY_VPORT_STATE",
-        0x754 => "QUERY_NIC_VPORT_CONTEXT",
-        0x755 => "MODIFY_NIC_VPORT_CONTEXT",
-        0x760 => "QUERY_ROCE_ADDRESS",
-        0x761 => "SET_ROCE_ADDRESS",
-        0x762 => "QUERY_HCA_VPORT_CONTEXT",
-        0x764 => "QUERY_HCA_VPORT_GID",
-        0x771 => "ALLOC_Q_COUNTER",
-        0x800 => "ALLOC_PD",
-        0x801 => "DEALLOC_PD",
-        0x802 => "ALLOC_UAR",
-        0x803 => "DEALLOC_UAR",
-        0x805 => "ACCESS_REG",
-        0x806 => "ATTACH_TO_MCG",
-        0x807 => "DETACH_FROM_MCG",
-        0x80d => "NOP",
-        0x80e => "ALLOC_XRCD",
-        0x80f => "DEALLOC_XRCD",
-        0x816 => "ALLOC_TRANSPORT_DOMAIN",
-        0x817 => "DEALLOC_TRANSPORT_DOMAIN",
-        0xa00 => "CREATE_GENERAL_OBJECT",
-        0xa04 => "CREATE_UCTX",
-        0xa06 => "DESTROY_UCTX",
-        0xa08 => "CREATE_UMEM",
-        0xa0a => "DESTROY_UMEM",
-        _ => return None,
-    })
+    HwOpcode::from_value(opcode).map(|o| o.c_name().trim_start_matches("MLX5_CMD_OP_"))
 }
 
 /// A command opcode, displayed by name: `QUERY_HCA_CAP(0x100)`.
@@ -183,26 +118,13 @@ impl CmdStatus {
         }
     }
 
-    /// The PRM name of the status.
+    /// The status's name (`MLX5_CMD_STAT_*` of Linux `device.h`, without the prefix).
     pub fn name(self) -> &'static str {
-        match self {
-            CmdStatus::InternalError => "INT_ERR",
-            CmdStatus::BadOp => "BAD_OP_ERR",
-            CmdStatus::BadParam => "BAD_PARAM_ERR",
-            CmdStatus::BadSysState => "BAD_SYS_STATE_ERR",
-            CmdStatus::BadResource => "BAD_RES_ERR",
-            CmdStatus::ResourceBusy => "RES_BUSY",
-            CmdStatus::NotReady => "NOT_READY",
-            CmdStatus::LimitsExceeded => "LIM_ERR",
-            CmdStatus::BadResState => "BAD_RES_STATE_ERR",
-            CmdStatus::BadIndex => "IX_ERR",
-            CmdStatus::NoResources => "NO_RES_ERR",
-            CmdStatus::BadQpState => "BAD_QP_STATE_ERR",
-            CmdStatus::BadPacket => "BAD_PKT_ERR",
-            CmdStatus::BadSizeOutstandingCqes => "BAD_SIZE_OUTS_CQES_ERR",
-            CmdStatus::BadInputLen => "BAD_INP_LEN_ERR",
-            CmdStatus::BadOutputLen => "BAD_OUTP_LEN_ERR",
-            CmdStatus::Other(_) => "unknown status",
+        match HwCmdStatus::from_value(self.raw()) {
+            Some(s) => s.c_name().trim_start_matches("MLX5_CMD_STAT_"),
+            // NOT_READY is Linux `cmd.c` only, not in the installed headers.
+            None if self == CmdStatus::NotReady => "NOT_READY",
+            None => "unknown status",
         }
     }
 }
@@ -486,13 +408,8 @@ pub enum Error {
         found: u16,
     },
     /// The command queue geometry in the init segment is unusable.
-    #[error("command queue geometry 2^{log_size} entries of 2^{log_stride} bytes is unusable")]
-    BadCmdqGeometry {
-        /// `log_cmdq_size`.
-        log_size: u8,
-        /// `log_cmdq_stride`.
-        log_stride: u8,
-    },
+    #[error("unusable command queue geometry: {0}")]
+    BadCmdqGeometry(ferroverbs_hw::control::cmdq::GeometryError),
     /// The firmware does not support ISSI 1.
     #[error("firmware does not support ISSI 1 (supported_issi_dw0 = {supported:#x})")]
     UnsupportedIssi {
@@ -555,6 +472,24 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferroverbs_hw::control::cmdq::DeliveryStatus as HwDeliveryStatus;
+
+    #[test]
+    fn every_status_of_the_register_model_has_a_variant() {
+        for s in HwCmdStatus::ALL.iter().filter(|s| s.value() != 0) {
+            let mine = CmdStatus::from_raw(s.value());
+            assert!(!matches!(mine, CmdStatus::Other(_)), "{s:?}");
+            assert_eq!(format!("MLX5_CMD_STAT_{}", mine.name()), s.c_name());
+        }
+        for v in 1..=0x10u8 {
+            if let Some(d) = HwDeliveryStatus::from_value(v) {
+                let mine = DeliveryStatus::from_raw(v);
+                assert!(!matches!(mine, DeliveryStatus::Other(_)), "{d:?}");
+                assert_eq!(mine.raw(), d as u8);
+            }
+        }
+        assert_eq!(opcode_name(0x10b), Some("SET_ISSI"));
+    }
 
     #[test]
     fn statuses_round_trip_and_have_prm_names() {

@@ -37,10 +37,10 @@ use std::time::Duration;
 use ferroverbs_hw::Bus;
 
 use crate::clock::{Backoff, Clock};
-use crate::cmdif::{CmdIf, Geometry, Pending, SlotClass};
+use crate::cmdif::{read_geometry, CmdIf, Pending, SlotClass};
 use crate::device::{DeviceConfig, GidConfig};
 use crate::dma::PagePool;
-use crate::eq::{AsyncEvent, EventQueue, ASYNC_EVENT_MASK, NUM_SPARE_EQE};
+use crate::eq::{async_event_mask, AsyncEvent, EventQueue, NUM_SPARE_EQE};
 use crate::error::{BringUpError, Error, Failure, Opcode, Result, Step};
 use crate::health::Health;
 use crate::prm::{self, op};
@@ -173,7 +173,7 @@ impl<B: Bus> Hca<B> {
             }
         };
         config.validate().map_err(fail(Step::Config))?;
-        let geo = Geometry::read(&*bus).map_err(fail(Step::InitSegment))?;
+        let geo = read_geometry(&*bus).map_err(fail(Step::InitSegment))?;
         let cmd = CmdIf::new(&bus, geo).map_err(fail(Step::CmdqAddress))?;
         let mut hca = Hca {
             pages: PagePool::new(&bus),
@@ -273,7 +273,7 @@ impl<B: Bus> Hca<B> {
         let mut backoff = Backoff::default();
         loop {
             let v = self.bus.read32(regs::INITIALIZING);
-            if v >> 31 == 0 {
+            if !regs::initializing(v) {
                 return Ok(());
             }
             if v == u32::MAX && self.bus.read32(regs::HEALTH_FW_VER) == u32::MAX {
@@ -456,7 +456,7 @@ impl<B: Bus> Hca<B> {
         prm::eqc::log_page_size.at(ctx).set(&mut input, 0);
         // event_bitmask[0]: the first of four 64-bit words.
         let mask = prm::create_eq_in::event_bitmask.byte_offset();
-        input[mask..mask + 8].copy_from_slice(&ASYNC_EVENT_MASK.to_be_bytes());
+        input[mask..mask + 8].copy_from_slice(&async_event_mask().to_be_bytes());
         let pas_off = prm::create_eq_in::pas.byte_offset();
         for (i, p) in pas.iter().enumerate() {
             input[pas_off + 8 * i..pas_off + 8 * i + 8].copy_from_slice(&p.to_be_bytes());

@@ -23,6 +23,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use ferroverbs_hw::control::iseg::NicInterface;
 use ferroverbs_hw::Bus;
 
 use crate::error::Failure;
@@ -32,10 +33,8 @@ use crate::regs;
 /// (Linux `MAX_MISSES`, rdma-core `MAX_MISSES`).
 pub const MAX_MISSES: u32 = 3;
 
-/// `nic_interface` value DISABLED (`MLX5_NIC_IFC_DISABLED`).
-const NIC_IFC_DISABLED: u8 = 1;
-/// `nic_interface` value SW_RESET (`MLX5_NIC_IFC_SW_RESET`).
-const NIC_IFC_SW_RESET: u8 = 7;
+const NIC_IFC_DISABLED: u8 = NicInterface::Disabled as u8;
+const NIC_IFC_SW_RESET: u8 = NicInterface::SwReset as u8;
 
 /// The watchdog's state.
 #[derive(Debug)]
@@ -102,7 +101,7 @@ impl Health {
         }
         self.last_poll = Some(now);
         self.check_sensors(bus)?;
-        let counter = bus.read32(regs::HEALTH_COUNTER) & regs::HEALTH_COUNTER_MASK;
+        let counter = regs::health_counter(bus.read32(regs::HEALTH_COUNTER));
         if self.last_counter == Some(counter) {
             self.misses += 1;
             tracing::warn!(counter, misses = self.misses, "health counter did not move");

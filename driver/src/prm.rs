@@ -9,45 +9,31 @@
 
 use ferroverbs_hw::prm_layout;
 
-/// Command opcodes (`MLX5_CMD_OP_*`).
+pub use ferroverbs_hw::control::cmd::{mbox_in, mbox_out};
+
+/// Command opcodes (`MLX5_CMD_OP_*`), from the register model.
 pub mod op {
-    pub const QUERY_HCA_CAP: u16 = 0x100;
-    pub const INIT_HCA: u16 = 0x102;
-    pub const TEARDOWN_HCA: u16 = 0x103;
-    pub const ENABLE_HCA: u16 = 0x104;
-    pub const DISABLE_HCA: u16 = 0x105;
-    pub const QUERY_PAGES: u16 = 0x107;
-    pub const MANAGE_PAGES: u16 = 0x108;
-    pub const SET_HCA_CAP: u16 = 0x109;
-    pub const QUERY_ISSI: u16 = 0x10a;
-    pub const SET_ISSI: u16 = 0x10b;
-    pub const CREATE_EQ: u16 = 0x301;
-    pub const DESTROY_EQ: u16 = 0x302;
-    pub const QUERY_VPORT_STATE: u16 = 0x750;
-    pub const QUERY_NIC_VPORT_CONTEXT: u16 = 0x754;
-    pub const MODIFY_NIC_VPORT_CONTEXT: u16 = 0x755;
-    pub const QUERY_ROCE_ADDRESS: u16 = 0x760;
-    pub const SET_ROCE_ADDRESS: u16 = 0x761;
-    pub const ALLOC_UAR: u16 = 0x802;
-    pub const DEALLOC_UAR: u16 = 0x803;
-    pub const ACCESS_REG: u16 = 0x805;
-}
-
-prm_layout! {
-    /// Generic command input header.
-    pub mod mbox_in = "mbox_in" (128) {
-        opcode: 0, 16;
-        uid: 16, 16;
-        op_mod: 48, 16;
-    }
-}
-
-prm_layout! {
-    /// Generic command output header.
-    pub mod mbox_out = "mbox_out" (128) {
-        status: 0, 8;
-        syndrome: 32, 32;
-    }
+    use ferroverbs_hw::control::cmd::Opcode;
+    pub const QUERY_HCA_CAP: u16 = Opcode::QueryHcaCap.value();
+    pub const INIT_HCA: u16 = Opcode::InitHca.value();
+    pub const TEARDOWN_HCA: u16 = Opcode::TeardownHca.value();
+    pub const ENABLE_HCA: u16 = Opcode::EnableHca.value();
+    pub const DISABLE_HCA: u16 = Opcode::DisableHca.value();
+    pub const QUERY_PAGES: u16 = Opcode::QueryPages.value();
+    pub const MANAGE_PAGES: u16 = Opcode::ManagePages.value();
+    pub const SET_HCA_CAP: u16 = Opcode::SetHcaCap.value();
+    pub const QUERY_ISSI: u16 = Opcode::QueryIssi.value();
+    pub const SET_ISSI: u16 = Opcode::SetIssi.value();
+    pub const CREATE_EQ: u16 = Opcode::CreateEq.value();
+    pub const DESTROY_EQ: u16 = Opcode::DestroyEq.value();
+    pub const QUERY_VPORT_STATE: u16 = Opcode::QueryVportState.value();
+    pub const QUERY_NIC_VPORT_CONTEXT: u16 = Opcode::QueryNicVportContext.value();
+    pub const MODIFY_NIC_VPORT_CONTEXT: u16 = Opcode::ModifyNicVportContext.value();
+    pub const QUERY_ROCE_ADDRESS: u16 = Opcode::QueryRoceAddress.value();
+    pub const SET_ROCE_ADDRESS: u16 = Opcode::SetRoceAddress.value();
+    pub const ALLOC_UAR: u16 = Opcode::AllocUar.value();
+    pub const DEALLOC_UAR: u16 = Opcode::DeallocUar.value();
+    pub const ACCESS_REG: u16 = Opcode::AccessReg.value();
 }
 
 prm_layout! {
