@@ -7,7 +7,23 @@
 //! * [`iseg`]: the initialization segment at BAR0 offset 0 and its health buffer;
 //! * [`cmdq`]: command queue entries (`mlx5_cmd_layout`) and mailbox blocks
 //!   (`mlx5_cmd_prot_block`), delivery status, the gather of a chained message;
-//! * [`cmd`]: the generic command headers, opcodes and command status codes.
+//! * [`cmd`]: the generic command headers, opcodes and command status codes, and the
+//!   input and output layout of every opcode ([`cmd::Opcode::in_layout`]);
+//! * [`hca`]: ENABLE_HCA, DISABLE_HCA, QUERY_ISSI, SET_ISSI, INIT_HCA, TEARDOWN_HCA;
+//! * [`caps`]: QUERY_HCA_CAP, SET_HCA_CAP and the general and RoCE capability pages;
+//! * [`pages`]: QUERY_PAGES and MANAGE_PAGES;
+//! * [`reg`]: ACCESS_REG and the host endianness and PAOS registers;
+//! * [`uar_pd_td`]: ALLOC/DEALLOC of UARs, protection domains and transport domains;
+//! * [`mkey`]: memory keys and the mkey context;
+//! * [`eq`]: event queues and the EQ context;
+//! * [`cq`]: completion queues and the CQ context;
+//! * [`qp`]: queue pairs, their state transitions, the QP context and address path;
+//! * [`vport`]: vport state and the NIC vport context (RoCE enable, MAC, MTU);
+//! * [`roce`]: the RoCE GID table.
+//!
+//! Layouts follow Linux 6.1's `include/linux/mlx5/mlx5_ifc.h` exactly (struct and field
+//! names, bit offsets, widths and full sizes); where the reference describes a newer
+//! header, the 6.1 header wins and the module documentation says what differs.
 //!
 //! Every layout, C structure and constant is registered in [`LAYOUTS`], [`C_STRUCTS`]
 //! and [`CONSTANTS`] for the conformance test (see [`crate::conformance`]).
@@ -137,9 +153,20 @@ macro_rules! c_member_as {
     };
 }
 
+pub mod caps;
 pub mod cmd;
 pub mod cmdq;
+pub mod cq;
+pub mod eq;
+pub mod hca;
 pub mod iseg;
+pub mod mkey;
+pub mod pages;
+pub mod qp;
+pub mod reg;
+pub mod roce;
+pub mod uar_pd_td;
+pub mod vport;
 
 /// Concatenates registry slices at compile time (`N` must be their total length).
 const fn concat<T: Copy, const N: usize>(parts: &[&[T]], filler: T) -> [T; N] {
@@ -170,7 +197,21 @@ const fn total<T>(parts: &[&[T]]) -> usize {
     n
 }
 
-const LAYOUT_PARTS: &[&[&Layout]] = &[iseg::LAYOUTS, cmd::LAYOUTS];
+const LAYOUT_PARTS: &[&[&Layout]] = &[
+    iseg::LAYOUTS,
+    cmd::LAYOUTS,
+    hca::LAYOUTS,
+    caps::LAYOUTS,
+    pages::LAYOUTS,
+    reg::LAYOUTS,
+    uar_pd_td::LAYOUTS,
+    mkey::LAYOUTS,
+    eq::LAYOUTS,
+    cq::LAYOUTS,
+    qp::LAYOUTS,
+    vport::LAYOUTS,
+    roce::LAYOUTS,
+];
 const LAYOUT_COUNT: usize = total(LAYOUT_PARTS);
 const LAYOUT_ARRAY: [&Layout; LAYOUT_COUNT] = concat(LAYOUT_PARTS, &cmd::mbox_in::LAYOUT);
 
@@ -186,6 +227,38 @@ const CONSTANT_PARTS: &[&[Constant]] = &[
     cmdq::CONSTANTS,
     cmd::Opcode::CONSTANTS,
     cmd::CmdStatus::CONSTANTS,
+    hca::TeardownProfile::CONSTANTS,
+    hca::TeardownState::CONSTANTS,
+    caps::CapType::CONSTANTS,
+    caps::CapMode::CONSTANTS,
+    caps::SET_HCA_CAP_OP_MOD_CONSTANTS,
+    caps::PortType::CONSTANTS,
+    caps::CmdifChecksum::CONSTANTS,
+    pages::QueryPagesOpMod::CONSTANTS,
+    pages::ManagePagesOpMod::CONSTANTS,
+    reg::AccessRegisterOpMod::CONSTANTS,
+    mkey::MkcAccessMode::CONSTANTS,
+    eq::EqcStatus::CONSTANTS,
+    eq::EqcSt::CONSTANTS,
+    cq::CqcStatus::CONSTANTS,
+    cq::CqcCqeSz::CONSTANTS,
+    cq::CqcSt::CONSTANTS,
+    qp::QpcState::CONSTANTS,
+    qp::QpState::CONSTANTS,
+    qp::QpcSt::CONSTANTS,
+    qp::QpcPmState::CONSTANTS,
+    qp::QpcMtu::CONSTANTS,
+    qp::QpcAtomicMode::CONSTANTS,
+    qp::QpcEndPaddingMode::CONSTANTS,
+    qp::RqType::CONSTANTS,
+    qp::OPTPAR_CONSTANTS,
+    vport::VportState::CONSTANTS,
+    vport::VportStateOpMod::CONSTANTS,
+    vport::VportAdminState::CONSTANTS,
+    vport::NvprtListType::CONSTANTS,
+    roce::RoceVersion::CONSTANTS,
+    roce::RoceL3Type::CONSTANTS,
+    roce::CAP_CONSTANTS,
 ];
 const CONSTANT_COUNT: usize = total(CONSTANT_PARTS);
 const CONSTANT_ARRAY: [Constant; CONSTANT_COUNT] = concat(CONSTANT_PARTS, cmdq::CONSTANTS[0]);
