@@ -18,3 +18,4 @@ pub mod firmware;
 pub mod iommu;
 #[allow(unsafe_code)]
 pub mod irq;
+pub mod wire;

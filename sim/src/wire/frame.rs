@@ -1,0 +1,304 @@
+//! A whole RoCEv2 Ethernet frame: Ethernet II, IPv4, UDP to port 4791, and one transport
+//! packet (BTH through ICRC).
+//!
+//! `shared/reference/rocev2-wire.md` §1.1 (stack and offsets) and §2.4 (the ICRC over
+//! the frame's IPv4 and UDP headers). The frame check sequence is not included, as in a
+//! pcap capture. Frames are emitted without the Ethernet minimum-size padding; parsing
+//! accepts trailing bytes after the IPv4 datagram (such padding) and ignores them.
+
+use core::ops::Range;
+
+use super::{check_len, Error, Header, Result};
+use super::{ethernet, ipv4, roce, udp};
+
+/// Offset of the IPv4 header in a frame.
+pub const IPV4_OFFSET: usize = ethernet::HEADER_LEN;
+/// Offset of the UDP header in a frame.
+pub const UDP_OFFSET: usize = IPV4_OFFSET + ipv4::HEADER_LEN;
+/// Offset of the BTH in a frame.
+pub const BTH_OFFSET: usize = UDP_OFFSET + udp::HEADER_LEN;
+/// The length of everything before the BTH: Ethernet, IPv4 and UDP headers.
+pub const ENCAP_LEN: usize = BTH_OFFSET;
+
+/// A typed view of a RoCEv2 Ethernet frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Frame<T> {
+    /// Wraps a buffer without checking it. The accessors assume a frame that passed
+    /// [`Frame::check`] and may panic otherwise: use [`Frame::new_checked`] on bytes
+    /// from elsewhere.
+    pub const fn new_unchecked(buffer: T) -> Frame<T> {
+        Frame { buffer }
+    }
+
+    /// Wraps a buffer after [`Frame::check`].
+    pub fn new_checked(buffer: T) -> Result<Frame<T>> {
+        let frame = Frame::new_unchecked(buffer);
+        frame.check()?;
+        Ok(frame)
+    }
+
+    /// Checks the structure of every layer (checksums and ICRC are checked by
+    /// [`Frame::verify`] and [`Repr::parse`]): an Ethernet header with EtherType IPv4;
+    /// an IPv4 header as [`ipv4::Packet::check`] and protocol UDP; a UDP header whose
+    /// length equals the IPv4 payload, to port 4791; a transport packet as
+    /// [`roce::Packet::check`].
+    pub fn check(&self) -> Result<()> {
+        let b = self.buffer.as_ref();
+        check_len(Header::Ethernet, ethernet::HEADER_LEN, b.len())?;
+        let eth = ethernet::Packet::new_unchecked(b);
+        if eth.ethertype() != ethernet::EtherType::IPV4 {
+            return Err(Error::EtherType(eth.ethertype().0));
+        }
+        let ip = ipv4::Packet::new_checked(&b[IPV4_OFFSET..])?;
+        if ip.protocol() != ipv4::PROTOCOL_UDP {
+            return Err(Error::Protocol(ip.protocol()));
+        }
+        let ip_payload = ip.payload();
+        let u = udp::Packet::new_checked(ip_payload)?;
+        if usize::from(u.len()) != ip_payload.len() {
+            return Err(Error::UdpLength {
+                udp: u.len(),
+                ip_payload: ip_payload.len(),
+            });
+        }
+        if u.dst_port() != udp::ROCEV2_PORT {
+            return Err(Error::UdpPort(u.dst_port()));
+        }
+        roce::Packet::new_checked(u.payload())?;
+        Ok(())
+    }
+
+    /// Returns the wrapped buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// The length of the frame: the Ethernet header and the IPv4 datagram (trailing
+    /// bytes of the buffer excluded).
+    pub fn frame_len(&self) -> usize {
+        IPV4_OFFSET + usize::from(self.ipv4().total_len())
+    }
+
+    /// The frame's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buffer.as_ref()[..self.frame_len()]
+    }
+
+    /// The Ethernet header.
+    pub fn ethernet(&self) -> ethernet::Packet<&[u8]> {
+        ethernet::Packet::new_unchecked(&self.buffer.as_ref()[..ethernet::HEADER_LEN])
+    }
+
+    /// The IPv4 datagram.
+    pub fn ipv4(&self) -> ipv4::Packet<&[u8]> {
+        ipv4::Packet::new_unchecked(&self.buffer.as_ref()[IPV4_OFFSET..])
+    }
+
+    /// The UDP datagram.
+    pub fn udp(&self) -> udp::Packet<&[u8]> {
+        udp::Packet::new_unchecked(&self.buffer.as_ref()[UDP_OFFSET..self.frame_len()])
+    }
+
+    /// The transport packet (BTH through ICRC).
+    pub fn roce(&self) -> roce::Packet<&[u8]> {
+        roce::Packet::new_unchecked(&self.buffer.as_ref()[BTH_OFFSET..self.frame_len()])
+    }
+
+    /// The transport payload (pad excluded).
+    pub fn payload(&self) -> &[u8] {
+        let range = self.roce().payload_range();
+        &self.buffer.as_ref()[BTH_OFFSET + range.start..BTH_OFFSET + range.end]
+    }
+
+    fn outer_headers(&self) -> ([u8; ipv4::HEADER_LEN], [u8; udp::HEADER_LEN]) {
+        let b = self.buffer.as_ref();
+        let mut ip = [0u8; ipv4::HEADER_LEN];
+        ip.copy_from_slice(&b[IPV4_OFFSET..UDP_OFFSET]);
+        let mut u = [0u8; udp::HEADER_LEN];
+        u.copy_from_slice(&b[UDP_OFFSET..BTH_OFFSET]);
+        (ip, u)
+    }
+
+    /// The ICRC the frame should carry.
+    pub fn expected_icrc(&self) -> u32 {
+        let (ip, u) = self.outer_headers();
+        self.roce().expected_icrc(&ip, &u)
+    }
+
+    /// Checks the ICRC over the frame's own IPv4 and UDP headers.
+    pub fn verify_icrc(&self) -> Result<()> {
+        let (ip, u) = self.outer_headers();
+        self.roce().verify_icrc(&ip, &u)
+    }
+
+    /// Checks the structure ([`Frame::check`]), then the IPv4 header checksum and
+    /// fragmentation, a non-zero UDP checksum, and the ICRC.
+    pub fn verify(&self) -> Result<()> {
+        self.check()?;
+        let ip = self.ipv4();
+        ipv4::Repr::parse(&ip)?;
+        udp::Repr::parse(&self.udp(), ip.src_addr(), ip.dst_addr())?;
+        self.verify_icrc()
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
+    /// The Ethernet header, mutably.
+    pub fn ethernet_mut(&mut self) -> ethernet::Packet<&mut [u8]> {
+        ethernet::Packet::new_unchecked(&mut self.buffer.as_mut()[..ethernet::HEADER_LEN])
+    }
+
+    /// The IPv4 datagram, mutably.
+    pub fn ipv4_mut(&mut self) -> ipv4::Packet<&mut [u8]> {
+        ipv4::Packet::new_unchecked(&mut self.buffer.as_mut()[IPV4_OFFSET..])
+    }
+
+    /// The UDP datagram, mutably.
+    pub fn udp_mut(&mut self) -> udp::Packet<&mut [u8]> {
+        let end = self.frame_len();
+        udp::Packet::new_unchecked(&mut self.buffer.as_mut()[UDP_OFFSET..end])
+    }
+
+    /// The transport packet, mutably.
+    pub fn roce_mut(&mut self) -> roce::Packet<&mut [u8]> {
+        let end = self.frame_len();
+        roce::Packet::new_unchecked(&mut self.buffer.as_mut()[BTH_OFFSET..end])
+    }
+
+    /// Recomputes and writes the ICRC over the frame's current bytes.
+    pub fn fill_icrc(&mut self) {
+        let (ip, u) = self.outer_headers();
+        self.roce_mut().fill_icrc(&ip, &u);
+    }
+
+    /// Recomputes the IPv4 header checksum and then the ICRC (after a header was
+    /// rewritten, e.g. by a test or a fault injector).
+    pub fn fill_checksums(&mut self) {
+        self.ipv4_mut().fill_checksum();
+        self.fill_icrc();
+    }
+}
+
+/// A RoCEv2 frame's headers: Ethernet, IPv4, UDP and the transport headers.
+///
+/// The payload is not part of the representation: it is read from [`Frame::payload`]
+/// (or returned by [`parse`]) and given to [`Repr::emit`]. Lengths, checksums, the pad
+/// count and the ICRC are computed on emit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Repr {
+    /// The Ethernet header (EtherType [`ethernet::EtherType::IPV4`]).
+    pub ethernet: ethernet::Repr,
+    /// The IPv4 header (protocol [`ipv4::PROTOCOL_UDP`]).
+    pub ipv4: ipv4::Repr,
+    /// The UDP header (destination port [`udp::ROCEV2_PORT`]).
+    pub udp: udp::Repr,
+    /// The transport headers.
+    pub roce: roce::Repr,
+}
+
+impl Repr {
+    /// Reads a frame, checking its structure, IPv4 checksum, UDP checksum (if non-zero)
+    /// and ICRC.
+    pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>) -> Result<Repr> {
+        frame.check()?;
+        let ip = frame.ipv4();
+        let ipv4 = ipv4::Repr::parse(&ip)?;
+        let udp = udp::Repr::parse(&frame.udp(), ip.src_addr(), ip.dst_addr())?;
+        frame.verify_icrc()?;
+        Ok(Repr {
+            ethernet: ethernet::Repr::parse(&frame.ethernet())?,
+            ipv4,
+            udp,
+            roce: roce::Repr::parse_without_icrc(&frame.roce())?,
+        })
+    }
+
+    /// The length of the frame with a payload of `payload_len` bytes.
+    pub const fn buffer_len(&self, payload_len: usize) -> usize {
+        ENCAP_LEN + self.roce.buffer_len(payload_len)
+    }
+
+    fn check_encapsulation(&self) -> Result<()> {
+        if self.ethernet.ethertype != ethernet::EtherType::IPV4 {
+            return Err(Error::EtherType(self.ethernet.ethertype.0));
+        }
+        if self.ipv4.protocol != ipv4::PROTOCOL_UDP {
+            return Err(Error::Protocol(self.ipv4.protocol));
+        }
+        if self.udp.dst_port != udp::ROCEV2_PORT {
+            return Err(Error::UdpPort(self.udp.dst_port));
+        }
+        Ok(())
+    }
+
+    /// Writes every header of a frame with a payload of `payload_len` bytes into the
+    /// first [`Repr::buffer_len`] bytes of `buf` and returns the byte range of the
+    /// payload. The ICRC bytes are zeroed: once the payload is in place, finish with
+    /// [`Frame::fill_icrc`] on those bytes.
+    pub fn emit_headers(&self, payload_len: usize, buf: &mut [u8]) -> Result<Range<usize>> {
+        self.check_encapsulation()?;
+        self.roce.check(payload_len)?;
+        let len = self.buffer_len(payload_len);
+        if len - IPV4_OFFSET > ipv4::MAX_TOTAL_LEN {
+            return Err(Error::TooLong(len - IPV4_OFFSET));
+        }
+        if buf.len() < len {
+            return Err(Error::BufferTooSmall {
+                need: len,
+                have: buf.len(),
+            });
+        }
+        let buf = &mut buf[..len];
+        self.ethernet.emit(&mut ethernet::Packet::new_unchecked(
+            &mut buf[..IPV4_OFFSET],
+        ))?;
+        self.ipv4.emit(
+            &mut ipv4::Packet::new_unchecked(&mut buf[IPV4_OFFSET..UDP_OFFSET]),
+            len - UDP_OFFSET,
+        )?;
+        self.udp.emit(
+            &mut udp::Packet::new_unchecked(&mut buf[UDP_OFFSET..BTH_OFFSET]),
+            len - BTH_OFFSET,
+        )?;
+        let payload = self
+            .roce
+            .emit_headers(payload_len, &mut buf[BTH_OFFSET..])?;
+        Ok(BTH_OFFSET + payload.start..BTH_OFFSET + payload.end)
+    }
+
+    /// Writes a frame into `buf`, the payload written by `fill` into the slice it is
+    /// given, and its ICRC. Returns the frame length. Allocates nothing.
+    pub fn emit_with(
+        &self,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<usize> {
+        let range = self.emit_headers(payload_len, buf)?;
+        fill(&mut buf[range]);
+        let len = self.buffer_len(payload_len);
+        Frame::new_unchecked(&mut buf[..len]).fill_icrc();
+        Ok(len)
+    }
+
+    /// Writes a frame carrying `payload` into `buf`. Returns the frame length.
+    pub fn emit(&self, payload: &[u8], buf: &mut [u8]) -> Result<usize> {
+        self.emit_with(payload.len(), buf, |dst| dst.copy_from_slice(payload))
+    }
+}
+
+/// Parses a frame from bytes (see [`Repr::parse`]) and returns its headers and its
+/// payload (pad excluded).
+pub fn parse(bytes: &[u8]) -> Result<(Repr, &[u8])> {
+    let frame = Frame::new_checked(bytes)?;
+    let repr = Repr::parse(&frame)?;
+    let range = frame.roce().payload_range();
+    Ok((
+        repr,
+        &bytes[BTH_OFFSET + range.start..BTH_OFFSET + range.end],
+    ))
+}
