@@ -11,7 +11,7 @@
 //! Not modelled: RD and XRC (unused by the simulator), the CNP (0x81 per scapy, 0x80 per
 //! Wireshark), the reserved 0x15 (RESYNC), and FLUSH (0x1C) / ATOMIC_WRITE (0x1D) of IBTA
 //! 1.5, whose header order the reference leaves unconfirmed. They parse as
-//! [`Error::Opcode`](super::Error::Opcode).
+//! [`Error::Opcode`].
 
 use core::fmt;
 

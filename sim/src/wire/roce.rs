@@ -93,7 +93,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         check_len(Header::Icrc, ICRC_LEN, len - at)?;
         let rest = len - at - ICRC_LEN;
         let pad = bth.pad_count();
-        if rest % 4 != 0 || usize::from(pad) > rest {
+        if !rest.is_multiple_of(4) || usize::from(pad) > rest {
             return Err(Error::PadCount { pad, len: rest });
         }
         if rest > 0 && !opcode.payload().any() {
