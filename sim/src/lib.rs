@@ -11,6 +11,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bar;
 pub mod clock;
 pub mod fault;
 pub mod firmware;
