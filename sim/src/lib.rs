@@ -13,6 +13,9 @@
 
 pub mod bar;
 pub mod clock;
+pub mod cmdq;
+pub mod device;
+pub mod eq;
 pub mod fault;
 pub mod firmware;
 #[allow(unsafe_code)]
@@ -20,3 +23,5 @@ pub mod iommu;
 #[allow(unsafe_code)]
 pub mod irq;
 pub mod wire;
+
+pub use device::{Sim, SimBus, SimConfig, SimStats};

@@ -1,6 +1,689 @@
-//! The simulated firmware: command execution, object tables, page accounting,
-//! capabilities and the QP state machine.
+//! The simulated firmware: it executes command inputs gathered by the command queue
+//! and answers with the PRM status and a syndrome, keeping the object tables, the page
+//! ledger, the capabilities and the QP state machine.
+//!
+//! Every command validates its input as the firmware does (`mlx5-controlpath.md` §3-4,
+//! §9): unknown opcode → `BAD_OP`; bad op_mod → `BAD_PARAM`; a resource command before
+//! INIT_HCA → `BAD_SYS_STATE`; an unknown object number → `BAD_RES` (a table index →
+//! `BAD_INDEX`); out-of-range sizes → `BAD_PARAM` (beyond a `log_max_*` limit:
+//! `LIM`); destroying an object still in use → `BAD_RES_STATE`; a QP transition from
+//! the wrong state → `BAD_QP_STATE`; short input → `BAD_INP_LEN`, short output →
+//! `BAD_OUTP_LEN`. Each error has its own [`Syndrome`]. Nothing here panics on any
+//! input: every field read is bounds-checked ([`In`]), every length is checked before
+//! it is used.
+//!
+//! Command handlers check lengths and parameters before changing any state, so a
+//! failed command has no side effect.
 
+pub mod caps;
+mod hca;
+pub mod ifc;
 pub mod pages;
+mod qp;
 pub mod qp_state;
+mod queues;
+mod resources;
+pub mod syndrome;
 pub mod table;
+mod vport;
+
+use ferroverbs_hw::control::cmd::{self, CmdStatus, Opcode};
+use ferroverbs_hw::Field;
+
+use crate::eq::{EqRing, Posted};
+use crate::iommu::{Access, Iommu};
+pub use caps::{CapOverride, CapType, Caps};
+pub use pages::Pages;
+pub use qp_state::{QpState, ServiceType, Transition};
+pub use syndrome::Syndrome;
+pub use table::Table;
+pub use vport::{roce_v2_ipv4, Port, RoceAddr};
+
+/// A failed command: the status byte and syndrome of the output header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fail {
+    /// `MLX5_CMD_STAT_*`.
+    pub status: u8,
+    /// 32-bit syndrome.
+    pub syndrome: u32,
+}
+
+impl From<Syndrome> for Fail {
+    fn from(s: Syndrome) -> Self {
+        Fail {
+            status: s.status().value(),
+            syndrome: s.value(),
+        }
+    }
+}
+
+/// The result of a command handler: the output message (header included), or a failure.
+pub type CmdResult = Result<Vec<u8>, Fail>;
+
+/// Firmware configuration (part of the device configuration).
+#[derive(Clone, Debug)]
+pub struct FwConfig {
+    /// Number of physical ports (1 or 2).
+    pub ports: u8,
+    /// MAC address of each port (the NIC vport's permanent address is port 1's).
+    pub macs: Vec<[u8; 6]>,
+    /// Boot pages QUERY_PAGES(BOOT) asks for.
+    pub boot_pages: u32,
+    /// Init pages QUERY_PAGES(INIT) asks for.
+    pub init_pages: u32,
+    /// MSI-X vectors of the function.
+    pub msix_vectors: u16,
+    /// First UAR index ALLOC_UAR hands out (the pages below hold the init segment).
+    pub first_uar: u32,
+    /// Number of UAR pages.
+    pub num_uars: u32,
+    /// Capability overrides, applied to both the current and the maximum values.
+    pub caps: Vec<CapOverride>,
+    /// GID table entries present at reset, per port (index 0 first).
+    pub gids: Vec<Vec<RoceAddr>>,
+    /// Whether the physical links are up.
+    pub link_up: bool,
+}
+
+impl Default for FwConfig {
+    fn default() -> Self {
+        FwConfig {
+            ports: 1,
+            macs: vec![[0x02, 0x00, 0x00, 0x00, 0x00, 0x01]],
+            boot_pages: 16,
+            init_pages: 48,
+            msix_vectors: 64,
+            first_uar: FIRST_UAR,
+            num_uars: NUM_UARS,
+            caps: Vec::new(),
+            gids: Vec::new(),
+            link_up: true,
+        }
+    }
+}
+
+/// First UAR index handed out by default: BAR0 pages 0-2 hold the initialization
+/// segment (`struct mlx5_init_seg` is 0x2010 bytes), so UARs start above them.
+pub const FIRST_UAR: u32 = 8;
+/// Number of UAR pages by default.
+pub const NUM_UARS: u32 = 1024;
+
+/// Where the function is in its life cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HcaState {
+    /// Before ENABLE_HCA (or after DISABLE_HCA).
+    Disabled,
+    /// Enabled, not initialized (before INIT_HCA or after TEARDOWN_HCA).
+    Enabled,
+    /// INIT_HCA done: resources may be created.
+    Initialized,
+}
+
+/// Counters of the firmware's work, for tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FwStats {
+    /// Commands executed (answered by the firmware, success or failure).
+    pub executed: u64,
+    /// Of those, the ones that failed.
+    pub failed: u64,
+    /// EQEs written.
+    pub eqes: u64,
+    /// Events dropped because an EQ was full.
+    pub eq_overruns: u64,
+}
+
+/// A memory key.
+#[derive(Clone, Debug)]
+pub struct Mkey {
+    /// The key (`mkey_index << 8 | mkey_7_0`).
+    pub key: u32,
+    /// Its PD.
+    pub pd: u32,
+    /// The mkey context as created.
+    pub mkc: Vec<u8>,
+    /// Translation entries (page IOVAs with the permission bits), MTT mode.
+    pub mtt: Vec<u64>,
+}
+
+/// A completion queue.
+#[derive(Clone, Debug)]
+pub struct Cq {
+    /// The CQ context as created.
+    pub cqc: Vec<u8>,
+    /// Buffer pages.
+    pub pages: Vec<u64>,
+    /// EQ its completion events go to.
+    pub eqn: u32,
+    /// UAR of its arm doorbell.
+    pub uar: u32,
+    /// log2 of the number of CQEs.
+    pub log_size: u8,
+    /// CQE size in bytes.
+    pub cqe_size: u32,
+    /// Doorbell record IOVA.
+    pub dbr: u64,
+}
+
+/// A queue pair.
+#[derive(Clone, Debug)]
+pub struct Qp {
+    /// Service type.
+    pub st: ServiceType,
+    /// Current state.
+    pub state: QpState,
+    /// The QP context: as created, updated by every transition.
+    pub qpc: Vec<u8>,
+    /// PD.
+    pub pd: u32,
+    /// Send CQ, if the QP has a send queue.
+    pub cqn_snd: Option<u32>,
+    /// Receive CQ, if the QP has a receive queue.
+    pub cqn_rcv: Option<u32>,
+    /// UAR of its doorbells.
+    pub uar: u32,
+    /// Buffer pages.
+    pub pages: Vec<u64>,
+    /// Doorbell record IOVA.
+    pub dbr: u64,
+}
+
+/// An event queue: its ring and the context fields QUERY_EQ reports.
+#[derive(Clone, Debug)]
+pub struct Eq {
+    /// The device side of the ring.
+    pub ring: EqRing,
+}
+
+/// Bounds-checked reads of a command input (missing bytes read as zero; every handler
+/// checks the length it needs first, this only guarantees no panic).
+#[derive(Clone, Copy)]
+pub struct In<'a>(pub &'a [u8]);
+
+impl<'a> In<'a> {
+    /// A field.
+    pub fn get(&self, f: Field) -> u64 {
+        if f.width <= 64 && f.fits(self.0.len()) {
+            f.get(self.0)
+        } else {
+            0
+        }
+    }
+
+    /// Field `f` of the context nested at `ctx`.
+    pub fn at(&self, ctx: Field, f: Field) -> u64 {
+        self.get(f.at(ctx.bit))
+    }
+
+    /// The bytes of a byte-aligned field (empty if out of range).
+    pub fn bytes(&self, f: Field) -> &'a [u8] {
+        f.bytes(self.0).unwrap_or(&[])
+    }
+
+    /// `n` big-endian u64 entries starting at byte `start`; `None` if the input ends
+    /// before them.
+    pub fn be64s(&self, start: usize, n: usize) -> Option<Vec<u64>> {
+        let end = start.checked_add(n.checked_mul(8)?)?;
+        let b = self.0.get(start..end)?;
+        Some(
+            b.chunks_exact(8)
+                .map(|c| u64::from_be_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .collect(),
+        )
+    }
+}
+
+/// A command output being built (zeroed, header OK).
+pub struct Out(pub Vec<u8>);
+
+impl Out {
+    /// A zeroed output of `len` bytes.
+    pub fn new(len: usize) -> Self {
+        Out(vec![0; len.max(8)])
+    }
+
+    /// Sets a field (ignored if out of range).
+    pub fn set(&mut self, f: Field, v: u64) {
+        if f.width <= 64 && f.fits(self.0.len()) {
+            f.set(&mut self.0, v);
+        }
+    }
+
+    /// Sets field `f` of the context nested at `ctx`.
+    pub fn set_at(&mut self, ctx: Field, f: Field, v: u64) {
+        self.set(f.at(ctx.bit), v);
+    }
+
+    /// Copies `data` into a byte-aligned field (truncated to the field).
+    pub fn put(&mut self, f: Field, data: &[u8]) {
+        if let Some(dst) = f.bytes_mut(&mut self.0) {
+            let n = dst.len().min(data.len());
+            dst[..n].copy_from_slice(&data[..n]);
+        }
+    }
+
+    /// Writes big-endian u64 entries from byte `start`, as many as fit.
+    pub fn put_be64s(&mut self, start: usize, vals: &[u64]) {
+        for (i, v) in vals.iter().enumerate() {
+            let at = start + i * 8;
+            match self.0.get_mut(at..at + 8) {
+                Some(d) => d.copy_from_slice(&v.to_be_bytes()),
+                None => break,
+            }
+        }
+    }
+
+    /// The finished output.
+    pub fn done(self) -> CmdResult {
+        Ok(self.0)
+    }
+}
+
+/// A command being executed: its input, the output length the driver allows, and
+/// the decoded header.
+pub struct Cmd<'a> {
+    /// Input reader.
+    pub inp: In<'a>,
+    /// Output length the driver provided.
+    pub outlen: usize,
+    /// Opcode.
+    pub opcode: Opcode,
+    /// op_mod.
+    pub op_mod: u16,
+}
+
+impl Cmd<'_> {
+    /// Checks the input holds `in_size` bytes and the output can take `out_size`.
+    pub fn lengths(&self, in_size: usize, out_size: usize) -> Result<(), Fail> {
+        if self.inp.0.len() < in_size {
+            return Err(Syndrome::InputTooShort.into());
+        }
+        if self.outlen < out_size {
+            return Err(Syndrome::OutputTooShort.into());
+        }
+        Ok(())
+    }
+
+    /// Requires op_mod 0.
+    pub fn op_mod_zero(&self) -> Result<(), Fail> {
+        if self.op_mod != 0 {
+            return Err(Syndrome::BadOpMod.into());
+        }
+        Ok(())
+    }
+
+    /// Field accessor shortcut.
+    pub fn get(&self, f: Field) -> u64 {
+        self.inp.get(f)
+    }
+}
+
+/// The simulated firmware.
+pub struct Firmware {
+    cfg: FwConfig,
+    state: HcaState,
+    issi: u16,
+    host_endianness: u8,
+    caps: Caps,
+    pages: Pages,
+    uars: Table<()>,
+    pds: Table<()>,
+    tds: Table<()>,
+    mkeys: Table<Mkey>,
+    eqs: Table<Eq>,
+    cqs: Table<Cq>,
+    qps: Table<Qp>,
+    ports: Vec<Port>,
+    stats: FwStats,
+    mkey_variant: u8,
+}
+
+/// How many objects each table holds, for tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObjectCounts {
+    /// UAR pages allocated.
+    pub uars: usize,
+    /// Protection domains.
+    pub pds: usize,
+    /// Transport domains.
+    pub tds: usize,
+    /// Memory keys.
+    pub mkeys: usize,
+    /// Event queues.
+    pub eqs: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// Queue pairs.
+    pub qps: usize,
+}
+
+impl ObjectCounts {
+    /// Total objects.
+    pub fn total(&self) -> usize {
+        self.uars + self.pds + self.tds + self.mkeys + self.eqs + self.cqs + self.qps
+    }
+}
+
+impl Firmware {
+    /// A firmware in its reset state (function disabled).
+    pub fn new(cfg: FwConfig) -> Self {
+        let caps = Caps::new(&cfg);
+        let pages = Pages::new(cfg.boot_pages, cfg.init_pages);
+        let ports = vport::ports(&cfg, &caps);
+        let mut fw = Firmware {
+            uars: Table::new(cfg.first_uar, cfg.num_uars.max(1)),
+            pds: Table::new(1, 1),
+            tds: Table::new(1, 1),
+            mkeys: Table::new(1, 1),
+            eqs: Table::new(1, 1),
+            cqs: Table::new(1, 1),
+            qps: Table::new(QPN_BASE, 1),
+            cfg,
+            state: HcaState::Disabled,
+            issi: 0,
+            host_endianness: 0,
+            caps,
+            pages,
+            ports,
+            stats: FwStats::default(),
+            mkey_variant: 0,
+        };
+        fw.size_tables();
+        fw
+    }
+
+    /// Resets the function (PCI function-level reset): every object, page, capability
+    /// change and GID is forgotten. Pages still held are counted as abandoned.
+    pub fn reset(&mut self) {
+        let abandoned = {
+            self.pages.release_all();
+            self.pages.abandoned()
+        };
+        let stats = self.stats;
+        let given = self.pages.given_total();
+        let taken = self.pages.taken_total();
+        *self = Firmware::new(self.cfg.clone());
+        self.stats = stats;
+        self.pages.restore_totals(given, taken, abandoned);
+    }
+
+    /// Sizes the object tables from the current capabilities.
+    fn size_tables(&mut self) {
+        use ifc::cmd_hca_cap as g;
+        let cap = |log: u64| -> u32 { 1u32 << log.min(24) };
+        self.pds.set_capacity(cap(self.caps.gen(g::log_max_pd)));
+        self.tds
+            .set_capacity(cap(self.caps.gen(g::log_max_transport_domain)));
+        self.mkeys.set_capacity(cap(self.caps.gen(g::log_max_mkey)));
+        // EQ numbers are 8 bits and start at 1.
+        self.eqs
+            .set_capacity(cap(self.caps.gen(g::log_max_eq)).min(255));
+        self.cqs.set_capacity(cap(self.caps.gen(g::log_max_cq)));
+        self.qps
+            .set_capacity(cap(self.caps.gen(g::log_max_qp)).min((1 << 24) - QPN_BASE));
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FwConfig {
+        &self.cfg
+    }
+
+    /// Life-cycle state.
+    pub fn state(&self) -> HcaState {
+        self.state
+    }
+
+    /// The page ledger.
+    pub fn pages(&self) -> &Pages {
+        &self.pages
+    }
+
+    /// The capabilities.
+    pub fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    /// Work counters.
+    pub fn stats(&self) -> FwStats {
+        self.stats
+    }
+
+    /// Objects per table.
+    pub fn objects(&self) -> ObjectCounts {
+        ObjectCounts {
+            uars: self.uars.len(),
+            pds: self.pds.len(),
+            tds: self.tds.len(),
+            mkeys: self.mkeys.len(),
+            eqs: self.eqs.len(),
+            cqs: self.cqs.len(),
+            qps: self.qps.len(),
+        }
+    }
+
+    /// The ports (vport context, GID table, link state).
+    pub fn ports(&self) -> &[Port] {
+        &self.ports
+    }
+
+    /// The QP numbered `qpn`.
+    pub fn qp(&self, qpn: u32) -> Option<&Qp> {
+        self.qps.get(qpn)
+    }
+
+    /// The CQ numbered `cqn`.
+    pub fn cq(&self, cqn: u32) -> Option<&Cq> {
+        self.cqs.get(cqn)
+    }
+
+    /// The EQ numbered `eqn`.
+    pub fn eq(&self, eqn: u32) -> Option<&Eq> {
+        self.eqs.get(eqn)
+    }
+
+    /// The memory key whose index is `index`.
+    pub fn mkey(&self, index: u32) -> Option<&Mkey> {
+        self.mkeys.get(index)
+    }
+
+    /// Executes one command: `input` is the whole gathered input, `outlen` the output
+    /// length the driver allowed. Returns the output message, header included.
+    pub fn execute(&mut self, io: &Iommu, input: &[u8], outlen: usize) -> Vec<u8> {
+        self.stats.executed += 1;
+        let result = self.dispatch(io, input, outlen);
+        match result {
+            Ok(mut out) => {
+                // Success: status 0, syndrome 0 (handlers leave the header zeroed).
+                if out.len() >= 8 {
+                    out[..8].fill(0);
+                }
+                out
+            }
+            Err(f) => {
+                self.stats.failed += 1;
+                tracing::debug!(
+                    opcode = cmd::opcode(input).unwrap_or(0),
+                    status = f.status,
+                    syndrome = f.syndrome,
+                    "simulated firmware refused a command"
+                );
+                let mut out = vec![0u8; 16];
+                cmd::mbox_out::status.set(&mut out, u64::from(f.status));
+                cmd::mbox_out::syndrome.set(&mut out, u64::from(f.syndrome));
+                out
+            }
+        }
+    }
+
+    fn dispatch(&mut self, io: &Iommu, input: &[u8], outlen: usize) -> CmdResult {
+        let hdr = match cmd::InHeader::parse(input) {
+            Ok(h) if input.len() >= cmd::mbox_in::SIZE => h,
+            _ => return Err(Syndrome::InputTooShort.into()),
+        };
+        let Ok(opcode) = hdr.opcode() else {
+            return Err(Syndrome::UnknownOpcode.into());
+        };
+        if hdr.uid != 0 {
+            return Err(Syndrome::UidNotZero.into());
+        }
+        let c = Cmd {
+            inp: In(input),
+            outlen,
+            opcode,
+            op_mod: hdr.op_mod,
+        };
+        self.gate(opcode)?;
+        use Opcode::*;
+        match opcode {
+            EnableHca => self.enable_hca(&c),
+            DisableHca => self.disable_hca(&c),
+            QueryIssi => self.query_issi(&c),
+            SetIssi => self.set_issi(&c),
+            QueryPages => self.query_pages(&c),
+            ManagePages => self.manage_pages(&c, io),
+            QueryHcaCap => self.query_hca_cap(&c),
+            SetHcaCap => self.set_hca_cap(&c),
+            InitHca => self.init_hca(&c),
+            TeardownHca => self.teardown_hca(&c),
+            AccessReg => self.access_reg(&c),
+            Nop => self.nop(&c),
+            AllocUar => self.alloc_uar(&c),
+            DeallocUar => self.dealloc_uar(&c),
+            AllocPd => self.alloc_pd(&c),
+            DeallocPd => self.dealloc_pd(&c),
+            AllocTransportDomain => self.alloc_td(&c),
+            DeallocTransportDomain => self.dealloc_td(&c),
+            CreateMkey => self.create_mkey(&c, io),
+            QueryMkey => self.query_mkey(&c),
+            DestroyMkey => self.destroy_mkey(&c),
+            CreateEq => self.create_eq(&c, io),
+            DestroyEq => self.destroy_eq(&c),
+            QueryEq => self.query_eq(&c),
+            CreateCq => self.create_cq(&c, io),
+            DestroyCq => self.destroy_cq(&c),
+            QueryCq => self.query_cq(&c),
+            CreateQp => self.create_qp(&c, io),
+            DestroyQp => self.destroy_qp(&c),
+            QueryQp => self.query_qp(&c),
+            Rst2InitQp => self.modify_qp(&c, Transition::Rst2Init),
+            Init2InitQp => self.modify_qp(&c, Transition::Init2Init),
+            Init2RtrQp => self.modify_qp(&c, Transition::Init2Rtr),
+            Rtr2RtsQp => self.modify_qp(&c, Transition::Rtr2Rts),
+            Rts2RtsQp => self.modify_qp(&c, Transition::Rts2Rts),
+            Sqerr2RtsQp => self.modify_qp(&c, Transition::Sqerr2Rts),
+            SqdRtsQp => self.modify_qp(&c, Transition::SqdRts),
+            Qp2ErrQp => self.modify_qp(&c, Transition::ToErr),
+            Qp2RstQp => self.modify_qp(&c, Transition::ToRst),
+            QueryNicVportContext => self.query_nic_vport_context(&c),
+            ModifyNicVportContext => self.modify_nic_vport_context(&c),
+            QueryVportState => self.query_vport_state(&c),
+            SetRoceAddress => self.set_roce_address(&c),
+            QueryRoceAddress => self.query_roce_address(&c),
+            _ => Err(Syndrome::NotImplemented.into()),
+        }
+    }
+
+    /// The life-cycle gate: which commands the function accepts in its state.
+    fn gate(&self, op: Opcode) -> Result<(), Fail> {
+        use Opcode::*;
+        let pre_init = matches!(
+            op,
+            EnableHca
+                | DisableHca
+                | QueryIssi
+                | SetIssi
+                | QueryPages
+                | ManagePages
+                | QueryHcaCap
+                | SetHcaCap
+                | InitHca
+                | TeardownHca
+                | AccessReg
+                | Nop
+        );
+        match self.state {
+            HcaState::Disabled if op == EnableHca || op == Nop => Ok(()),
+            HcaState::Disabled => Err(Syndrome::HcaNotEnabled.into()),
+            HcaState::Enabled if pre_init => Ok(()),
+            HcaState::Enabled => Err(Syndrome::HcaNotInitialized.into()),
+            HcaState::Initialized => Ok(()),
+        }
+    }
+
+    /// Whether an access of `len` bytes at `iova` is mapped for `access`.
+    fn mapped(io: &Iommu, iova: u64, len: usize, access: Access) -> bool {
+        io.check(iova, len, access).is_ok()
+    }
+
+    /// Posts an event to the lowest-numbered EQ subscribed to `ty`. Returns the MSI-X
+    /// vector to fire, if any.
+    pub fn post_event(&mut self, io: &Iommu, ty: u8, sub_type: u8, data: &[u8]) -> Option<u16> {
+        let eqn = self
+            .eqs
+            .iter()
+            .find(|(_, eq)| eq.ring.subscribed(ty))
+            .map(|(n, _)| n)?;
+        self.post_to_eq(io, eqn, ty, sub_type, data)
+    }
+
+    /// Posts an event to EQ `eqn` whatever its mask (completion events).
+    pub fn post_to_eq(
+        &mut self,
+        io: &Iommu,
+        eqn: u32,
+        ty: u8,
+        sub_type: u8,
+        data: &[u8],
+    ) -> Option<u16> {
+        let eq = self.eqs.get_mut(eqn)?;
+        match eq.ring.post(io, ty, sub_type, data) {
+            Posted::Written(v) => {
+                self.stats.eqes += 1;
+                v
+            }
+            Posted::Overrun => {
+                self.stats.eq_overruns += 1;
+                None
+            }
+            Posted::Fault(_) => None,
+        }
+    }
+
+    /// An EQ doorbell written in UAR page `uar`: `(eqn << 24) | ci`, arming if `arm`.
+    /// Returns the vector to fire. Doorbells for an EQ that does not exist or does not
+    /// belong to that UAR are ignored, as hardware ignores them.
+    pub fn eq_doorbell(&mut self, uar: u32, eqn: u32, ci: u32, arm: bool) -> Option<u16> {
+        let eq = self.eqs.get_mut(eqn)?;
+        if eq.ring.uar != uar {
+            return None;
+        }
+        eq.ring.doorbell(ci, arm).ok().flatten()
+    }
+
+    /// Whether UAR index `uar` is allocated.
+    pub fn uar_allocated(&self, uar: u32) -> bool {
+        self.uars.contains(uar)
+    }
+
+    /// The firmware wants `delta` more pages (negative: fewer): records it and posts a
+    /// PAGE_REQUEST event. Returns the vector to fire.
+    pub fn request_pages(&mut self, io: &Iommu, delta: i32) -> Option<u16> {
+        let n = self.pages.request(delta);
+        let mut data = [0u8; 8];
+        // ec_function 0, func_id 0 (the function itself), num_pages.
+        data[4..8].copy_from_slice(&n.to_be_bytes());
+        self.post_event(
+            io,
+            ferroverbs_hw::datapath::eqe::MLX5_EVENT_TYPE_PAGE_REQUEST,
+            0,
+            &data,
+        )
+    }
+}
+
+/// First QP number handed out (QPN 0 and 1 are the special QP0/QP1).
+pub const QPN_BASE: u32 = 0x100;
+
+/// The status byte of a [`CmdStatus`].
+pub fn status_byte(s: CmdStatus) -> u8 {
+    s.value()
+}

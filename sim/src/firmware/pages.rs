@@ -191,6 +191,13 @@ impl Pages {
         }
     }
 
+    /// Carries the cumulative counters over a function reset.
+    pub fn restore_totals(&mut self, given: u64, taken: u64, abandoned: u64) {
+        self.given_total = given;
+        self.taken_total = taken;
+        self.abandoned = abandoned;
+    }
+
     /// DISABLE_HCA: the function forgets its pages; those not taken back are counted
     /// as abandoned. The run-time adjustment is reset.
     pub fn release_all(&mut self) {

@@ -1,0 +1,410 @@
+//! Queue pairs: CREATE_QP, DESTROY_QP, QUERY_QP and every modify command, with the
+//! state machine of [`qp_state`](super::qp_state) and the checks each transition makes
+//! on its mandatory and optional parameters (`mlx5-controlpath.md` §4.6-4.7).
+
+use ferroverbs_hw::Field;
+
+use super::ifc::*;
+use super::qp_state::{optpar, QpState, ServiceType, Transition};
+use super::queues::{buffer_pages, BufferErrors, PAGE_OFFSET_UNIT};
+use super::{Cmd, CmdResult, Fail, Firmware, Out, Qp, Syndrome};
+use crate::iommu::{Access, Iommu};
+
+/// `rq_type`: a regular receive queue.
+const RQ_REGULAR: u64 = 0;
+/// `rq_type`: no receive queue.
+const RQ_ZERO_LEN: u64 = 3;
+
+/// A field of the primary address path, relative to the qpc.
+fn pri(f: Field) -> Field {
+    f.at(qpc::primary_address_path.bit)
+}
+
+/// A field of the stored qpc image (relative to the qpc).
+fn qget(img: &[u8], f: Field) -> u64 {
+    if f.fits(img.len()) {
+        f.get(img)
+    } else {
+        0
+    }
+}
+
+fn qset(img: &mut [u8], f: Field, v: u64) {
+    if f.fits(img.len()) {
+        f.set(img, v);
+    }
+}
+
+/// The layout facts of one modify command.
+struct ModifyLayout {
+    in_size: usize,
+    out_size: usize,
+    qpn: Field,
+    opt: Option<Field>,
+    qpc: Option<Field>,
+}
+
+fn modify_layout(t: Transition) -> ModifyLayout {
+    macro_rules! with_qpc {
+        ($in:ident, $out:ident) => {
+            ModifyLayout {
+                in_size: $in::SIZE,
+                out_size: $out::SIZE,
+                qpn: $in::qpn,
+                opt: Some($in::opt_param_mask),
+                qpc: Some($in::qpc),
+            }
+        };
+    }
+    match t {
+        Transition::Rst2Init => with_qpc!(rst2init_qp_in, rst2init_qp_out),
+        Transition::Init2Init => with_qpc!(init2init_qp_in, init2init_qp_out),
+        Transition::Init2Rtr => with_qpc!(init2rtr_qp_in, init2rtr_qp_out),
+        Transition::Rtr2Rts => with_qpc!(rtr2rts_qp_in, rtr2rts_qp_out),
+        Transition::Rts2Rts => with_qpc!(rts2rts_qp_in, rts2rts_qp_out),
+        Transition::Sqerr2Rts => with_qpc!(sqerr2rts_qp_in, sqerr2rts_qp_out),
+        Transition::SqdRts => with_qpc!(sqd2rts_qp_in, sqd2rts_qp_out),
+        Transition::ToErr => ModifyLayout {
+            in_size: qp_2err_in::SIZE,
+            out_size: qp_2err_out::SIZE,
+            qpn: qp_2err_in::qpn,
+            opt: None,
+            qpc: None,
+        },
+        Transition::ToRst => ModifyLayout {
+            in_size: qp_2rst_in::SIZE,
+            out_size: qp_2rst_out::SIZE,
+            qpn: qp_2rst_in::qpn,
+            opt: None,
+            qpc: None,
+        },
+    }
+}
+
+impl Firmware {
+    pub(super) fn create_qp(&mut self, c: &Cmd, io: &Iommu) -> CmdResult {
+        c.op_mod_zero()?;
+        c.lengths(create_qp_in::SIZE, create_qp_out::SIZE)?;
+        let ctx = create_qp_in::qpc;
+        let q = |f: Field| c.inp.at(ctx, f);
+        if c.get(create_qp_in::input_qpn) != 0 {
+            return Err(Syndrome::QpInputQpnUnsupported.into());
+        }
+        if c.get(create_qp_in::wq_umem_valid) != 0 || q(qpc::dbr_umem_valid) != 0 {
+            return Err(Syndrome::QpUmemUnsupported.into());
+        }
+        let st = ServiceType::from_st(q(qpc::st)).ok_or(Fail::from(Syndrome::QpBadServiceType))?;
+        let pd = q(qpc::pd) as u32;
+        if !self.pds.contains(pd) {
+            return Err(Syndrome::QpUnknownPd.into());
+        }
+        let uar = q(qpc::uar_page) as u32;
+        if !self.uars.contains(uar) {
+            return Err(Syndrome::QpUnknownUar.into());
+        }
+        let rq_type = q(qpc::rq_type);
+        if rq_type != RQ_REGULAR && rq_type != RQ_ZERO_LEN {
+            return Err(Syndrome::QpBadRqType.into());
+        }
+        let has_sq = q(qpc::no_sq) == 0;
+        let has_rq = rq_type == RQ_REGULAR;
+        let max_sz = self.caps.gen(cmd_hca_cap::log_max_qp_sz);
+        let mut bytes = 0u64;
+        if has_sq {
+            let l = q(qpc::log_sq_size);
+            if l > max_sz {
+                return Err(Syndrome::QpBadSqSize.into());
+            }
+            bytes += 64u64 << l;
+        }
+        if has_rq {
+            let l = q(qpc::log_rq_size);
+            if l > max_sz {
+                return Err(Syndrome::QpBadRqSize.into());
+            }
+            let stride = 16u64 << q(qpc::log_rq_stride);
+            if stride > self.caps.gen(cmd_hca_cap::max_wqe_sz_rq) {
+                return Err(Syndrome::QpBadRqStride.into());
+            }
+            bytes += stride << l;
+        }
+        let cq_ref = |n: u64, required: bool, err: Syndrome| -> Result<Option<u32>, Fail> {
+            if n == 0 && !required {
+                return Ok(None);
+            }
+            if self.cqs.contains(n as u32) {
+                Ok(Some(n as u32))
+            } else {
+                Err(err.into())
+            }
+        };
+        let cqn_snd = cq_ref(q(qpc::cqn_snd), has_sq, Syndrome::QpUnknownCqSnd)?;
+        let cqn_rcv = cq_ref(q(qpc::cqn_rcv), has_rq, Syndrome::QpUnknownCqRcv)?;
+        let dbr = q(qpc::dbr_addr);
+        if dbr & 7 != 0 {
+            return Err(Syndrome::QpDbrMisaligned.into());
+        }
+        if !Self::mapped(io, dbr, 8, Access::Write) {
+            return Err(Syndrome::QpDbrNotMapped.into());
+        }
+        let pages = buffer_pages(
+            c,
+            io,
+            create_qp_in::pas.byte_offset(),
+            q(qpc::log_page_size),
+            q(qpc::page_offset) * PAGE_OFFSET_UNIT,
+            bytes,
+            BufferErrors {
+                short: Syndrome::QpPasShort,
+                misaligned: Syndrome::QpPasMisaligned,
+                not_mapped: Syndrome::QpPasNotMapped,
+            },
+        )?;
+        let mut img = c.inp.bytes(ctx).to_vec();
+        qset(&mut img, qpc::state, u64::from(QpState::Rst.encoding()));
+        let qp = Qp {
+            st,
+            state: QpState::Rst,
+            qpc: img,
+            pd,
+            cqn_snd,
+            cqn_rcv,
+            uar,
+            pages,
+            dbr,
+        };
+        let qpn = self
+            .qps
+            .insert(qp)
+            .ok_or(Fail::from(Syndrome::QpExhausted))?;
+        self.pds.acquire(pd);
+        self.uars.acquire(uar);
+        for cq in [cqn_snd, cqn_rcv].into_iter().flatten() {
+            self.cqs.acquire(cq);
+        }
+        let mut o = Out::new(create_qp_out::SIZE);
+        o.set(create_qp_out::qpn, u64::from(qpn));
+        o.done()
+    }
+
+    pub(super) fn destroy_qp(&mut self, c: &Cmd) -> CmdResult {
+        c.op_mod_zero()?;
+        c.lengths(destroy_qp_in::SIZE, destroy_qp_out::SIZE)?;
+        let qpn = c.get(destroy_qp_in::qpn) as u32;
+        let qp = self
+            .qps
+            .remove(qpn)
+            .map_err(|_| Fail::from(Syndrome::QpUnknown))?;
+        self.pds.release(qp.pd);
+        self.uars.release(qp.uar);
+        for cq in [qp.cqn_snd, qp.cqn_rcv].into_iter().flatten() {
+            self.cqs.release(cq);
+        }
+        Out::new(destroy_qp_out::SIZE).done()
+    }
+
+    pub(super) fn query_qp(&mut self, c: &Cmd) -> CmdResult {
+        c.op_mod_zero()?;
+        c.lengths(query_qp_in::SIZE, query_qp_out::SIZE)?;
+        let qpn = c.get(query_qp_in::qpn) as u32;
+        let qp = self.qps.get(qpn).ok_or(Fail::from(Syndrome::QpUnknown))?;
+        let pas_at = query_qp_out::pas.byte_offset();
+        let mut o = Out::new(
+            c.outlen
+                .min(pas_at + qp.pages.len() * 8)
+                .max(query_qp_out::SIZE),
+        );
+        o.put(query_qp_out::qpc, &qp.qpc);
+        let pages = qp.pages.clone();
+        o.put_be64s(pas_at, &pages);
+        o.done()
+    }
+
+    /// Checks an address path of the qpc image: port in range, GID index valid.
+    fn check_path(&self, img: &[u8]) -> Result<(), Fail> {
+        let port = qget(img, pri(ads::vhca_port_num));
+        if port == 0 || port > self.ports.len() as u64 {
+            return Err(Syndrome::QpBadPort.into());
+        }
+        let idx = qget(img, pri(ads::src_addr_index)) as usize;
+        if self.ports[port as usize - 1].gid(idx).is_none() {
+            return Err(Syndrome::QpBadGidIndex.into());
+        }
+        Ok(())
+    }
+
+    fn check_port(&self, img: &[u8]) -> Result<(), Fail> {
+        let port = qget(img, pri(ads::vhca_port_num));
+        if port == 0 || port > self.ports.len() as u64 {
+            return Err(Syndrome::QpBadPort.into());
+        }
+        Ok(())
+    }
+
+    pub(super) fn modify_qp(&mut self, c: &Cmd, t: Transition) -> CmdResult {
+        c.op_mod_zero()?;
+        let l = modify_layout(t);
+        c.lengths(l.in_size, l.out_size)?;
+        let qpn = c.get(l.qpn) as u32;
+        let qp = self.qps.get(qpn).ok_or(Fail::from(Syndrome::QpUnknown))?;
+        let st = qp.st;
+        if !t.valid_for(st) {
+            return Err(Syndrome::QpTransitionNotForType.into());
+        }
+        if !t.accepts(qp.state) {
+            return Err(Syndrome::QpWrongState.into());
+        }
+        let mut img = qp.qpc.clone();
+        if let (Some(opt_f), Some(ctx)) = (l.opt, l.qpc) {
+            let opt = c.get(opt_f) as u32;
+            if opt & !t.allowed_optional(st) != 0 {
+                return Err(Syndrome::QpBadOptParam.into());
+            }
+            let input = |f: Field| c.inp.at(ctx, f);
+            let copy = |img: &mut Vec<u8>, f: Field| qset(img, f, input(f));
+            let copy_bytes = |img: &mut Vec<u8>, f: Field| {
+                let src = c.inp.bytes(f.at(ctx.bit));
+                if let Some(dst) = f.bytes_mut(img) {
+                    if src.len() == dst.len() {
+                        dst.copy_from_slice(src);
+                    }
+                }
+            };
+            let connected = st != ServiceType::Ud;
+            // Mandatory parameters of the transition.
+            match t {
+                Transition::Rst2Init => {
+                    for f in [
+                        qpc::pm_state,
+                        pri(ads::vhca_port_num),
+                        pri(ads::pkey_index),
+                        qpc::rre,
+                        qpc::rwe,
+                        qpc::rae,
+                        qpc::atomic_mode,
+                        qpc::counter_set_id,
+                    ] {
+                        copy(&mut img, f);
+                    }
+                    if st == ServiceType::Ud {
+                        copy(&mut img, qpc::q_key);
+                    }
+                    self.check_port(&img)?;
+                }
+                Transition::Init2Rtr => {
+                    if !self.ports[0].roce_en {
+                        return Err(Syndrome::QpRoceDisabled.into());
+                    }
+                    if connected {
+                        let mtu = input(qpc::mtu);
+                        if !(1..=5).contains(&mtu) {
+                            return Err(Syndrome::QpBadMtu.into());
+                        }
+                        if input(qpc::remote_qpn) == 0 {
+                            return Err(Syndrome::QpNoRemoteQpn.into());
+                        }
+                        if input(qpc::log_msg_max) > self.caps.gen(cmd_hca_cap::log_max_msg) {
+                            return Err(Syndrome::QpBadMsgMax.into());
+                        }
+                        for f in [
+                            qpc::mtu,
+                            qpc::log_msg_max,
+                            qpc::remote_qpn,
+                            qpc::next_rcv_psn,
+                            qpc::log_ack_req_freq,
+                        ] {
+                            copy(&mut img, f);
+                        }
+                        copy_bytes(&mut img, qpc::primary_address_path);
+                        if st == ServiceType::Rc {
+                            if input(qpc::log_rra_max)
+                                > self.caps.gen(cmd_hca_cap::log_max_ra_res_qp)
+                            {
+                                return Err(Syndrome::QpRraTooLarge.into());
+                            }
+                            copy(&mut img, qpc::min_rnr_nak);
+                            copy(&mut img, qpc::log_rra_max);
+                        }
+                        self.check_path(&img)?;
+                    }
+                }
+                Transition::Rtr2Rts => {
+                    copy(&mut img, qpc::next_send_psn);
+                    if st == ServiceType::Rc {
+                        if input(qpc::log_sra_max) > self.caps.gen(cmd_hca_cap::log_max_ra_req_qp) {
+                            return Err(Syndrome::QpSraTooLarge.into());
+                        }
+                        for f in [
+                            qpc::retry_count,
+                            qpc::rnr_retry,
+                            qpc::log_sra_max,
+                            pri(ads::ack_timeout),
+                        ] {
+                            copy(&mut img, f);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            // Optional parameters flagged in opt_param_mask.
+            let flagged = |bit: u32| opt & bit != 0;
+            let simple = [
+                (optpar::RRE, qpc::rre),
+                (optpar::RAE, qpc::rae),
+                (optpar::RWE, qpc::rwe),
+                (optpar::PKEY_INDEX, pri(ads::pkey_index)),
+                (optpar::Q_KEY, qpc::q_key),
+                (optpar::RNR_TIMEOUT, qpc::min_rnr_nak),
+                (optpar::SRA_MAX, qpc::log_sra_max),
+                (optpar::RRA_MAX, qpc::log_rra_max),
+                (optpar::PM_STATE, qpc::pm_state),
+                (optpar::RETRY_COUNT, qpc::retry_count),
+                (optpar::RNR_RETRY, qpc::rnr_retry),
+                (optpar::ACK_TIMEOUT, pri(ads::ack_timeout)),
+                (optpar::LAG_TX_AFF, qpc::lag_tx_port_affinity),
+                (optpar::PRI_PORT, pri(ads::vhca_port_num)),
+                (optpar::COUNTER_SET_ID, qpc::counter_set_id),
+                (optpar::OFFLOAD_TYPE, qpc::offload_type),
+            ];
+            if flagged(optpar::PRIMARY_ADDR_PATH) {
+                copy_bytes(&mut img, qpc::primary_address_path);
+                self.check_path(&img)?;
+            }
+            if flagged(optpar::ALT_ADDR_PATH) {
+                copy_bytes(&mut img, qpc::secondary_address_path);
+            }
+            for (bit, f) in simple {
+                if flagged(bit) {
+                    copy(&mut img, f);
+                }
+            }
+            if flagged(optpar::PRI_PORT) {
+                self.check_port(&img)?;
+            }
+            if flagged(optpar::SRA_MAX)
+                && qget(&img, qpc::log_sra_max) > self.caps.gen(cmd_hca_cap::log_max_ra_req_qp)
+            {
+                return Err(Syndrome::QpSraTooLarge.into());
+            }
+            if flagged(optpar::RRA_MAX)
+                && qget(&img, qpc::log_rra_max) > self.caps.gen(cmd_hca_cap::log_max_ra_res_qp)
+            {
+                return Err(Syndrome::QpRraTooLarge.into());
+            }
+            // The P_Key table of an Ethernet port has a single entry.
+            if qget(&img, pri(ads::pkey_index)) != 0 {
+                return Err(Syndrome::QpBadPkeyIndex.into());
+            }
+            if st == ServiceType::Uc && (qget(&img, qpc::rre) != 0 || qget(&img, qpc::rae) != 0) {
+                return Err(Syndrome::QpUcRemoteReadAtomic.into());
+            }
+        }
+        let target = t.target();
+        qset(&mut img, qpc::state, u64::from(target.encoding()));
+        if let Some(qp) = self.qps.get_mut(qpn) {
+            qp.qpc = img;
+            qp.state = target;
+        }
+        Out::new(l.out_size).done()
+    }
+}

@@ -1,0 +1,264 @@
+//! Event and completion queues: CREATE/DESTROY/QUERY_EQ and CREATE/DESTROY/QUERY_CQ
+//! (`mlx5-controlpath.md` §4.4, §4.5).
+
+use ferroverbs_hw::Field;
+
+use super::ifc::*;
+use super::table::RemoveError;
+use super::{Cmd, CmdResult, Cq, Eq, Fail, Firmware, Out, Syndrome};
+use crate::eq::EqRing;
+use crate::iommu::{Access, Iommu};
+
+/// The syndromes a buffer description can fail with.
+pub(super) struct BufferErrors {
+    pub short: Syndrome,
+    pub misaligned: Syndrome,
+    pub not_mapped: Syndrome,
+}
+
+/// Reads and checks the PAS list of a queue buffer of `bytes` bytes starting
+/// `offset` bytes into its first page, with pages of `4096 << log_page_size` bytes.
+/// The list starts at byte `pas_at` of the input. Every page must be aligned to the
+/// page size, and the part of it the buffer uses must be mapped writable.
+pub(super) fn buffer_pages(
+    c: &Cmd,
+    io: &Iommu,
+    pas_at: usize,
+    log_page_size: u64,
+    offset: u64,
+    bytes: u64,
+    e: BufferErrors,
+) -> Result<Vec<u64>, Fail> {
+    let page = 4096u64 << log_page_size.min(31);
+    let npages = (offset + bytes).div_ceil(page);
+    let npages = usize::try_from(npages).map_err(|_| Fail::from(e.short))?;
+    let pas = c.inp.be64s(pas_at, npages).ok_or(Fail::from(e.short))?;
+    let end = offset + bytes;
+    for (i, &p) in pas.iter().enumerate() {
+        if p & (page - 1) != 0 {
+            return Err(e.misaligned.into());
+        }
+        let page_start = i as u64 * page;
+        let lo = offset.max(page_start);
+        let hi = end.min(page_start + page);
+        if hi > lo
+            && io
+                .check(p + (lo - page_start), (hi - lo) as usize, Access::Write)
+                .is_err()
+        {
+            return Err(e.not_mapped.into());
+        }
+    }
+    Ok(pas)
+}
+
+/// `page_offset` of the EQ/CQ/QP contexts counts 64-byte units.
+pub(super) const PAGE_OFFSET_UNIT: u64 = 64;
+
+impl Firmware {
+    pub(super) fn create_eq(&mut self, c: &Cmd, io: &Iommu) -> CmdResult {
+        c.op_mod_zero()?;
+        c.lengths(create_eq_in::SIZE, create_eq_out::SIZE)?;
+        let ctx = create_eq_in::eq_context_entry;
+        let q = |f: Field| c.inp.at(ctx, f);
+        if q(eqc::ec) != 0 {
+            return Err(Syndrome::EqUnsupported.into());
+        }
+        let log_size = q(eqc::log_eq_size);
+        if log_size > self.caps.gen(cmd_hca_cap::log_max_eq_sz) || log_size > 24 {
+            return Err(Syndrome::EqBadSize.into());
+        }
+        let uar = q(eqc::uar_page) as u32;
+        if !self.uars.contains(uar) {
+            return Err(Syndrome::EqUnknownUar.into());
+        }
+        let intr = q(eqc::intr);
+        if intr >= u64::from(self.cfg.msix_vectors) {
+            return Err(Syndrome::EqBadIntr.into());
+        }
+        let lps = q(eqc::log_page_size);
+        let offset = q(eqc::page_offset) * PAGE_OFFSET_UNIT;
+        let pages = buffer_pages(
+            c,
+            io,
+            create_eq_in::pas.byte_offset(),
+            lps,
+            offset,
+            64u64 << log_size,
+            BufferErrors {
+                short: Syndrome::EqPasShort,
+                misaligned: Syndrome::EqPasMisaligned,
+                not_mapped: Syndrome::EqPasNotMapped,
+            },
+        )?;
+        let mut mask = [0u64; 4];
+        if let Some(words) = c.inp.be64s(create_eq_in::event_bitmask.byte_offset(), 4) {
+            mask.copy_from_slice(&words);
+        }
+        let ring = EqRing {
+            log_size: log_size as u8,
+            pages,
+            log_page_size: lps as u8,
+            offset,
+            pi: 0,
+            ci: 0,
+            armed: false,
+            intr: intr as u16,
+            uar,
+            mask,
+            oi: q(eqc::oi) != 0,
+            status: 0,
+            overruns: 0,
+            fired: 0,
+        };
+        let eqn = self
+            .eqs
+            .insert(Eq { ring })
+            .ok_or(Fail::from(Syndrome::EqExhausted))?;
+        self.uars.acquire(uar);
+        let mut o = Out::new(create_eq_out::SIZE);
+        o.set(create_eq_out::eq_number, u64::from(eqn));
+        o.done()
+    }
+
+    pub(super) fn destroy_eq(&mut self, c: &Cmd) -> CmdResult {
+        c.op_mod_zero()?;
+        c.lengths(destroy_eq_in::SIZE, destroy_eq_out::SIZE)?;
+        let eqn = c.get(destroy_eq_in::eq_number) as u32;
+        let eq = self.eqs.remove(eqn).map_err(|e| match e {
+            RemoveError::Unknown => Fail::from(Syndrome::EqUnknown),
+            RemoveError::InUse(_) => Fail::from(Syndrome::EqInUse),
+        })?;
+        self.uars.release(eq.ring.uar);
+        Out::new(destroy_eq_out::SIZE).done()
+    }
+
+    pub(super) fn query_eq(&mut self, c: &Cmd) -> CmdResult {
+        c.op_mod_zero()?;
+        c.lengths(query_eq_in::SIZE, query_eq_out::SIZE)?;
+        let eqn = c.get(query_eq_in::eq_number) as u32;
+        let eq = self.eqs.get(eqn).ok_or(Fail::from(Syndrome::EqUnknown))?;
+        let r = &eq.ring;
+        let pas_at = query_eq_out::pas.byte_offset();
+        let mut o = Out::new(
+            c.outlen
+                .min(pas_at + r.pages.len() * 8)
+                .max(query_eq_out::SIZE),
+        );
+        let ctx = query_eq_out::eq_context_entry;
+        o.set_at(ctx, eqc::status, u64::from(r.status));
+        o.set_at(ctx, eqc::oi, u64::from(r.oi));
+        o.set_at(ctx, eqc::st, u64::from(r.state()));
+        o.set_at(ctx, eqc::page_offset, r.offset / PAGE_OFFSET_UNIT);
+        o.set_at(ctx, eqc::log_eq_size, u64::from(r.log_size));
+        o.set_at(ctx, eqc::uar_page, u64::from(r.uar));
+        o.set_at(ctx, eqc::intr, u64::from(r.intr));
+        o.set_at(ctx, eqc::log_page_size, u64::from(r.log_page_size));
+        o.set_at(ctx, eqc::consumer_counter, u64::from(r.ci));
+        o.set_at(ctx, eqc::producer_counter, u64::from(r.pi));
+        o.set(query_eq_out::event_bitmask, r.mask[0]);
+        let pages = r.pages.clone();
+        o.put_be64s(pas_at, &pages);
+        o.done()
+    }
+
+    pub(super) fn create_cq(&mut self, c: &Cmd, io: &Iommu) -> CmdResult {
+        c.op_mod_zero()?;
+        c.lengths(create_cq_in::SIZE, create_cq_out::SIZE)?;
+        let ctx = create_cq_in::cq_context;
+        let q = |f: Field| c.inp.at(ctx, f);
+        if c.get(create_cq_in::cq_umem_valid) != 0
+            || q(cqc::dbr_umem_valid) != 0
+            || q(cqc::cc) != 0
+            || q(cqc::cqe_comp_en) != 0
+            || q(cqc::apu_cq) != 0
+        {
+            return Err(Syndrome::CqUnsupported.into());
+        }
+        let log_size = q(cqc::log_cq_size);
+        if log_size > self.caps.gen(cmd_hca_cap::log_max_cq_sz) || log_size > 24 {
+            return Err(Syndrome::CqBadSize.into());
+        }
+        let cqe_size: u32 = match q(cqc::cqe_sz) {
+            0 => 64,
+            1 => 128,
+            _ => return Err(Syndrome::CqBadCqeSize.into()),
+        };
+        let eqn = q(cqc::c_eqn_or_apu_element) as u32;
+        if !self.eqs.contains(eqn) {
+            return Err(Syndrome::CqUnknownEq.into());
+        }
+        let uar = q(cqc::uar_page) as u32;
+        if !self.uars.contains(uar) {
+            return Err(Syndrome::CqUnknownUar.into());
+        }
+        let dbr = q(cqc::dbr_addr);
+        if dbr & 7 != 0 {
+            return Err(Syndrome::CqDbrMisaligned.into());
+        }
+        if !Self::mapped(io, dbr, 8, Access::Write) {
+            return Err(Syndrome::CqDbrNotMapped.into());
+        }
+        let pages = buffer_pages(
+            c,
+            io,
+            create_cq_in::pas.byte_offset(),
+            q(cqc::log_page_size),
+            q(cqc::page_offset) * PAGE_OFFSET_UNIT,
+            u64::from(cqe_size) << log_size,
+            BufferErrors {
+                short: Syndrome::CqPasShort,
+                misaligned: Syndrome::CqPasMisaligned,
+                not_mapped: Syndrome::CqPasNotMapped,
+            },
+        )?;
+        let cq = Cq {
+            cqc: c.inp.bytes(ctx).to_vec(),
+            pages,
+            eqn,
+            uar,
+            log_size: log_size as u8,
+            cqe_size,
+            dbr,
+        };
+        let cqn = self
+            .cqs
+            .insert(cq)
+            .ok_or(Fail::from(Syndrome::CqExhausted))?;
+        self.eqs.acquire(eqn);
+        self.uars.acquire(uar);
+        let mut o = Out::new(create_cq_out::SIZE);
+        o.set(create_cq_out::cqn, u64::from(cqn));
+        o.done()
+    }
+
+    pub(super) fn destroy_cq(&mut self, c: &Cmd) -> CmdResult {
+        c.op_mod_zero()?;
+        c.lengths(destroy_cq_in::SIZE, destroy_cq_out::SIZE)?;
+        let cqn = c.get(destroy_cq_in::cqn) as u32;
+        let cq = self.cqs.remove(cqn).map_err(|e| match e {
+            RemoveError::Unknown => Fail::from(Syndrome::CqUnknown),
+            RemoveError::InUse(_) => Fail::from(Syndrome::CqInUse),
+        })?;
+        self.eqs.release(cq.eqn);
+        self.uars.release(cq.uar);
+        Out::new(destroy_cq_out::SIZE).done()
+    }
+
+    pub(super) fn query_cq(&mut self, c: &Cmd) -> CmdResult {
+        c.op_mod_zero()?;
+        c.lengths(query_cq_in::SIZE, query_cq_out::SIZE)?;
+        let cqn = c.get(query_cq_in::cqn) as u32;
+        let cq = self.cqs.get(cqn).ok_or(Fail::from(Syndrome::CqUnknown))?;
+        let pas_at = query_cq_out::pas.byte_offset();
+        let mut o = Out::new(
+            c.outlen
+                .min(pas_at + cq.pages.len() * 8)
+                .max(query_cq_out::SIZE),
+        );
+        o.put(query_cq_out::cq_context, &cq.cqc);
+        let pages = cq.pages.clone();
+        o.put_be64s(pas_at, &pages);
+        o.done()
+    }
+}
