@@ -42,3 +42,6 @@ pub use eq::AsyncEvent;
 pub use error::{
     BringUpError, CmdError, CmdStatus, DeliveryStatus, Error, Failure, Opcode, Result, Step,
 };
+
+pub mod vfio;
+pub use vfio::{DeviceSpec, DeviceSpecError};

@@ -1,0 +1,244 @@
+//! The device string: which device a program talks to.
+//!
+//! Every tool, example and test that lets the user choose a device parses the same
+//! string into a [`DeviceSpec`]:
+//!
+//! * `sim` (the default): the software ConnectX of `ferroverbs-sim`;
+//! * `vfio:0000:3b:00.0`: the PCI function `0000:3b:00.0` bound to vfio-pci, opened
+//!   with [`VfioBus::open`](super::VfioBus::open). The domain may be left out
+//!   (`vfio:3b:00.0` means domain `0000`).
+//!
+//! The PCI address syntax is the kernel's (`%04x:%02x:%02x.%x`, as in
+//! `/sys/bus/pci/devices/` and rdma-core's `mlx5_vfio` BDF parser); hex digits may be
+//! upper case on input and are printed lower case, the form sysfs uses.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A PCI function address: domain, bus, device (slot) and function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PciAddress {
+    /// PCI domain (segment). Usually 0; VMD domains go beyond 16 bits.
+    pub domain: u32,
+    /// Bus number.
+    pub bus: u8,
+    /// Device number, 0..=0x1f.
+    pub device: u8,
+    /// Function number, 0..=7.
+    pub function: u8,
+}
+
+impl PciAddress {
+    /// The address `domain:bus:device.function`, checking the device and function ranges.
+    pub fn new(domain: u32, bus: u8, device: u8, function: u8) -> Result<Self, DeviceSpecError> {
+        if device > 0x1f {
+            return Err(DeviceSpecError::BadPciAddress {
+                input: format!("{domain:04x}:{bus:02x}:{device:02x}.{function:x}"),
+                reason: "the device number is at most 1f",
+            });
+        }
+        if function > 7 {
+            return Err(DeviceSpecError::BadPciAddress {
+                input: format!("{domain:04x}:{bus:02x}:{device:02x}.{function:x}"),
+                reason: "the function number is at most 7",
+            });
+        }
+        Ok(PciAddress {
+            domain,
+            bus,
+            device,
+            function,
+        })
+    }
+}
+
+impl fmt::Display for PciAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{:x}",
+            self.domain, self.bus, self.device, self.function
+        )
+    }
+}
+
+fn hex_field(s: &str, max_digits: usize) -> Option<u32> {
+    if s.is_empty() || s.len() > max_digits || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u32::from_str_radix(s, 16).ok()
+}
+
+impl FromStr for PciAddress {
+    type Err = DeviceSpecError;
+
+    /// Parses `DDDD:BB:DD.F` or `BB:DD.F`.
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        let bad = |reason| DeviceSpecError::BadPciAddress {
+            input: input.to_string(),
+            reason,
+        };
+        let (head, function) = input
+            .rsplit_once('.')
+            .ok_or_else(|| bad("expected DDDD:BB:DD.F (missing '.function')"))?;
+        let parts: Vec<&str> = head.split(':').collect();
+        let (domain, bus, device) = match parts.as_slice() {
+            [d, b, s] => (*d, *b, *s),
+            [b, s] => ("0", *b, *s),
+            _ => return Err(bad("expected DDDD:BB:DD.F (domain:bus:device.function)")),
+        };
+        let domain = hex_field(domain, 8).ok_or_else(|| bad("the domain is 1 to 8 hex digits"))?;
+        let bus = hex_field(bus, 2).ok_or_else(|| bad("the bus is 1 or 2 hex digits"))?;
+        let device = hex_field(device, 2).ok_or_else(|| bad("the device is 1 or 2 hex digits"))?;
+        let function =
+            hex_field(function, 1).ok_or_else(|| bad("the function is one digit 0..7"))?;
+        if device > 0x1f {
+            return Err(bad("the device number is at most 1f"));
+        }
+        if function > 7 {
+            return Err(bad("the function number is at most 7"));
+        }
+        Ok(PciAddress {
+            domain,
+            bus: bus as u8,
+            device: device as u8,
+            function: function as u8,
+        })
+    }
+}
+
+/// Which device to open: the simulator or a ConnectX behind VFIO.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DeviceSpec {
+    /// The software ConnectX (`sim`), the default.
+    #[default]
+    Sim,
+    /// A PCI function bound to vfio-pci (`vfio:0000:3b:00.0`).
+    Vfio(PciAddress),
+}
+
+impl DeviceSpec {
+    /// The spelling accepted by [`FromStr`], for help texts.
+    pub const SYNTAX: &'static str = "sim | vfio:DDDD:BB:DD.F";
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceSpec::Sim => f.write_str("sim"),
+            DeviceSpec::Vfio(a) => write!(f, "vfio:{a}"),
+        }
+    }
+}
+
+impl FromStr for DeviceSpec {
+    type Err = DeviceSpecError;
+
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        let s = input.trim();
+        if s.is_empty() {
+            return Err(DeviceSpecError::Empty);
+        }
+        if s.eq_ignore_ascii_case("sim") {
+            return Ok(DeviceSpec::Sim);
+        }
+        match s.split_once(':') {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("vfio") => {
+                Ok(DeviceSpec::Vfio(rest.parse()?))
+            }
+            _ => Err(DeviceSpecError::UnknownScheme {
+                input: input.to_string(),
+            }),
+        }
+    }
+}
+
+/// Why a device string was rejected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceSpecError {
+    /// Nothing was given.
+    #[error("empty device string; expected {}", DeviceSpec::SYNTAX)]
+    Empty,
+    /// Neither `sim` nor `vfio:...`.
+    #[error(
+        "unknown device {input:?}; expected {} (e.g. `sim` or `vfio:0000:3b:00.0`)",
+        DeviceSpec::SYNTAX
+    )]
+    UnknownScheme {
+        /// The string given.
+        input: String,
+    },
+    /// `vfio:` followed by something that is not a PCI address.
+    #[error("bad PCI address {input:?}: {reason}; find it with `lspci -D -d 15b3:`")]
+    BadPciAddress {
+        /// The address part given.
+        input: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sim_and_vfio() {
+        assert_eq!("sim".parse::<DeviceSpec>(), Ok(DeviceSpec::Sim));
+        assert_eq!(" SIM ".parse::<DeviceSpec>(), Ok(DeviceSpec::Sim));
+        assert_eq!(DeviceSpec::default(), DeviceSpec::Sim);
+        let spec: DeviceSpec = "vfio:0000:3b:00.0".parse().unwrap();
+        assert_eq!(
+            spec,
+            DeviceSpec::Vfio(PciAddress {
+                domain: 0,
+                bus: 0x3b,
+                device: 0,
+                function: 0
+            })
+        );
+        assert_eq!(spec.to_string(), "vfio:0000:3b:00.0");
+        let spec: DeviceSpec = "vfio:3B:1f.7".parse().unwrap();
+        assert_eq!(spec.to_string(), "vfio:0000:3b:1f.7");
+        let spec: DeviceSpec = "vfio:10000:e1:00.1".parse().unwrap();
+        assert_eq!(spec.to_string(), "vfio:10000:e1:00.1");
+    }
+
+    #[test]
+    fn rejects_with_a_typed_reason() {
+        assert_eq!("".parse::<DeviceSpec>(), Err(DeviceSpecError::Empty));
+        assert!(matches!(
+            "mlx5_0".parse::<DeviceSpec>(),
+            Err(DeviceSpecError::UnknownScheme { .. })
+        ));
+        for bad in [
+            "vfio:",
+            "vfio:0000:3b:00",
+            "vfio:0000:3b:20.0",
+            "vfio:0000:3b:00.8",
+            "vfio:0000:3bb:00.0",
+            "vfio:0000:3b:00.0.1",
+            "vfio:zz:00.0",
+            "vfio:1:2:3:4.0",
+        ] {
+            assert!(
+                matches!(
+                    bad.parse::<DeviceSpec>(),
+                    Err(DeviceSpecError::BadPciAddress { .. })
+                ),
+                "{bad}"
+            );
+        }
+        let msg = "vfio:0000:3b:00.9"
+            .parse::<DeviceSpec>()
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("at most 7"), "{msg}");
+        assert!(PciAddress::new(0, 0, 0x20, 0).is_err());
+        assert!(PciAddress::new(0, 0, 0, 8).is_err());
+        assert_eq!(
+            PciAddress::new(0, 0x3b, 0, 1).unwrap().to_string(),
+            "0000:3b:00.1"
+        );
+    }
+}
