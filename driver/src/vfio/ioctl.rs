@@ -135,6 +135,71 @@ pub const STRUCT_SIZES: &[(&str, usize)] = &[
     ),
 ];
 
+/// The UAPI constants the backend relies on, by C name (for the conformance test).
+pub const CONSTANTS: &[(&str, u64)] = &[
+    ("VFIO_API_VERSION", uapi::VFIO_API_VERSION as u64),
+    ("VFIO_TYPE1v2_IOMMU", uapi::VFIO_TYPE1v2_IOMMU as u64),
+    (
+        "VFIO_GROUP_FLAGS_VIABLE",
+        uapi::VFIO_GROUP_FLAGS_VIABLE as u64,
+    ),
+    (
+        "VFIO_GROUP_FLAGS_CONTAINER_SET",
+        uapi::VFIO_GROUP_FLAGS_CONTAINER_SET as u64,
+    ),
+    ("VFIO_DEVICE_FLAGS_PCI", uapi::VFIO_DEVICE_FLAGS_PCI as u64),
+    (
+        "VFIO_REGION_INFO_FLAG_MMAP",
+        uapi::VFIO_REGION_INFO_FLAG_MMAP as u64,
+    ),
+    (
+        "VFIO_PCI_BAR0_REGION_INDEX",
+        uapi::VFIO_PCI_BAR0_REGION_INDEX as u64,
+    ),
+    (
+        "VFIO_PCI_CONFIG_REGION_INDEX",
+        uapi::VFIO_PCI_CONFIG_REGION_INDEX as u64,
+    ),
+    (
+        "VFIO_PCI_MSIX_IRQ_INDEX",
+        uapi::VFIO_PCI_MSIX_IRQ_INDEX as u64,
+    ),
+    ("VFIO_IRQ_INFO_EVENTFD", uapi::VFIO_IRQ_INFO_EVENTFD as u64),
+    (
+        "VFIO_IRQ_SET_DATA_NONE",
+        uapi::VFIO_IRQ_SET_DATA_NONE as u64,
+    ),
+    (
+        "VFIO_IRQ_SET_DATA_EVENTFD",
+        uapi::VFIO_IRQ_SET_DATA_EVENTFD as u64,
+    ),
+    (
+        "VFIO_IRQ_SET_ACTION_TRIGGER",
+        uapi::VFIO_IRQ_SET_ACTION_TRIGGER as u64,
+    ),
+    (
+        "VFIO_IOMMU_INFO_PGSIZES",
+        uapi::VFIO_IOMMU_INFO_PGSIZES as u64,
+    ),
+    ("VFIO_IOMMU_INFO_CAPS", uapi::VFIO_IOMMU_INFO_CAPS as u64),
+    (
+        "VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE",
+        uapi::VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE as u64,
+    ),
+    (
+        "VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL",
+        uapi::VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL as u64,
+    ),
+    (
+        "VFIO_DMA_MAP_FLAG_READ",
+        uapi::VFIO_DMA_MAP_FLAG_READ as u64,
+    ),
+    (
+        "VFIO_DMA_MAP_FLAG_WRITE",
+        uapi::VFIO_DMA_MAP_FLAG_WRITE as u64,
+    ),
+];
+
 macro_rules! members {
     ($($s:ident . $m:ident),* $(,)?) => {
         &[$((stringify!($s), stringify!($m), offset_of!(uapi::$s, $m))),*]
