@@ -3,10 +3,14 @@
 //! [`connectx_model`] recognises the PCI ids rdma-core's `mlx5_vfio` accepts
 //! (`mlx5_hca_table` in `providers/mlx5/mlx5.c`; reference §6.1 item 7).
 //! [`check_bar0`] reads the initialization segment right after BAR0 is mapped: the
-//! firmware must leave the `initializing` state (iseg 0x1fc bit 31; rdma-core
-//! `wait_fw_init` polls every 2 ms for up to 120 s) and report command interface
-//! revision 5 (iseg 0x4 `[31:16]`, Linux `CMD_IF_REV`). It takes any
-//! [`Bus`], so it runs against `MemBus` in tests and against the simulator too.
+//! firmware must leave the `initializing` state (iseg 0x1fc bit 31, polled every 2 ms
+//! for up to 120 s) and report command interface revision 5 (iseg 0x4 `[31:16]`,
+//! Linux `CMD_IF_REV`). This is Linux's "pre-initializing" wait
+//! (`mlx5_function_enable` polls the bit *before* programming the command queue, so
+//! real firmware clears it first); rdma-core waits only after programming the queue,
+//! which the driver's bring-up does again. It takes any [`Bus`], so it runs against
+//! `MemBus` in tests and against the simulator (whose firmware, by default, stays
+//! initializing until the command queue address is written).
 
 use std::time::{Duration, Instant};
 

@@ -13,6 +13,9 @@
 //!   a hugetlb fault that cannot be satisfied on a bound node kills the process with
 //!   SIGBUS, while a preferred node falls back to another one. A failing `mbind`
 //!   (no NUMA, seccomp) is a warning, not an error.
+//! * Arenas are `madvise(MADV_DONTFORK)`: a forked child never shares, and so never
+//!   copies-on-write, pages the device writes. User memory passed to `dma_map` is the
+//!   caller's to protect the same way.
 //! * **User memory** (memory regions) is mapped on demand by [`Bus::dma_map`]
 //!   (`ferroverbs_hw::Bus`): the range is widened to whole IOMMU pages, mapped at a
 //!   fresh IOVA, and the returned IOVA keeps the offset into the first page. A range
@@ -150,6 +153,10 @@ impl ArenaMem {
             ),
         };
         let base = mem.as_mut_ptr() as usize;
+        // A child process must not share (and copy-on-write) pages the device writes.
+        if let Err(e) = mem.advise(memmap2::Advice::DontFork) {
+            tracing::warn!("madvise(MADV_DONTFORK) of a DMA arena failed: {e}");
+        }
         if let Some(n) = node {
             if let Err(e) = mbind_preferred(base, len, n) {
                 tracing::warn!(node = n, "mbind(MPOL_PREFERRED) of a DMA arena failed: {e}");
@@ -786,10 +793,8 @@ mod tests {
         let free = sysfs.hugepages(2048, None).map_or(0, |c| c.free);
         match ArenaMem::new(PAGE, HugePages::Require, None, &sysfs) {
             Ok(m) => assert!(m.is_huge() && free > 0),
-            Err(VfioError::NoHugepages { needed, .. }) => {
-                assert_eq!(needed, 1);
-                assert_eq!(free, 0, "hugepages were free but the mapping failed");
-            }
+            // Usually because none is free; a cgroup hugetlb limit can refuse too.
+            Err(VfioError::NoHugepages { needed, .. }) => assert_eq!(needed, 1),
             Err(e) => panic!("{e}"),
         }
     }
