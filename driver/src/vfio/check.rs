@@ -119,9 +119,22 @@ pub fn check_bar0<B: Bus + ?Sized>(
         std::thread::sleep(poll.min(timeout - waited));
         register = bus.read32(iseg::INITIALIZING);
     }
-    let waited = start.elapsed();
     // The revisions are read once the firmware is ready, as Linux does.
+    let mut fw = check_cmdif(bus)?;
+    fw.waited = start.elapsed();
+    Ok(fw)
+}
+
+/// Reads the firmware and command interface revisions without waiting for
+/// `initializing` (for firmware that clears it only once the command queue address is
+/// written): the revision must be 5 and the function must answer.
+pub fn check_cmdif<B: Bus + ?Sized>(bus: &B) -> Result<FirmwareInfo, Bar0Error> {
     let fw_rev = bus.read32(iseg::FW_REV);
+    if fw_rev == u32::MAX {
+        return Err(Bar0Error::NotResponding {
+            offset: iseg::FW_REV,
+        });
+    }
     let cmdif = bus.read32(iseg::CMDIF_REV_FW_SUB);
     if cmdif == u32::MAX {
         return Err(Bar0Error::NotResponding {
@@ -137,7 +150,7 @@ pub fn check_bar0<B: Bus + ?Sized>(
         minor: (fw_rev >> 16) as u16,
         subminor: cmdif as u16,
         cmdif_rev,
-        waited,
+        waited: Duration::ZERO,
     })
 }
 

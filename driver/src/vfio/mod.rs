@@ -13,7 +13,8 @@
 //!    (page sizes, valid IOVA ranges);
 //! 4. `GET_DEVICE_FD`, device info (a PCI device), BAR0 and config region info;
 //!    memory space and bus mastering on in the PCI command register; BAR0 mapped;
-//! 5. [`check_bar0`]: firmware ready and command interface revision 5;
+//! 5. [`check_bar0`]: firmware ready and command interface revision 5 (or only the
+//!    revision, [`check_cmdif`], with `pre_init_wait` off);
 //! 6. the first DMA arena (hugepages on the device's NUMA node, one IOMMU mapping);
 //! 7. MSI-X vectors with eventfds (polling when unavailable).
 //!
@@ -49,8 +50,8 @@ use ferroverbs_hw::bus::Block64;
 use ferroverbs_hw::{Bus, BusError, DmaPerm};
 
 pub use check::{
-    check_bar0, connectx_model, FirmwareInfo, CONNECTX_DEVICE_IDS, FW_READY_POLL, FW_READY_TIMEOUT,
-    MELLANOX_VENDOR_ID, MIN_BAR0_LEN,
+    check_bar0, check_cmdif, connectx_model, FirmwareInfo, CONNECTX_DEVICE_IDS, FW_READY_POLL,
+    FW_READY_TIMEOUT, MELLANOX_VENDOR_ID, MIN_BAR0_LEN,
 };
 pub use container::Container;
 pub use device::{
@@ -91,8 +92,13 @@ pub struct VfioConfig {
     pub hugepages: HugePages,
     /// NUMA node for the arenas; `None` takes the device's (`numa_node` in sysfs).
     pub numa_node: Option<u32>,
-    /// How long to wait for the firmware to leave `initializing`.
+    /// How long to wait for the firmware to leave `initializing` before the command
+    /// queue is programmed (Linux's pre-initializing wait).
     pub fw_ready_timeout: Duration,
+    /// Whether to make that wait at all; `false` checks only the revisions
+    /// ([`check_cmdif`]) and leaves the wait to the driver's bring-up, after the command
+    /// queue address is written (rdma-core's order).
+    pub pre_init_wait: bool,
     /// At most this many MSI-X vectors get an eventfd (0: poll only).
     pub max_msix_vectors: u32,
 }
@@ -106,6 +112,7 @@ impl Default for VfioConfig {
             hugepages: HugePages::Prefer,
             numa_node: None,
             fw_ready_timeout: FW_READY_TIMEOUT,
+            pre_init_wait: true,
             max_msix_vectors: u32::MAX,
         }
     }
@@ -311,7 +318,11 @@ impl VfioBus {
         })?;
         let mmio = Mmio::map(device.file(), bar.offset, bar_len)
             .map_err(|e| VfioError::os("mmap of BAR0", e))?;
-        let firmware = check_bar0(&Bar0Only(&mmio), cfg.fw_ready_timeout, FW_READY_POLL)?;
+        let firmware = if cfg.pre_init_wait {
+            check_bar0(&Bar0Only(&mmio), cfg.fw_ready_timeout, FW_READY_POLL)?
+        } else {
+            check_cmdif(&Bar0Only(&mmio))?
+        };
         let numa_node = cfg.numa_node.or(pre.device.numa_node);
         let mut dma = DmaSpace::new(
             Arc::clone(&container),
