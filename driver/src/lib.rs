@@ -10,6 +10,7 @@
 //! * [`health`]: the health watchdog;
 //! * [`device`]: [`Device::open`] and the [`Context`] it returns;
 //! * [`error`]: what can go wrong, with opcode, status, syndrome and step.
+//! * [`ring`]: the fast path: WQE building, doorbells and BlueFlame, CQE polling.
 //!
 //! ```no_run
 //! # fn demo<B: ferroverbs_hw::Bus>(bus: B) -> ferroverbs::Result<()> {
@@ -32,6 +33,7 @@ pub mod hca;
 pub mod health;
 pub mod prm;
 mod regs;
+pub mod ring;
 
 pub use clock::{Clock, MonotonicClock};
 pub use device::{

@@ -1,0 +1,175 @@
+//! The receive queue ring writer (`mlx5-datapath.md` §1, §4, §8.2).
+//!
+//! The RQ is a ring of `wqe_cnt` WQEs (a power of two) of `stride` bytes each, a power
+//! of two of at least 16; a WQE is an array of `stride / 16` data segments. Posting
+//! writes the non-empty SGEs in order and, when they do not fill the WQE, a terminator
+//! entry (`byte_count` 0, lkey
+//! [`MLX5_INVALID_LKEY`](ferroverbs_hw::datapath::wqe::MLX5_INVALID_LKEY), `addr` 0).
+//! The producer counter `head` counts WQEs; publishing it is a barrier and the doorbell
+//! record word [`MLX5_RCV_DBR`](ferroverbs_hw::datapath::dbr::MLX5_RCV_DBR) =
+//! BE32(`head & 0xffff`). The RQ has no MMIO doorbell.
+//!
+//! WQE signatures (`mlx5_rwqe_sig` in the first 16 bytes) are not used.
+
+use super::mem::{DoorbellWord, DriverMem};
+use super::{GeometryError, PostError, Sge};
+use ferroverbs_hw::datapath::dbr::rq_counter;
+use ferroverbs_hw::datapath::wqe::WqeDataSeg;
+use ferroverbs_hw::Bus;
+
+/// Largest RQ in WQEs for which 16-bit counter differences stay unambiguous.
+pub const MAX_RQ_WQES: u32 = 1 << 15;
+
+/// How a [`ReceiveQueue`] is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RqConfig {
+    /// Ring size in WQEs: a power of two, at most [`MAX_RQ_WQES`].
+    pub wqe_cnt: u32,
+    /// log2 of the WQE size in bytes (`rq.wqe_shift`), 4 to 11.
+    pub wqe_shift: u32,
+}
+
+/// A receive queue: the WQE ring and its doorbell record word.
+///
+/// `M` is the ring memory ([`DriverMem`], at least `wqe_cnt << wqe_shift` bytes: the
+/// start of the QP buffer) and `D` the QP doorbell record word at
+/// [`MLX5_RCV_DBR`](ferroverbs_hw::datapath::dbr::MLX5_RCV_DBR).
+pub struct ReceiveQueue<M: DriverMem, D: DoorbellWord> {
+    buf: M,
+    dbr: D,
+    cfg: RqConfig,
+    stride: usize,
+    max_gs: u32,
+    mask: u32,
+    head: u16,
+    tail: u16,
+    wr_id: Box<[u64]>,
+    pending: u32,
+}
+
+impl<M: DriverMem, D: DoorbellWord> ReceiveQueue<M, D> {
+    /// A receive queue over `buf` and the doorbell record word `dbr`.
+    pub fn new(buf: M, dbr: D, cfg: RqConfig) -> Result<Self, GeometryError> {
+        if !cfg.wqe_cnt.is_power_of_two() || cfg.wqe_cnt > MAX_RQ_WQES {
+            return Err(GeometryError::BadCount {
+                what: "RQ size in WQEs",
+                count: cfg.wqe_cnt,
+                max: MAX_RQ_WQES,
+            });
+        }
+        // 16 bytes (one entry) up to 2 KiB: `qpc.log_rq_stride` is 3 bits of 16 << n.
+        if !(4..=11).contains(&cfg.wqe_shift) {
+            return Err(GeometryError::BadSize {
+                what: "RQ WQE shift",
+                value: cfg.wqe_shift as usize,
+            });
+        }
+        let stride = 1usize << cfg.wqe_shift;
+        let need = cfg.wqe_cnt as usize * stride;
+        if buf.bytes().len() < need {
+            return Err(GeometryError::BufferTooShort {
+                len: buf.bytes().len(),
+                need,
+            });
+        }
+        Ok(ReceiveQueue {
+            buf,
+            dbr,
+            cfg,
+            stride,
+            max_gs: (stride / WqeDataSeg::SIZE) as u32,
+            mask: cfg.wqe_cnt - 1,
+            head: 0,
+            tail: 0,
+            wr_id: vec![0; cfg.wqe_cnt as usize].into_boxed_slice(),
+            pending: 0,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RqConfig {
+        &self.cfg
+    }
+
+    /// Scatter entries per WQE (`rq.max_gs`).
+    pub fn max_gs(&self) -> u32 {
+        self.max_gs
+    }
+
+    /// The WQE producer counter: the index the next WQE gets.
+    pub fn head(&self) -> u16 {
+        self.head
+    }
+
+    /// WQEs posted and not yet completed.
+    pub fn outstanding(&self) -> u32 {
+        u32::from(self.head.wrapping_sub(self.tail))
+    }
+
+    /// The ring's bytes.
+    pub fn ring(&self) -> &[u8] {
+        &self.buf.bytes()[..self.cfg.wqe_cnt as usize * self.stride]
+    }
+
+    /// Writes one receive WQE for `sges` and advances `head`; returns its index. The
+    /// WQE reaches the device at the next [`ReceiveQueue::ring_doorbell`]. Writes
+    /// nothing on error. Does not allocate.
+    pub fn post(&mut self, wr_id: u64, sges: &[Sge]) -> Result<u16, PostError> {
+        if self.outstanding() >= self.cfg.wqe_cnt {
+            return Err(PostError::QueueFull {
+                needed: 1,
+                free: 0,
+            });
+        }
+        if sges.len() > self.max_gs as usize {
+            return Err(PostError::TooManySges {
+                count: sges.len(),
+                max: self.max_gs,
+            });
+        }
+        let index = self.head;
+        let slot = (u32::from(index) & self.mask) as usize;
+        let start = slot * self.stride;
+        let wqe = &mut self.buf.bytes_mut()[start..start + self.stride];
+        let mut entries = wqe.chunks_exact_mut(WqeDataSeg::SIZE);
+        let mut d = WqeDataSeg::zeroed();
+        for sge in sges.iter().filter(|s| s.length != 0) {
+            if let Some(e) = entries.next() {
+                d.set_data_seg(sge.length, sge.lkey, sge.addr);
+                e.copy_from_slice(d.as_bytes());
+            }
+        }
+        // A short list ends with the terminator; a full one has none.
+        if let Some(e) = entries.next() {
+            d.set_terminator();
+            e.copy_from_slice(d.as_bytes());
+        }
+        self.wr_id[slot] = wr_id;
+        self.head = index.wrapping_add(1);
+        self.pending += 1;
+        Ok(index)
+    }
+
+    /// Publishes the WQEs posted since the last doorbell: [`Bus::wmb`], then the
+    /// doorbell record. Returns whether anything was pending.
+    pub fn ring_doorbell<B: Bus + ?Sized>(&mut self, bus: &B) -> bool {
+        if self.pending == 0 {
+            return false;
+        }
+        self.pending = 0;
+        bus.wmb();
+        self.dbr.store_be32(rq_counter(u32::from(self.head)));
+        true
+    }
+
+    /// Retires the WQE a responder CQE reports (its `wqe_counter`, the RQ WQE counter,
+    /// which rdma-core 55+ uses for the slot) and returns its `wr_id`, or `None` when
+    /// `wqe_counter` names no outstanding WQE.
+    pub fn complete(&mut self, wqe_counter: u16) -> Option<u64> {
+        if wqe_counter.wrapping_sub(self.tail) >= self.head.wrapping_sub(self.tail) {
+            return None;
+        }
+        self.tail = self.tail.wrapping_add(1);
+        Some(self.wr_id[(u32::from(wqe_counter) & self.mask) as usize])
+    }
+}
