@@ -26,6 +26,8 @@ pub mod cq;
 pub mod mem;
 pub mod rq;
 pub mod sq;
+#[cfg(test)]
+mod tests;
 
 pub use cq::{CompletionQueue, CqConfig};
 pub use mem::{DeviceMem, DoorbellWord, DriverMem};

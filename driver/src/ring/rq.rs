@@ -116,10 +116,7 @@ impl<M: DriverMem, D: DoorbellWord> ReceiveQueue<M, D> {
     /// nothing on error. Does not allocate.
     pub fn post(&mut self, wr_id: u64, sges: &[Sge]) -> Result<u16, PostError> {
         if self.outstanding() >= self.cfg.wqe_cnt {
-            return Err(PostError::QueueFull {
-                needed: 1,
-                free: 0,
-            });
+            return Err(PostError::QueueFull { needed: 1, free: 0 });
         }
         if sges.len() > self.max_gs as usize {
             return Err(PostError::TooManySges {

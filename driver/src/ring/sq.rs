@@ -25,11 +25,11 @@ use super::mem::{DoorbellWord, DriverMem};
 use super::{GeometryError, PostError, Sge};
 use ferroverbs_hw::datapath::dbr::sq_counter;
 use ferroverbs_hw::datapath::wqe::{
-    inline_ds, wqebbs_for_ds, WqeAtomicSeg, WqeAv, WqeCtrlSeg, WqeDataSeg, WqeRaddrSeg,
-    MAX_WQE_DS, MLX5_INLINE_SEG, MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_ATOMIC_FA,
-    MLX5_OPCODE_RDMA_READ, MLX5_OPCODE_RDMA_WRITE, MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND,
-    MLX5_OPCODE_SEND_IMM, MLX5_OPCODE_SEND_INVAL, MLX5_SEND_WQE_BB, MLX5_SEND_WQE_DS,
-    MLX5_WQE_CTRL_CQ_UPDATE, MLX5_WQE_CTRL_FENCE, MLX5_WQE_CTRL_SOLICITED,
+    inline_ds, wqebbs_for_ds, WqeAtomicSeg, WqeAv, WqeCtrlSeg, WqeDataSeg, WqeRaddrSeg, MAX_WQE_DS,
+    MLX5_INLINE_SEG, MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ,
+    MLX5_OPCODE_RDMA_WRITE, MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND, MLX5_OPCODE_SEND_IMM,
+    MLX5_OPCODE_SEND_INVAL, MLX5_SEND_WQE_BB, MLX5_SEND_WQE_DS, MLX5_WQE_CTRL_CQ_UPDATE,
+    MLX5_WQE_CTRL_FENCE, MLX5_WQE_CTRL_SOLICITED,
 };
 use ferroverbs_hw::Bus;
 
@@ -377,7 +377,7 @@ impl<M: DriverMem, D: DoorbellWord> SendQueue<M, D> {
                 need: ring_len,
             });
         }
-        if cfg.bf.buf_size % BB != 0 {
+        if !cfg.bf.buf_size.is_multiple_of(BB) {
             return Err(GeometryError::BadSize {
                 what: "BlueFlame buffer size",
                 value: cfg.bf.buf_size,
@@ -533,7 +533,11 @@ impl<M: DriverMem, D: DoorbellWord> SendQueue<M, D> {
         match wr.data {
             SendData::Gather(sges) => {
                 for sge in sges.iter().filter(|s| s.length != 0) {
-                    let len = if op.is_atomic() { ATOMIC_SIZE } else { sge.length };
+                    let len = if op.is_atomic() {
+                        ATOMIC_SIZE
+                    } else {
+                        sge.length
+                    };
                     let mut d = WqeDataSeg::zeroed();
                     d.set_data_seg(len, sge.lkey, sge.addr);
                     buf[off..off + DS].copy_from_slice(d.as_bytes());
@@ -543,7 +547,8 @@ impl<M: DriverMem, D: DoorbellWord> SendQueue<M, D> {
             SendData::Inline(parts) if inline_len > 0 => {
                 // The header, then the payload packed from byte 4 and split at the ring
                 // end; the padding up to the next 16 bytes is left as it was.
-                buf[off..off + 4].copy_from_slice(&(inline_len as u32 | MLX5_INLINE_SEG).to_be_bytes());
+                buf[off..off + 4]
+                    .copy_from_slice(&(inline_len as u32 | MLX5_INLINE_SEG).to_be_bytes());
                 let mut d = off + 4;
                 for part in parts {
                     let mut p: &[u8] = part;
@@ -675,9 +680,7 @@ impl<M: DriverMem, D: DoorbellWord> SendQueue<M, D> {
         let next = self.next_post[slot];
         // A WQE starts at `wqe_counter` only if its end lies within the outstanding
         // range too; anything else is a counter pointing into the middle of a WQE.
-        if next.wrapping_sub(self.tail) > outstanding
-            || next.wrapping_sub(wqe_counter) == 0
-        {
+        if next.wrapping_sub(self.tail) > outstanding || next.wrapping_sub(wqe_counter) == 0 {
             return None;
         }
         self.tail = next;
