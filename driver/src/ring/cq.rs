@@ -10,7 +10,7 @@
 //! BE32(`n & 0xffffff`). Arming writes the arm word to the record and, as a 64-bit
 //! doorbell, to UAR + [`MLX5_CQ_DOORBELL`].
 
-use super::mem::{DeviceMem, DoorbellWord};
+use super::mem::{DoorbellWord, QueueMem};
 use super::GeometryError;
 use ferroverbs_hw::datapath::cqe::{sw_owned, Cqe64, CQE_OP_OWN_INIT};
 use ferroverbs_hw::datapath::dbr::{cq_arm_doorbell, cq_arm_word, cq_set_ci, CqArmCmd};
@@ -35,10 +35,10 @@ pub struct CqConfig {
 
 /// A completion queue: the CQE ring, its two doorbell record words and its UAR.
 ///
-/// `M` is the ring memory ([`DeviceMem`], at least `ncqe * cqe_size` bytes); `D` the
+/// `M` is the ring memory ([`QueueMem`], at least `ncqe * cqe_size` bytes); `D` the
 /// doorbell record words [`MLX5_CQ_SET_CI`](ferroverbs_hw::datapath::dbr::MLX5_CQ_SET_CI)
 /// and [`MLX5_CQ_ARM_DB`](ferroverbs_hw::datapath::dbr::MLX5_CQ_ARM_DB).
-pub struct CompletionQueue<M: DeviceMem, D: DoorbellWord> {
+pub struct CompletionQueue<M: QueueMem, D: DoorbellWord> {
     buf: M,
     set_ci: D,
     arm_db: D,
@@ -48,7 +48,7 @@ pub struct CompletionQueue<M: DeviceMem, D: DoorbellWord> {
     arm_sn: u32,
 }
 
-impl<M: DeviceMem, D: DoorbellWord> CompletionQueue<M, D> {
+impl<M: QueueMem, D: DoorbellWord> CompletionQueue<M, D> {
     /// A completion queue over `buf` and its doorbell record words.
     pub fn new(buf: M, set_ci: D, arm_db: D, cfg: CqConfig) -> Result<Self, GeometryError> {
         if !cfg.ncqe.is_power_of_two() || cfg.ncqe > MAX_CQES {

@@ -17,9 +17,11 @@
 //! * [`CompletionQueue`]: the CQ consumer: the ownership test with wrap parity, the read
 //!   barrier, the consumer index and its doorbell record, and arming.
 //!
-//! Queues operate on memory given to them ([`mem`]): this module allocates only at
-//! construction (the per-slot `wr_id` tables), never on post or poll, takes no lock
-//! (`&mut self`), makes no system call and contains no `unsafe` code.
+//! Queues operate on memory given to them through [`QueueMem`] (the driver's
+//! [`DmaBuf`](crate::dma::DmaBuf), or a [`Region`] of one) and never hold a Rust
+//! reference to it ([`mem`] says why). This module allocates only at construction (the
+//! per-slot `wr_id` tables), never on post or poll, takes no lock (`&mut self`), makes
+//! no system call and contains no `unsafe` code.
 #![forbid(unsafe_code)]
 
 pub mod cq;
@@ -30,7 +32,7 @@ pub mod sq;
 mod tests;
 
 pub use cq::{CompletionQueue, CqConfig};
-pub use mem::{DeviceMem, DoorbellWord, DriverMem};
+pub use mem::{DoorbellWord, QueueMem, Region, Word};
 pub use rq::{ReceiveQueue, RqConfig};
 pub use sq::{
     use_blueflame, BlueFlameReg, Doorbell, PostedWqe, QpType, RemoteAddr, SendData, SendFlags,

@@ -11,7 +11,7 @@
 //!
 //! WQE signatures (`mlx5_rwqe_sig` in the first 16 bytes) are not used.
 
-use super::mem::{DoorbellWord, DriverMem};
+use super::mem::{DoorbellWord, QueueMem};
 use super::{GeometryError, PostError, Sge};
 use ferroverbs_hw::datapath::dbr::rq_counter;
 use ferroverbs_hw::datapath::wqe::WqeDataSeg;
@@ -31,10 +31,10 @@ pub struct RqConfig {
 
 /// A receive queue: the WQE ring and its doorbell record word.
 ///
-/// `M` is the ring memory ([`DriverMem`], at least `wqe_cnt << wqe_shift` bytes: the
+/// `M` is the ring memory ([`QueueMem`], at least `wqe_cnt << wqe_shift` bytes: the
 /// start of the QP buffer) and `D` the QP doorbell record word at
 /// [`MLX5_RCV_DBR`](ferroverbs_hw::datapath::dbr::MLX5_RCV_DBR).
-pub struct ReceiveQueue<M: DriverMem, D: DoorbellWord> {
+pub struct ReceiveQueue<M: QueueMem, D: DoorbellWord> {
     buf: M,
     dbr: D,
     cfg: RqConfig,
@@ -47,7 +47,7 @@ pub struct ReceiveQueue<M: DriverMem, D: DoorbellWord> {
     pending: u32,
 }
 
-impl<M: DriverMem, D: DoorbellWord> ReceiveQueue<M, D> {
+impl<M: QueueMem, D: DoorbellWord> ReceiveQueue<M, D> {
     /// A receive queue over `buf` and the doorbell record word `dbr`.
     pub fn new(buf: M, dbr: D, cfg: RqConfig) -> Result<Self, GeometryError> {
         if !cfg.wqe_cnt.is_power_of_two() || cfg.wqe_cnt > MAX_RQ_WQES {
@@ -66,9 +66,9 @@ impl<M: DriverMem, D: DoorbellWord> ReceiveQueue<M, D> {
         }
         let stride = 1usize << cfg.wqe_shift;
         let need = cfg.wqe_cnt as usize * stride;
-        if buf.bytes().len() < need {
+        if buf.len() < need {
             return Err(GeometryError::BufferTooShort {
-                len: buf.bytes().len(),
+                len: buf.len(),
                 need,
             });
         }
@@ -106,9 +106,14 @@ impl<M: DriverMem, D: DoorbellWord> ReceiveQueue<M, D> {
         u32::from(self.head.wrapping_sub(self.tail))
     }
 
-    /// The ring's bytes.
-    pub fn ring(&self) -> &[u8] {
-        &self.buf.bytes()[..self.cfg.wqe_cnt as usize * self.stride]
+    /// The ring memory.
+    pub fn mem(&self) -> &M {
+        &self.buf
+    }
+
+    /// Bytes of the ring: `wqe_cnt << wqe_shift`.
+    pub fn ring_len(&self) -> usize {
+        self.cfg.wqe_cnt as usize * self.stride
     }
 
     /// Writes one receive WQE for `sges` and advances `head`; returns its index. The
@@ -127,19 +132,19 @@ impl<M: DriverMem, D: DoorbellWord> ReceiveQueue<M, D> {
         let index = self.head;
         let slot = (u32::from(index) & self.mask) as usize;
         let start = slot * self.stride;
-        let wqe = &mut self.buf.bytes_mut()[start..start + self.stride];
-        let mut entries = wqe.chunks_exact_mut(WqeDataSeg::SIZE);
         let mut d = WqeDataSeg::zeroed();
+        let mut written = 0;
         for sge in sges.iter().filter(|s| s.length != 0) {
-            if let Some(e) = entries.next() {
-                d.set_data_seg(sge.length, sge.lkey, sge.addr);
-                e.copy_from_slice(d.as_bytes());
-            }
+            d.set_data_seg(sge.length, sge.lkey, sge.addr);
+            self.buf
+                .write(start + written * WqeDataSeg::SIZE, d.as_bytes());
+            written += 1;
         }
         // A short list ends with the terminator; a full one has none.
-        if let Some(e) = entries.next() {
+        if written < self.max_gs as usize {
             d.set_terminator();
-            e.copy_from_slice(d.as_bytes());
+            self.buf
+                .write(start + written * WqeDataSeg::SIZE, d.as_bytes());
         }
         self.wr_id[slot] = wr_id;
         self.head = index.wrapping_add(1);

@@ -21,7 +21,7 @@
 //! rdma-core's `mmio_flush_writes` (an `sfence` after the write-combining stores) has no
 //! [`Bus`] operation: flushing write-combined MMIO is the bus implementation's job.
 
-use super::mem::{DoorbellWord, DriverMem};
+use super::mem::{DoorbellWord, QueueMem};
 use super::{GeometryError, PostError, Sge};
 use ferroverbs_hw::datapath::dbr::sq_counter;
 use ferroverbs_hw::datapath::wqe::{
@@ -337,10 +337,11 @@ struct Pending {
 
 /// A send queue: the WQEBB ring, its doorbell record word and its BlueFlame register.
 ///
-/// `M` is the ring memory ([`DriverMem`], at least `wqe_cnt * 64` bytes; only that
-/// prefix is used) and `D` the QP doorbell record word at
-/// [`MLX5_SND_DBR`](ferroverbs_hw::datapath::dbr::MLX5_SND_DBR).
-pub struct SendQueue<M: DriverMem, D: DoorbellWord> {
+/// `M` is the ring memory ([`QueueMem`], at least `wqe_cnt * 64` bytes; only that
+/// prefix is used: for a QP whose buffer starts with its RQ, a
+/// [`Region`](super::mem::Region) at the SQ offset) and `D` the QP doorbell record word
+/// at [`MLX5_SND_DBR`](ferroverbs_hw::datapath::dbr::MLX5_SND_DBR).
+pub struct SendQueue<M: QueueMem, D: DoorbellWord> {
     buf: M,
     dbr: D,
     cfg: SqConfig,
@@ -359,7 +360,7 @@ pub struct SendQueue<M: DriverMem, D: DoorbellWord> {
     bf_offset: usize,
 }
 
-impl<M: DriverMem, D: DoorbellWord> SendQueue<M, D> {
+impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     /// A send queue over `buf` and the doorbell record word `dbr`, which should be zero
     /// (as the QP's creation leaves them).
     pub fn new(buf: M, dbr: D, cfg: SqConfig) -> Result<Self, GeometryError> {
@@ -371,9 +372,9 @@ impl<M: DriverMem, D: DoorbellWord> SendQueue<M, D> {
             });
         }
         let ring_len = cfg.wqe_cnt as usize * BB;
-        if buf.bytes().len() < ring_len {
+        if buf.len() < ring_len {
             return Err(GeometryError::BufferTooShort {
-                len: buf.bytes().len(),
+                len: buf.len(),
                 need: ring_len,
             });
         }
@@ -419,9 +420,14 @@ impl<M: DriverMem, D: DoorbellWord> SendQueue<M, D> {
         self.cfg.wqe_cnt - self.outstanding()
     }
 
-    /// The ring's bytes (the prefix of the memory that the queue uses).
-    pub fn ring(&self) -> &[u8] {
-        &self.buf.bytes()[..self.ring_len]
+    /// The ring memory.
+    pub fn mem(&self) -> &M {
+        &self.buf
+    }
+
+    /// Bytes of the ring: `wqe_cnt * 64`.
+    pub fn ring_len(&self) -> usize {
+        self.ring_len
     }
 
     /// The BlueFlame half the next doorbell goes to (0 or `buf_size`).
@@ -499,33 +505,33 @@ impl<M: DriverMem, D: DoorbellWord> SendQueue<M, D> {
         let slot = (u32::from(index) & self.mask) as usize;
         let start = slot * BB;
         let ring_len = self.ring_len;
-        let buf = &mut self.buf.bytes_mut()[..ring_len];
+        let buf = &self.buf;
         // The first WQEBB never straddles the ring end, so `start + 16 < ring_len`.
         let mut off = start + DS;
 
         if let Some(ud) = wr.ud {
             let mut av = *ud.av;
             av.set_ud_dest(ud.remote_qpn, ud.remote_qkey);
-            buf[off..off + WqeAv::SIZE].copy_from_slice(av.as_bytes());
+            buf.write(off, av.as_bytes());
             // ctrl + AV fill the first WQEBB: the data part starts in the next one.
             off = wrap(off + WqeAv::SIZE, ring_len);
         }
         if let Some(remote) = op.remote() {
             let mut r = WqeRaddrSeg::zeroed();
             r.set_raddr_seg(remote.addr, remote.rkey);
-            buf[off..off + DS].copy_from_slice(r.as_bytes());
+            buf.write(off, r.as_bytes());
             off = wrap(off + DS, ring_len);
         }
         match op {
             SendOp::AtomicCas { compare, swap, .. } => {
                 let mut a = WqeAtomicSeg::zeroed();
                 a.set_cas(swap, compare);
-                buf[off..off + DS].copy_from_slice(a.as_bytes());
+                buf.write(off, a.as_bytes());
                 off = wrap(off + DS, ring_len);
             }
             SendOp::AtomicFa { add, .. } => {
                 // `swap_add` only: rdma-core leaves `compare` as it was.
-                buf[off..off + 8].copy_from_slice(&add.to_be_bytes());
+                buf.write(off, &add.to_be_bytes());
                 off = wrap(off + DS, ring_len);
             }
             _ => {}
@@ -540,21 +546,20 @@ impl<M: DriverMem, D: DoorbellWord> SendQueue<M, D> {
                     };
                     let mut d = WqeDataSeg::zeroed();
                     d.set_data_seg(len, sge.lkey, sge.addr);
-                    buf[off..off + DS].copy_from_slice(d.as_bytes());
+                    buf.write(off, d.as_bytes());
                     off = wrap(off + DS, ring_len);
                 }
             }
             SendData::Inline(parts) if inline_len > 0 => {
                 // The header, then the payload packed from byte 4 and split at the ring
                 // end; the padding up to the next 16 bytes is left as it was.
-                buf[off..off + 4]
-                    .copy_from_slice(&(inline_len as u32 | MLX5_INLINE_SEG).to_be_bytes());
+                buf.write(off, &(inline_len as u32 | MLX5_INLINE_SEG).to_be_bytes());
                 let mut d = off + 4;
                 for part in parts {
                     let mut p: &[u8] = part;
                     while !p.is_empty() {
                         let n = p.len().min(ring_len - d);
-                        buf[d..d + n].copy_from_slice(&p[..n]);
+                        buf.write(d, &p[..n]);
                         p = &p[n..];
                         d = wrap(d + n, ring_len);
                     }
@@ -580,7 +585,7 @@ impl<M: DriverMem, D: DoorbellWord> SendQueue<M, D> {
         }
         let mut ctrl = WqeCtrlSeg::zeroed();
         ctrl.set_ctrl_seg_x86(index, opcode, 0, self.cfg.qpn, fm_ce_se, ds, 0, op.imm());
-        buf[start..start + DS].copy_from_slice(ctrl.as_bytes());
+        buf.write(start, ctrl.as_bytes());
 
         let next = index.wrapping_add(wqebbs);
         self.wr_id[slot] = wr.wr_id;
@@ -615,7 +620,6 @@ impl<M: DriverMem, D: DoorbellWord> SendQueue<M, D> {
 
         let offset = self.cfg.bf.reg + self.bf_offset;
         let first = (u32::from(p.last_index) & self.mask) as usize;
-        let ring = &self.buf.bytes()[..self.ring_len];
         let db = if use_blueflame(
             self.cfg.shut_up_bf,
             p.nreq,
@@ -629,7 +633,7 @@ impl<M: DriverMem, D: DoorbellWord> SendQueue<M, D> {
             let mut block = [0u8; 64];
             for k in 0..wqebbs {
                 let s = ((first + k) & self.mask as usize) * BB;
-                block.copy_from_slice(&ring[s..s + BB]);
+                self.buf.read(s, &mut block);
                 bus.write_block64(offset + k * BB, &block);
             }
             Doorbell::BlueFlame {
@@ -637,9 +641,8 @@ impl<M: DriverMem, D: DoorbellWord> SendQueue<M, D> {
                 len: wqebbs * BB,
             }
         } else {
-            let s = first * BB;
             let mut first8 = [0u8; 8];
-            first8.copy_from_slice(&ring[s..s + 8]);
+            self.buf.read(first * BB, &mut first8);
             let value = u64::from_be_bytes(first8);
             bus.write64(offset, value);
             Doorbell::Db { offset, value }

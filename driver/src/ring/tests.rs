@@ -3,7 +3,7 @@
 //! filled with `0xEE` so that bytes the writer must leave alone stay visible.
 
 use super::*;
-use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU32, Ordering};
 use ferroverbs_hw::datapath::cqe::{
     hw_owner_bit, make_op_own, Cqe64, MLX5_CQE_REQ, MLX5_CQE_REQ_ERR, MLX5_CQE_RESP_SEND,
 };
@@ -29,6 +29,36 @@ fn ee(n: usize) -> Vec<u8> {
 
 fn cat(parts: &[Vec<u8>]) -> Vec<u8> {
     parts.concat()
+}
+
+/// Queue memory of `len` bytes, every byte `fill`.
+fn words(len: usize, fill: u8) -> Box<[AtomicU32]> {
+    (0..len.div_ceil(4))
+        .map(|_| AtomicU32::new(u32::from_ne_bytes([fill; 4])))
+        .collect()
+}
+
+fn snapshot<M: QueueMem + ?Sized>(m: &M, len: usize) -> Vec<u8> {
+    let mut v = vec![0; len];
+    m.read(0, &mut v);
+    v
+}
+
+/// The bytes of a queue's ring, as the device would read them.
+trait Ring {
+    fn ring(&self) -> Vec<u8>;
+}
+
+impl<M: QueueMem, D: DoorbellWord> Ring for SendQueue<M, D> {
+    fn ring(&self) -> Vec<u8> {
+        snapshot(self.mem(), self.ring_len())
+    }
+}
+
+impl<M: QueueMem, D: DoorbellWord> Ring for ReceiveQueue<M, D> {
+    fn ring(&self) -> Vec<u8> {
+        snapshot(self.mem(), self.ring_len())
+    }
 }
 
 fn dbr() -> &'static [AtomicU32; 2] {
@@ -57,11 +87,11 @@ fn cfg(qp_type: QpType, wqe_cnt: u32) -> SqConfig {
     }
 }
 
-type Sq = SendQueue<Vec<u8>, &'static AtomicU32>;
+type Sq = SendQueue<Box<[AtomicU32]>, &'static AtomicU32>;
 
 fn sq(c: SqConfig) -> (Sq, &'static [AtomicU32; 2]) {
     let d = dbr();
-    let q = SendQueue::new(vec![0xee; c.wqe_cnt as usize * 64], &d[1], c).unwrap();
+    let q = SendQueue::new(words(c.wqe_cnt as usize * 64, 0xee), &d[1], c).unwrap();
     (q, d)
 }
 
@@ -635,13 +665,14 @@ fn wrap_around_many_laps_and_16_bit_index() {
         let p = q.post(&w).unwrap();
         assert_eq!(u32::from(p.index), counter & 0xffff);
         let slot = (counter & 7) as usize;
-        let ctrl = WqeCtrlSeg::ref_from(&q.ring()[slot * 64..]).unwrap();
+        let ring = q.ring();
+        let ctrl = WqeCtrlSeg::ref_from(&ring[slot * 64..]).unwrap();
         assert_eq!(ctrl.wqe_index(), p.index);
         assert_eq!(ctrl.ds(), p.ds);
         // The data segments follow the ctrl with modular arithmetic.
         for k in 0..list.len() {
             let off = (slot * 64 + 16 * (k + 1)) % 512;
-            assert_eq!(&q.ring()[off..off + 16], &dseg[..]);
+            assert_eq!(&ring[off..off + 16], &dseg[..]);
         }
         counter += u32::from(p.wqebbs);
         q.ring_doorbell(&bus);
@@ -698,32 +729,32 @@ fn bad_geometry() {
     let d = dbr();
     let c = cfg(QpType::Rc, 3);
     assert!(matches!(
-        SendQueue::new(vec![0u8; 192], &d[1], c),
+        SendQueue::new(words(192, 0), &d[1], c),
         Err(GeometryError::BadCount { .. })
     ));
     let c = cfg(QpType::Rc, 4);
     assert_eq!(
-        SendQueue::new(vec![0u8; 255], &d[1], c).err(),
+        SendQueue::new(words(252, 0), &d[1], c).err(),
         Some(GeometryError::BufferTooShort {
-            len: 255,
+            len: 252,
             need: 256
         })
     );
     let mut c = cfg(QpType::Rc, 4);
     c.bf.buf_size = 100;
-    assert!(SendQueue::new(vec![0u8; 256], &d[1], c).is_err());
+    assert!(SendQueue::new(words(256, 0), &d[1], c).is_err());
     // A longer buffer is fine; only its prefix is used.
-    assert!(SendQueue::new(vec![0u8; 4096], &d[1], cfg(QpType::Rc, 4)).is_ok());
+    assert!(SendQueue::new(words(4096, 0), &d[1], cfg(QpType::Rc, 4)).is_ok());
 }
 
 // ---------------------------------------------------------------- receive queue
 
-type Rq = ReceiveQueue<Vec<u8>, &'static AtomicU32>;
+type Rq = ReceiveQueue<Box<[AtomicU32]>, &'static AtomicU32>;
 
 fn rq(wqe_cnt: u32, wqe_shift: u32) -> (Rq, &'static [AtomicU32; 2]) {
     let d = dbr();
     let q = ReceiveQueue::new(
-        vec![0xee; (wqe_cnt as usize) << wqe_shift],
+        words((wqe_cnt as usize) << wqe_shift, 0xee),
         &d[0],
         RqConfig { wqe_cnt, wqe_shift },
     )
@@ -800,7 +831,7 @@ fn receive_ring_wraps_and_completes_by_wqe_counter() {
 
 /// Plays the device: writes `cqe` for producer index `p` with the right owner bit,
 /// body first and `op_own` last.
-fn device_write(mem: &[AtomicU8], ncqe: u32, cqe_size: usize, p: u32, cqe: &Cqe64) {
+fn device_write(mem: &[AtomicU32], ncqe: u32, cqe_size: usize, p: u32, cqe: &Cqe64) {
     let mut c = *cqe;
     c.set_owner(hw_owner_bit(p, ncqe));
     let at = ((p & (ncqe - 1)) as usize + 1) * cqe_size - 64;
@@ -816,8 +847,8 @@ fn req_cqe(wqe_counter: u16) -> Cqe64 {
     c
 }
 
-fn atomic_mem(n: usize) -> Vec<AtomicU8> {
-    (0..n).map(|_| AtomicU8::new(0x5a)).collect()
+fn atomic_mem(n: usize) -> Box<[AtomicU32]> {
+    words(n, 0x5a)
 }
 
 #[test]
@@ -827,7 +858,7 @@ fn cq_ownership_across_wraps() {
     let mem = atomic_mem(4 * 64);
     let ncqe = 4;
     let mut cq = CompletionQueue::new(
-        mem.as_slice(),
+        &*mem,
         &d[0],
         &d[1],
         CqConfig {
@@ -840,7 +871,7 @@ fn cq_ownership_across_wraps() {
     .unwrap();
     cq.init_entries();
     for i in 0..4 {
-        assert_eq!(mem[i * 64 + 63].load(Ordering::Relaxed), 0xf0);
+        assert_eq!(mem.load_u8(i * 64 + 63), 0xf0);
     }
     assert!(cq.poll(&bus).is_none(), "fresh entries are invalid");
 
@@ -876,7 +907,7 @@ fn cq_128_byte_entries_use_the_upper_half() {
     let d = dbr();
     let mem = atomic_mem(2 * 128);
     let mut cq = CompletionQueue::new(
-        mem.as_slice(),
+        &*mem,
         &d[0],
         &d[1],
         CqConfig {
@@ -888,12 +919,8 @@ fn cq_128_byte_entries_use_the_upper_half() {
     )
     .unwrap();
     cq.init_entries();
-    assert_eq!(mem[127].load(Ordering::Relaxed), 0xf0);
-    assert_eq!(
-        mem[63].load(Ordering::Relaxed),
-        0x5a,
-        "lower half untouched"
-    );
+    assert_eq!(mem.load_u8(127), 0xf0);
+    assert_eq!(mem.load_u8(63), 0x5a, "lower half untouched");
     let mut c = Cqe64::zeroed();
     c.set_op_own(MLX5_CQE_RESP_SEND, 0, true, 0);
     c.byte_cnt = 77.into();
@@ -912,7 +939,7 @@ fn cq_error_cqe_and_arm_doorbell() {
     let d = dbr();
     let mem = atomic_mem(8 * 64);
     let mut cq = CompletionQueue::new(
-        mem.as_slice(),
+        &*mem,
         &d[0],
         &d[1],
         CqConfig {
@@ -960,11 +987,73 @@ fn cq_bad_geometry() {
         uar: 0,
     };
     assert!(matches!(
-        CompletionQueue::new(mem.as_slice(), &d[0], &d[1], c),
+        CompletionQueue::new(&*mem, &d[0], &d[1], c),
         Err(GeometryError::BufferTooShort { len: 64, need: 128 })
     ));
     let c = CqConfig { cqe_size: 96, ..c };
-    assert!(CompletionQueue::new(mem.as_slice(), &d[0], &d[1], c).is_err());
+    assert!(CompletionQueue::new(&*mem, &d[0], &d[1], c).is_err());
     let c = CqConfig { ncqe: 0, ..c };
-    assert!(CompletionQueue::new(mem.as_slice(), &d[0], &d[1], c).is_err());
+    assert!(CompletionQueue::new(&*mem, &d[0], &d[1], c).is_err());
+}
+
+// ---------------------------------------------------------------- over DMA memory
+
+/// The layout a QP gets from rdma-core: one buffer with the RQ at offset 0 and the SQ
+/// right after it, and the doorbell record (RQ word, SQ word) in a separate page.
+#[test]
+fn a_qp_over_dma_buffers() {
+    use crate::dma::DmaBuf;
+    use ferroverbs_hw::datapath::dbr::{MLX5_RCV_DBR, MLX5_SND_DBR};
+    use ferroverbs_hw::DmaPerm;
+    use std::sync::Arc;
+
+    let bus = Arc::new(MemBus::new(0x4000));
+    let qp_buf = DmaBuf::new(&bus, 4 * 64 + 8 * 64, DmaPerm::RW).unwrap();
+    let dbr_page = DmaBuf::new(&bus, 64, DmaPerm::RW).unwrap();
+    let rq_bytes = 4 * 64;
+    let sq_mem = Region::new(&qp_buf, rq_bytes, 8 * 64).unwrap();
+    let mut sq = SendQueue::new(
+        sq_mem,
+        Word {
+            mem: &dbr_page,
+            off: 4 * MLX5_SND_DBR,
+        },
+        cfg(QpType::Rc, 8),
+    )
+    .unwrap();
+    let mut rq = ReceiveQueue::new(
+        Region::new(&qp_buf, 0, rq_bytes).unwrap(),
+        Word {
+            mem: &dbr_page,
+            off: 4 * MLX5_RCV_DBR,
+        },
+        RqConfig {
+            wqe_cnt: 4,
+            wqe_shift: 6,
+        },
+    )
+    .unwrap();
+
+    rq.post(1, &[SGE_A]).unwrap();
+    rq.ring_doorbell(&*bus);
+    sq.post(&wr(
+        SendOp::Send,
+        SendData::Gather(&[SGE_A]),
+        SendFlags::SIGNALED,
+    ))
+    .unwrap();
+    sq.ring_doorbell(&*bus);
+
+    let mut b = [0u8; 32];
+    qp_buf.read_bytes(0, &mut b);
+    assert_eq!(b.to_vec(), cat(&[hex(DSEG_A), hex(TERMINATOR)]));
+    qp_buf.read_bytes(rq_bytes, &mut b);
+    assert_eq!(
+        b.to_vec(),
+        cat(&[hex("0000000a 00012302 00000008 00000000"), hex(DSEG_A)])
+    );
+    // The record: RQ counter 1 at +0, SQ counter 1 at +4, big-endian.
+    assert_eq!((dbr_page.read_be32(0), dbr_page.read_be32(4)), (1, 1));
+    // One WR of DS 2 with BlueFlame preferred: the WQEBB was copied to the register.
+    assert_eq!(bus.bar_bytes(BF_REG, 32), b.to_vec());
 }
