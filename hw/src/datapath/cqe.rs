@@ -13,7 +13,6 @@
 
 use crate::c_member;
 use crate::conformance::{CStruct, Header};
-use core::sync::atomic::{fence, Ordering};
 use zerocopy::byteorder::big_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
@@ -433,17 +432,7 @@ impl Cqe64 {
     /// (`mlx5-datapath.md` §7.3). A simulator whose DMA writes go through its own
     /// accessors uses [`Cqe64::body`] and [`Cqe64::op_own`] in the same order.
     pub fn write_body_then_owner(&self, entry: &mut [u8]) -> Result<(), crate::TooShort> {
-        let len = entry.len();
-        let dst = entry.get_mut(..Self::SIZE).ok_or(crate::TooShort {
-            layout: Self::C_NAME,
-            len,
-            need: Self::SIZE,
-        })?;
-        let (body, own) = dst.split_at_mut(Self::SIZE - 1);
-        body.copy_from_slice(self.body());
-        fence(Ordering::Release);
-        own[0] = self.op_own;
-        Ok(())
+        super::write_owner_last(entry, self.as_bytes(), Self::C_NAME)
     }
 
     /// The 63 bytes before `op_own`, to be written before it.

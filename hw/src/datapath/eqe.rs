@@ -10,7 +10,6 @@
 
 use crate::c_member;
 use crate::conformance::{CMember, CStruct, Header};
-use core::sync::atomic::{fence, Ordering};
 use zerocopy::byteorder::big_endian::{U16, U32};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
@@ -397,17 +396,7 @@ impl Eqe {
     /// `entry`, then a release fence, then the `owner` byte (see
     /// [`Cqe64::write_body_then_owner`](crate::datapath::cqe::Cqe64::write_body_then_owner)).
     pub fn write_body_then_owner(&self, entry: &mut [u8]) -> Result<(), crate::TooShort> {
-        let len = entry.len();
-        let dst = entry.get_mut(..Self::SIZE).ok_or(crate::TooShort {
-            layout: Self::C_NAME,
-            len,
-            need: Self::SIZE,
-        })?;
-        let (body, own) = dst.split_at_mut(Self::SIZE - 1);
-        body.copy_from_slice(&self.as_bytes()[..Self::SIZE - 1]);
-        fence(Ordering::Release);
-        own[0] = self.owner;
-        Ok(())
+        super::write_owner_last(entry, self.as_bytes(), Self::C_NAME)
     }
 }
 

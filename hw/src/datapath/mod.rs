@@ -141,6 +141,33 @@ pub const CONSTANTS: &[Constant] = &concat::<Constant, { total(CONSTANT_PARTS) }
     },
 );
 
+/// The device side of an ownership protocol (CQE `op_own`, EQE `owner`): copies
+/// `image` into the start of `entry`, all bytes but the last first, then a release
+/// fence, then the last byte, so that whoever sees the new owner byte and issues its
+/// read barrier sees the whole body. Fails, without writing, when `entry` is shorter
+/// than `image`.
+fn write_owner_last(
+    entry: &mut [u8],
+    image: &[u8],
+    layout: &'static str,
+) -> Result<(), crate::TooShort> {
+    let len = entry.len();
+    let too_short = crate::TooShort {
+        layout,
+        len,
+        need: image.len(),
+    };
+    let dst = entry.get_mut(..image.len()).ok_or(too_short)?;
+    let (Some((last, body)), Some((own, dst_body))) = (image.split_last(), dst.split_last_mut())
+    else {
+        return Ok(());
+    };
+    dst_body.copy_from_slice(body);
+    core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
+    *own = *last;
+    Ok(())
+}
+
 /// Total length of a list of slices (for sizing [`concat`] at compile time).
 const fn total<T>(parts: &[&[T]]) -> usize {
     let mut n = 0;
