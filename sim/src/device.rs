@@ -1,8 +1,9 @@
 //! The simulated device: [`Sim`], the handle a test holds (configuration, fault
 //! injection, counters, time), and [`SimBus`], the [`Bus`] the driver uses.
 //!
-//! BAR0 (`mlx5-controlpath.md` §1, §8): the initialization segment in pages 0-2, then
-//! UAR pages from [`FwConfig::first_uar`]. A write to the command doorbell runs the
+//! BAR0 is the [`Bar`] register file (`mlx5-controlpath.md` §1, §8): the
+//! initialization segment, then UAR pages from [`BarConfig::first_uar`]; the device acts
+//! on the [`BarEvent`]s it reports. A write to the command doorbell runs the
 //! commands synchronously on the writing thread (deterministic mode): the command is
 //! complete when `write32` returns, unless a delay fault holds it. EQ doorbells in UAR
 //! pages update consumer counters and arm EQs; an armed EQ fires its MSI-X eventfd.
@@ -14,14 +15,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use ferroverbs_hw::bus::Block64;
-use ferroverbs_hw::control::cmdq::{CmdqGeometry, DeliveryStatus};
-use ferroverbs_hw::control::iseg::{self, initial_seg, NicInterface, CMD_IF_REV};
+use ferroverbs_hw::control::cmdq::DeliveryStatus;
 use ferroverbs_hw::datapath::eqe::MLX5_EVENT_TYPE_CMD;
-use ferroverbs_hw::datapath::uar::{
-    classify, decode_eq_doorbell, UarRegister, DEFAULT_BF_REG_SIZE,
-};
 use ferroverbs_hw::{Bus, BusError, DmaPerm, Field};
 
+use crate::bar::{Bar, BarConfig, BarEvent, UarDoorbell};
 use crate::clock::Clock;
 use crate::cmdq::{self, SlotResult};
 use crate::fault::{CommandFault, DelayRule, FatalHealth, Faults, Hold};
@@ -31,40 +29,30 @@ use crate::firmware::{
 use crate::iommu::Iommu;
 use crate::irq::Irqs;
 
-/// Size of a BAR0 page (a UAR page).
-const PAGE: usize = 4096;
 /// The health counter advances once per this much device time.
 pub const HEALTH_TICK: Duration = Duration::from_millis(100);
-/// The queue geometry the device reports: 32 entries of 64 bytes
-/// (`cmdq_addr_l_sz` low byte 0x56).
-pub const CMDQ_GEOMETRY: CmdqGeometry = CmdqGeometry {
-    log_size: 5,
-    log_stride: 6,
-};
 
 /// Configuration of a simulated device.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
-    /// Firmware configuration: ports, MACs, GIDs, pages, capability overrides.
+    /// Firmware configuration: ports, MACs, GIDs, pages, capability overrides. Its UAR
+    /// range is taken from `bar` ([`BarConfig::first_uar`] up to [`BarConfig::pages`]).
     pub fw: FwConfig,
+    /// BAR0 configuration: firmware revision, queue geometry, size, UAR placement.
+    pub bar: BarConfig,
     /// Seed for everything random (default MAC addresses today).
     pub seed: u64,
     /// Virtual time (deterministic) instead of real time.
     pub virtual_time: bool,
-    /// How long `initializing` stays set after the command queue address is written.
-    pub init_delay: Duration,
-    /// Firmware version (major, minor, subminor).
-    pub fw_version: (u16, u16, u16),
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
             fw: FwConfig::default(),
+            bar: BarConfig::default(),
             seed: 0x5eed,
             virtual_time: false,
-            init_delay: Duration::ZERO,
-            fw_version: (16, 35, 1012),
         }
     }
 }
@@ -146,8 +134,11 @@ pub struct SimStats {
     pub commands_ignored: u64,
     /// Commands currently held by a delay fault.
     pub commands_held: usize,
-    /// Doorbells to UARs that are not allocated, EQs that do not exist, and the like.
+    /// EQ doorbells naming an EQ that does not exist or is not driven by that UAR.
     pub stray_doorbells: u64,
+    /// BAR writes the register file ignored (read-only registers, undefined offsets,
+    /// a vanished device).
+    pub ignored_bar_writes: u64,
     /// MSI-X eventfds open.
     pub eventfds: usize,
 }
@@ -160,38 +151,14 @@ struct Held {
     hold: Hold,
 }
 
-/// The init-segment registers the device keeps (the rest is derived when read).
-#[derive(Clone, Debug)]
-struct InitSeg {
-    cmdq_addr_h: u32,
-    cmdq_addr_l: u32,
-    nic_interface: u8,
-    /// Device time at which the command queue address was written.
-    cmdq_written_ns: Option<u64>,
-}
-
-impl InitSeg {
-    fn reset() -> Self {
-        InitSeg {
-            cmdq_addr_h: 0,
-            cmdq_addr_l: 0,
-            nic_interface: NicInterface::FullDriver as u8,
-            cmdq_written_ns: None,
-        }
-    }
-
-    fn cmdq_base(&self) -> u64 {
-        (u64::from(self.cmdq_addr_h) << 32) | u64::from(self.cmdq_addr_l & !0xfff)
-    }
-}
-
 /// Everything behind the device lock.
 struct Device {
-    cfg: SimConfig,
+    bar: Bar,
     fw: Firmware,
     faults: Faults,
-    iseg: InitSeg,
     held: Vec<Held>,
+    /// Device time up to which the health counter has been advanced.
+    health_ns: u64,
     completed: u64,
     delivery_errors: u64,
     ignored: u64,
@@ -220,20 +187,25 @@ pub struct SimBus {
 
 impl Sim {
     /// A device in its power-on state.
-    pub fn new(cfg: SimConfig) -> Self {
+    pub fn new(mut cfg: SimConfig) -> Self {
         let clock = if cfg.virtual_time {
             Clock::virtual_time()
         } else {
             Clock::real()
         };
-        let bar0_len = (cfg.fw.first_uar as usize + cfg.fw.num_uars as usize) * PAGE;
+        let bar = Bar::new(cfg.bar, clock.clone());
+        // The firmware hands out the UAR pages the BAR has.
+        let first = bar.config().first_uar;
+        cfg.fw.first_uar = first;
+        cfg.fw.num_uars = bar.config().pages.saturating_sub(first).max(1);
+        let bar0_len = bar.len();
         let irqs = Irqs::new(cfg.fw.msix_vectors);
         let dev = Device {
-            fw: Firmware::new(cfg.fw.clone()),
-            cfg,
+            bar,
+            fw: Firmware::new(cfg.fw),
             faults: Faults::default(),
-            iseg: InitSeg::reset(),
             held: Vec::new(),
+            health_ns: clock.now_ns(),
             completed: 0,
             delivery_errors: 0,
             ignored: 0,
@@ -271,8 +243,8 @@ impl Sim {
         &self.shared.iommu
     }
 
-    /// Moves virtual time forward and services what became due (held commands).
-    /// Returns `false` on a real-time device.
+    /// Moves virtual time forward and services what became due (held commands, the
+    /// health counter). Returns `false` on a real-time device.
     pub fn advance(&self, d: Duration) -> bool {
         let moved = self.shared.clock.advance(d);
         self.step();
@@ -305,6 +277,7 @@ impl Sim {
             commands_ignored: d.ignored,
             commands_held: d.held.len(),
             stray_doorbells: d.stray,
+            ignored_bar_writes: d.bar.ignored_writes(),
             eventfds: self.shared.irqs.open_fds(),
         }
     }
@@ -317,6 +290,11 @@ impl Sim {
     /// Runs `f` with the firmware (to inspect objects, ports, capabilities).
     pub fn with_firmware<R>(&self, f: impl FnOnce(&Firmware) -> R) -> R {
         f(&self.dev().fw)
+    }
+
+    /// Runs `f` with the BAR register file.
+    pub fn with_bar<R>(&self, f: impl FnOnce(&Bar) -> R) -> R {
+        f(&self.dev().bar)
     }
 
     /// How many times MSI-X `vector` fired.
@@ -343,22 +321,24 @@ impl Sim {
     pub fn stall_health(&self, stalled: bool) {
         let now = self.shared.clock.now_ns();
         let mut d = self.dev();
-        d.faults.health_stalled_at = if stalled {
-            Some(health_count(now))
-        } else {
-            None
-        };
+        self.shared.catch_up_health(&mut d, now);
+        d.faults.health_stalled = stalled;
     }
 
-    /// Raises (or with `None` clears) a fatal health condition.
+    /// Raises (or with `None` clears) a fatal health condition: `synd`, `ext_synd`
+    /// and the RFR bit in the health buffer, `synd` in `health_syndrome`.
     pub fn raise_fatal(&self, fatal: Option<FatalHealth>) {
-        self.dev().faults.fatal = fatal;
+        let mut d = self.dev();
+        match fatal {
+            Some(f) => d.bar.set_fatal(f.synd, f.ext_synd, f.rfr),
+            None => d.bar.clear_fatal(),
+        }
     }
 
     /// Makes the device fall off the bus (`true`): every read returns all ones and
-    /// writes are ignored.
+    /// writes, doorbells included, are ignored.
     pub fn vanish(&self, gone: bool) {
-        self.dev().faults.vanished = gone;
+        self.dev().bar.set_vanished(gone);
     }
 
     /// The firmware asks for `delta` more pages (negative: asks to return some) with a
@@ -376,16 +356,13 @@ impl Sim {
     /// Function-level reset: registers, firmware state and held commands are reset;
     /// IOMMU mappings (owned by the driver's container) stay.
     pub fn reset(&self) {
+        let now = self.shared.clock.now_ns();
         let mut d = self.dev();
         d.fw.reset();
-        d.iseg = InitSeg::reset();
+        d.bar.reset();
         d.held.clear();
+        d.health_ns = now;
     }
-}
-
-/// The health counter value at device time `ns`.
-fn health_count(ns: u64) -> u32 {
-    ((ns / HEALTH_TICK.as_nanos() as u64) & 0x00ff_ffff) as u32
 }
 
 impl Shared {
@@ -395,150 +372,87 @@ impl Shared {
         self.dev.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Advances the health counter by one tick per [`HEALTH_TICK`] of device time since
+    /// the last catch-up, unless stalled (then the time is skipped).
+    fn catch_up_health(&self, d: &mut Device, now: u64) {
+        let tick = HEALTH_TICK.as_nanos() as u64;
+        let ticks = now.saturating_sub(d.health_ns) / tick;
+        d.health_ns += ticks * tick;
+        if d.faults.health_stalled {
+            return;
+        }
+        // The counter is 24 bits wide: more ticks than that wrap around.
+        for _ in 0..ticks % (1 << 24) {
+            d.bar.tick();
+        }
+    }
+
     fn read32(&self, off: usize) -> u32 {
-        let d = self.lock();
-        if d.faults.vanished || off >= self.bar0_len || !off.is_multiple_of(4) {
-            return u32::MAX;
-        }
         let now = self.clock.now_ns();
-        let (maj, min, sub) = d.cfg.fw_version;
-        let reg = |f: Field, v: u32| {
-            let mut w = 0u32;
-            iseg::reg_set(f, &mut w, v);
-            w
-        };
-        let fatal = d.faults.fatal;
-        match off {
-            iseg::FW_REV => {
-                reg(initial_seg::fw_rev_major, u32::from(maj))
-                    | reg(initial_seg::fw_rev_minor, u32::from(min))
-            }
-            iseg::CMDIF_REV_FW_SUB => {
-                reg(initial_seg::cmd_interface_rev, u32::from(CMD_IF_REV))
-                    | reg(initial_seg::fw_rev_subminor, u32::from(sub))
-            }
-            iseg::CMDQ_ADDR_H => d.iseg.cmdq_addr_h,
-            iseg::CMDQ_ADDR_L_SZ => {
-                (d.iseg.cmdq_addr_l & !0xfff)
-                    | (u32::from(d.iseg.nic_interface & 7) << iseg::MLX5_NIC_IFC_OFFSET)
-                    | CMDQ_GEOMETRY.to_reg()
-            }
-            iseg::INITIALIZING => {
-                let done = d
-                    .iseg
-                    .cmdq_written_ns
-                    .is_some_and(|t| now.saturating_sub(t) >= d.cfg.init_delay.as_nanos() as u64);
-                reg(initial_seg::initializing, u32::from(!done))
-            }
-            iseg::HEALTH_FW_VER => (u32::from(maj) << 16) | u32::from(min),
-            iseg::HEALTH_RFR_SEVERITY => {
-                // rfr_severity byte: bit 7 RFR.
-                let rfr = fatal.is_some_and(|f| f.rfr);
-                u32::from(rfr) << 31
-            }
-            iseg::HEALTH_IRISC_SYND => {
-                // irisc_index (byte), synd (byte), ext_synd (BE16).
-                let (s, e) = fatal.map_or((0, 0), |f| (f.synd, f.ext_synd));
-                (u32::from(s) << 16) | u32::from(e)
-            }
-            iseg::INTERNAL_TIMER_H | iseg::INTERNAL_TIMER_L => {
-                let khz =
-                    d.fw.caps()
-                        .gen(ferroverbs_hw::control::caps::cmd_hca_cap::device_frequency_khz);
-                let ticks = (u128::from(now) * u128::from(khz) / 1_000_000) as u64;
-                if off == iseg::INTERNAL_TIMER_H {
-                    (ticks >> 32) as u32
-                } else {
-                    ticks as u32
-                }
-            }
-            iseg::HEALTH_COUNTER => {
-                let count = d
-                    .faults
-                    .health_stalled_at
-                    .unwrap_or_else(|| health_count(now));
-                let synd = fatal.map_or(0, |f| f.synd);
-                reg(initial_seg::health_syndrome, u32::from(synd))
-                    | reg(initial_seg::health_counter, count)
-            }
-            _ => 0,
-        }
-    }
-
-    fn write32(&self, off: usize, value: u32) {
-        if off >= self.bar0_len {
-            return;
-        }
         let mut d = self.lock();
-        if d.faults.vanished {
-            return;
-        }
-        let uar_base = d.cfg.fw.first_uar as usize * PAGE;
-        match off {
-            iseg::CMDQ_ADDR_H => d.iseg.cmdq_addr_h = value,
-            iseg::CMDQ_ADDR_L_SZ => {
-                d.iseg.cmdq_addr_l = value & !0xfff;
-                d.iseg.nic_interface = iseg::nic_interface_of(value);
-                if d.iseg.cmdq_written_ns.is_none() {
-                    d.iseg.cmdq_written_ns = Some(self.clock.now_ns());
-                }
-            }
-            iseg::CMD_DBELL => {
-                let sig = self.ring(&mut d, value);
-                drop(d);
-                self.signal(&sig);
-            }
-            _ if off >= uar_base => {
-                let uar = (off / PAGE) as u32;
-                if !d.fw.uar_allocated(uar) {
-                    // Hardware ignores doorbells to UAR pages nobody allocated.
-                    d.stray += 1;
-                    return;
-                }
-                let reg = classify(off % PAGE, DEFAULT_BF_REG_SIZE);
-                let sig = match reg {
-                    UarRegister::EqArm | UarRegister::EqNoArm => {
-                        let (eqn, ci) = decode_eq_doorbell(value);
-                        let eqn = u32::from(eqn);
-                        let owned = d.fw.eq(eqn).is_some_and(|e| e.ring.uar == uar);
-                        if !owned {
-                            d.stray += 1;
-                        }
-                        d.fw.eq_doorbell(uar, eqn, ci, reg == UarRegister::EqArm)
-                    }
-                    // CQ arm doorbells and BlueFlame/send doorbells belong to the data
-                    // path; the control plane accepts and ignores them.
-                    _ => None,
-                };
-                drop(d);
-                if let Some(v) = sig {
-                    self.irqs.signal(v);
-                }
-            }
-            _ => {}
-        }
+        self.catch_up_health(&mut d, now);
+        d.bar.read32(off)
     }
 
-    fn signal(&self, vectors: &[u16]) {
-        for &v in vectors {
+    fn apply(&self, ev: Option<BarEvent>, mut d: MutexGuard<'_, Device>) {
+        let mut sig = Vec::new();
+        match ev {
+            None | Some(BarEvent::CmdqAddress { .. }) => {}
+            Some(BarEvent::CmdDoorbell { slots }) => self.ring(&mut d, slots, &mut sig),
+            Some(BarEvent::Uar { index, doorbell }) => match doorbell {
+                UarDoorbell::Eq { eqn, ci, arm } => {
+                    let eqn = u32::from(eqn);
+                    let mine = d.fw.uar_allocated(index)
+                        && d.fw.eq(eqn).is_some_and(|e| e.ring.uar == index);
+                    if mine {
+                        sig.extend(d.fw.eq_doorbell(index, eqn, ci, arm));
+                    } else {
+                        // Hardware ignores a doorbell for an EQ this UAR does not drive.
+                        d.stray += 1;
+                    }
+                }
+                // CQ arm, send and BlueFlame doorbells belong to the data path.
+                UarDoorbell::CqArm { .. }
+                | UarDoorbell::Send { .. }
+                | UarDoorbell::BlueFlame { .. } => {}
+            },
+        }
+        drop(d);
+        for v in sig {
             self.irqs.signal(v);
         }
     }
 
-    /// A command doorbell: runs (or holds) each slot whose bit is set. Returns the
-    /// MSI-X vectors to fire.
-    fn ring(&self, d: &mut Device, mask: u32) -> Vec<u16> {
-        let mut sig = Vec::new();
-        let base = d.iseg.cmdq_base();
-        if d.iseg.cmdq_written_ns.is_none() {
-            d.ignored += u64::from(mask.count_ones());
-            return sig;
-        }
-        for slot in 0..CMDQ_GEOMETRY.entries() {
-            if mask & (1 << slot) == 0 {
+    fn write32(&self, off: usize, value: u32) {
+        let mut d = self.lock();
+        let ev = d.bar.write32(off, value);
+        self.apply(ev, d);
+    }
+
+    fn write64(&self, off: usize, value: u64) {
+        let mut d = self.lock();
+        let ev = d.bar.write64(off, value);
+        self.apply(ev, d);
+    }
+
+    fn write_block64(&self, off: usize, block: &Block64) {
+        let mut d = self.lock();
+        let ev = d.bar.write_block64(off, block);
+        self.apply(ev, d);
+    }
+
+    /// A command doorbell: runs (or holds) each slot whose bit is set.
+    fn ring(&self, d: &mut Device, slots: u32, sig: &mut Vec<u16>) {
+        let Some(base) = d.bar.cmdq_addr() else {
+            d.ignored += u64::from(slots.count_ones());
+            return;
+        };
+        let geom = d.bar.cmdq_geometry();
+        for slot in 0..geom.entries() {
+            if slots & (1 << slot) == 0 {
                 continue;
             }
-            let Some(iova) = cmdq::entry_iova(base, CMDQ_GEOMETRY, slot) else {
+            let Some(iova) = cmdq::entry_iova(base, geom, slot) else {
                 continue;
             };
             // A delay fault looks at the opcode before anything runs.
@@ -555,9 +469,8 @@ impl Shared {
                     continue;
                 }
             }
-            self.run_slot(d, iova, slot, &mut sig);
+            self.run_slot(d, iova, slot, sig);
         }
-        sig
     }
 
     fn run_slot(&self, d: &mut Device, iova: u64, slot: usize, sig: &mut Vec<u16>) {
@@ -575,11 +488,7 @@ impl Shared {
                     d.delivery_errors += 1;
                 }
                 let vector = (1u32 << slot).to_be_bytes();
-                if let Some(v) =
-                    d.fw.post_event(&self.iommu, MLX5_EVENT_TYPE_CMD, 0, &vector)
-                {
-                    sig.push(v);
-                }
+                sig.extend(d.fw.post_event(&self.iommu, MLX5_EVENT_TYPE_CMD, 0, &vector));
             }
             SlotResult::NotOwned | SlotResult::Unreadable => d.ignored += 1,
         }
@@ -589,6 +498,7 @@ impl Shared {
     fn service_due(&self, all: bool) {
         let now = self.clock.now_ns();
         let mut d = self.lock();
+        self.catch_up_health(&mut d, now);
         if d.held.is_empty() {
             return;
         }
@@ -596,15 +506,19 @@ impl Shared {
             all || matches!(h.hold, Hold::For(t) if now.saturating_sub(h.rung_ns) >= t.as_nanos() as u64)
         });
         d.held = keep;
-        let base = d.iseg.cmdq_base();
         let mut sig = Vec::new();
-        for h in due {
-            if let Some(iova) = cmdq::entry_iova(base, CMDQ_GEOMETRY, h.slot) {
-                self.run_slot(&mut d, iova, h.slot, &mut sig);
+        if let Some(base) = d.bar.cmdq_addr() {
+            let geom = d.bar.cmdq_geometry();
+            for h in due {
+                if let Some(iova) = cmdq::entry_iova(base, geom, h.slot) {
+                    self.run_slot(&mut d, iova, h.slot, &mut sig);
+                }
             }
         }
         drop(d);
-        self.signal(&sig);
+        for v in sig {
+            self.irqs.signal(v);
+        }
     }
 }
 
@@ -624,15 +538,13 @@ impl Bus for SimBus {
     }
 
     fn write64(&self, off: usize, value: u64) {
-        // Two big-endian halves, high first, as the bytes land on the device.
-        self.write32(off, (value >> 32) as u32);
-        self.write32(off + 4, value as u32);
+        self.shared.service_due(false);
+        self.shared.write64(off, value);
     }
 
     fn write_block64(&self, off: usize, block: &Block64) {
-        for (i, c) in block.chunks_exact(4).enumerate() {
-            self.write32(off + i * 4, u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
-        }
+        self.shared.service_due(false);
+        self.shared.write_block64(off, block);
     }
 
     fn dma_map(&self, vaddr: usize, len: usize, perm: DmaPerm) -> Result<u64, BusError> {

@@ -111,12 +111,8 @@ struct Counted<T> {
 pub struct Faults {
     commands: Vec<Counted<CommandFault>>,
     delays: Vec<Counted<DelayRule>>,
-    /// The health counter is frozen at this value.
-    pub(crate) health_stalled_at: Option<u32>,
-    /// The fatal health condition, if raised.
-    pub(crate) fatal: Option<FatalHealth>,
-    /// The device has fallen off the bus.
-    pub(crate) vanished: bool,
+    /// The health counter does not advance.
+    pub(crate) health_stalled: bool,
     injected: u64,
 }
 
@@ -142,19 +138,9 @@ impl Faults {
         self.injected
     }
 
-    /// Whether the device has vanished.
-    pub fn vanished(&self) -> bool {
-        self.vanished
-    }
-
-    /// The fatal health condition, if raised.
-    pub fn fatal(&self) -> Option<FatalHealth> {
-        self.fatal
-    }
-
     /// Whether the health counter is stalled.
     pub fn health_stalled(&self) -> bool {
-        self.health_stalled_at.is_some()
+        self.health_stalled
     }
 
     /// The outcome to apply to a command about to execute, if a fault matches.

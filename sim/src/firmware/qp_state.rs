@@ -274,6 +274,34 @@ mod tests {
     }
 
     #[test]
+    fn agrees_with_the_hw_transition_table() {
+        use ferroverbs_hw::control::qp::{QpTransition as Hw, QpcState};
+        let pairs = [
+            (Transition::Rst2Init, Hw::Rst2Init),
+            (Transition::Init2Init, Hw::Init2Init),
+            (Transition::Init2Rtr, Hw::Init2Rtr),
+            (Transition::Rtr2Rts, Hw::Rtr2Rts),
+            (Transition::Rts2Rts, Hw::Rts2Rts),
+            (Transition::Sqerr2Rts, Hw::Sqerr2Rts),
+            (Transition::SqdRts, Hw::Sqd2Rts),
+            (Transition::ToErr, Hw::ToErr),
+            (Transition::ToRst, Hw::ToRst),
+        ];
+        for (mine, hw) in pairs {
+            assert_eq!(mine.target().encoding(), hw.target().value(), "{mine:?}");
+            assert_eq!(mine.carries_qpc(), hw.has_qpc(), "{mine:?}");
+            for from in ALL {
+                let s = QpcState::from_value(from.encoding()).unwrap();
+                assert_eq!(
+                    mine.accepts(from),
+                    hw.allowed_from(s),
+                    "{mine:?} from {from:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn optional_parameter_masks() {
         use optpar::*;
         assert_eq!(Transition::Rst2Init.allowed_optional(ServiceType::Rc), 0);

@@ -47,19 +47,26 @@ impl Mem {
 
     /// Reads `buf.len()` bytes at `off`.
     pub fn read(&self, off: usize, buf: &mut [u8]) {
-        for (i, b) in buf.iter_mut().enumerate() {
+        let mut i = 0;
+        while i < buf.len() {
             let (w, k) = self.word(off + i);
-            *b = w.load(Ordering::Acquire).to_ne_bytes()[k];
+            let v = w.load(Ordering::Acquire).to_ne_bytes();
+            let n = (8 - k).min(buf.len() - i);
+            buf[i..i + n].copy_from_slice(&v[k..k + n]);
+            i += n;
         }
     }
 
     /// Writes `data` at `off`.
     pub fn write(&self, off: usize, data: &[u8]) {
-        for (i, &b) in data.iter().enumerate() {
+        let mut i = 0;
+        while i < data.len() {
             let (w, k) = self.word(off + i);
+            let n = (8 - k).min(data.len() - i);
             let mut v = w.load(Ordering::Acquire).to_ne_bytes();
-            v[k] = b;
+            v[k..k + n].copy_from_slice(&data[i..i + n]);
             w.store(u64::from_ne_bytes(v), Ordering::Release);
+            i += n;
         }
     }
 
@@ -496,5 +503,200 @@ impl Host {
         assert_eq!(got.len(), held);
         self.simple(Opcode::DisableHca, 0, |_| {});
         self.release();
+    }
+}
+
+use ferroverbs_hw::control::cq::create_cq_input;
+use ferroverbs_hw::control::cq::create_cq_out;
+use ferroverbs_hw::control::mkey::{self as mk, create_mkey_in, create_mkey_out, mkc};
+use ferroverbs_hw::control::qp::{self as qpm, ads, create_qp_out, qpc, QpTransition};
+use ferroverbs_hw::control::roce::{set_roce_address_input, RoceAddr};
+use ferroverbs_hw::control::uar_pd_td::alloc_pd_out;
+
+/// A RoCE v2 IPv4 GID entry.
+pub fn gid_v4(ip: [u8; 4], mac: [u8; 6]) -> RoceAddr {
+    let mut gid = [0u8; 16];
+    gid[10] = 0xff;
+    gid[11] = 0xff;
+    gid[12..].copy_from_slice(&ip);
+    RoceAddr {
+        gid,
+        mac,
+        vlan: None,
+        l3_type: 0,
+        version: 2,
+    }
+}
+
+/// Parameters of a test QP.
+#[derive(Clone, Copy, Debug)]
+pub struct QpSpec {
+    pub st: u8,
+    pub pd: u32,
+    pub uar: u32,
+    pub cqn: u32,
+    pub log_sq: u8,
+    pub log_rq: u8,
+    pub rq_stride: u8,
+}
+
+impl Host {
+    /// ALLOC_PD.
+    pub fn alloc_pd(&mut self) -> u32 {
+        let o = self.simple(Opcode::AllocPd, 0, |_| {});
+        get(&o, alloc_pd_out::pd) as u32
+    }
+
+    /// A CREATE_CQ input for a 64-entry CQ in fresh memory (one page, doorbell record
+    /// at the end of it).
+    pub fn cq_input(&mut self, uar: u32, eqn: u32) -> Vec<u8> {
+        let m = self.map(8192);
+        let base = self.iova(m);
+        create_cq_input(6, uar, eqn, base + 4096, 0, &[base])
+    }
+
+    /// CREATE_CQ; returns the CQN.
+    pub fn create_cq(&mut self, uar: u32, eqn: u32) -> u32 {
+        let i = self.cq_input(uar, eqn);
+        let o = self.ok(&i, outlen(Opcode::CreateCq));
+        get(&o, create_cq_out::cqn) as u32
+    }
+
+    /// A CREATE_MKEY input (MTT, 4 KiB pages, all access) over `npages` fresh pages.
+    pub fn mkey_input(&mut self, pd: u32, npages: usize) -> Vec<u8> {
+        let m = self.map(npages.max(1) * 4096);
+        let base = self.iova(m);
+        let mut i = mk::create_mkey_input(npages);
+        let f = mk::in_command;
+        set(&mut i, create_mkey_in::pg_access, 1);
+        set(&mut i, f(mkc::access_mode_1_0), 1);
+        for a in [mkc::lr, mkc::lw, mkc::rr, mkc::rw, mkc::a] {
+            set(&mut i, f(a), 1);
+        }
+        set(&mut i, f(mkc::qpn), 0xff_ffff);
+        set(&mut i, f(mkc::mkey_7_0), 0x42);
+        set(&mut i, f(mkc::pd), pd.into());
+        set(&mut i, f(mkc::start_addr), 0x7000_0000);
+        set(&mut i, f(mkc::len), (npages * 4096) as u64);
+        set(&mut i, f(mkc::log_page_size), 12);
+        set(
+            &mut i,
+            f(mkc::translations_octword_size),
+            mk::mtt_octwords(npages) as u64,
+        );
+        set(
+            &mut i,
+            create_mkey_in::translations_octword_actual_size,
+            mk::mtt_octwords(npages) as u64,
+        );
+        for k in 0..npages {
+            let at = mk::MTT_OFFSET + k * 8;
+            i[at..at + 8].copy_from_slice(&((base + k as u64 * 4096) | 3).to_be_bytes());
+        }
+        i
+    }
+
+    /// CREATE_MKEY; returns the key.
+    pub fn create_mkey(&mut self, pd: u32, npages: usize) -> u32 {
+        let i = self.mkey_input(pd, npages);
+        let o = self.ok(&i, outlen(Opcode::CreateMkey));
+        (get(&o, create_mkey_out::mkey_index) as u32) << 8 | 0x42
+    }
+
+    /// A CREATE_QP input in fresh memory.
+    pub fn qp_input(&mut self, s: QpSpec) -> Vec<u8> {
+        let rq = (16usize << s.rq_stride) << s.log_rq;
+        let sq = 64usize << s.log_sq;
+        let bytes = rq + sq;
+        let npages = bytes.div_ceil(4096);
+        let m = self.map(npages * 4096 + 4096);
+        let base = self.iova(m);
+        let len = 0x110 + npages * 8;
+        let mut i = cmd::new_input(Opcode::CreateQp, 0, len);
+        let f = qpm::in_command;
+        set(&mut i, f(qpc::st), s.st.into());
+        set(&mut i, f(qpc::pm_state), 3);
+        set(&mut i, f(qpc::pd), s.pd.into());
+        set(&mut i, f(qpc::uar_page), s.uar.into());
+        set(&mut i, f(qpc::log_rq_size), s.log_rq.into());
+        set(&mut i, f(qpc::log_rq_stride), s.rq_stride.into());
+        set(&mut i, f(qpc::log_sq_size), s.log_sq.into());
+        set(&mut i, f(qpc::cqn_snd), s.cqn.into());
+        set(&mut i, f(qpc::cqn_rcv), s.cqn.into());
+        set(&mut i, f(qpc::dbr_addr), base + (npages * 4096) as u64);
+        set(&mut i, f(qpc::user_index), 0x1234);
+        for k in 0..npages {
+            let at = 0x110 + k * 8;
+            i[at..at + 8].copy_from_slice(&(base + k as u64 * 4096).to_be_bytes());
+        }
+        i
+    }
+
+    /// CREATE_QP; returns the QPN.
+    pub fn create_qp(&mut self, s: QpSpec) -> u32 {
+        let i = self.qp_input(s);
+        let o = self.ok(&i, outlen(Opcode::CreateQp));
+        get(&o, create_qp_out::qpn) as u32
+    }
+
+    /// Writes GID table entry `index` of `port`.
+    pub fn set_gid(&mut self, index: u16, port: u8, addr: &RoceAddr) {
+        self.ok(
+            &set_roce_address_input(index, port, addr),
+            outlen(Opcode::SetRoceAddress),
+        );
+    }
+
+    /// A modify command for `qpn` with the mandatory fields of `t` filled in for an RC
+    /// or UC QP on port 1 with GID index 0.
+    pub fn transition_input(&self, t: QpTransition, qpn: u32, opt: u32) -> Vec<u8> {
+        let mut i = qpm::transition_input(t, qpn, opt);
+        let f = qpm::in_command;
+        let p = qpm::primary_path;
+        match t {
+            QpTransition::Rst2Init => {
+                set(&mut i, p(ads::vhca_port_num), 1);
+                set(&mut i, f(qpc::rwe), 1);
+                set(&mut i, f(qpc::pm_state), 3);
+            }
+            QpTransition::Init2Rtr => {
+                set(&mut i, f(qpc::mtu), 5);
+                set(&mut i, f(qpc::log_msg_max), 20);
+                set(&mut i, f(qpc::remote_qpn), 0x4711);
+                set(&mut i, f(qpc::next_rcv_psn), 0x1000);
+                set(&mut i, f(qpc::min_rnr_nak), 12);
+                set(&mut i, f(qpc::log_rra_max), 2);
+                set(&mut i, p(ads::vhca_port_num), 1);
+                set(&mut i, p(ads::src_addr_index), 0);
+                set(&mut i, p(ads::hop_limit), 64);
+                set(&mut i, p(ads::udp_sport), 0xdcba);
+                set(&mut i, p(ads::rmac_47_32), 0x0200);
+                set(&mut i, p(ads::rmac_31_0), 0x0000_0002);
+            }
+            QpTransition::Rtr2Rts => {
+                set(&mut i, f(qpc::next_send_psn), 0x2000);
+                set(&mut i, f(qpc::retry_count), 7);
+                set(&mut i, f(qpc::rnr_retry), 7);
+                set(&mut i, f(qpc::log_sra_max), 2);
+                set(&mut i, p(ads::ack_timeout), 14);
+            }
+            _ => {}
+        }
+        i
+    }
+
+    /// Runs a transition; returns (status, syndrome).
+    pub fn transition(&mut self, t: QpTransition, qpn: u32, opt: u32) -> (u8, u32) {
+        let i = self.transition_input(t, qpn, opt);
+        let (s, y, _) = self.cmd(&i, t.out_layout().size());
+        (s, y)
+    }
+
+    /// QUERY_QP; returns the qpc bytes.
+    pub fn query_qp(&mut self, qpn: u32) -> Vec<u8> {
+        let o = self.simple(Opcode::QueryQp, 0, |i| {
+            set(i, qpm::query_qp_in::qpn, qpn.into())
+        });
+        o[qpm::query_qp_out::qpc.byte_offset()..qpm::query_qp_out::qpc.end_byte()].to_vec()
     }
 }
