@@ -19,7 +19,7 @@ use ferroverbs_hw::control::cmdq::DeliveryStatus;
 use ferroverbs_hw::datapath::eqe::MLX5_EVENT_TYPE_CMD;
 use ferroverbs_hw::{Bus, BusError, DmaPerm, Field};
 
-use crate::bar::{Bar, BarConfig, BarEvent, UarDoorbell};
+use crate::bar::{Bar, BarConfig, BarEvent, FwRev, UarDoorbell};
 use crate::clock::Clock;
 use crate::cmdq::{self, SlotResult};
 use crate::fault::{CommandFault, DelayRule, FatalHealth, Faults, Hold};
@@ -50,7 +50,14 @@ impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
             fw: FwConfig::default(),
-            bar: BarConfig::default(),
+            bar: BarConfig {
+                fw_rev: FwRev {
+                    major: 16,
+                    minor: 35,
+                    subminor: 1012,
+                },
+                ..BarConfig::default()
+            },
             seed: 0x5eed,
             virtual_time: false,
         }
