@@ -114,6 +114,10 @@ c_constants! {
     Qp MLX5_SEND_WQE_DS: usize = 16;
     /// Largest send WQE in WQEBBs (1024 bytes).
     Qp MLX5_SEND_WQE_MAX_WQEBBS: usize = 16;
+    /// DS units per WQEBB (a macro: `MLX5_SEND_WQE_BB / MLX5_SEND_WQE_DS`).
+    Qp MLX5_SEND_WQEBB_NUM_DS: usize = MLX5_SEND_WQE_BB / MLX5_SEND_WQE_DS;
+    /// Largest send WQE in bytes (a macro: `MLX5_SEND_WQE_MAX_WQEBBS * MLX5_SEND_WQE_BB`).
+    Qp MLX5_SEND_WQE_MAX_SIZE: usize = MLX5_SEND_WQE_MAX_WQEBBS * MLX5_SEND_WQE_BB;
     /// `qpn_ds` mask of the DS count (6 bits: at most 63 DS, 1008 bytes).
     Qp MLX5_WQE_CTRL_DS_MASK: u32 = 0x3f;
     /// `qpn_ds` mask of the QP number.
@@ -139,10 +143,6 @@ c_constants! {
     /// The lkey of a receive list terminator (`byte_count` 0, `addr` 0).
     Mlx5Dv MLX5_INVALID_LKEY: u32 = 0x100;
 }
-
-/// Data segments per WQEBB (`MLX5_SEND_WQEBB_NUM_DS` in Linux `qp.h`, a macro
-/// computed as `MLX5_SEND_WQE_BB / MLX5_SEND_WQE_DS`).
-pub const MLX5_SEND_WQEBB_NUM_DS: usize = MLX5_SEND_WQE_BB / MLX5_SEND_WQE_DS;
 
 /// The largest DS count a control segment can express (its 6-bit field): 1008 bytes.
 /// rdma-core's sizing can produce a 1024-byte WQE (DS 64), which must not be built
