@@ -524,6 +524,10 @@ impl<B: Bus> Hca<B> {
         self.health
             .check_sensors(&*self.bus)
             .map_err(Error::DeviceFailed)?;
+        let now = self.clock.now();
+        self.health
+            .tick(&*self.bus, now)
+            .map_err(Error::DeviceFailed)?;
         let r = self.run(SlotClass::Regular, input, out_len);
         if !self.page_requests.is_empty() && self.health.failed().is_none() {
             if let Err(e) = self.service_page_requests() {
@@ -816,14 +820,18 @@ impl<B: Bus> Hca<B> {
     /// Returns the first error; everything is unmapped either way.
     pub(crate) fn shutdown(&mut self) -> Result<()> {
         let mut first_err = None;
-        if self.health.failed().is_some() || self.cmd.has_abandoned() {
+        if self.health.failed().is_some() {
             self.unresponsive = true;
         }
         // Back to polling: the EQ is about to go.
         self.events = false;
         if self.eq_created {
             self.poll_eq();
-            let _ = self.service_page_requests();
+            if !self.unresponsive {
+                if let Err(e) = self.service_page_requests() {
+                    tracing::warn!(error = %e, "answering a page request during teardown failed");
+                }
+            }
             let mut input = cmd_in(op::DESTROY_EQ, 0, 16);
             let eqn = self.eq.as_ref().map_or(0, |e| e.eqn());
             prm::destroy_eq_in::eq_number.set(&mut input, u64::from(eqn));
@@ -862,6 +870,9 @@ impl<B: Bus> Hca<B> {
         if self.enabled {
             self.enabled = false;
             self.teardown_cmd(&cmd_in(op::DISABLE_HCA, 0, 16), 16, &mut first_err);
+        }
+        if self.cmd.has_abandoned() {
+            tracing::warn!("unmapping the mailboxes of commands the device never completed");
         }
         let kept = self.pages.abandon();
         if kept > 0 {
