@@ -582,10 +582,13 @@ impl<B: Bus> Context<B> {
     /// then when the driver is otherwise idle.
     pub fn process_events(&self) -> Result<()> {
         let mut hca = self.lock()?;
+        let bus = Arc::clone(&hca.bus);
+        hca.health
+            .check_sensors(&*bus)
+            .map_err(Error::DeviceFailed)?;
         hca.poll_eq();
         let r = hca.service_page_requests();
         let now = hca.now();
-        let bus = Arc::clone(&hca.bus);
         hca.health.tick(&*bus, now).map_err(Error::DeviceFailed)?;
         r
     }

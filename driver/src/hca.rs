@@ -46,32 +46,23 @@ use crate::health::Health;
 use crate::prm::{self, op};
 use crate::regs;
 
-/// `QUERY_PAGES` / `MANAGE_PAGES` op_mod values (`MLX5_BOOT_PAGES`, ...,
-/// `MLX5_PAGES_GIVE`, ...).
-pub(crate) mod pages_op {
-    pub const BOOT: u16 = 1;
-    pub const INIT: u16 = 2;
-    pub const CANT_GIVE: u16 = 0;
-    pub const GIVE: u16 = 1;
-    pub const TAKE: u16 = 2;
+use ferroverbs_hw::control::caps::{CapMode, CapType, PortType};
+use ferroverbs_hw::control::hca::{issi_supported, TeardownProfile, ISSI_1};
+use ferroverbs_hw::control::pages::{ManagePagesOpMod, QueryPagesOpMod};
+use ferroverbs_hw::control::reg::host_endianness_input;
+
+/// `QUERY_HCA_CAP` op_mod: `(cap_type << 1) | mode` (Linux `mlx5_core_get_caps_mode`).
+pub(crate) const fn query_cap_op(cap: CapType, mode: CapMode) -> u16 {
+    (cap.value() << 1) | mode.value()
 }
 
-/// `QUERY_HCA_CAP` op_mod: `(cap_type << 1) | cur`.
-pub(crate) mod cap_op {
-    pub const GENERAL_MAX: u16 = 0x0;
-    pub const GENERAL_CUR: u16 = 0x1;
-    pub const ROCE_MAX: u16 = 0x8;
-    pub const ROCE_CUR: u16 = 0x9;
-    /// `SET_HCA_CAP` op_mod of the general capabilities (`cap_type << 1`).
-    pub const SET_GENERAL: u16 = 0x0;
-    /// `SET_HCA_CAP` op_mod of the RoCE capabilities.
-    pub const SET_ROCE: u16 = 0x8;
+/// `SET_HCA_CAP` op_mod: `cap_type << 1` (Linux `set_caps`).
+pub(crate) const fn set_cap_op(cap: CapType) -> u16 {
+    cap.value() << 1
 }
 
-/// `ACCESS_REG` register id of HOST_ENDIANNESS (`MLX5_REG_HOST_ENDIANNESS`).
-const REG_HOST_ENDIANNESS: u16 = 0x7004;
-/// `port_type` value of an Ethernet (RoCE) port (`MLX5_CAP_PORT_TYPE_ETH`).
-pub(crate) const PORT_TYPE_ETH: u64 = 1;
+/// `port_type` of an Ethernet (RoCE) port.
+pub(crate) const PORT_TYPE_ETH: u64 = PortType::Eth.value() as u64;
 /// Pages per `MANAGE_PAGES` command (the PAS list of 4096 pages spans 64 mailbox
 /// blocks).
 const PAGES_PER_CMD: usize = 4096;
@@ -224,23 +215,23 @@ impl<B: Bus> Hca<B> {
         self.enabled = true;
 
         self.negotiate_issi().map_err(at(Step::Issi))?;
-        self.give_startup_pages(pages_op::BOOT)
+        self.give_startup_pages(QueryPagesOpMod::BootPages)
             .map_err(at(Step::BootPages))?;
         self.set_host_endianness()
             .map_err(at(Step::HostEndianness))?;
 
         self.caps.general_max = self
-            .query_cap(cap_op::GENERAL_MAX)
+            .query_cap(query_cap_op(CapType::General, CapMode::Max))
             .map_err(at(Step::QueryGeneralCaps))?;
         self.caps.general_cur = self
-            .query_cap(cap_op::GENERAL_CUR)
+            .query_cap(query_cap_op(CapType::General, CapMode::Cur))
             .map_err(at(Step::QueryGeneralCaps))?;
         self.set_general_caps().map_err(at(Step::SetGeneralCaps))?;
         if self.caps.gen(prm::cmd_hca_cap::roce) == 1 {
             self.roce_caps().map_err(at(Step::RoceCaps))?;
         }
 
-        self.give_startup_pages(pages_op::INIT)
+        self.give_startup_pages(QueryPagesOpMod::InitPages)
             .map_err(at(Step::InitPages))?;
         self.exec(&cmd_in(op::INIT_HCA, 0, prm::init_hca_in::SIZE), 16)
             .map_err(at(Step::InitHca))?;
@@ -289,19 +280,19 @@ impl<B: Bus> Hca<B> {
 
     fn negotiate_issi(&mut self) -> Result<()> {
         let out = self.exec(&cmd_in(op::QUERY_ISSI, 0, 16), prm::query_issi_out::SIZE)?;
-        let supported = prm::query_issi_out::supported_issi_dw0.get(&out) as u32;
-        if supported & (1 << 1) == 0 {
+        if !issi_supported(&out, ISSI_1) {
+            let supported = prm::query_issi_out::supported_issi_dw0.get(&out) as u32;
             return Err(Error::UnsupportedIssi { supported });
         }
         let mut set = cmd_in(op::SET_ISSI, 0, 16);
-        prm::set_issi_in::current_issi.set(&mut set, 1);
+        prm::set_issi_in::current_issi.set(&mut set, u64::from(ISSI_1));
         self.exec(&set, 16)?;
         Ok(())
     }
 
     /// `QUERY_PAGES(which)` then `MANAGE_PAGES(give)` of that many pages.
-    fn give_startup_pages(&mut self, which: u16) -> Result<()> {
-        let out = self.exec(&cmd_in(op::QUERY_PAGES, which, 16), 16)?;
+    fn give_startup_pages(&mut self, which: QueryPagesOpMod) -> Result<()> {
+        let out = self.exec(&cmd_in(op::QUERY_PAGES, which.value(), 16), 16)?;
         let func_id = prm::query_pages_out::function_id.get(&out) as u16;
         let ec = prm::query_pages_out::embedded_cpu_function.get(&out) == 1;
         let n = prm::query_pages_out::num_pages.get(&out) as u32 as i32;
@@ -313,11 +304,10 @@ impl<B: Bus> Hca<B> {
     }
 
     fn set_host_endianness(&mut self) -> Result<()> {
-        // Register data: byte 0 `he` = 0x00 little-endian host, 0x80 big-endian.
-        let mut input = cmd_in(op::ACCESS_REG, 0, 16 + 16);
-        prm::access_register_in::register_id.set(&mut input, u64::from(REG_HOST_ENDIANNESS));
-        input[16] = if cfg!(target_endian = "big") { 0x80 } else { 0 };
-        self.exec(&input, 16 + 16)?;
+        // Register data: `he` = 0 on a little-endian host, 1 on a big-endian one.
+        let input = host_endianness_input();
+        let len = input.len();
+        self.exec(&input, len)?;
         Ok(())
     }
 
@@ -349,22 +339,22 @@ impl<B: Bus> Hca<B> {
         let mut cap = self.caps.general_cur.clone();
         prm::cmd_hca_cap::cmdif_checksum.set(&mut cap, 0);
         prm::cmd_hca_cap::log_uar_page_sz.set(&mut cap, 0);
-        self.set_cap(cap_op::SET_GENERAL, &cap)?;
-        self.caps.general_cur = self.query_cap(cap_op::GENERAL_CUR)?;
+        self.set_cap(set_cap_op(CapType::General), &cap)?;
+        self.caps.general_cur = self.query_cap(query_cap_op(CapType::General, CapMode::Cur))?;
         Ok(())
     }
 
     /// RoCE capabilities; turns on `sw_r_roce_src_udp_port` when the maximum allows
     /// it (rdma-core `handle_hca_cap_roce`).
     fn roce_caps(&mut self) -> Result<()> {
-        let max = self.query_cap(cap_op::ROCE_MAX)?;
-        let mut cur = self.query_cap(cap_op::ROCE_CUR)?;
+        let max = self.query_cap(query_cap_op(CapType::Roce, CapMode::Max))?;
+        let mut cur = self.query_cap(query_cap_op(CapType::Roce, CapMode::Cur))?;
         let f = prm::roce_cap::sw_r_roce_src_udp_port;
         if f.get(&max) == 1 && f.get(&cur) == 0 {
             let mut set = cur.clone();
             f.set(&mut set, 1);
-            self.set_cap(cap_op::SET_ROCE, &set)?;
-            cur = self.query_cap(cap_op::ROCE_CUR)?;
+            self.set_cap(set_cap_op(CapType::Roce), &set)?;
+            cur = self.query_cap(query_cap_op(CapType::Roce, CapMode::Cur))?;
         }
         self.caps.roce_cur = Some(cur);
         Ok(())
@@ -696,14 +686,22 @@ impl<B: Bus> Hca<B> {
             let iovas = match self.pages.lend(batch) {
                 Ok(v) => v,
                 Err(e) => {
-                    let mut input = cmd_in(op::MANAGE_PAGES, pages_op::CANT_GIVE, 16);
+                    let mut input = cmd_in(
+                        op::MANAGE_PAGES,
+                        ManagePagesOpMod::AllocationFail.value(),
+                        16,
+                    );
                     prm::manage_pages_in::function_id.set(&mut input, u64::from(func_id));
                     prm::manage_pages_in::embedded_cpu_function.set(&mut input, u64::from(ec));
                     let _ = self.run(class, &input, 16);
                     return Err(e);
                 }
             };
-            let mut input = cmd_in(op::MANAGE_PAGES, pages_op::GIVE, 16 + 8 * batch);
+            let mut input = cmd_in(
+                op::MANAGE_PAGES,
+                ManagePagesOpMod::AllocationSuccess.value(),
+                16 + 8 * batch,
+            );
             prm::manage_pages_in::function_id.set(&mut input, u64::from(func_id));
             prm::manage_pages_in::embedded_cpu_function.set(&mut input, u64::from(ec));
             prm::manage_pages_in::input_num_entries.set(&mut input, batch as u64);
@@ -736,7 +734,11 @@ impl<B: Bus> Hca<B> {
     /// many it returned.
     fn take_pages(&mut self, func_id: u16, ec: bool, n: usize, class: SlotClass) -> Result<usize> {
         let batch = n.min(PAGES_PER_CMD);
-        let mut input = cmd_in(op::MANAGE_PAGES, pages_op::TAKE, 16);
+        let mut input = cmd_in(
+            op::MANAGE_PAGES,
+            ManagePagesOpMod::HcaReturnPages.value(),
+            16,
+        );
         prm::manage_pages_in::function_id.set(&mut input, u64::from(func_id));
         prm::manage_pages_in::embedded_cpu_function.set(&mut input, u64::from(ec));
         prm::manage_pages_in::input_num_entries.set(&mut input, batch as u64);
@@ -854,9 +856,22 @@ impl<B: Bus> Hca<B> {
         }
         if self.inited {
             self.inited = false;
-            let mut input = cmd_in(op::TEARDOWN_HCA, 0, 16);
-            prm::teardown_hca_in::profile.set(&mut input, 0); // GRACEFUL_CLOSE
-            self.teardown_cmd(&input, 16, &mut first_err);
+            let teardown = |profile: TeardownProfile| {
+                let mut input = cmd_in(op::TEARDOWN_HCA, 0, 16);
+                prm::teardown_hca_in::profile.set(&mut input, u64::from(profile.value()));
+                input
+            };
+            let graceful = teardown(TeardownProfile::GracefulClose);
+            if !self.teardown_cmd(&graceful, 16, &mut first_err)
+                && !self.unresponsive
+                && self.caps.gen(prm::cmd_hca_cap::force_teardown) == 1
+            {
+                // Objects created through raw commands may still exist; the firmware
+                // can drop them itself (Linux `mlx5_cmd_force_teardown_hca`).
+                tracing::warn!("graceful TEARDOWN_HCA refused; forcing");
+                let force = teardown(TeardownProfile::ForceClose);
+                self.teardown_cmd(&force, 16, &mut first_err);
+            }
         }
         if self.pages.lent() > 0 && !self.unresponsive {
             if let Err(e) = self.reclaim_all_pages() {

@@ -1,0 +1,373 @@
+//! Injected faults: failed commands at every bring-up step, a frozen command, a
+//! stalled health counter, a fatal syndrome, a device that falls off the bus, a
+//! firmware that never finishes initializing. Each gives a typed error, leaves nothing
+//! mapped, and neither hangs nor panics (virtual time throughout).
+
+mod bringup_support;
+use bringup_support::*;
+
+use std::time::Duration;
+
+use ferroverbs::health::MAX_MISSES;
+use ferroverbs::{CmdStatus, DeliveryStatus, Device, DeviceConfig, Error, Failure, Opcode, Step};
+use ferroverbs_hw::control::cmd::Opcode as Op;
+use ferroverbs_sim::fault::{CommandFault, DelayRule, FatalHealth, FaultOutcome, Hold};
+use ferroverbs_sim::firmware::HcaState;
+use ferroverbs_sim::{Sim, SimConfig};
+
+/// Each bring-up command, the op_mod / occurrence that identifies it, and the step
+/// that must be reported when it fails.
+const STEPS: &[(Op, Option<u16>, Option<u32>, Step)] = &[
+    (Op::EnableHca, None, None, Step::EnableHca),
+    (Op::QueryIssi, None, None, Step::Issi),
+    (Op::SetIssi, None, None, Step::Issi),
+    (Op::QueryPages, Some(1), None, Step::BootPages),
+    (Op::ManagePages, None, Some(1), Step::BootPages),
+    (Op::AccessReg, None, None, Step::HostEndianness),
+    (Op::QueryHcaCap, Some(0), None, Step::QueryGeneralCaps),
+    (Op::QueryHcaCap, Some(1), Some(1), Step::QueryGeneralCaps),
+    (Op::SetHcaCap, Some(0), None, Step::SetGeneralCaps),
+    (Op::QueryHcaCap, Some(1), Some(2), Step::SetGeneralCaps),
+    (Op::QueryHcaCap, Some(8), None, Step::RoceCaps),
+    (Op::SetHcaCap, Some(8), None, Step::RoceCaps),
+    (Op::QueryPages, Some(2), None, Step::InitPages),
+    (Op::ManagePages, None, Some(2), Step::InitPages),
+    (Op::InitHca, None, None, Step::InitHca),
+    (Op::ModifyNicVportContext, None, None, Step::EnableRoce),
+    (Op::SetRoceAddress, None, None, Step::GidTable),
+    (Op::AllocUar, None, None, Step::AllocUar),
+    (Op::CreateEq, None, None, Step::AsyncEq),
+];
+
+fn fault(op: Op, op_mod: Option<u16>, nth: Option<u32>, outcome: FaultOutcome) -> CommandFault {
+    CommandFault {
+        opcode: op.value(),
+        op_mod,
+        nth,
+        outcome,
+    }
+}
+
+#[test]
+fn a_failed_command_at_any_bring_up_step_is_named_and_undone() {
+    for (i, &(op, op_mod, nth, step)) in STEPS.iter().enumerate() {
+        let sim = sim();
+        let syndrome = 0x0bad_0000 | i as u32;
+        sim.fail_command(fault(
+            op,
+            op_mod,
+            nth,
+            FaultOutcome::Status {
+                status: 0x03,
+                syndrome,
+            },
+        ));
+        let err = Device::open(sim.bus(), config(&sim)).expect_err("bring-up must fail");
+        let Error::BringUp(b) = &err else {
+            panic!("{op:?}: not a bring-up error: {err:?}")
+        };
+        assert_eq!(b.step, step, "{op:?} op_mod {op_mod:?}: {err}");
+        match &*b.source {
+            Error::Cmd(c) => {
+                assert_eq!(c.opcode, Opcode(op.value()));
+                assert_eq!(c.status, CmdStatus::BadParam);
+                assert_eq!(c.syndrome, syndrome);
+                if let Some(m) = op_mod {
+                    assert_eq!(c.op_mod, m);
+                }
+            }
+            other => panic!("{op:?}: {other:?}"),
+        }
+        assert!(
+            err.to_string().contains(&format!("{syndrome:#010x}")),
+            "{err}"
+        );
+        assert_nothing_left(&sim);
+        assert_eq!(
+            sim.hca_state(),
+            HcaState::Disabled,
+            "{op:?}: DISABLE_HCA ran"
+        );
+        assert_eq!(sim.stats().iommu_faults, 0);
+    }
+}
+
+#[test]
+fn a_delivery_error_is_reported_with_its_status() {
+    let sim = sim();
+    sim.fail_command(fault(Op::InitHca, None, None, FaultOutcome::Delivery(0x3)));
+    let err = Device::open(sim.bus(), config(&sim)).unwrap_err();
+    assert_eq!(err.step(), Some(Step::InitHca));
+    let Error::BringUp(b) = err else {
+        unreachable!()
+    };
+    assert!(matches!(
+        *b.source,
+        Error::Delivery {
+            status: DeliveryStatus::BadBlockNumber,
+            opcode: Opcode(0x102),
+            ..
+        }
+    ));
+    assert_nothing_left(&sim);
+}
+
+#[test]
+fn a_frozen_command_during_bring_up_times_out_and_leaves_nothing_mapped() {
+    let sim = sim();
+    sim.delay_commands(DelayRule {
+        opcode: Some(Op::InitHca.value()),
+        nth: None,
+        hold: Hold::UntilReleased,
+    });
+    let cfg = config(&sim).with_clock(ticking(&sim, Duration::from_millis(1)));
+    let t0 = sim.clock().now();
+    let err = Device::open(sim.bus(), cfg).unwrap_err();
+    let Error::BringUp(b) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(b.step, Step::InitHca);
+    match &*b.source {
+        Error::CmdTimeout { opcode, waited, .. } => {
+            assert_eq!(*opcode, Opcode(Op::InitHca.value()));
+            assert!(*waited >= TIMEOUT);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Bounded: one command timeout plus the undo, in device time.
+    assert!(sim.clock().now() - t0 < TIMEOUT * 4);
+    // The undo took the pages back and disabled the HCA on other slots; every
+    // mapping is gone, including the frozen command's mailboxes.
+    let s = sim.stats();
+    assert_eq!(s.mappings, 0, "{s:?}");
+    assert_eq!(s.pages_held, 0, "{s:?}");
+    assert_eq!(s.commands_held, 1);
+    // The device finally answers into memory it can no longer reach: an IOMMU fault,
+    // not a use-after-free, and no panic.
+    sim.clear_command_faults();
+    sim.release_held();
+    let s = sim.stats();
+    assert_eq!(s.commands_held, 0);
+    assert_eq!(s.mappings, 0);
+}
+
+#[test]
+fn a_frozen_command_while_running_times_out_and_the_device_stays_usable() {
+    let sim = sim();
+    let cfg = config(&sim).with_clock(ticking(&sim, Duration::from_millis(1)));
+    let ctx = Device::open(sim.bus(), cfg).unwrap();
+    sim.delay_commands(DelayRule {
+        opcode: Some(Op::QueryVportState.value()),
+        nth: Some(1),
+        hold: Hold::UntilReleased,
+    });
+    match ctx.query_port(1) {
+        Err(Error::CmdTimeout { opcode, waited, .. }) => {
+            assert_eq!(opcode, Opcode(Op::QueryVportState.value()));
+            assert!(waited >= TIMEOUT && waited < TIMEOUT * 2, "{waited:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        ctx.failure().is_none(),
+        "a timeout alone does not fail the device"
+    );
+    // The stuck slot is skipped; other commands still work.
+    ctx.query_device().unwrap();
+    assert_eq!(ctx.query_port(1).unwrap().gids, vec![gid0()]);
+    // Once the device lets go of the slot, it is reused.
+    sim.release_held();
+    for _ in 0..40 {
+        ctx.query_device().unwrap();
+    }
+    ctx.close().unwrap();
+    assert_nothing_left(&sim);
+}
+
+#[test]
+fn every_command_frozen_makes_teardown_stop_asking_and_unmap() {
+    let sim = sim();
+    let cfg = config(&sim).with_clock(ticking(&sim, Duration::from_millis(1)));
+    let ctx = Device::open(sim.bus(), cfg).unwrap();
+    sim.delay_commands(DelayRule {
+        opcode: None,
+        nth: None,
+        hold: Hold::UntilReleased,
+    });
+    assert!(matches!(ctx.query_device(), Err(Error::CmdTimeout { .. })));
+    let t0 = sim.clock().now();
+    let r = ctx.close();
+    // One teardown command timed out; the rest were not even tried.
+    assert!(matches!(r, Err(Error::CmdTimeout { .. })), "{r:?}");
+    assert!(sim.clock().now() - t0 < TIMEOUT * 2);
+    assert_eq!(sim.stats().mappings, 0);
+    sim.clear_command_faults();
+    sim.release_held();
+    assert_eq!(sim.stats().mappings, 0);
+}
+
+#[test]
+fn a_stalled_health_counter_is_detected_within_the_watchdog_period() {
+    let sim = sim();
+    let ctx = Device::open(sim.bus(), config(&sim)).unwrap();
+    // Healthy: time passes, the counter moves, nothing is reported.
+    for _ in 0..20 {
+        sim.advance(PERIOD / 4);
+        ctx.process_events().unwrap();
+    }
+    sim.stall_health(true);
+    let stalled_at = sim.clock().now();
+    let step = PERIOD / 10;
+    let detected = loop {
+        sim.advance(step);
+        match ctx.process_events() {
+            Ok(()) => assert!(
+                sim.clock().now() - stalled_at <= PERIOD * (MAX_MISSES + 1),
+                "not detected within the watchdog period"
+            ),
+            Err(e) => break e,
+        }
+    };
+    let after = sim.clock().now() - stalled_at;
+    assert!(
+        matches!(detected, Error::DeviceFailed(Failure::CounterStalled { polls, .. }) if polls == MAX_MISSES),
+        "{detected:?}"
+    );
+    assert!(
+        after > PERIOD * (MAX_MISSES - 1),
+        "not before 3 unchanged polls: {after:?}"
+    );
+    assert!(after <= PERIOD * (MAX_MISSES + 1), "{after:?}");
+    assert_failed_for_good(&sim, &ctx);
+    drop(ctx);
+    assert_eq!(sim.stats().mappings, 0);
+}
+
+/// After a failure every call returns at once, without a single command.
+fn assert_failed_for_good(sim: &Sim, ctx: &ferroverbs::Context<ferroverbs_sim::SimBus>) {
+    let before = sim.stats().commands_completed;
+    let t0 = sim.clock().now();
+    assert!(ctx.failure().is_some());
+    assert!(matches!(ctx.query_device(), Err(Error::DeviceFailed(_))));
+    assert!(matches!(ctx.query_port(1), Err(Error::DeviceFailed(_))));
+    assert!(matches!(ctx.process_events(), Err(Error::DeviceFailed(_))));
+    assert!(matches!(
+        ctx.exec_cmd(&input(Op::AllocPd, 0, 16), 16),
+        Err(Error::DeviceFailed(_))
+    ));
+    assert_eq!(
+        sim.stats().commands_completed,
+        before,
+        "no command reached the device"
+    );
+    assert_eq!(sim.clock().now(), t0, "no waiting");
+}
+
+#[test]
+fn a_fatal_health_syndrome_fails_the_device_at_the_next_call() {
+    let sim = sim();
+    let ctx = Device::open(sim.bus(), config(&sim)).unwrap();
+    sim.raise_fatal(Some(FatalHealth {
+        synd: 0x7,
+        ext_synd: 0x1234,
+        rfr: true,
+    }));
+    match ctx.query_device() {
+        Err(Error::DeviceFailed(Failure::FatalSyndrome { synd, ext_synd })) => {
+            assert_eq!((synd, ext_synd), (0x7, 0x1234));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_failed_for_good(&sim, &ctx);
+    // Teardown issues nothing to a failed device and still unmaps everything.
+    let before = sim.stats().commands_completed;
+    assert!(matches!(ctx.close(), Err(Error::PagesNotReturned { .. })));
+    assert_eq!(sim.stats().commands_completed, before);
+    assert_eq!(sim.stats().mappings, 0);
+
+    // An idle application notices through process_events as well.
+    let sim = self::sim();
+    let ctx = Device::open(sim.bus(), config(&sim)).unwrap();
+    sim.raise_fatal(Some(FatalHealth {
+        synd: 0x1,
+        ext_synd: 0,
+        rfr: false,
+    }));
+    assert!(matches!(
+        ctx.process_events(),
+        Err(Error::DeviceFailed(Failure::FatalSyndrome { synd: 1, .. }))
+    ));
+    drop(ctx);
+    assert_eq!(sim.stats().mappings, 0);
+}
+
+#[test]
+fn a_device_that_falls_off_the_bus_is_reported_not_waited_for() {
+    let sim = sim();
+    let ctx = Device::open(sim.bus(), config(&sim)).unwrap();
+    sim.vanish(true);
+    assert!(matches!(
+        ctx.query_port(1),
+        Err(Error::DeviceFailed(Failure::Vanished))
+    ));
+    assert_failed_for_good(&sim, &ctx);
+    let _ = ctx.close();
+    assert_eq!(sim.stats().mappings, 0);
+
+    // Gone before bring-up: the init segment reads all ones.
+    let sim = self::sim();
+    sim.vanish(true);
+    let err = Device::open(sim.bus(), config(&sim)).unwrap_err();
+    assert_eq!(err.step(), Some(Step::InitSegment));
+    assert!(err.to_string().contains("all ones"), "{err}");
+    assert_eq!(sim.stats().mappings, 0);
+}
+
+#[test]
+fn firmware_that_never_finishes_initializing_times_out() {
+    let mut cfg = SimConfig::deterministic(1, 1);
+    cfg.init_delay = Duration::from_secs(30);
+    let sim = Sim::new(cfg);
+    let dcfg = DeviceConfig {
+        init_timeout: Duration::from_secs(2),
+        ..config(&sim)
+    }
+    .with_clock(ticking(&sim, Duration::from_millis(5)));
+    let err = Device::open(sim.bus(), dcfg).unwrap_err();
+    assert_eq!(err.step(), Some(Step::WaitFirmware));
+    let Error::BringUp(b) = err else {
+        unreachable!()
+    };
+    assert!(
+        matches!(*b.source, Error::FirmwareInitTimeout { waited } if waited >= Duration::from_secs(2))
+    );
+    assert_eq!(sim.stats().mappings, 0);
+
+    // A short initialization is waited for.
+    let mut cfg = SimConfig::deterministic(1, 1);
+    cfg.init_delay = Duration::from_millis(300);
+    let sim = Sim::new(cfg);
+    let dcfg = config(&sim).with_clock(ticking(&sim, Duration::from_millis(5)));
+    let ctx = Device::open(sim.bus(), dcfg).unwrap();
+    assert!(sim.clock().now() >= Duration::from_millis(300));
+    ctx.close().unwrap();
+    assert_nothing_left(&sim);
+}
+
+#[test]
+fn a_bad_configuration_is_refused_before_touching_the_device() {
+    let sim = sim();
+    let cfg = DeviceConfig {
+        cmd_timeout: Duration::ZERO,
+        ..config(&sim)
+    };
+    let err = Device::open(sim.bus(), cfg).unwrap_err();
+    assert_eq!(err.step(), Some(Step::Config));
+    assert_eq!(sim.stats().commands_completed, 0);
+    assert_eq!(sim.stats().mappings, 0);
+    // A GID index beyond the table: refused at the GID step, everything undone.
+    let cfg = config(&sim).with_gid(ferroverbs::GidEntry::ipv4(4000, [1, 2, 3, 4], [2; 6]));
+    let err = Device::open(sim.bus(), cfg).unwrap_err();
+    assert_eq!(err.step(), Some(Step::GidTable));
+    assert_nothing_left(&sim);
+}
