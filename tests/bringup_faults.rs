@@ -6,14 +6,19 @@
 mod bringup_support;
 use bringup_support::*;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ferroverbs::health::MAX_MISSES;
 use ferroverbs::{CmdStatus, DeliveryStatus, Device, DeviceConfig, Error, Failure, Opcode, Step};
+use ferroverbs_hw::bus::Block64;
 use ferroverbs_hw::control::cmd::Opcode as Op;
+use ferroverbs_hw::control::cmdq::CmdqGeometry;
+use ferroverbs_hw::control::iseg;
+use ferroverbs_hw::{Bus, BusError, DmaPerm};
 use ferroverbs_sim::fault::{CommandFault, DelayRule, FatalHealth, FaultOutcome, Hold};
 use ferroverbs_sim::firmware::HcaState;
-use ferroverbs_sim::{Sim, SimConfig};
+use ferroverbs_sim::{Sim, SimBus, SimConfig};
 
 /// Each bring-up command, the op_mod / occurrence that identifies it, and the step
 /// that must be reported when it fails.
@@ -323,17 +328,60 @@ fn a_device_that_falls_off_the_bus_is_reported_not_waited_for() {
     assert_eq!(sim.stats().mappings, 0);
 }
 
+/// A bus in front of the simulator whose `initializing` bit reads as set for the
+/// first `reads` reads after the command queue address is written (the simulator
+/// clears it at once; real firmware takes its time, or never finishes).
+struct SlowInit {
+    bus: SimBus,
+    reads: AtomicU64,
+}
+
+impl Bus for SlowInit {
+    fn bar0_len(&self) -> usize {
+        self.bus.bar0_len()
+    }
+    fn read32(&self, off: usize) -> u32 {
+        let v = self.bus.read32(off);
+        if off == iseg::INITIALIZING
+            && self
+                .reads
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return v | 1 << 31;
+        }
+        v
+    }
+    fn write32(&self, off: usize, value: u32) {
+        self.bus.write32(off, value)
+    }
+    fn write64(&self, off: usize, value: u64) {
+        self.bus.write64(off, value)
+    }
+    fn write_block64(&self, off: usize, block: &Block64) {
+        self.bus.write_block64(off, block)
+    }
+    fn dma_map(&self, vaddr: usize, len: usize, perm: DmaPerm) -> Result<u64, BusError> {
+        self.bus.dma_map(vaddr, len, perm)
+    }
+    fn dma_unmap(&self, iova: u64, len: usize) -> Result<(), BusError> {
+        self.bus.dma_unmap(iova, len)
+    }
+}
+
 #[test]
 fn firmware_that_never_finishes_initializing_times_out() {
-    let mut cfg = SimConfig::deterministic(1, 1);
-    cfg.init_delay = Duration::from_secs(30);
-    let sim = Sim::new(cfg);
+    let sim = sim();
+    let bus = SlowInit {
+        bus: sim.bus(),
+        reads: AtomicU64::new(u64::MAX),
+    };
     let dcfg = DeviceConfig {
         init_timeout: Duration::from_secs(2),
         ..config(&sim)
     }
     .with_clock(ticking(&sim, Duration::from_millis(5)));
-    let err = Device::open(sim.bus(), dcfg).unwrap_err();
+    let err = Device::open(bus, dcfg).unwrap_err();
     assert_eq!(err.step(), Some(Step::WaitFirmware));
     let Error::BringUp(b) = err else {
         unreachable!()
@@ -342,14 +390,52 @@ fn firmware_that_never_finishes_initializing_times_out() {
         matches!(*b.source, Error::FirmwareInitTimeout { waited } if waited >= Duration::from_secs(2))
     );
     assert_eq!(sim.stats().mappings, 0);
+    assert_eq!(sim.stats().commands_completed, 0);
 
-    // A short initialization is waited for.
-    let mut cfg = SimConfig::deterministic(1, 1);
-    cfg.init_delay = Duration::from_millis(300);
-    let sim = Sim::new(cfg);
+    // A firmware that takes a while is waited for.
+    let sim = self::sim();
+    let bus = SlowInit {
+        bus: sim.bus(),
+        reads: AtomicU64::new(60),
+    };
     let dcfg = config(&sim).with_clock(ticking(&sim, Duration::from_millis(5)));
-    let ctx = Device::open(sim.bus(), dcfg).unwrap();
+    let ctx = Device::open(bus, dcfg).unwrap();
     assert!(sim.clock().now() >= Duration::from_millis(300));
+    ctx.close().unwrap();
+    assert_nothing_left(&sim);
+}
+
+#[test]
+fn an_unusable_command_queue_geometry_is_refused() {
+    let mut cfg = SimConfig::deterministic(1, 1);
+    cfg.bar.cmdq = CmdqGeometry {
+        log_size: 6,
+        log_stride: 6,
+    };
+    let sim = Sim::new(cfg);
+    let err = Device::open(sim.bus(), config(&sim)).unwrap_err();
+    assert_eq!(err.step(), Some(Step::InitSegment));
+    let Error::BringUp(b) = err else {
+        unreachable!()
+    };
+    assert!(
+        matches!(*b.source, Error::BadCmdqGeometry(_)),
+        "{:?}",
+        b.source
+    );
+    assert_eq!(sim.stats().mappings, 0);
+
+    // A smaller queue works: 4 entries, the last one kept for page requests.
+    let mut cfg = SimConfig::deterministic(1, 1);
+    cfg.bar.cmdq = CmdqGeometry {
+        log_size: 2,
+        log_stride: 6,
+    };
+    let sim = Sim::new(cfg);
+    let ctx = Device::open(sim.bus(), config(&sim)).unwrap();
+    sim.request_pages(3);
+    ctx.query_port(1).unwrap();
+    assert_eq!(sim.stats().pages_held as usize, ctx.pages_lent());
     ctx.close().unwrap();
     assert_nothing_left(&sim);
 }
