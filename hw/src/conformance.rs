@@ -123,6 +123,39 @@ pub fn constants() -> impl Iterator<Item = &'static Constant> {
         .chain(crate::datapath::CONSTANTS.iter())
 }
 
+/// Declares named constants that mirror a header, each as a Rust `const` and as a
+/// registry [`Constant`] naming the header it is checked against:
+///
+/// ```ignore
+/// c_constants! {
+///     /// The constants of this module, for the conformance registry.
+///     pub(crate) const CONSTANTS;
+///     /// Doc of the constant.
+///     Mlx5Dv MLX5_OPCODE_SEND: u8 = 0x0a;
+/// }
+/// ```
+macro_rules! c_constants {
+    (
+        $(#[$lm:meta])*
+        $vis:vis const $list:ident;
+        $( $(#[$m:meta])* $header:ident $name:ident : $ty:ty = $value:expr; )*
+    ) => {
+        $(
+            $(#[$m])*
+            #[allow(non_upper_case_globals)]
+            pub const $name: $ty = $value;
+        )*
+        $(#[$lm])*
+        $vis const $list: &[$crate::conformance::Constant] = &[
+            $( $crate::conformance::Constant {
+                header: $crate::conformance::Header::$header,
+                name: stringify!($name),
+                value: $name as u64,
+            } ),*
+        ];
+    };
+}
+
 /// The `CMember` of field `$field` of `#[repr(C)]` type `$ty`, measured by the compiler.
 #[macro_export]
 macro_rules! c_member {

@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod bus;
+#[macro_use]
 pub mod conformance;
 pub mod control;
 pub mod datapath;

@@ -373,21 +373,21 @@ header_enum! {
     }
 }
 
-header_consts! {
+c_constants! {
     /// `mlx5_ifc.h` names of the cap types SET_HCA_CAP is used with (the kernel shifts
     /// them left by one to form the op_mod).
-    pub const SET_HCA_CAP_OP_MOD_CONSTANTS in Mlx5Ifc {
+    pub const SET_HCA_CAP_OP_MOD_CONSTANTS;
         /// General device capabilities.
-        MLX5_SET_HCA_CAP_OP_MOD_GENERAL_DEVICE: u16 = 0x0;
+        Mlx5Ifc MLX5_SET_HCA_CAP_OP_MOD_GENERAL_DEVICE: u16 = 0x0;
         /// On-demand paging.
-        MLX5_SET_HCA_CAP_OP_MOD_ODP: u16 = 0x2;
+        Mlx5Ifc MLX5_SET_HCA_CAP_OP_MOD_ODP: u16 = 0x2;
         /// Atomic operations.
-        MLX5_SET_HCA_CAP_OP_MOD_ATOMIC: u16 = 0x3;
+        Mlx5Ifc MLX5_SET_HCA_CAP_OP_MOD_ATOMIC: u16 = 0x3;
         /// RoCE.
-        MLX5_SET_HCA_CAP_OP_MOD_ROCE: u16 = 0x4;
+        Mlx5Ifc MLX5_SET_HCA_CAP_OP_MOD_ROCE: u16 = 0x4;
         /// Port selection.
-        MLX5_SET_HCA_CAP_OP_MODE_PORT_SELECTION: u16 = 0x25;
-    }
+        Mlx5Ifc MLX5_SET_HCA_CAP_OP_MODE_PORT_SELECTION: u16 = 0x25;
+
 }
 
 header_enum! {

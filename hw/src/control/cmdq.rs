@@ -20,16 +20,16 @@ use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout, Unaligne
 use crate::conformance::{CStruct, Header};
 use crate::field::TooShort;
 
-header_consts! {
+c_constants! {
     /// `device.h` command queue constants.
-    pub const CONSTANTS in Device {
+    pub const CONSTANTS;
         /// Most command queue entries any driver uses (and the doorbell vector's width).
-        MLX5_MAX_COMMANDS: usize = 32;
+        Device MLX5_MAX_COMMANDS: usize = 32;
         /// Payload bytes of one mailbox block.
-        MLX5_CMD_DATA_BLOCK_SIZE: usize = 512;
+        Device MLX5_CMD_DATA_BLOCK_SIZE: usize = 512;
         /// The only valid entry `type`: PCI command transport.
-        MLX5_PCI_CMD_XPORT: u8 = 7;
-    }
+        Device MLX5_PCI_CMD_XPORT: u8 = 7;
+
 }
 
 /// Bytes of input and of output carried inline in the entry (`in[4]`, `out[4]`).

@@ -224,16 +224,16 @@ pub const INIT_SEG_SIZE: usize = core::mem::size_of::<InitSeg>();
 /// `CMD_IF_REV`, rdma-core `mlx5_vfio.c`: anything else is refused).
 pub const CMD_IF_REV: u16 = 5;
 
-header_consts! {
+c_constants! {
     /// `device.h` constants about the init segment registers.
-    pub const CONSTANTS in Device {
+    pub const CONSTANTS;
         /// Shift of the NIC interface field in `cmdq_addr_l_sz` (`enum mlx5_cmd_addr_l_sz_offset`).
-        MLX5_NIC_IFC_OFFSET: u32 = 8;
+        Device MLX5_NIC_IFC_OFFSET: u32 = 8;
         /// Bit of `initializing` that says firmware reset is supported.
-        MLX5_FW_RESET_SUPPORTED_OFFSET: u32 = 30;
+        Device MLX5_FW_RESET_SUPPORTED_OFFSET: u32 = 30;
         /// Bit of the health buffer's `rfr_severity` byte that requests a reset for recovery.
-        MLX5_RFR_BIT_OFFSET: u32 = 0x7;
-    }
+        Device MLX5_RFR_BIT_OFFSET: u32 = 0x7;
+
 }
 
 /// The NIC interface mode in `cmdq_addr_l_sz` `[10:8]` (Linux `MLX5_INITIAL_SEG_NIC_INTERFACE_*`
@@ -252,16 +252,16 @@ pub enum NicInterface {
     SwReset = 7,
 }
 
-header_consts! {
+c_constants! {
     /// `mlx5_ifc.h` NIC interface values.
-    pub const NIC_INTERFACE_CONSTANTS in Mlx5Ifc {
+    pub const NIC_INTERFACE_CONSTANTS;
         /// Full driver mode.
-        MLX5_INITIAL_SEG_NIC_INTERFACE_FULL_DRIVER: u8 = NicInterface::FullDriver as u8;
+        Mlx5Ifc MLX5_INITIAL_SEG_NIC_INTERFACE_FULL_DRIVER: u8 = NicInterface::FullDriver as u8;
         /// NIC disabled.
-        MLX5_INITIAL_SEG_NIC_INTERFACE_DISABLED: u8 = NicInterface::Disabled as u8;
+        Mlx5Ifc MLX5_INITIAL_SEG_NIC_INTERFACE_DISABLED: u8 = NicInterface::Disabled as u8;
         /// No-DRAM NIC.
-        MLX5_INITIAL_SEG_NIC_INTERFACE_NO_DRAM_NIC: u8 = NicInterface::NoDramNic as u8;
-    }
+        Mlx5Ifc MLX5_INITIAL_SEG_NIC_INTERFACE_NO_DRAM_NIC: u8 = NicInterface::NoDramNic as u8;
+
 }
 
 impl NicInterface {

@@ -107,41 +107,6 @@ macro_rules! header_enum {
     };
 }
 
-/// Declares plain `pub const` items named after header constants, and a registry slice
-/// `$list` of them.
-///
-/// ```ignore
-/// header_consts! {
-///     /// Registry of this group.
-///     pub const LIST in Device {
-///         /// doc
-///         MLX5_FOO: u32 = 8;
-///     }
-/// }
-/// ```
-macro_rules! header_consts {
-    (
-        $(#[$m:meta])*
-        pub const $list:ident in $header:ident {
-            $( $(#[$cm:meta])* $cname:ident : $ty:ty = $val:expr; )*
-        }
-    ) => {
-        $(
-            $(#[$cm])*
-            #[allow(non_upper_case_globals)]
-            pub const $cname: $ty = $val;
-        )*
-        $(#[$m])*
-        pub const $list: &[$crate::conformance::Constant] = &[$(
-            $crate::conformance::Constant {
-                header: $crate::conformance::Header::$header,
-                name: stringify!($cname),
-                value: $cname as u64,
-            },
-        )*];
-    };
-}
-
 /// A [`CMember`](crate::conformance::CMember) whose Rust field name differs from the C
 /// member name (because the C name is a Rust keyword such as `type` or `in`).
 macro_rules! c_member_as {

@@ -764,53 +764,53 @@ header_enum! {
     }
 }
 
-header_consts! {
+c_constants! {
     /// `opt_param_mask` bits (`enum mlx5_qp_optpar`, `qp.h`): which optional context
     /// fields a modify command applies.
-    pub const OPTPAR_CONSTANTS in Qp {
+    pub const OPTPAR_CONSTANTS;
         /// The alternate path.
-        MLX5_QP_OPTPAR_ALT_ADDR_PATH: u32 = 1 << 0;
+        Qp MLX5_QP_OPTPAR_ALT_ADDR_PATH: u32 = 1 << 0;
         /// `rre`.
-        MLX5_QP_OPTPAR_RRE: u32 = 1 << 1;
+        Qp MLX5_QP_OPTPAR_RRE: u32 = 1 << 1;
         /// `rae`.
-        MLX5_QP_OPTPAR_RAE: u32 = 1 << 2;
+        Qp MLX5_QP_OPTPAR_RAE: u32 = 1 << 2;
         /// `rwe`.
-        MLX5_QP_OPTPAR_RWE: u32 = 1 << 3;
+        Qp MLX5_QP_OPTPAR_RWE: u32 = 1 << 3;
         /// `primary_address_path.pkey_index`.
-        MLX5_QP_OPTPAR_PKEY_INDEX: u32 = 1 << 4;
+        Qp MLX5_QP_OPTPAR_PKEY_INDEX: u32 = 1 << 4;
         /// `q_key`.
-        MLX5_QP_OPTPAR_Q_KEY: u32 = 1 << 5;
+        Qp MLX5_QP_OPTPAR_Q_KEY: u32 = 1 << 5;
         /// `min_rnr_nak`.
-        MLX5_QP_OPTPAR_RNR_TIMEOUT: u32 = 1 << 6;
+        Qp MLX5_QP_OPTPAR_RNR_TIMEOUT: u32 = 1 << 6;
         /// The primary path.
-        MLX5_QP_OPTPAR_PRIMARY_ADDR_PATH: u32 = 1 << 7;
+        Qp MLX5_QP_OPTPAR_PRIMARY_ADDR_PATH: u32 = 1 << 7;
         /// `log_sra_max`.
-        MLX5_QP_OPTPAR_SRA_MAX: u32 = 1 << 8;
+        Qp MLX5_QP_OPTPAR_SRA_MAX: u32 = 1 << 8;
         /// `log_rra_max`.
-        MLX5_QP_OPTPAR_RRA_MAX: u32 = 1 << 9;
+        Qp MLX5_QP_OPTPAR_RRA_MAX: u32 = 1 << 9;
         /// `pm_state`.
-        MLX5_QP_OPTPAR_PM_STATE: u32 = 1 << 10;
+        Qp MLX5_QP_OPTPAR_PM_STATE: u32 = 1 << 10;
         /// `retry_count`.
-        MLX5_QP_OPTPAR_RETRY_COUNT: u32 = 1 << 12;
+        Qp MLX5_QP_OPTPAR_RETRY_COUNT: u32 = 1 << 12;
         /// `rnr_retry`.
-        MLX5_QP_OPTPAR_RNR_RETRY: u32 = 1 << 13;
+        Qp MLX5_QP_OPTPAR_RNR_RETRY: u32 = 1 << 13;
         /// `primary_address_path.ack_timeout`.
-        MLX5_QP_OPTPAR_ACK_TIMEOUT: u32 = 1 << 14;
+        Qp MLX5_QP_OPTPAR_ACK_TIMEOUT: u32 = 1 << 14;
         /// `lag_tx_port_affinity`.
-        MLX5_QP_OPTPAR_LAG_TX_AFF: u32 = 1 << 15;
+        Qp MLX5_QP_OPTPAR_LAG_TX_AFF: u32 = 1 << 15;
         /// `primary_address_path.vhca_port_num`.
-        MLX5_QP_OPTPAR_PRI_PORT: u32 = 1 << 16;
+        Qp MLX5_QP_OPTPAR_PRI_PORT: u32 = 1 << 16;
         /// `srqn_rmpn_xrqn`.
-        MLX5_QP_OPTPAR_SRQN: u32 = 1 << 18;
+        Qp MLX5_QP_OPTPAR_SRQN: u32 = 1 << 18;
         /// `cqn_rcv`.
-        MLX5_QP_OPTPAR_CQN_RCV: u32 = 1 << 19;
+        Qp MLX5_QP_OPTPAR_CQN_RCV: u32 = 1 << 19;
         /// DC handshake.
-        MLX5_QP_OPTPAR_DC_HS: u32 = 1 << 20;
+        Qp MLX5_QP_OPTPAR_DC_HS: u32 = 1 << 20;
         /// `dc_access_key`.
-        MLX5_QP_OPTPAR_DC_KEY: u32 = 1 << 21;
+        Qp MLX5_QP_OPTPAR_DC_KEY: u32 = 1 << 21;
         /// `counter_set_id`.
-        MLX5_QP_OPTPAR_COUNTER_SET_ID: u32 = 1 << 25;
-    }
+        Qp MLX5_QP_OPTPAR_COUNTER_SET_ID: u32 = 1 << 25;
+
 }
 
 /// A QP state transition command.

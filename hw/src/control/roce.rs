@@ -112,18 +112,18 @@ header_enum! {
     }
 }
 
-header_consts! {
+c_constants! {
     /// `roce_cap` capability bits (`device.h`).
-    pub const CAP_CONSTANTS in Device {
+    pub const CAP_CONSTANTS;
         /// `roce_cap.roce_version` bit: RoCE v1 supported.
-        MLX5_ROCE_VERSION_1_CAP: u8 = 1 << 0;
+        Device MLX5_ROCE_VERSION_1_CAP: u8 = 1 << 0;
         /// `roce_cap.roce_version` bit: RoCE v2 supported.
-        MLX5_ROCE_VERSION_2_CAP: u8 = 1 << 2;
+        Device MLX5_ROCE_VERSION_2_CAP: u8 = 1 << 2;
         /// `roce_cap.l3_type` bit: IPv4 supported.
-        MLX5_ROCE_L3_TYPE_IPV4_CAP: u8 = 1 << 1;
+        Device MLX5_ROCE_L3_TYPE_IPV4_CAP: u8 = 1 << 1;
         /// `roce_cap.l3_type` bit: IPv6 supported.
-        MLX5_ROCE_L3_TYPE_IPV6_CAP: u8 = 1 << 2;
-    }
+        Device MLX5_ROCE_L3_TYPE_IPV6_CAP: u8 = 1 << 2;
+
 }
 
 /// One GID table entry, decoded.

@@ -11,7 +11,6 @@
 //! Layouts: rdma-core 44 `infiniband/mlx5dv.h` (`struct mlx5_cqe64`, `struct mlx5_err_cqe`;
 //! the latter is identical in Linux `device.h`).
 
-use crate::c_member;
 use crate::conformance::{CStruct, Header};
 use zerocopy::byteorder::big_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};

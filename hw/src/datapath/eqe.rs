@@ -8,7 +8,6 @@
 //! [`eqe_sw_owned`] holds; a read barrier follows the check. The consumer index goes
 //! back to the device through the EQ doorbell ([`crate::datapath::uar`]).
 
-use crate::c_member;
 use crate::conformance::{CMember, CStruct, Header};
 use zerocopy::byteorder::big_endian::{U16, U32};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};

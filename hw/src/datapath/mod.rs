@@ -24,27 +24,6 @@
 use crate::conformance::{CStruct, Constant, Header};
 use crate::field::Layout;
 
-/// Declares constants with their C names, as Rust `pub const`s and as a registry list
-/// of [`Constant`]s, so that the value the code uses and the value the conformance test
-/// checks are one and the same.
-macro_rules! c_constants {
-    (
-        $(#[$lm:meta])*
-        $vis:vis const $list:ident;
-        $( $(#[$m:meta])* $header:ident $name:ident : $ty:ty = $value:expr; )*
-    ) => {
-        $( $(#[$m])* pub const $name: $ty = $value; )*
-        $(#[$lm])*
-        $vis const $list: &[$crate::conformance::Constant] = &[
-            $( $crate::conformance::Constant {
-                header: $crate::conformance::Header::$header,
-                name: stringify!($name),
-                value: $name as u64,
-            } ),*
-        ];
-    };
-}
-
 /// Implements the checked constructors of a byte-level structure whose bytes may come
 /// from the other side of the bus.
 macro_rules! checked_view {

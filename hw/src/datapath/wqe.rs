@@ -13,7 +13,6 @@
 //! and, for the segments it lacks, Linux `include/linux/mlx5/qp.h`
 //! ([`Header::Qp`](crate::conformance::Header)).
 
-use crate::c_member;
 use crate::conformance::{CStruct, Header};
 use zerocopy::byteorder::big_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
