@@ -360,6 +360,21 @@ impl Sim {
         }
     }
 
+    /// The physical link of `port` (1-based) goes up or down. A change of the port's
+    /// operational state is reported with a PORT_CHANGE event (sub-type ACTIVE or
+    /// DOWN) once the HCA is initialized. Returns `false` for an unknown port.
+    pub fn set_link(&self, port: u8, up: bool) -> bool {
+        let (known, sig) = {
+            let mut d = self.dev();
+            let known = d.fw.set_link(&self.shared.iommu, port, up);
+            (known, d.fw.take_irqs())
+        };
+        for v in sig {
+            self.shared.irqs.signal(v);
+        }
+        known
+    }
+
     /// Function-level reset: registers, firmware state and held commands are reset;
     /// IOMMU mappings (owned by the driver's container) stay.
     pub fn reset(&self) {

@@ -431,3 +431,47 @@ fn doorbell_before_the_queue_is_programmed_is_ignored() {
     bus.write32(iseg::CMD_DBELL, 1);
     assert_eq!(sim.stats().commands_ignored, 1);
 }
+
+#[test]
+fn port_changes_are_reported_on_subscribed_eqs() {
+    let mut h = Host::deterministic();
+    let up = h.bring_up();
+    let (eqn, buf) = h.create_eq(4, up.uar, 1, &[EventType::PortChange]);
+    h.eq_doorbell(up.uar, eqn, 0, true);
+    assert!(h.sim.set_link(1, false));
+    assert!(!h.sim.set_link(2, false), "no port 2");
+    let e = eqe(&h, buf, 0);
+    assert_eq!(e.event(), Some(EventType::PortChange));
+    assert_eq!(e.sub_type, 1, "DOWN");
+    assert_eq!(e.port().port_num(), 1);
+    assert_eq!(h.sim.irq_count(1), 1);
+    // No change, no event.
+    h.sim.set_link(1, false);
+    assert_eq!(h.sim.with_firmware(|fw| fw.eq(eqn).unwrap().ring.pi), 1);
+    h.sim.set_link(1, true);
+    let e = eqe(&h, buf, 1);
+    assert_eq!(e.sub_type, 4, "ACTIVE");
+    // PAOS admin down through ACCESS_REG raises the same event.
+    let mut reg = [0u8; 16];
+    set(
+        &mut reg,
+        ferroverbs_hw::control::reg::paos_reg::local_port,
+        1,
+    );
+    set(&mut reg, ferroverbs_hw::control::reg::paos_reg::ase, 1);
+    set(
+        &mut reg,
+        ferroverbs_hw::control::reg::paos_reg::admin_status,
+        2,
+    );
+    h.ok(
+        &ferroverbs_hw::control::reg::access_register_input(
+            ferroverbs_hw::control::reg::AccessRegisterOpMod::Write,
+            0x5006,
+            0,
+            &reg,
+        ),
+        32,
+    );
+    assert_eq!(eqe(&h, buf, 2).sub_type, 1);
+}

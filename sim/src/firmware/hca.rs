@@ -253,7 +253,7 @@ impl Firmware {
         Out::new(mbox_out::SIZE).done()
     }
 
-    pub(super) fn access_reg(&mut self, c: &Cmd) -> CmdResult {
+    pub(super) fn access_reg(&mut self, c: &Cmd, io: &Iommu) -> CmdResult {
         // op_mod 0 write, 1 read.
         if c.op_mod > 1 {
             return Err(Syndrome::BadOpMod.into());
@@ -291,7 +291,7 @@ impl Firmware {
                 reg.fill(0);
                 register_host_endianness::he.set(&mut reg, u64::from(self.host_endianness));
             }
-            _ => self.paos(write, data, &mut reg)?,
+            _ => self.paos(io, write, data, &mut reg)?,
         }
         let mut o = Out::new(out_at + reg_size);
         o.0[out_at..out_at + reg_size].copy_from_slice(&reg);

@@ -334,7 +334,8 @@ pub struct Firmware {
     qps: Table<Qp>,
     ports: Vec<Port>,
     stats: FwStats,
-    mkey_variant: u8,
+    /// MSI-X vectors to fire for events the last command raised.
+    pending_irqs: Vec<u16>,
 }
 
 /// How many objects each table holds, for tests.
@@ -385,7 +386,7 @@ impl Firmware {
             pages,
             ports,
             stats: FwStats::default(),
-            mkey_variant: 0,
+            pending_irqs: Vec::new(),
         };
         fw.size_tables();
         fw
@@ -544,7 +545,7 @@ impl Firmware {
             SetHcaCap => self.set_hca_cap(&c),
             InitHca => self.init_hca(&c),
             TeardownHca => self.teardown_hca(&c),
-            AccessReg => self.access_reg(&c),
+            AccessReg => self.access_reg(&c, io),
             Nop => self.nop(&c),
             AllocUar => self.alloc_uar(&c),
             DeallocUar => self.dealloc_uar(&c),
@@ -657,6 +658,54 @@ impl Firmware {
             return None;
         }
         eq.ring.doorbell(ci, arm).ok().flatten()
+    }
+
+    /// The MSI-X vectors events raised by the last commands must fire (drained).
+    pub fn take_irqs(&mut self) -> Vec<u16> {
+        std::mem::take(&mut self.pending_irqs)
+    }
+
+    /// Posts a PORT_CHANGE event for port `index` (0-based) if its operational state
+    /// differs from `was_up` and the HCA is initialized; the vector joins the pending
+    /// interrupts.
+    fn port_event(&mut self, io: &Iommu, index: usize, was_up: bool) {
+        let Some(p) = self.ports.get(index) else {
+            return;
+        };
+        let up = p.oper_up();
+        if up == was_up || self.state != HcaState::Initialized {
+            return;
+        }
+        use ferroverbs_hw::datapath::eqe::{
+            MLX5_EVENT_TYPE_PORT_CHANGE, MLX5_PORT_CHANGE_SUBTYPE_ACTIVE,
+            MLX5_PORT_CHANGE_SUBTYPE_DOWN,
+        };
+        let sub = if up {
+            MLX5_PORT_CHANGE_SUBTYPE_ACTIVE
+        } else {
+            MLX5_PORT_CHANGE_SUBTYPE_DOWN
+        };
+        // `struct mlx5_eqe_port_state`: the port number in bits 7..4 of byte 8.
+        let mut data = [0u8; 9];
+        data[8] = ((index as u8 + 1) & 0xf) << 4;
+        if let Some(v) = self.post_event(io, MLX5_EVENT_TYPE_PORT_CHANGE, sub, &data) {
+            self.pending_irqs.push(v);
+        }
+    }
+
+    /// The physical link of port `port` (1-based) goes up or down; a PORT_CHANGE event
+    /// reports a change of the operational state. Returns `false` for an unknown port.
+    pub fn set_link(&mut self, io: &Iommu, port: u8, up: bool) -> bool {
+        let Some(i) = usize::from(port)
+            .checked_sub(1)
+            .filter(|&i| i < self.ports.len())
+        else {
+            return false;
+        };
+        let was = self.ports[i].oper_up();
+        self.ports[i].link_up = up;
+        self.port_event(io, i, was);
+        true
     }
 
     /// Whether UAR index `uar` is allocated.

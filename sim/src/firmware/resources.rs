@@ -181,7 +181,6 @@ impl Firmware {
             k.key = (index << 8) | variant;
         }
         self.pds.acquire(pd);
-        self.mkey_variant = self.mkey_variant.wrapping_add(1);
         let mut o = Out::new(create_mkey_out::SIZE);
         o.set(create_mkey_out::mkey_index, u64::from(index));
         o.done()

@@ -9,6 +9,7 @@ use ferroverbs_hw::control::vport::split_mac;
 use super::caps::Caps;
 use super::ifc::*;
 use super::{Cmd, CmdResult, Fail, Firmware, FwConfig, HcaState, Out, Syndrome};
+use crate::iommu::Iommu;
 
 /// `roce_version`: RoCE v1 (`MLX5_ROCE_VERSION_1`).
 pub const ROCE_V1: u8 = 0;
@@ -333,14 +334,22 @@ impl Firmware {
     }
 
     /// PAOS (port administrative and operational status), ACCESS_REG 0x5006.
-    pub(super) fn paos(&mut self, write: bool, data: &[u8], reg: &mut [u8]) -> Result<(), Fail> {
+    pub(super) fn paos(
+        &mut self,
+        io: &Iommu,
+        write: bool,
+        data: &[u8],
+        reg: &mut [u8],
+    ) -> Result<(), Fail> {
         let port = self.reg_port(data, paos_reg::local_port)?;
         if write && get(data, paos_reg::ase) != 0 {
+            let was = self.ports[port].oper_up();
             match get(data, paos_reg::admin_status) {
                 1 => self.ports[port].admin_up = true,
                 2 => self.ports[port].admin_up = false,
                 _ => return Err(Syndrome::PaosBadStatus.into()),
             }
+            self.port_event(io, port, was);
         }
         let p = &self.ports[port];
         reg.fill(0);
