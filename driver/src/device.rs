@@ -418,7 +418,7 @@ pub struct PortAttr {
     /// MTU in use, derived from the NIC vport MTU.
     pub active_mtu: Mtu,
     /// The NIC vport MTU in bytes (hardware MTU: Ethernet payload plus L2 headers).
-    pub hw_mtu: u16,
+    pub vport_mtu: u16,
     /// Size of the GID table.
     pub gid_tbl_len: u32,
     /// Largest message.
@@ -704,17 +704,17 @@ impl<B: Bus> Context<B> {
             v => PortState::Other(v),
         };
         let ctx = prm::query_nic_vport_context_out::nic_vport_context.bit;
-        let hw_mtu = prm::nic_vport_context::mtu.at(ctx).get(&vctx) as u16;
+        let vport_mtu = prm::nic_vport_context::mtu.at(ctx).get(&vctx) as u16;
         let mac_field = prm::nic_vport_context::permanent_address.at(ctx).get(&vctx);
         let m = mac_field.to_be_bytes();
         // ETH_HLEN + VLAN_HLEN + ETH_FCS_LEN between hardware and software MTU.
-        let eth_mtu = u32::from(hw_mtu).saturating_sub(14 + 4 + 4);
+        let eth_mtu = u32::from(vport_mtu).saturating_sub(14 + 4 + 4);
         Ok(PortAttr {
             state,
             admin_state: prm::query_vport_state_out::admin_state.get(&st) as u8,
             max_mtu: Mtu::Mtu4096,
             active_mtu: Mtu::for_ethernet(eth_mtu),
-            hw_mtu,
+            vport_mtu,
             gid_tbl_len: self.gid_table_len(),
             max_msg_sz: pow2(self.caps.gen(prm::cmd_hca_cap::log_max_msg)),
             link_layer: self.link_layer(),
