@@ -27,7 +27,7 @@ pub mod syndrome;
 pub mod table;
 mod vport;
 
-use ferroverbs_hw::control::cmd::{self, CmdStatus, Opcode};
+use ferroverbs_hw::control::cmd::{self, Opcode};
 use ferroverbs_hw::Field;
 
 use crate::eq::{EqRing, Posted};
@@ -731,8 +731,3 @@ impl Firmware {
 
 /// First QP number handed out (QPN 0 and 1 are the special QP0/QP1).
 pub const QPN_BASE: u32 = 0x100;
-
-/// The status byte of a [`CmdStatus`].
-pub fn status_byte(s: CmdStatus) -> u8 {
-    s.value()
-}
