@@ -262,3 +262,34 @@ fn mailbox_chains_of_one_two_and_many_blocks_round_trip() {
     ctx.close().unwrap();
     assert_nothing_left(&sim);
 }
+
+#[test]
+fn port_changes_arrive_as_async_events() {
+    let sim = sim();
+    let ctx = Device::open(sim.bus(), config(&sim)).unwrap();
+    assert_eq!(ctx.next_async_event(), None);
+    assert!(sim.set_link(1, false));
+    ctx.process_events().unwrap();
+    assert_eq!(
+        ctx.next_async_event(),
+        Some(ferroverbs::AsyncEvent::PortChange {
+            port: 1,
+            sub_type: 1
+        })
+    );
+    assert_eq!(ctx.query_port(1).unwrap().state, PortState::Down);
+    assert!(sim.set_link(1, true));
+    // Events are also collected while the driver waits for a command.
+    ctx.query_device().unwrap();
+    assert_eq!(
+        ctx.next_async_event(),
+        Some(ferroverbs::AsyncEvent::PortChange {
+            port: 1,
+            sub_type: 4
+        })
+    );
+    assert_eq!(ctx.next_async_event(), None);
+    assert_eq!(ctx.query_port(1).unwrap().state, PortState::Active);
+    ctx.close().unwrap();
+    assert_nothing_left(&sim);
+}

@@ -457,3 +457,42 @@ fn a_bad_configuration_is_refused_before_touching_the_device() {
     assert_eq!(err.step(), Some(Step::GidTable));
     assert_nothing_left(&sim);
 }
+
+#[test]
+fn a_command_can_have_its_own_timeout() {
+    let sim = sim();
+    // A clock that moves device time on and lets the device service what became due
+    // (commands held for a while), as a device running on its own would.
+    let dev = sim.clone();
+    let clock: std::sync::Arc<dyn ferroverbs::Clock> = std::sync::Arc::new(move || {
+        dev.advance(Duration::from_millis(1));
+        dev.clock().now()
+    });
+    let ctx = Device::open(sim.bus(), config(&sim).with_clock(clock)).unwrap();
+    sim.delay_commands(DelayRule {
+        opcode: Some(Op::QueryVportState.value()),
+        nth: Some(1),
+        hold: Hold::UntilReleased,
+    });
+    let short = Duration::from_millis(20);
+    match ctx.exec_cmd_timeout(&input(Op::QueryVportState, 0, 16), 16, short) {
+        Err(Error::CmdTimeout { waited, .. }) => {
+            assert!(waited >= short && waited < TIMEOUT, "{waited:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A command the device takes 300 ms over: too slow for the default timeout,
+    // fine within a longer one of its own.
+    for (timeout, ok) in [(TIMEOUT, false), (Duration::from_secs(1), true)] {
+        sim.delay_commands(DelayRule {
+            opcode: Some(Op::QueryVportState.value()),
+            nth: Some(1),
+            hold: Hold::For(Duration::from_millis(300)),
+        });
+        let r = ctx.exec_cmd_timeout(&input(Op::QueryVportState, 0, 16), 16, timeout);
+        assert_eq!(r.is_ok(), ok, "{timeout:?}: {r:?}");
+    }
+    sim.release_held();
+    ctx.close().unwrap();
+    assert_nothing_left(&sim);
+}

@@ -577,6 +577,17 @@ impl<B: Bus> Context<B> {
         self.lock()?.exec(input, out_len)
     }
 
+    /// [`Context::exec_cmd`] with a timeout for this command instead of
+    /// [`DeviceConfig::cmd_timeout`].
+    pub fn exec_cmd_timeout(
+        &self,
+        input: &[u8],
+        out_len: usize,
+        timeout: Duration,
+    ) -> Result<Vec<u8>> {
+        self.lock()?.exec_with_timeout(input, out_len, timeout)
+    }
+
     /// Consumes pending events: answers page requests, queues async events, and runs
     /// the health watchdog (rdma-core `mlx5dv_vfio_process_events`). Call it now and
     /// then when the driver is otherwise idle.

@@ -508,6 +508,16 @@ impl<B: Bus> Hca<B> {
     /// Fails at once if the device has failed. While waiting it consumes EQEs,
     /// answers page requests (on the reserved slot), and runs the watchdog.
     pub(crate) fn exec(&mut self, input: &[u8], out_len: usize) -> Result<Vec<u8>> {
+        self.exec_with_timeout(input, out_len, self.cmd_timeout)
+    }
+
+    /// [`Hca::exec`] with a timeout for this command only.
+    pub(crate) fn exec_with_timeout(
+        &mut self,
+        input: &[u8],
+        out_len: usize,
+        timeout: Duration,
+    ) -> Result<Vec<u8>> {
         if let Some(f) = self.health.failed() {
             return Err(Error::DeviceFailed(f));
         }
@@ -518,7 +528,7 @@ impl<B: Bus> Hca<B> {
         self.health
             .tick(&*self.bus, now)
             .map_err(Error::DeviceFailed)?;
-        let r = self.run(SlotClass::Regular, input, out_len);
+        let r = self.run_with_timeout(SlotClass::Regular, input, out_len, timeout);
         if !self.page_requests.is_empty() && self.health.failed().is_none() {
             if let Err(e) = self.service_page_requests() {
                 tracing::warn!(error = %e, "answering a page request failed");
@@ -533,6 +543,16 @@ impl<B: Bus> Hca<B> {
         class: SlotClass,
         input: &[u8],
         out_len: usize,
+    ) -> Result<Vec<u8>> {
+        self.run_with_timeout(class, input, out_len, self.cmd_timeout)
+    }
+
+    fn run_with_timeout(
+        &mut self,
+        class: SlotClass,
+        input: &[u8],
+        out_len: usize,
+        timeout: Duration,
     ) -> Result<Vec<u8>> {
         let p = self.cmd.post(class, input, out_len, self.clock.now())?;
         let bit = 1u32 << p.slot;
@@ -561,7 +581,7 @@ impl<B: Bus> Hca<B> {
                 return Err(e);
             }
             let waited = now.saturating_sub(p.posted_at);
-            if waited >= self.cmd_timeout {
+            if waited >= timeout {
                 self.cmd.abandon(&p);
                 let e = Error::CmdTimeout {
                     opcode: Opcode(p.opcode),
