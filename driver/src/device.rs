@@ -814,6 +814,13 @@ mod tests {
     }
 
     #[test]
+    fn a_context_can_be_shared_between_threads() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<Context<ferroverbs_hw::MemBus>>();
+        shareable::<DeviceConfig>();
+    }
+
+    #[test]
     fn mtu_from_ethernet() {
         assert_eq!(Mtu::for_ethernet(1500), Mtu::Mtu1024);
         assert_eq!(Mtu::for_ethernet(9000), Mtu::Mtu4096);
