@@ -13,7 +13,7 @@ use ferroverbs_hw::control::eq::{destroy_eq_in, eqc, query_eq_in, query_eq_out};
 use ferroverbs_hw::control::hca::{query_issi_out, teardown_hca_out};
 use ferroverbs_hw::control::mkey::{destroy_mkey_in, mkc, query_mkey_in, query_mkey_out};
 use ferroverbs_hw::control::pages::{manage_pages_in, query_pages_out};
-use ferroverbs_hw::control::qp::{self as qpm, ads, destroy_qp_in, qpc, QpTransition};
+use ferroverbs_hw::control::qp::{self as qpm, ads, destroy_qp_in, qpc, QpTransition, QpcState};
 use ferroverbs_hw::control::reg::{
     access_register_input, paos_reg, register_data, register_host_endianness, AccessRegisterOpMod,
 };
@@ -26,7 +26,7 @@ use ferroverbs_hw::control::vport::{
     nic_vport_context, query_nic_vport_context_out, query_vport_state_out,
 };
 use ferroverbs_hw::datapath::eqe::EventType;
-use ferroverbs_sim::firmware::{HcaState, QpState};
+use ferroverbs_sim::firmware::HcaState;
 use ferroverbs_sim::SimConfig;
 
 #[test]
@@ -339,7 +339,7 @@ fn rc_qp_walks_every_transition() {
     }
     assert_eq!(
         h.sim.with_firmware(|fw| fw.qp(qpn).unwrap().state),
-        QpState::Err
+        QpcState::Err
     );
     // What INIT2RTR and RTR2RTS carried is in the context.
     h.transition(QpTransition::ToRst, qpn, 0);

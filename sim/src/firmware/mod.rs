@@ -28,13 +28,14 @@ pub mod table;
 mod vport;
 
 use ferroverbs_hw::control::cmd::{self, Opcode};
+use ferroverbs_hw::control::qp::{QpTransition, QpcState};
 use ferroverbs_hw::Field;
 
 use crate::eq::{EqRing, Posted};
 use crate::iommu::{Access, Iommu};
 pub use caps::{CapOverride, CapType, Caps};
 pub use pages::Pages;
-pub use qp_state::{QpState, ServiceType, Transition};
+pub use qp_state::ServiceType;
 pub use syndrome::Syndrome;
 pub use table::Table;
 pub use vport::{roce_v2_ipv4, Port, RoceAddr};
@@ -170,7 +171,7 @@ pub struct Qp {
     /// Service type.
     pub st: ServiceType,
     /// Current state.
-    pub state: QpState,
+    pub state: QpcState,
     /// The QP context: as created, updated by every transition.
     pub qpc: Vec<u8>,
     /// PD.
@@ -565,15 +566,15 @@ impl Firmware {
             CreateQp => self.create_qp(&c, io),
             DestroyQp => self.destroy_qp(&c),
             QueryQp => self.query_qp(&c),
-            Rst2InitQp => self.modify_qp(&c, Transition::Rst2Init),
-            Init2InitQp => self.modify_qp(&c, Transition::Init2Init),
-            Init2RtrQp => self.modify_qp(&c, Transition::Init2Rtr),
-            Rtr2RtsQp => self.modify_qp(&c, Transition::Rtr2Rts),
-            Rts2RtsQp => self.modify_qp(&c, Transition::Rts2Rts),
-            Sqerr2RtsQp => self.modify_qp(&c, Transition::Sqerr2Rts),
-            SqdRtsQp => self.modify_qp(&c, Transition::SqdRts),
-            Qp2ErrQp => self.modify_qp(&c, Transition::ToErr),
-            Qp2RstQp => self.modify_qp(&c, Transition::ToRst),
+            Rst2InitQp => self.modify_qp(&c, QpTransition::Rst2Init),
+            Init2InitQp => self.modify_qp(&c, QpTransition::Init2Init),
+            Init2RtrQp => self.modify_qp(&c, QpTransition::Init2Rtr),
+            Rtr2RtsQp => self.modify_qp(&c, QpTransition::Rtr2Rts),
+            Rts2RtsQp => self.modify_qp(&c, QpTransition::Rts2Rts),
+            Sqerr2RtsQp => self.modify_qp(&c, QpTransition::Sqerr2Rts),
+            SqdRtsQp => self.modify_qp(&c, QpTransition::Sqd2Rts),
+            Qp2ErrQp => self.modify_qp(&c, QpTransition::ToErr),
+            Qp2RstQp => self.modify_qp(&c, QpTransition::ToRst),
             QueryNicVportContext => self.query_nic_vport_context(&c),
             ModifyNicVportContext => self.modify_nic_vport_context(&c),
             QueryVportState => self.query_vport_state(&c),

@@ -2,10 +2,11 @@
 //! state machine of [`qp_state`](super::qp_state) and the checks each transition makes
 //! on its mandatory and optional parameters (`mlx5-controlpath.md` §4.6-4.7).
 
+use ferroverbs_hw::control::qp::{QpTransition, QpcState};
 use ferroverbs_hw::Field;
 
 use super::ifc::*;
-use super::qp_state::{optpar, QpState, ServiceType, Transition};
+use super::qp_state::{optpar, ServiceType};
 use super::queues::{buffer_pages, BufferErrors, PAGE_OFFSET_UNIT};
 use super::{Cmd, CmdResult, Fail, Firmware, Out, Qp, Syndrome};
 use crate::iommu::{Access, Iommu};
@@ -44,7 +45,7 @@ struct ModifyLayout {
     qpc: Option<Field>,
 }
 
-fn modify_layout(t: Transition) -> ModifyLayout {
+fn modify_layout(t: QpTransition) -> ModifyLayout {
     macro_rules! with_qpc {
         ($in:ident, $out:ident) => {
             ModifyLayout {
@@ -57,21 +58,21 @@ fn modify_layout(t: Transition) -> ModifyLayout {
         };
     }
     match t {
-        Transition::Rst2Init => with_qpc!(rst2init_qp_in, rst2init_qp_out),
-        Transition::Init2Init => with_qpc!(init2init_qp_in, init2init_qp_out),
-        Transition::Init2Rtr => with_qpc!(init2rtr_qp_in, init2rtr_qp_out),
-        Transition::Rtr2Rts => with_qpc!(rtr2rts_qp_in, rtr2rts_qp_out),
-        Transition::Rts2Rts => with_qpc!(rts2rts_qp_in, rts2rts_qp_out),
-        Transition::Sqerr2Rts => with_qpc!(sqerr2rts_qp_in, sqerr2rts_qp_out),
-        Transition::SqdRts => with_qpc!(sqd2rts_qp_in, sqd2rts_qp_out),
-        Transition::ToErr => ModifyLayout {
+        QpTransition::Rst2Init => with_qpc!(rst2init_qp_in, rst2init_qp_out),
+        QpTransition::Init2Init => with_qpc!(init2init_qp_in, init2init_qp_out),
+        QpTransition::Init2Rtr => with_qpc!(init2rtr_qp_in, init2rtr_qp_out),
+        QpTransition::Rtr2Rts => with_qpc!(rtr2rts_qp_in, rtr2rts_qp_out),
+        QpTransition::Rts2Rts => with_qpc!(rts2rts_qp_in, rts2rts_qp_out),
+        QpTransition::Sqerr2Rts => with_qpc!(sqerr2rts_qp_in, sqerr2rts_qp_out),
+        QpTransition::Sqd2Rts => with_qpc!(sqd2rts_qp_in, sqd2rts_qp_out),
+        QpTransition::ToErr => ModifyLayout {
             in_size: qp_2err_in::SIZE,
             out_size: qp_2err_out::SIZE,
             qpn: qp_2err_in::qpn,
             opt: None,
             qpc: None,
         },
-        Transition::ToRst => ModifyLayout {
+        QpTransition::ToRst => ModifyLayout {
             in_size: qp_2rst_in::SIZE,
             out_size: qp_2rst_out::SIZE,
             qpn: qp_2rst_in::qpn,
@@ -161,10 +162,10 @@ impl Firmware {
             },
         )?;
         let mut img = c.inp.bytes(ctx).to_vec();
-        qset(&mut img, qpc::state, u64::from(QpState::Rst.encoding()));
+        qset(&mut img, qpc::state, u64::from(QpcState::Rst.value()));
         let qp = Qp {
             st,
-            state: QpState::Rst,
+            state: QpcState::Rst,
             qpc: img,
             pd,
             cqn_snd,
@@ -241,23 +242,23 @@ impl Firmware {
         Ok(())
     }
 
-    pub(super) fn modify_qp(&mut self, c: &Cmd, t: Transition) -> CmdResult {
+    pub(super) fn modify_qp(&mut self, c: &Cmd, t: QpTransition) -> CmdResult {
         c.op_mod_zero()?;
         let l = modify_layout(t);
         c.lengths(l.in_size, l.out_size)?;
         let qpn = c.get(l.qpn) as u32;
         let qp = self.qps.get(qpn).ok_or(Fail::from(Syndrome::QpUnknown))?;
         let st = qp.st;
-        if !t.valid_for(st) {
+        if !st.has_transition(t) {
             return Err(Syndrome::QpTransitionNotForType.into());
         }
-        if !t.accepts(qp.state) {
+        if !t.allowed_from(qp.state) {
             return Err(Syndrome::QpWrongState.into());
         }
         let mut img = qp.qpc.clone();
         if let (Some(opt_f), Some(ctx)) = (l.opt, l.qpc) {
             let opt = c.get(opt_f) as u32;
-            if opt & !t.allowed_optional(st) != 0 {
+            if opt & !st.allowed_optional(t) != 0 {
                 return Err(Syndrome::QpBadOptParam.into());
             }
             let input = |f: Field| c.inp.at(ctx, f);
@@ -273,7 +274,7 @@ impl Firmware {
             let connected = st != ServiceType::Ud;
             // Mandatory parameters of the transition.
             match t {
-                Transition::Rst2Init => {
+                QpTransition::Rst2Init => {
                     for f in [
                         qpc::pm_state,
                         pri(ads::vhca_port_num),
@@ -291,7 +292,7 @@ impl Firmware {
                     }
                     self.check_port(&img)?;
                 }
-                Transition::Init2Rtr => {
+                QpTransition::Init2Rtr => {
                     if !self.ports[0].roce_en {
                         return Err(Syndrome::QpRoceDisabled.into());
                     }
@@ -328,7 +329,7 @@ impl Firmware {
                         self.check_path(&img)?;
                     }
                 }
-                Transition::Rtr2Rts => {
+                QpTransition::Rtr2Rts => {
                     copy(&mut img, qpc::next_send_psn);
                     if st == ServiceType::Rc {
                         if input(qpc::log_sra_max) > self.caps.gen(cmd_hca_cap::log_max_ra_req_qp) {
@@ -400,7 +401,7 @@ impl Firmware {
             }
         }
         let target = t.target();
-        qset(&mut img, qpc::state, u64::from(target.encoding()));
+        qset(&mut img, qpc::state, u64::from(target.value()));
         if let Some(qp) = self.qps.get_mut(qpn) {
             qp.qpc = img;
             qp.state = target;

@@ -5,40 +5,13 @@
 //! Sources: the transition table of Linux `drivers/infiniband/hw/mlx5/qpc.c` (`optab`,
 //! reproduced in `mlx5-controlpath.md` §4.7) and the per-transition optional-parameter
 //! masks of `drivers/infiniband/hw/mlx5/qp.c` (`opt_mask`), restated as facts.
+//!
+//! The states ([`QpcState`](ferroverbs_hw::control::qp::QpcState)) and the transition commands with their source and target
+//! states ([`QpTransition`]) are the hw crate's; this module adds what only the
+//! simulated firmware checks: which transitions exist for each service type and which
+//! optional parameters each accepts.
 
-/// QP states as the qpc `state` field encodes them (`MLX5_QPC_STATE_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum QpState {
-    /// Reset (0).
-    Rst,
-    /// Initialized (1).
-    Init,
-    /// Ready to receive (2).
-    Rtr,
-    /// Ready to send (3).
-    Rts,
-    /// Send queue error (4).
-    Sqer,
-    /// Send queue drained (7 in the ifc enum).
-    Sqd,
-    /// Error (6).
-    Err,
-}
-
-impl QpState {
-    /// The qpc `state` encoding (`MLX5_QPC_STATE_*`).
-    pub fn encoding(self) -> u8 {
-        match self {
-            QpState::Rst => 0,
-            QpState::Init => 1,
-            QpState::Rtr => 2,
-            QpState::Rts => 3,
-            QpState::Sqer => 4,
-            QpState::Sqd => 7,
-            QpState::Err => 6,
-        }
-    }
-}
+use ferroverbs_hw::control::qp::QpTransition;
 
 /// The transport service types the simulator models (qpc `st`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -71,29 +44,6 @@ impl ServiceType {
             ServiceType::Ud => 2,
         }
     }
-}
-
-/// A QP modify command (the opcode names the transition).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Transition {
-    /// RST2INIT_QP (0x502).
-    Rst2Init,
-    /// INIT2INIT_QP (0x50e).
-    Init2Init,
-    /// INIT2RTR_QP (0x503).
-    Init2Rtr,
-    /// RTR2RTS_QP (0x504).
-    Rtr2Rts,
-    /// RTS2RTS_QP (0x505).
-    Rts2Rts,
-    /// SQERR2RTS_QP (0x506).
-    Sqerr2Rts,
-    /// SQD_RTS_QP (0x50c).
-    SqdRts,
-    /// 2ERR_QP (0x507).
-    ToErr,
-    /// 2RST_QP (0x50a).
-    ToRst,
 }
 
 /// `MLX5_QP_OPTPAR_*` bits of `opt_param_mask`.
@@ -136,76 +86,41 @@ pub mod optpar {
     pub const COUNTER_SET_ID: u32 = 1 << 25;
 }
 
-impl Transition {
-    /// The state a QP must be in for this command, or `None` if any state will do.
-    pub fn accepts(self, from: QpState) -> bool {
-        use QpState::*;
-        match self {
-            Transition::Rst2Init => from == Rst,
-            Transition::Init2Init => from == Init,
-            Transition::Init2Rtr => from == Init,
-            Transition::Rtr2Rts => from == Rtr,
-            Transition::Rts2Rts => from == Rts,
-            Transition::Sqerr2Rts => from == Sqer,
-            Transition::SqdRts => from == Sqd,
-            Transition::ToErr | Transition::ToRst => true,
-        }
-    }
-
-    /// The state after the command.
-    pub fn target(self) -> QpState {
-        match self {
-            Transition::Rst2Init | Transition::Init2Init => QpState::Init,
-            Transition::Init2Rtr => QpState::Rtr,
-            Transition::Rtr2Rts
-            | Transition::Rts2Rts
-            | Transition::Sqerr2Rts
-            | Transition::SqdRts => QpState::Rts,
-            Transition::ToErr => QpState::Err,
-            Transition::ToRst => QpState::Rst,
-        }
-    }
-
-    /// Whether the command carries `opt_param_mask` and a qpc.
-    pub fn carries_qpc(self) -> bool {
-        !matches!(self, Transition::ToErr | Transition::ToRst)
-    }
-
-    /// Whether the transition exists for this service type at all (SQ error recovery
+impl ServiceType {
+    /// Whether transition `t` exists for this service type at all (SQ error recovery
     /// is for the unreliable types; an RC QP goes to ERR instead).
-    pub fn valid_for(self, st: ServiceType) -> bool {
-        !(self == Transition::Sqerr2Rts && st == ServiceType::Rc)
+    pub fn has_transition(self, t: QpTransition) -> bool {
+        !(t == QpTransition::Sqerr2Rts && self == ServiceType::Rc)
     }
 
-    /// The optional parameters (`opt_param_mask` bits) this transition accepts for
-    /// the service type (Linux `opt_mask`).
-    pub fn allowed_optional(self, st: ServiceType) -> u32 {
+    /// The optional parameters (`opt_param_mask` bits) transition `t` accepts for this
+    /// service type (Linux `opt_mask`).
+    pub fn allowed_optional(self, t: QpTransition) -> u32 {
         use optpar::*;
+        use QpTransition as T;
         use ServiceType::*;
-        match (self, st) {
-            (Transition::Rst2Init, _) => 0,
-            (Transition::Init2Init, Rc) => RRE | RAE | RWE | PKEY_INDEX | PRI_PORT | LAG_TX_AFF,
-            (Transition::Init2Init, Uc) => RWE | PKEY_INDEX | PRI_PORT | LAG_TX_AFF,
-            (Transition::Init2Init, Ud) => PKEY_INDEX | Q_KEY | PRI_PORT | LAG_TX_AFF,
-            (Transition::Init2Rtr, Rc) => {
+        match (t, self) {
+            (T::Rst2Init, _) => 0,
+            (T::Init2Init, Rc) => RRE | RAE | RWE | PKEY_INDEX | PRI_PORT | LAG_TX_AFF,
+            (T::Init2Init, Uc) => RWE | PKEY_INDEX | PRI_PORT | LAG_TX_AFF,
+            (T::Init2Init, Ud) => PKEY_INDEX | Q_KEY | PRI_PORT | LAG_TX_AFF,
+            (T::Init2Rtr, Rc) => {
                 ALT_ADDR_PATH | RRE | RAE | RWE | PKEY_INDEX | LAG_TX_AFF | COUNTER_SET_ID
             }
-            (Transition::Init2Rtr, Uc) => {
-                ALT_ADDR_PATH | RWE | PKEY_INDEX | LAG_TX_AFF | COUNTER_SET_ID
-            }
-            (Transition::Init2Rtr, Ud) => PKEY_INDEX | Q_KEY | COUNTER_SET_ID,
-            (Transition::Rtr2Rts, Rc) => {
+            (T::Init2Rtr, Uc) => ALT_ADDR_PATH | RWE | PKEY_INDEX | LAG_TX_AFF | COUNTER_SET_ID,
+            (T::Init2Rtr, Ud) => PKEY_INDEX | Q_KEY | COUNTER_SET_ID,
+            (T::Rtr2Rts, Rc) => {
                 ALT_ADDR_PATH | RRE | RAE | RWE | PM_STATE | RNR_TIMEOUT | OFFLOAD_TYPE
             }
-            (Transition::Rtr2Rts, Uc) => ALT_ADDR_PATH | RWE | PM_STATE,
-            (Transition::Rtr2Rts, Ud) => Q_KEY,
-            (Transition::Rts2Rts, Rc) => RRE | RAE | RWE | RNR_TIMEOUT | PM_STATE | ALT_ADDR_PATH,
-            (Transition::Rts2Rts, Uc) => RWE | RNR_TIMEOUT | PM_STATE | ALT_ADDR_PATH,
-            (Transition::Rts2Rts, Ud) => Q_KEY,
-            (Transition::Sqerr2Rts, Uc) => RWE,
-            (Transition::Sqerr2Rts, Ud) => Q_KEY,
-            (Transition::Sqerr2Rts, Rc) => 0,
-            (Transition::SqdRts, Rc) => {
+            (T::Rtr2Rts, Uc) => ALT_ADDR_PATH | RWE | PM_STATE,
+            (T::Rtr2Rts, Ud) => Q_KEY,
+            (T::Rts2Rts, Rc) => RRE | RAE | RWE | RNR_TIMEOUT | PM_STATE | ALT_ADDR_PATH,
+            (T::Rts2Rts, Uc) => RWE | RNR_TIMEOUT | PM_STATE | ALT_ADDR_PATH,
+            (T::Rts2Rts, Ud) => Q_KEY,
+            (T::Sqerr2Rts, Uc) => RWE,
+            (T::Sqerr2Rts, Ud) => Q_KEY,
+            (T::Sqerr2Rts, Rc) => 0,
+            (T::Sqd2Rts, Rc) => {
                 ALT_ADDR_PATH
                     | RRE
                     | RAE
@@ -220,11 +135,9 @@ impl Transition {
                     | RNR_RETRY
                     | ACK_TIMEOUT
             }
-            (Transition::SqdRts, Uc) => {
-                ALT_ADDR_PATH | RWE | PM_STATE | PKEY_INDEX | PRIMARY_ADDR_PATH
-            }
-            (Transition::SqdRts, Ud) => PKEY_INDEX | Q_KEY,
-            (Transition::ToErr | Transition::ToRst, _) => 0,
+            (T::Sqd2Rts, Uc) => ALT_ADDR_PATH | RWE | PM_STATE | PKEY_INDEX | PRIMARY_ADDR_PATH,
+            (T::Sqd2Rts, Ud) => PKEY_INDEX | Q_KEY,
+            (T::ToErr | T::ToRst, _) => 0,
         }
     }
 }
@@ -232,93 +145,70 @@ impl Transition {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferroverbs_hw::control::qp::QpcState;
 
-    const ALL: [QpState; 7] = [
-        QpState::Rst,
-        QpState::Init,
-        QpState::Rtr,
-        QpState::Rts,
-        QpState::Sqer,
-        QpState::Sqd,
-        QpState::Err,
+    const ALL: [QpcState; 7] = [
+        QpcState::Rst,
+        QpcState::Init,
+        QpcState::Rtr,
+        QpcState::Rts,
+        QpcState::Sqer,
+        QpcState::Sqd,
+        QpcState::Err,
     ];
 
     #[test]
     fn forward_path_and_resets() {
-        let mut s = QpState::Rst;
+        let mut s = QpcState::Rst;
         for t in [
-            Transition::Rst2Init,
-            Transition::Init2Init,
-            Transition::Init2Rtr,
-            Transition::Rtr2Rts,
-            Transition::Rts2Rts,
+            QpTransition::Rst2Init,
+            QpTransition::Init2Init,
+            QpTransition::Init2Rtr,
+            QpTransition::Rtr2Rts,
+            QpTransition::Rts2Rts,
         ] {
-            assert!(t.accepts(s), "{t:?} from {s:?}");
+            assert!(t.allowed_from(s), "{t:?} from {s:?}");
             s = t.target();
         }
-        assert_eq!(s, QpState::Rts);
+        assert_eq!(s, QpcState::Rts);
         for from in ALL {
-            assert!(Transition::ToErr.accepts(from));
-            assert!(Transition::ToRst.accepts(from));
+            assert!(QpTransition::ToErr.allowed_from(from));
+            assert!(QpTransition::ToRst.allowed_from(from));
         }
         // Every other transition is accepted from exactly one state.
         for t in [
-            Transition::Rst2Init,
-            Transition::Init2Rtr,
-            Transition::Rtr2Rts,
-            Transition::Sqerr2Rts,
-            Transition::SqdRts,
+            QpTransition::Rst2Init,
+            QpTransition::Init2Rtr,
+            QpTransition::Rtr2Rts,
+            QpTransition::Sqerr2Rts,
+            QpTransition::Sqd2Rts,
         ] {
-            assert_eq!(ALL.iter().filter(|&&f| t.accepts(f)).count(), 1, "{t:?}");
-        }
-    }
-
-    #[test]
-    fn agrees_with_the_hw_transition_table() {
-        use ferroverbs_hw::control::qp::{QpTransition as Hw, QpcState};
-        let pairs = [
-            (Transition::Rst2Init, Hw::Rst2Init),
-            (Transition::Init2Init, Hw::Init2Init),
-            (Transition::Init2Rtr, Hw::Init2Rtr),
-            (Transition::Rtr2Rts, Hw::Rtr2Rts),
-            (Transition::Rts2Rts, Hw::Rts2Rts),
-            (Transition::Sqerr2Rts, Hw::Sqerr2Rts),
-            (Transition::SqdRts, Hw::Sqd2Rts),
-            (Transition::ToErr, Hw::ToErr),
-            (Transition::ToRst, Hw::ToRst),
-        ];
-        for (mine, hw) in pairs {
-            assert_eq!(mine.target().encoding(), hw.target().value(), "{mine:?}");
-            assert_eq!(mine.carries_qpc(), hw.has_qpc(), "{mine:?}");
-            for from in ALL {
-                let s = QpcState::from_value(from.encoding()).unwrap();
-                assert_eq!(
-                    mine.accepts(from),
-                    hw.allowed_from(s),
-                    "{mine:?} from {from:?}"
-                );
-            }
+            assert_eq!(
+                ALL.iter().filter(|&&f| t.allowed_from(f)).count(),
+                1,
+                "{t:?}"
+            );
         }
     }
 
     #[test]
     fn optional_parameter_masks() {
         use optpar::*;
-        assert_eq!(Transition::Rst2Init.allowed_optional(ServiceType::Rc), 0);
+        assert_eq!(ServiceType::Rc.allowed_optional(QpTransition::Rst2Init), 0);
         assert_ne!(
-            Transition::Init2Rtr.allowed_optional(ServiceType::Rc) & RRE,
+            ServiceType::Rc.allowed_optional(QpTransition::Init2Rtr) & RRE,
             0
         );
         assert_eq!(
-            Transition::Init2Rtr.allowed_optional(ServiceType::Uc) & RRE,
+            ServiceType::Uc.allowed_optional(QpTransition::Init2Rtr) & RRE,
             0
         );
         assert_ne!(
-            Transition::Rtr2Rts.allowed_optional(ServiceType::Ud) & Q_KEY,
+            ServiceType::Ud.allowed_optional(QpTransition::Rtr2Rts) & Q_KEY,
             0
         );
-        assert!(!Transition::Sqerr2Rts.valid_for(ServiceType::Rc));
-        assert_eq!(QpState::Sqd.encoding(), 7);
+        assert!(!ServiceType::Rc.has_transition(QpTransition::Sqerr2Rts));
+        assert_eq!(QpcState::Sqd.value(), 7);
         assert_eq!(ServiceType::from_st(2), Some(ServiceType::Ud));
         assert_eq!(ServiceType::from_st(3), None);
     }
