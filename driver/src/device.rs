@@ -97,13 +97,9 @@ pub type GidConfig = GidEntry;
 impl GidEntry {
     /// A RoCE v2 entry for an IPv4 address (GID `::ffff:a.b.c.d`).
     pub fn ipv4(index: u16, addr: [u8; 4], mac: [u8; 6]) -> Self {
-        let mut gid = [0u8; 16];
-        gid[10] = 0xff;
-        gid[11] = 0xff;
-        gid[12..].copy_from_slice(&addr);
         GidEntry {
             index,
-            gid,
+            gid: ferroverbs_hw::control::roce::ipv4_mapped_gid(addr),
             mac,
             version: RoceVersion::V2,
             l3_type: L3Type::Ipv4,

@@ -187,6 +187,18 @@ impl RoceAddr {
     }
 }
 
+/// The RoCE v2 GID of an IPv4 address `a.b.c.d`: the IPv4-mapped IPv6 address
+/// `::ffff:a.b.c.d` (RFC 4291 §2.5.5.2), i.e. bytes 0–9 zero, bytes 10–11 0xFF and the
+/// address in bytes 12–15. This is how RoCE v2 (IBTA Annex A17) names an IPv4
+/// interface in the GID table and in address paths; Linux builds the same GID with
+/// `ipv6_addr_set_v4mapped` (`shared/reference/rocev2-wire.md` §1.3). Such an entry is
+/// written with [`RoceL3Type::Ipv4`].
+pub const fn ipv4_mapped_gid(ip: [u8; 4]) -> [u8; 16] {
+    [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, ip[0], ip[1], ip[2], ip[3],
+    ]
+}
+
 /// A SET_ROCE_ADDRESS input writing `addr` to GID table entry `index` of `port`
 /// (`vhca_port_num`, used only when the device reports `num_vhca_ports`).
 pub fn set_roce_address_input(index: u16, port: u8, addr: &RoceAddr) -> Vec<u8> {
@@ -200,6 +212,16 @@ pub fn set_roce_address_input(index: u16, port: u8, addr: &RoceAddr) -> Vec<u8> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ipv4_mapped_gid_is_rfc4291_mapped_address() {
+        assert_eq!(
+            ipv4_mapped_gid([192, 168, 1, 7]),
+            [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 168, 1, 7]
+        );
+        let ip = std::net::Ipv4Addr::new(10, 0, 0, 72);
+        assert_eq!(ipv4_mapped_gid(ip.octets()), ip.to_ipv6_mapped().octets());
+    }
 
     #[test]
     fn set_roce_address_placement() {

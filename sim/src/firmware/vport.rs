@@ -25,16 +25,13 @@ pub const MAX_MTU: u16 = 9978;
 /// Smallest MTU MODIFY_NIC_VPORT_CONTEXT accepts.
 pub const MIN_MTU: u16 = 68;
 
+use ferroverbs_hw::control::roce::ipv4_mapped_gid;
 pub use ferroverbs_hw::control::roce::RoceAddr;
 
 /// A RoCE v2 GID table entry for an IPv4 address (`::ffff:a.b.c.d`).
 pub fn roce_v2_ipv4(ip: [u8; 4], mac: [u8; 6]) -> RoceAddr {
-    let mut gid = [0u8; 16];
-    gid[10] = 0xff;
-    gid[11] = 0xff;
-    gid[12..].copy_from_slice(&ip);
     RoceAddr {
-        gid,
+        gid: ipv4_mapped_gid(ip),
         mac,
         vlan: None,
         l3_type: L3_IPV4,

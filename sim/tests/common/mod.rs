@@ -510,17 +510,13 @@ use ferroverbs_hw::control::cq::create_cq_input;
 use ferroverbs_hw::control::cq::create_cq_out;
 use ferroverbs_hw::control::mkey::{self as mk, create_mkey_in, create_mkey_out, mkc};
 use ferroverbs_hw::control::qp::{self as qpm, ads, create_qp_out, qpc, QpTransition};
-use ferroverbs_hw::control::roce::{set_roce_address_input, RoceAddr};
+use ferroverbs_hw::control::roce::{ipv4_mapped_gid, set_roce_address_input, RoceAddr};
 use ferroverbs_hw::control::uar_pd_td::alloc_pd_out;
 
 /// A RoCE v2 IPv4 GID entry.
 pub fn gid_v4(ip: [u8; 4], mac: [u8; 6]) -> RoceAddr {
-    let mut gid = [0u8; 16];
-    gid[10] = 0xff;
-    gid[11] = 0xff;
-    gid[12..].copy_from_slice(&ip);
     RoceAddr {
-        gid,
+        gid: ipv4_mapped_gid(ip),
         mac,
         vlan: None,
         l3_type: 0,
