@@ -20,7 +20,7 @@
 
 use core::fmt;
 
-use super::{be, check_u24, Error, Header, Result};
+use super::{check_u24, Error, Header, Result};
 
 mod field {
     use crate::wire::Field;
@@ -191,11 +191,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn syndrome(&self) -> Result<Syndrome> {
         Syndrome::from_u8(self.syndrome_raw())
     }
-
-    /// The message sequence number (24 bits).
-    pub fn msn(&self) -> u32 {
-        be::u24_at(self.buffer.as_ref(), field::MSN.start)
-    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
@@ -203,11 +198,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn set_syndrome_raw(&mut self, value: u8) {
         self.buffer.as_mut()[field::SYNDROME] = value;
     }
+}
 
+be_fields! {
+    /// The message sequence number (24 bits).
+    msn,
     /// Sets the message sequence number (its low 24 bits).
-    pub fn set_msn(&mut self, value: u32) {
-        be::set_u24(self.buffer.as_mut(), field::MSN.start, value)
-    }
+    set_msn: u24 = field::MSN;
 }
 
 /// The values of an AETH.

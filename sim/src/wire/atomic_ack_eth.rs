@@ -4,7 +4,7 @@
 //! before the atomic operation. IBTA Vol. 1 §9.3 (AtomicAckETH); layout from
 //! `shared/reference/rocev2-wire.md` §2.2 (tshark `infiniband.atomicacketh.origremdt`).
 
-use super::{be, Header, Result};
+use super::{Header, Result};
 
 mod field {
     use crate::wire::Field;
@@ -16,18 +16,11 @@ pub const HEADER_LEN: usize = field::ORIG.end;
 
 fixed_header_view!(Header::AtomicAckEth, "AtomicAckETH");
 
-impl<T: AsRef<[u8]>> Packet<T> {
+be_fields! {
     /// The original remote value.
-    pub fn original(&self) -> u64 {
-        be::u64_at(self.buffer.as_ref(), field::ORIG.start)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    original,
     /// Sets the original remote value.
-    pub fn set_original(&mut self, value: u64) {
-        be::set_u64(self.buffer.as_mut(), field::ORIG.start, value)
-    }
+    set_original: u64 = field::ORIG;
 }
 
 /// The value of an AtomicAckETH.

@@ -11,7 +11,7 @@
 //! | 12–19 | swap value (CmpSwap) or add value (FetchAdd) |
 //! | 20–27 | compare value (CmpSwap; 0 for FetchAdd) |
 
-use super::{be, Header, Result};
+use super::{Header, Result};
 
 mod field {
     use crate::wire::Field;
@@ -26,48 +26,26 @@ pub const HEADER_LEN: usize = field::COMPARE.end;
 
 fixed_header_view!(Header::AtomicEth, "AtomicETH");
 
-impl<T: AsRef<[u8]>> Packet<T> {
+be_fields! {
     /// The remote virtual address of the 8-byte operand.
-    pub fn virtual_address(&self) -> u64 {
-        be::u64_at(self.buffer.as_ref(), field::VA.start)
-    }
+    virtual_address,
+    /// Sets the remote virtual address.
+    set_virtual_address: u64 = field::VA;
 
     /// The R_Key of the remote memory region.
-    pub fn rkey(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::RKEY.start)
-    }
+    rkey,
+    /// Sets the R_Key.
+    set_rkey: u32 = field::RKEY;
 
     /// The swap value (compare and swap) or the value to add (fetch and add).
-    pub fn swap_add(&self) -> u64 {
-        be::u64_at(self.buffer.as_ref(), field::SWAP_ADD.start)
-    }
+    swap_add,
+    /// Sets the swap or add value.
+    set_swap_add: u64 = field::SWAP_ADD;
 
     /// The compare value (compare and swap).
-    pub fn compare(&self) -> u64 {
-        be::u64_at(self.buffer.as_ref(), field::COMPARE.start)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    /// Sets the remote virtual address.
-    pub fn set_virtual_address(&mut self, value: u64) {
-        be::set_u64(self.buffer.as_mut(), field::VA.start, value)
-    }
-
-    /// Sets the R_Key.
-    pub fn set_rkey(&mut self, value: u32) {
-        be::set_u32(self.buffer.as_mut(), field::RKEY.start, value)
-    }
-
-    /// Sets the swap or add value.
-    pub fn set_swap_add(&mut self, value: u64) {
-        be::set_u64(self.buffer.as_mut(), field::SWAP_ADD.start, value)
-    }
-
+    compare,
     /// Sets the compare value.
-    pub fn set_compare(&mut self, value: u64) {
-        be::set_u64(self.buffer.as_mut(), field::COMPARE.start, value)
-    }
+    set_compare: u64 = field::COMPARE;
 }
 
 /// The values of an AtomicETH.

@@ -9,7 +9,7 @@
 //! | 4 | reserved |
 //! | 5–7 | source QP (24 bits) |
 
-use super::{be, check_u24, Header, Result};
+use super::{check_u24, Header, Result};
 
 mod field {
     use crate::wire::Field;
@@ -26,37 +26,29 @@ pub const GSI_QKEY: u32 = 0x8001_0000;
 
 fixed_header_view!(Header::Deth, "DETH");
 
-impl<T: AsRef<[u8]>> Packet<T> {
+be_fields! {
     /// The Q_Key.
-    pub fn qkey(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::QKEY.start)
-    }
+    qkey,
+    /// Sets the Q_Key.
+    set_qkey: u32 = field::QKEY;
 
+    /// The sender's QP number (24 bits).
+    src_qp,
+    /// Sets the source QP number (its low 24 bits).
+    set_src_qp: u24 = field::SRC_QP;
+}
+
+impl<T: AsRef<[u8]>> Packet<T> {
     /// The reserved byte.
     pub fn reserved(&self) -> u8 {
         self.buffer.as_ref()[field::RESERVED]
     }
-
-    /// The sender's QP number (24 bits).
-    pub fn src_qp(&self) -> u32 {
-        be::u24_at(self.buffer.as_ref(), field::SRC_QP.start)
-    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    /// Sets the Q_Key.
-    pub fn set_qkey(&mut self, value: u32) {
-        be::set_u32(self.buffer.as_mut(), field::QKEY.start, value)
-    }
-
     /// Sets the reserved byte.
     pub fn set_reserved(&mut self, value: u8) {
         self.buffer.as_mut()[field::RESERVED] = value;
-    }
-
-    /// Sets the source QP number (its low 24 bits).
-    pub fn set_src_qp(&mut self, value: u32) {
-        be::set_u24(self.buffer.as_mut(), field::SRC_QP.start, value)
     }
 }
 

@@ -20,27 +20,18 @@ pub const BTH_OFFSET: usize = UDP_OFFSET + udp::HEADER_LEN;
 /// The length of everything before the BTH: Ethernet, IPv4 and UDP headers.
 pub const ENCAP_LEN: usize = BTH_OFFSET;
 
-/// A typed view of a RoCEv2 Ethernet frame.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Frame<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> Frame<T> {
+buffer_view! {
+    /// A typed view of a RoCEv2 Ethernet frame.
+    pub struct Frame;
     /// Wraps a buffer without checking it. The accessors assume a frame that passed
     /// [`Frame::check`] and may panic otherwise: use [`Frame::new_checked`] on bytes
     /// from elsewhere.
-    pub const fn new_unchecked(buffer: T) -> Frame<T> {
-        Frame { buffer }
-    }
-
+    fn new_unchecked;
     /// Wraps a buffer after [`Frame::check`].
-    pub fn new_checked(buffer: T) -> Result<Frame<T>> {
-        let frame = Frame::new_unchecked(buffer);
-        frame.check()?;
-        Ok(frame)
-    }
+    fn new_checked => check;
+}
 
+impl<T: AsRef<[u8]>> Frame<T> {
     /// Checks the structure of every layer (checksums and ICRC are checked by
     /// [`Frame::verify`] and [`Repr::parse`]): an Ethernet header with EtherType IPv4;
     /// an IPv4 header as [`ipv4::Packet::check`] and protocol UDP; a UDP header whose
@@ -70,11 +61,6 @@ impl<T: AsRef<[u8]>> Frame<T> {
         }
         roce::Packet::new_checked(u.payload())?;
         Ok(())
-    }
-
-    /// Returns the wrapped buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     /// The length of the frame: the Ethernet header and the IPv4 datagram (trailing

@@ -4,7 +4,7 @@
 //! responder invalidates. IBTA Vol. 1 §9.3 (IETH); `shared/reference/rocev2-wire.md`
 //! §2.2 (tshark `infiniband.ieth`).
 
-use super::{be, Header, Result};
+use super::{Header, Result};
 
 mod field {
     use crate::wire::Field;
@@ -16,18 +16,11 @@ pub const HEADER_LEN: usize = field::RKEY.end;
 
 fixed_header_view!(Header::Ieth, "IETH");
 
-impl<T: AsRef<[u8]>> Packet<T> {
+be_fields! {
     /// The R_Key to invalidate.
-    pub fn rkey(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::RKEY.start)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    rkey,
     /// Sets the R_Key to invalidate.
-    pub fn set_rkey(&mut self, value: u32) {
-        be::set_u32(self.buffer.as_mut(), field::RKEY.start, value)
-    }
+    set_rkey: u32 = field::RKEY;
 }
 
 /// The value of an IETH.

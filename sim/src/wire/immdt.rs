@@ -5,7 +5,7 @@
 //! the four wire bytes read big-endian. IBTA Vol. 1 §9.3 (ImmDt);
 //! `shared/reference/rocev2-wire.md` §2.2.
 
-use super::{be, Header, Result};
+use super::{Header, Result};
 
 mod field {
     use crate::wire::Field;
@@ -17,18 +17,11 @@ pub const HEADER_LEN: usize = field::IMM.end;
 
 fixed_header_view!(Header::ImmDt, "ImmDt header");
 
-impl<T: AsRef<[u8]>> Packet<T> {
+be_fields! {
     /// The immediate data, the wire bytes read big-endian.
-    pub fn immediate(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::IMM.start)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    immediate,
     /// Sets the immediate data (written big-endian).
-    pub fn set_immediate(&mut self, value: u32) {
-        be::set_u32(self.buffer.as_mut(), field::IMM.start, value)
-    }
+    set_immediate: u32 = field::IMM;
 }
 
 /// The value of an ImmDt header.

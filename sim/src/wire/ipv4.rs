@@ -116,27 +116,18 @@ pub(crate) fn fold(mut acc: u32) -> u16 {
     acc as u16
 }
 
-/// A typed view of an IPv4 header and its payload.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> Packet<T> {
+buffer_view! {
+    /// A typed view of an IPv4 header and its payload.
+    pub struct Packet;
     /// Wraps a buffer without checking it. Accessors panic on a buffer shorter than
     /// [`HEADER_LEN`], and [`Packet::payload`] on a total length beyond the buffer: use
     /// [`Packet::new_checked`] on bytes from elsewhere.
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
+    fn new_unchecked;
     /// Wraps a buffer after [`Packet::check`].
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Packet::new_unchecked(buffer);
-        packet.check()?;
-        Ok(packet)
-    }
+    fn new_checked => check;
+}
 
+impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks the length, version 4, IHL 5 (no options) and a total length that covers
     /// the header and fits the buffer (the buffer may be longer, e.g. Ethernet padding).
     /// Checksum and fragmentation are checked by [`Repr::parse`].
@@ -157,11 +148,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             });
         }
         Ok(())
-    }
-
-    /// Returns the wrapped buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     fn byte(&self, at: usize) -> u8 {

@@ -43,36 +43,36 @@
 //! rxe, tshark 4.0.17 and scapy. The IBTA section numbers above are given for orientation
 //! and were not checked against the specification's text.
 
-/// Declares the `Packet<T>` view of a fixed-size header: the struct, `new_unchecked`,
-/// `new_checked` (length only), `check_len`, `into_inner` and `AsRef<[u8]>`.
-macro_rules! fixed_header_view {
-    ($header:expr, $name:literal) => {
-        #[doc = concat!("A typed view of the ", $name, " at the start of a byte buffer.")]
+/// Declares a typed view of a byte buffer: the struct (holding the buffer as `buffer`),
+/// `new_unchecked`, `new_checked` (which runs the named check method and gives back its
+/// error) and `into_inner`. The module documents the struct, what `new_unchecked`
+/// leaves to the caller and what `new_checked` checks, and writes the check method.
+macro_rules! buffer_view {
+    (
+        $(#[$struct_doc:meta])*
+        pub struct $view:ident;
+        $(#[$unchecked_doc:meta])*
+        fn new_unchecked;
+        $(#[$checked_doc:meta])*
+        fn new_checked => $check:ident;
+    ) => {
+        $(#[$struct_doc])*
         #[derive(Debug, Clone, PartialEq, Eq)]
-        pub struct Packet<T: AsRef<[u8]>> {
+        pub struct $view<T: AsRef<[u8]>> {
             buffer: T,
         }
 
-        impl<T: AsRef<[u8]>> Packet<T> {
-            /// Wraps a buffer without checking it.
-            ///
-            /// Accessors index the buffer directly and panic if it is shorter than
-            /// [`HEADER_LEN`]: use this only on buffers sized by this crate, and
-            /// [`Packet::new_checked`] on bytes from elsewhere.
-            pub const fn new_unchecked(buffer: T) -> Packet<T> {
-                Packet { buffer }
+        impl<T: AsRef<[u8]>> $view<T> {
+            $(#[$unchecked_doc])*
+            pub const fn new_unchecked(buffer: T) -> $view<T> {
+                $view { buffer }
             }
 
-            /// Wraps a buffer after checking that it holds the whole header.
-            pub fn new_checked(buffer: T) -> $crate::wire::Result<Packet<T>> {
-                let packet = Packet::new_unchecked(buffer);
-                packet.check_len()?;
-                Ok(packet)
-            }
-
-            /// Checks that the buffer holds the whole header.
-            pub fn check_len(&self) -> $crate::wire::Result<()> {
-                $crate::wire::check_len($header, HEADER_LEN, self.buffer.as_ref().len())
+            $(#[$checked_doc])*
+            pub fn new_checked(buffer: T) -> $crate::wire::Result<$view<T>> {
+                let view = $view::new_unchecked(buffer);
+                view.$check()?;
+                Ok(view)
             }
 
             /// Returns the wrapped buffer.
@@ -80,11 +80,90 @@ macro_rules! fixed_header_view {
                 self.buffer
             }
         }
+    };
+}
+
+/// Declares the `Packet<T>` view of a fixed-size header: `buffer_view!` with
+/// `check_len` (length only) as the check, and `AsRef<[u8]>`.
+macro_rules! fixed_header_view {
+    ($header:expr, $name:literal) => {
+        buffer_view! {
+            #[doc = concat!("A typed view of the ", $name, " at the start of a byte buffer.")]
+            pub struct Packet;
+            /// Wraps a buffer without checking it.
+            ///
+            /// Accessors index the buffer directly and panic if it is shorter than
+            /// [`HEADER_LEN`]: use this only on buffers sized by this crate, and
+            /// [`Packet::new_checked`] on bytes from elsewhere.
+            fn new_unchecked;
+            /// Wraps a buffer after checking that it holds the whole header.
+            fn new_checked => check_len;
+        }
+
+        impl<T: AsRef<[u8]>> Packet<T> {
+            /// Checks that the buffer holds the whole header.
+            pub fn check_len(&self) -> $crate::wire::Result<()> {
+                $crate::wire::check_len($header, HEADER_LEN, self.buffer.as_ref().len())
+            }
+        }
 
         impl<T: AsRef<[u8]>> AsRef<[u8]> for Packet<T> {
             fn as_ref(&self) -> &[u8] {
                 self.buffer.as_ref()
             }
+        }
+    };
+}
+
+/// Declares the accessors of big-endian integer fields of a module's `Packet<T>`: per
+/// field a getter (in an `impl<T: AsRef<[u8]>>` block) and a setter (in an
+/// `impl<T: AsRef<[u8]> + AsMut<[u8]>>` block), each with its own doc comment:
+///
+/// ```text
+/// be_fields! {
+///     /// getter doc
+///     getter,
+///     /// setter doc
+///     setter: width = field::RANGE;
+/// }
+/// ```
+///
+/// `width` is `u16`, `u32`, `u64` or `u24` (a `u32` of which the setter writes the low
+/// 24 bits); the field is a byte range of the module's `field` table. Like every
+/// accessor they index the buffer directly (see `new_unchecked`).
+macro_rules! be_fields {
+    (@ty u24) => { u32 };
+    (@ty $width:ident) => { $width };
+    (@get u16, $b:expr, $at:expr) => { $crate::wire::be::u16_at($b, $at) };
+    (@get u24, $b:expr, $at:expr) => { $crate::wire::be::u24_at($b, $at) };
+    (@get u32, $b:expr, $at:expr) => { $crate::wire::be::u32_at($b, $at) };
+    (@get u64, $b:expr, $at:expr) => { $crate::wire::be::u64_at($b, $at) };
+    (@set u16, $b:expr, $at:expr, $v:expr) => { $crate::wire::be::set_u16($b, $at, $v) };
+    (@set u24, $b:expr, $at:expr, $v:expr) => { $crate::wire::be::set_u24($b, $at, $v) };
+    (@set u32, $b:expr, $at:expr, $v:expr) => { $crate::wire::be::set_u32($b, $at, $v) };
+    (@set u64, $b:expr, $at:expr, $v:expr) => { $crate::wire::be::set_u64($b, $at, $v) };
+    ($(
+        $(#[$get_doc:meta])*
+        $get:ident,
+        $(#[$set_doc:meta])*
+        $set:ident: $width:ident = $field:expr;
+    )*) => {
+        impl<T: AsRef<[u8]>> Packet<T> {
+            $(
+                $(#[$get_doc])*
+                pub fn $get(&self) -> be_fields!(@ty $width) {
+                    be_fields!(@get $width, self.buffer.as_ref(), $field.start)
+                }
+            )*
+        }
+
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+            $(
+                $(#[$set_doc])*
+                pub fn $set(&mut self, value: be_fields!(@ty $width)) {
+                    be_fields!(@set $width, self.buffer.as_mut(), $field.start, value)
+                }
+            )*
         }
     };
 }

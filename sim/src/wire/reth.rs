@@ -10,7 +10,7 @@
 //! | 8–11 | R_Key |
 //! | 12–15 | DMA length: the length of the whole message, not of this packet |
 
-use super::{be, Header, Result};
+use super::{Header, Result};
 
 mod field {
     use crate::wire::Field;
@@ -24,38 +24,21 @@ pub const HEADER_LEN: usize = field::DMA_LEN.end;
 
 fixed_header_view!(Header::Reth, "RETH");
 
-impl<T: AsRef<[u8]>> Packet<T> {
+be_fields! {
     /// The remote virtual address.
-    pub fn virtual_address(&self) -> u64 {
-        be::u64_at(self.buffer.as_ref(), field::VA.start)
-    }
+    virtual_address,
+    /// Sets the remote virtual address.
+    set_virtual_address: u64 = field::VA;
 
     /// The R_Key of the remote memory region.
-    pub fn rkey(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::RKEY.start)
-    }
+    rkey,
+    /// Sets the R_Key.
+    set_rkey: u32 = field::RKEY;
 
     /// The length of the whole message (or READ) in bytes.
-    pub fn dma_length(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::DMA_LEN.start)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    /// Sets the remote virtual address.
-    pub fn set_virtual_address(&mut self, value: u64) {
-        be::set_u64(self.buffer.as_mut(), field::VA.start, value)
-    }
-
-    /// Sets the R_Key.
-    pub fn set_rkey(&mut self, value: u32) {
-        be::set_u32(self.buffer.as_mut(), field::RKEY.start, value)
-    }
-
+    dma_length,
     /// Sets the DMA length.
-    pub fn set_dma_length(&mut self, value: u32) {
-        be::set_u32(self.buffer.as_mut(), field::DMA_LEN.start, value)
-    }
+    set_dma_length: u32 = field::DMA_LEN;
 }
 
 /// The values of a RETH.

@@ -48,27 +48,18 @@ pub fn ext_offset(opcode: Opcode, which: HeaderSet) -> Option<usize> {
     None
 }
 
-/// A typed view of a transport packet (BTH through ICRC).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> Packet<T> {
+buffer_view! {
+    /// A typed view of a transport packet (BTH through ICRC).
+    pub struct Packet;
     /// Wraps a buffer without checking it. Accessors other than [`Packet::bth`] assume
     /// a packet that passed [`Packet::check`] and may panic otherwise: use
     /// [`Packet::new_checked`] on bytes from elsewhere.
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
+    fn new_unchecked;
     /// Wraps a buffer after [`Packet::check`].
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Packet::new_unchecked(buffer);
-        packet.check()?;
-        Ok(packet)
-    }
+    fn new_checked => check;
+}
 
+impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks the structure of the packet (not its ICRC, which needs the IP and UDP
     /// headers): a BTH with transport version 0 and a known opcode; every extension
     /// header the opcode carries, in order, with room left for the ICRC; payload and pad
@@ -100,11 +91,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(Error::UnexpectedPayload { opcode, len: rest });
         }
         Ok(())
-    }
-
-    /// Returns the wrapped buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     /// The whole packet.

@@ -64,27 +64,18 @@ pub const fn rocev2_source_port(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
     source_port_from_flow_label(fl)
 }
 
-/// A typed view of a UDP header and its payload.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> Packet<T> {
+buffer_view! {
+    /// A typed view of a UDP header and its payload.
+    pub struct Packet;
     /// Wraps a buffer without checking it. Accessors panic on a buffer shorter than
     /// [`HEADER_LEN`], and [`Packet::payload`] on a length field outside the buffer: use
     /// [`Packet::new_checked`] on bytes from elsewhere.
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
+    fn new_unchecked;
     /// Wraps a buffer after [`Packet::check`].
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let packet = Packet::new_unchecked(buffer);
-        packet.check()?;
-        Ok(packet)
-    }
+    fn new_checked => check;
+}
 
+impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks that the buffer holds the header and that the length field covers the
     /// header and fits the buffer.
     pub fn check(&self) -> Result<()> {
@@ -98,11 +89,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             });
         }
         Ok(())
-    }
-
-    /// Returns the wrapped buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     /// The source port.
