@@ -11,6 +11,7 @@
 //! * [`device`]: [`Device::open`] and the [`Context`] it returns;
 //! * [`error`]: what can go wrong, with opcode, status, syndrome and step.
 //! * [`ring`]: the fast path: WQE building, doorbells and BlueFlame, CQE polling.
+//! * [`verbs`]: protection domains, memory regions, completion queues, RC queue pairs.
 //!
 //! ```no_run
 //! # fn demo<B: ferroverbs_hw::Bus>(bus: B) -> ferroverbs::Result<()> {
@@ -34,6 +35,7 @@ pub mod health;
 pub mod prm;
 mod regs;
 pub mod ring;
+pub mod verbs;
 
 pub use clock::{Clock, MonotonicClock};
 pub use device::{

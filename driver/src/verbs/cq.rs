@@ -1,0 +1,375 @@
+//! Completion queues: `CREATE_CQ` over a DMA ring with its doorbell record
+//! (`mlx5-controlpath.md` §4.5), polled with the [`ring`](crate::ring) consumer and
+//! turned into [`WorkCompletion`]s (`mlx5-datapath.md` §7, §8.4).
+
+use std::sync::{Arc, Mutex};
+
+use ferroverbs_hw::control::cmd::{new_input, Opcode};
+use ferroverbs_hw::control::cq::{create_cq_input, create_cq_out, destroy_cq_in, destroy_cq_out};
+use ferroverbs_hw::datapath::cqe::{
+    Cqe64, MLX5_CQE_REQ, MLX5_CQE_REQ_ERR, MLX5_CQE_RESP_ERR, MLX5_CQE_RESP_SEND,
+    MLX5_CQE_RESP_SEND_IMM, MLX5_CQE_RESP_SEND_INV, MLX5_CQE_RESP_WR_IMM,
+};
+use ferroverbs_hw::datapath::dbr::{CqArmCmd, MLX5_CQ_ARM_DB, MLX5_CQ_SET_CI};
+use ferroverbs_hw::datapath::uar::uar_bar_offset;
+use ferroverbs_hw::datapath::wqe::{
+    MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ,
+};
+use ferroverbs_hw::{Bus, DmaPerm};
+
+use super::qp::WqShared;
+use super::{exec, Error, Result, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::dma::{DmaBuf, PAGE_SIZE};
+use crate::ring::{self, CqConfig, Word};
+use crate::Context;
+
+/// Bytes of one CQE (64-byte CQEs only).
+const CQE_BYTES: usize = 64;
+
+type CqRing<B> = ring::CompletionQueue<Arc<DmaBuf<B>>, Word<Arc<DmaBuf<B>>>>;
+
+/// The firmware CQ and its memory, shared by the [`CompletionQueue`] handle and every
+/// QP that uses the CQ: `DESTROY_CQ` happens when the last of them goes, and the
+/// memory is released after it.
+pub(crate) struct CqCore<'ctx, B: Bus> {
+    ctx: &'ctx Context<B>,
+    cqn: u32,
+    _buf: Arc<DmaBuf<B>>,
+    /// Whether `DESTROY_CQ` is still due.
+    live: std::sync::atomic::AtomicBool,
+}
+
+impl<B: Bus> CqCore<'_, B> {
+    pub(crate) fn cqn(&self) -> u32 {
+        self.cqn
+    }
+
+    fn destroy(&self) -> Result<()> {
+        let mut input = new_input(Opcode::DestroyCq, 0, destroy_cq_in::SIZE);
+        destroy_cq_in::cqn.set(&mut input, u64::from(self.cqn));
+        exec(self.ctx, &input, destroy_cq_out::SIZE).map(|_| ())
+    }
+}
+
+impl<B: Bus> Drop for CqCore<'_, B> {
+    fn drop(&mut self) {
+        if !self.live.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        if let Err(e) = self.destroy() {
+            tracing::warn!(cqn = self.cqn, error = %e, "DESTROY_CQ failed");
+        }
+    }
+}
+
+/// A completion queue.
+///
+/// [`CompletionQueue::poll`] takes `&mut self`: one thread polls a CQ at a time, and
+/// polling takes no lock. QPs keep a share of the firmware CQ, so dropping this handle
+/// while QPs use the CQ defers `DESTROY_CQ` until the last of them is destroyed;
+/// [`CompletionQueue::destroy`] reports that case as [`Error::CqInUse`] instead.
+pub struct CompletionQueue<'ctx, B: Bus> {
+    ring: CqRing<B>,
+    bus: Arc<B>,
+    /// The QPs whose completions come here. Only locked by QP creation (`&self`);
+    /// `poll` reaches it through `Mutex::get_mut` under `&mut self`, without locking.
+    qps: Mutex<Vec<Arc<WqShared>>>,
+    /// Index in `qps` of the last QP found.
+    last: usize,
+    /// CQEs of QPs this CQ does not know (destroyed QPs), skipped.
+    unknown: u64,
+    core: Arc<CqCore<'ctx, B>>,
+    cqe: u32,
+}
+
+impl<B: Bus> std::fmt::Debug for CompletionQueue<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionQueue")
+            .field("cqn", &self.core.cqn)
+            .field("cqe", &self.cqe)
+            .field("consumer_index", &self.ring.consumer_index())
+            .finish()
+    }
+}
+
+impl<B: Bus> Context<B> {
+    /// Creates a CQ with room for at least `cqe` completions (`CREATE_CQ`; the ring
+    /// holds the next power of two above `cqe`, as rdma-core sizes it).
+    pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue<'_, B>> {
+        use ferroverbs_hw::control::caps::cmd_hca_cap as g;
+        let max_log = self.cap(g::log_max_cq_sz).min(24);
+        let max = (1u64 << max_log) - 1;
+        if cqe == 0 || u64::from(cqe) > max {
+            return Err(Error::CapExceeded {
+                what: "CQ entries",
+                requested: cqe.into(),
+                max,
+            });
+        }
+        let ncqe = (cqe + 1).next_power_of_two();
+        let log_size = ncqe.trailing_zeros() as u8;
+        let ring_len = ncqe as usize * CQE_BYTES;
+        // The doorbell record (8 bytes) lives right after the ring, in the same
+        // allocation.
+        let buf = Arc::new(DmaBuf::new(self.bus(), ring_len + 64, DmaPerm::RW)?);
+        let uar = self.uar_index().ok_or(Error::InvalidArgument(
+            "the context has no UAR (bring-up incomplete)",
+        ))?;
+        let eqn = self.async_eqn().ok_or(Error::InvalidArgument(
+            "the context has no EQ (bring-up incomplete)",
+        ))?;
+        let mut ring = CqRing::new(
+            Arc::clone(&buf),
+            Word {
+                mem: Arc::clone(&buf),
+                off: ring_len + 4 * MLX5_CQ_SET_CI,
+            },
+            Word {
+                mem: Arc::clone(&buf),
+                off: ring_len + 4 * MLX5_CQ_ARM_DB,
+            },
+            CqConfig {
+                cqn: 0,
+                ncqe,
+                cqe_size: CQE_BYTES,
+                uar: uar_bar_offset(uar),
+            },
+        )
+        .map_err(|_| Error::InvalidArgument("CQ geometry"))?;
+        ring.init_entries();
+        let pas: Vec<u64> = (0..ring_len.div_ceil(PAGE_SIZE) as u64)
+            .map(|i| buf.iova() + i * PAGE_SIZE as u64)
+            .collect();
+        let input = create_cq_input(
+            log_size,
+            uar,
+            u32::from(eqn),
+            buf.iova() + ring_len as u64,
+            0,
+            &pas,
+        );
+        let out = exec(self, &input, create_cq_out::SIZE)?;
+        let cqn = create_cq_out::cqn.get(&out) as u32;
+        // The ring needs the CQN for arming; rebuild it with the number (the entries
+        // are already initialised).
+        let ring = CqRing::new(
+            Arc::clone(&buf),
+            Word {
+                mem: Arc::clone(&buf),
+                off: ring_len + 4 * MLX5_CQ_SET_CI,
+            },
+            Word {
+                mem: Arc::clone(&buf),
+                off: ring_len + 4 * MLX5_CQ_ARM_DB,
+            },
+            CqConfig {
+                cqn,
+                ncqe,
+                cqe_size: CQE_BYTES,
+                uar: uar_bar_offset(uar),
+            },
+        )
+        .map_err(|_| Error::InvalidArgument("CQ geometry"))?;
+        Ok(CompletionQueue {
+            ring,
+            bus: Arc::clone(self.bus()),
+            qps: Mutex::new(Vec::new()),
+            last: 0,
+            unknown: 0,
+            core: Arc::new(CqCore {
+                ctx: self,
+                cqn,
+                _buf: buf,
+                live: std::sync::atomic::AtomicBool::new(true),
+            }),
+            cqe: ncqe - 1,
+        })
+    }
+}
+
+impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
+    /// The CQ number.
+    pub fn cqn(&self) -> u32 {
+        self.core.cqn
+    }
+
+    /// How many completions the ring holds (`ibv_cq.cqe`: entries - 1).
+    pub fn capacity(&self) -> u32 {
+        self.cqe
+    }
+
+    /// Completions skipped because their QP is gone.
+    pub fn skipped(&self) -> u64 {
+        self.unknown
+    }
+
+    /// Bytes of host memory the CQ uses: the ring and its doorbell record (rounded to
+    /// pages), and the bookkeeping of this handle.
+    pub fn footprint(&self) -> (usize, usize) {
+        let ring = (self.cqe as usize + 1) * CQE_BYTES;
+        let mem = (ring + 64).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        (
+            mem,
+            std::mem::size_of::<Self>() + std::mem::size_of::<CqCore<'ctx, B>>(),
+        )
+    }
+
+    pub(crate) fn core(&self) -> &Arc<CqCore<'ctx, B>> {
+        &self.core
+    }
+
+    /// Routes the completions of a new QP here (QP creation).
+    pub(crate) fn attach(&self, qp: Arc<WqShared>) {
+        let mut v = self.qps.lock().unwrap_or_else(|p| p.into_inner());
+        v.retain(|q| q.alive());
+        v.push(qp);
+    }
+
+    /// Polls up to `wc.len()` completions into `wc` and returns how many were
+    /// written. Never blocks, allocates, locks or makes a system call.
+    ///
+    /// Each CQE retires its work request at the QP (and, for a requester CQE, every
+    /// unsignaled one posted before it), so the QP can reuse the ring slots.
+    pub fn poll(&mut self, wc: &mut [WorkCompletion]) -> usize {
+        let bus = &*self.bus;
+        let qps = self.qps.get_mut().unwrap_or_else(|p| p.into_inner());
+        let mut n = 0;
+        let mut consumed = false;
+        while n < wc.len() {
+            let Some(cqe) = self.ring.poll(bus) else {
+                break;
+            };
+            consumed = true;
+            match decode(&cqe, qps, &mut self.last) {
+                Some(w) => {
+                    wc[n] = w;
+                    n += 1;
+                }
+                None => self.unknown += 1,
+            }
+        }
+        if consumed {
+            self.ring.update_ci();
+        }
+        n
+    }
+
+    /// Requests a completion event for the next completion (or the next solicited
+    /// one): arms the CQ (`mlx5_arm_cq`).
+    pub fn req_notify(&mut self, solicited_only: bool) {
+        let cmd = if solicited_only {
+            CqArmCmd::Solicited
+        } else {
+            CqArmCmd::NextCompletion
+        };
+        self.ring.arm(&*self.bus, cmd);
+    }
+
+    /// Destroys the CQ now (`DESTROY_CQ`). Refused with [`Error::CqInUse`] while
+    /// queue pairs still use the CQ; the handle comes back with any error.
+    #[allow(clippy::result_large_err)]
+    pub fn destroy(self) -> std::result::Result<(), (Self, Error)> {
+        if Arc::strong_count(&self.core) > 1 {
+            let qps = self
+                .qps
+                .lock()
+                .map(|v| v.iter().filter(|q| q.alive()).count())
+                .unwrap_or(0)
+                .max(1);
+            return Err((self, Error::CqInUse { qps }));
+        }
+        match self.core.destroy() {
+            Ok(()) => {
+                // Done: the memory goes when `self` drops, after the firmware object.
+                self.core
+                    .live
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => Err((self, e)),
+        }
+    }
+}
+
+/// Finds the live QP `qpn` in `qps`, trying `last` first.
+#[inline]
+fn find<'q>(qps: &'q [Arc<WqShared>], qpn: u32, last: &mut usize) -> Option<&'q WqShared> {
+    if let Some(q) = qps.get(*last) {
+        if q.qpn == qpn && q.alive() {
+            return Some(q);
+        }
+    }
+    let i = qps.iter().position(|q| q.qpn == qpn && q.alive())?;
+    *last = i;
+    Some(&qps[i])
+}
+
+/// The work completion of one CQE, retiring its work request at its QP; `None` for a
+/// CQE of an unknown QP or of a kind verbs does not report (resize, signature).
+#[inline]
+fn decode(cqe: &Cqe64, qps: &[Arc<WqShared>], last: &mut usize) -> Option<WorkCompletion> {
+    let qpn = cqe.qpn();
+    let qp = find(qps, qpn, last)?;
+    let counter = cqe.wqe_counter();
+    let mut wc = WorkCompletion {
+        qp_num: qpn,
+        ..WorkCompletion::default()
+    };
+    match cqe.opcode() {
+        MLX5_CQE_REQ => {
+            wc.wr_id = qp.sq_retire(counter);
+            let op = cqe.sop_opcode();
+            wc.opcode = WcOpcode::of_send(op);
+            wc.byte_len = match op {
+                MLX5_OPCODE_RDMA_READ => cqe.byte_cnt(),
+                MLX5_OPCODE_ATOMIC_CS | MLX5_OPCODE_ATOMIC_FA => 8,
+                _ => 0,
+            };
+            if WcOpcode::send_has_imm(op) {
+                wc.wc_flags = WcFlags::WITH_IMM;
+            }
+        }
+        op @ (MLX5_CQE_RESP_SEND
+        | MLX5_CQE_RESP_SEND_IMM
+        | MLX5_CQE_RESP_SEND_INV
+        | MLX5_CQE_RESP_WR_IMM) => {
+            wc.wr_id = qp.rq_retire(counter);
+            wc.byte_len = cqe.byte_cnt();
+            wc.src_qp = cqe.src_qpn();
+            match op {
+                MLX5_CQE_RESP_WR_IMM => {
+                    wc.opcode = WcOpcode::RecvRdmaWithImm;
+                    wc.wc_flags = WcFlags::WITH_IMM;
+                    wc.imm_data = cqe.imm();
+                }
+                MLX5_CQE_RESP_SEND_IMM => {
+                    wc.opcode = WcOpcode::Recv;
+                    wc.wc_flags = WcFlags::WITH_IMM;
+                    wc.imm_data = cqe.imm();
+                }
+                MLX5_CQE_RESP_SEND_INV => {
+                    wc.opcode = WcOpcode::Recv;
+                    wc.wc_flags = WcFlags::WITH_INV;
+                    wc.imm_data = cqe.imm();
+                }
+                _ => wc.opcode = WcOpcode::Recv,
+            }
+        }
+        MLX5_CQE_REQ_ERR => {
+            let e = cqe.as_err();
+            wc.wr_id = qp.sq_retire(counter);
+            wc.status = WcStatus::from_syndrome(e.syndrome());
+            wc.vendor_err = e.vendor_err_synd();
+            wc.opcode = WcOpcode::of_send(e.wqe_opcode());
+        }
+        MLX5_CQE_RESP_ERR => {
+            let e = cqe.as_err();
+            wc.wr_id = qp.rq_retire(counter);
+            wc.status = WcStatus::from_syndrome(e.syndrome());
+            wc.vendor_err = e.vendor_err_synd();
+            wc.opcode = WcOpcode::Recv;
+        }
+        _ => return None,
+    }
+    Some(wc)
+}

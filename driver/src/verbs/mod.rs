@@ -1,0 +1,182 @@
+//! The verbs API: protection domains, memory regions, completion queues and RC queue
+//! pairs over an open [`Context`](crate::Context), with a fast path (post and poll)
+//! that allocates nothing, takes no lock and makes no system call.
+//!
+//! ```no_run
+//! # fn demo<B: ferroverbs_hw::Bus>(ctx: &ferroverbs::Context<B>) -> Result<(), Box<dyn std::error::Error>> {
+//! use ferroverbs::verbs::*;
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq(256)?;
+//! let mr = pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE)?;
+//! let mut qp = pd.create_qp(&QpInitAttr::new(&cq, &cq, QpCap::default()))?;
+//! qp.to_init(1, AccessFlags::empty())?;
+//! // ... exchange QPN, PSN, GID and MAC with the peer, then:
+//! # let rtr: RtrAttr = unimplemented!(); let rts: RtsAttr = unimplemented!();
+//! qp.to_rtr(&rtr)?;
+//! qp.to_rts(&rts)?;
+//! mr.write(0, b"ping");
+//! qp.post_send(&[SendWr::send(1, &[mr.sge(0, 4)?]).signaled()])?;
+//! let mut wc = [WorkCompletion::default(); 16];
+//! # let mut cq = cq;
+//! let n = cq.poll(&mut wc);
+//! # let _ = n; Ok(()) }
+//! ```
+//!
+//! # Objects and their lifetimes
+//!
+//! Every object borrows what it depends on, so the compiler enforces the order of
+//! destruction the device requires (a QP before its PD, every object before the
+//! context): [`Pd`] borrows the [`Context`](crate::Context); a [`MemoryRegion`] and a
+//! [`QueuePair`] borrow their [`Pd`]. Each object's `Drop` issues its firmware destroy
+//! command, then releases its DMA memory.
+//!
+//! A [`CompletionQueue`] is the exception: polling needs `&mut`, and a QP keeps using
+//! its CQs after creation, so a QP holds a reference-counted share of the firmware CQ
+//! (and of its ring memory) instead of a borrow. Dropping the [`CompletionQueue`]
+//! handle while QPs still use it therefore cannot destroy the CQ under them: the
+//! `DESTROY_CQ` happens when the last QP goes. [`CompletionQueue::destroy`] makes the
+//! same situation an error ([`Error::CqInUse`]) for code that wants to know.
+//!
+//! # Memory regions and safety
+//!
+//! Memory the device may write (a registered buffer) is never exposed as a Rust
+//! reference: a [`MemoryRegion`] owns its buffer (allocated by the driver, or a
+//! `Box<[u8]>` handed over by the caller, returned by
+//! [`MemoryRegion::deregister`]) and offers copies in and out. The device reaches the
+//! buffer only through the IOMMU mapping and the memory key, whose bounds, PD and
+//! access rights it checks, so posting any [`Sge`] is safe: a bad key or range ends in
+//! an error completion, never in a write to memory Rust code holds. [`MemoryRegion::sge`]
+//! checks the range against the region when the request is built, so that mistake is
+//! caught before the device sees it.
+//!
+//! # The fast path
+//!
+//! [`QueuePair::post_send`], [`QueuePair::post_recv`] and [`CompletionQueue::poll`]
+//! take `&mut self` (one thread at a time per object, no lock), write WQEs with the
+//! [`ring`](crate::ring) writers, and share per-slot `wr_id` tables and completion
+//! counters between a QP and its CQs through atomics (`Relaxed`/`Release`/`Acquire`
+//! loads and stores: plain moves on x86-64, no read-modify-write). A CQ finds the QP
+//! of a CQE in a small table it reads without locking (`Mutex::get_mut` under
+//! `&mut self`). `tests/verbs_noalloc.rs` proves the absence of allocation with a
+//! counting global allocator; `docs/performance.md` records the audit for locks and
+//! system calls and the measured costs.
+
+mod attr;
+mod cq;
+mod mr;
+mod pd;
+mod qp;
+mod wc;
+mod wr;
+
+pub use attr::{AddressVector, Attribute, QpAttr, QpInfo, QpState, RtrAttr, RtsAttr, Transition};
+pub use cq::CompletionQueue;
+pub use mr::{AccessFlags, MemoryRegion, RangeError};
+pub use pd::Pd;
+pub use qp::{BadWr, PostError, QpCap, QpInitAttr, QueuePair};
+pub use wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+pub use wr::RecvWr;
+
+pub use crate::ring::{RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge};
+pub use crate::Mtu;
+
+use crate::error::Error as CtrlError;
+
+/// What a verbs control operation (create, modify, query, destroy) can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The device or a firmware command failed (opcode, status and syndrome inside).
+    #[error(transparent)]
+    Device(#[from] CtrlError),
+    /// A QP transition was asked without an attribute it requires.
+    #[error("{transition} requires the {attribute} attribute")]
+    MissingAttribute {
+        /// The transition.
+        transition: Transition,
+        /// The attribute that is missing.
+        attribute: Attribute,
+    },
+    /// A QP transition was given an attribute it does not accept.
+    #[error("{transition} does not accept the {attribute} attribute")]
+    UnexpectedAttribute {
+        /// The transition.
+        transition: Transition,
+        /// The attribute that may not be given.
+        attribute: Attribute,
+    },
+    /// An attribute value is out of range.
+    #[error("{attribute} = {value} is out of range (at most {max})")]
+    AttributeOutOfRange {
+        /// The attribute.
+        attribute: Attribute,
+        /// The value given.
+        value: u64,
+        /// The largest valid value.
+        max: u64,
+    },
+    /// No transition leads from the QP's state to the state asked for.
+    #[error("no QP transition from {from:?} to {to:?}")]
+    InvalidTransition {
+        /// The QP's current state.
+        from: QpState,
+        /// The state asked for.
+        to: QpState,
+    },
+    /// The path MTU is larger than the port's active MTU.
+    #[error("path MTU {requested:?} exceeds the active MTU {active:?} of port {port}")]
+    PathMtuTooLarge {
+        /// The MTU asked for.
+        requested: Mtu,
+        /// The port's active MTU.
+        active: Mtu,
+        /// The port.
+        port: u8,
+    },
+    /// A requested capability exceeds what the device supports.
+    #[error("{what} of {requested} exceeds the device limit of {max}")]
+    CapExceeded {
+        /// Which capability.
+        what: &'static str,
+        /// The value requested.
+        requested: u64,
+        /// The device's limit.
+        max: u64,
+    },
+    /// An invalid combination of access flags (remote write or atomic without local
+    /// write, as verbs forbids).
+    #[error("invalid access flags {0:?}: remote write and remote atomic need LOCAL_WRITE")]
+    InvalidAccess(AccessFlags),
+    /// An argument is invalid.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(&'static str),
+    /// The CQ is still used by `qps` queue pairs.
+    #[error("the completion queue is still used by {qps} queue pair(s)")]
+    CqInUse {
+        /// How many QPs still use it.
+        qps: usize,
+    },
+    /// The bus gave an IOVA whose page offset differs from the buffer's (memory keys
+    /// translate page by page, so both must agree).
+    #[error("IOVA {iova:#x} of the buffer at {addr:#x} has another page offset")]
+    IovaMisaligned {
+        /// Host address.
+        addr: u64,
+        /// IOVA.
+        iova: u64,
+    },
+}
+
+/// Result alias of the verbs control operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Runs one firmware command through the context.
+pub(crate) fn exec<B: ferroverbs_hw::Bus>(
+    ctx: &crate::Context<B>,
+    input: &[u8],
+    out_len: usize,
+) -> Result<Vec<u8>> {
+    Ok(ctx.exec_cmd(input, out_len)?)
+}
+
+#[cfg(test)]
+mod tests;

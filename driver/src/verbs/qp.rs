@@ -1,0 +1,1089 @@
+//! Reliable-connected queue pairs: sizing (`mlx5-datapath.md` §1, §9), `CREATE_QP`
+//! over one DMA buffer (RQ first, then SQ, then the doorbell record), the state
+//! transitions with their attributes (`mlx5-controlpath.md` §4.6-4.7), `QUERY_QP`,
+//! and the post paths on top of the [`ring`](crate::ring) writers.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ferroverbs_hw::control::caps::cmd_hca_cap as g;
+use ferroverbs_hw::control::cmd::{len_with_flex64, new_input, set_flex64, Opcode};
+use ferroverbs_hw::control::qp::{
+    ads, create_qp_in, create_qp_out, destroy_qp_in, destroy_qp_out, in_command, primary_path, qpc,
+    query_qp_in, query_qp_out, transition_input, QpTransition,
+};
+use ferroverbs_hw::control::qp::{
+    MLX5_QP_OPTPAR_ACK_TIMEOUT, MLX5_QP_OPTPAR_PKEY_INDEX, MLX5_QP_OPTPAR_PRIMARY_ADDR_PATH,
+    MLX5_QP_OPTPAR_PRI_PORT, MLX5_QP_OPTPAR_RAE, MLX5_QP_OPTPAR_RETRY_COUNT,
+    MLX5_QP_OPTPAR_RNR_RETRY, MLX5_QP_OPTPAR_RNR_TIMEOUT, MLX5_QP_OPTPAR_RRA_MAX,
+    MLX5_QP_OPTPAR_RRE, MLX5_QP_OPTPAR_RWE, MLX5_QP_OPTPAR_SRA_MAX,
+};
+use ferroverbs_hw::control::uar_pd_td::{alloc_uar_out, dealloc_uar_in, dealloc_uar_out};
+use ferroverbs_hw::datapath::dbr::{MLX5_RCV_DBR, MLX5_SND_DBR};
+use ferroverbs_hw::datapath::uar::{bf_buf_size, bfreg_offset, uar_bar_offset};
+use ferroverbs_hw::{Bus, DmaPerm};
+
+use super::attr::{ceil_log2, mtu_from_qpc};
+use super::cq::CqCore;
+use super::{
+    exec, AccessFlags, AddressVector, CompletionQueue, Error, Pd, QpAttr, QpInfo, QpState, RecvWr,
+    Result, RtrAttr, RtsAttr, SendOp, SendWr, Transition,
+};
+use crate::dma::{DmaBuf, PAGE_SIZE};
+use crate::ring::{self, BlueFlameReg, QpType, Region, RqConfig, SqConfig, Word};
+use crate::Context;
+
+/// The WQE overhead of an RC QP before its data part: control, remote address and
+/// atomic segments (`sq_overhead` with RDMA and atomic operations; this driver has no
+/// memory-window or UMR operations, which would raise it to 192).
+const RC_SQ_OVERHEAD: u32 = 48;
+/// Bytes of a send WQE basic block.
+const WQEBB: u32 = 64;
+/// The largest WQE the control segment's 6-bit DS can describe, in bytes.
+const MAX_WQE_BYTES: u32 = 63 * 16;
+
+/// Queue sizes of a QP (`ibv_qp_cap`): what is asked at creation, and what
+/// [`QueuePair::cap`] reports as granted (each at least the request).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QpCap {
+    /// Send work requests outstanding.
+    pub max_send_wr: u32,
+    /// Receive work requests outstanding.
+    pub max_recv_wr: u32,
+    /// Gather entries per send request.
+    pub max_send_sge: u32,
+    /// Scatter entries per receive request.
+    pub max_recv_sge: u32,
+    /// Bytes of inline data per send request.
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCap {
+    /// 64 send and receive requests, one SGE each, 64 bytes inline.
+    fn default() -> Self {
+        QpCap {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        }
+    }
+}
+
+/// How to create a QP.
+pub struct QpInitAttr<'q, 'ctx, B: Bus> {
+    /// Where send completions go.
+    pub send_cq: &'q CompletionQueue<'ctx, B>,
+    /// Where receive completions go (may be the same CQ).
+    pub recv_cq: &'q CompletionQueue<'ctx, B>,
+    /// Queue sizes.
+    pub cap: QpCap,
+    /// Signal every send request (`sq_sig_all`).
+    pub sq_sig_all: bool,
+    /// Copy single-WQE posts through the BlueFlame register when the device has one
+    /// (rdma-core's default); `false` always rings the 8-byte doorbell.
+    pub blueflame: bool,
+}
+
+impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
+    /// An RC QP on these CQs with these sizes, BlueFlame on, `sq_sig_all` off.
+    pub fn new(
+        send_cq: &'q CompletionQueue<'ctx, B>,
+        recv_cq: &'q CompletionQueue<'ctx, B>,
+        cap: QpCap,
+    ) -> Self {
+        QpInitAttr {
+            send_cq,
+            recv_cq,
+            cap,
+            sq_sig_all: false,
+            blueflame: true,
+        }
+    }
+}
+
+/// Why a work request was not posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    /// The QP's state forbids posting (send: before RTS; receive: in RESET).
+    #[error("the QP is in state {state:?}")]
+    InvalidState {
+        /// The QP's state.
+        state: QpState,
+    },
+    /// The queue has no room until earlier requests complete (poll the CQ). Nothing
+    /// was written.
+    #[error("queue full: the request needs {needed} slots, {free} are free")]
+    QueueFull {
+        /// Slots needed (WQEBBs for a send, WQEs for a receive).
+        needed: u32,
+        /// Slots free.
+        free: u32,
+    },
+    /// More scatter/gather entries than the QP was created for.
+    #[error("{count} scatter/gather entries exceed the QP's maximum of {max}")]
+    TooManySge {
+        /// Entries given.
+        count: usize,
+        /// The maximum.
+        max: u32,
+    },
+    /// More inline data than the QP's `max_inline_data`.
+    #[error("inline data of {len} bytes exceeds max_inline_data of {max}")]
+    InlineTooLarge {
+        /// Bytes given.
+        len: usize,
+        /// The maximum.
+        max: u32,
+    },
+    /// The WQE would exceed the 63 units a control segment describes.
+    #[error("a WQE of {ds} 16-byte units is too large")]
+    WqeTooLarge {
+        /// Units needed.
+        ds: usize,
+    },
+    /// The operation is not supported (atomics on a device without them).
+    #[error("opcode {opcode:#04x} is not supported on this QP")]
+    UnsupportedOp {
+        /// The send opcode.
+        opcode: u8,
+    },
+    /// Inline data for an operation that writes local memory (READ, atomics).
+    #[error("opcode {opcode:#04x} cannot take inline data")]
+    InlineNotAllowed {
+        /// The send opcode.
+        opcode: u8,
+    },
+    /// A datagram address on a connected QP.
+    #[error("an RC QP takes no datagram address")]
+    AddressMismatch,
+}
+
+impl From<ring::PostError> for PostError {
+    fn from(e: ring::PostError) -> Self {
+        match e {
+            ring::PostError::QueueFull { needed, free } => PostError::QueueFull { needed, free },
+            ring::PostError::TooManySges { count, max } => PostError::TooManySge { count, max },
+            ring::PostError::InlineTooLarge { len, max } => PostError::InlineTooLarge { len, max },
+            ring::PostError::WqeTooLarge { ds } => PostError::WqeTooLarge { ds },
+            ring::PostError::UnsupportedOp { opcode, .. } => PostError::UnsupportedOp { opcode },
+            ring::PostError::InlineNotAllowed { opcode } => PostError::InlineNotAllowed { opcode },
+            ring::PostError::AddressMismatch => PostError::AddressMismatch,
+        }
+    }
+}
+
+/// A list post stopped at request `index` (`bad_wr`); the requests before it were
+/// posted (and their doorbell rung), the others were not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("work request {index} not posted: {error}")]
+pub struct BadWr {
+    /// Position of the failed request in the list.
+    pub index: usize,
+    /// Why.
+    pub error: PostError,
+}
+
+/// What a QP shares with its CQs: per-slot `wr_id`s (written at post, read at poll)
+/// and the completion counters the CQ publishes for the QP to reclaim its slots.
+/// Atomics with `Relaxed`, `Release` and `Acquire` loads and stores only.
+pub(crate) struct WqShared {
+    pub(crate) qpn: u32,
+    alive: AtomicBool,
+    sq_mask: u32,
+    sq_wr_id: Box<[AtomicU64]>,
+    /// `DONE | wqe_counter` of the latest requester completion, 0 for none.
+    sq_done: AtomicU32,
+    rq_mask: u32,
+    rq_wr_id: Box<[AtomicU64]>,
+    /// `DONE | tail` (the RQ counter after the latest receive completion).
+    rq_done: AtomicU32,
+}
+
+/// Marks a published completion counter.
+const DONE: u32 = 1 << 16;
+
+impl WqShared {
+    pub(crate) fn alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+    }
+
+    /// The `wr_id` of the send WQE at `counter`, which (with every WQE before it) is
+    /// complete.
+    #[inline]
+    pub(crate) fn sq_retire(&self, counter: u16) -> u64 {
+        let wr_id =
+            self.sq_wr_id[(u32::from(counter) & self.sq_mask) as usize].load(Ordering::Relaxed);
+        // Release: the read above happens before the QP may reuse the slot.
+        self.sq_done
+            .store(DONE | u32::from(counter), Ordering::Release);
+        wr_id
+    }
+
+    /// The `wr_id` of the receive WQE at `counter`, which is complete.
+    #[inline]
+    pub(crate) fn rq_retire(&self, counter: u16) -> u64 {
+        let wr_id =
+            self.rq_wr_id[(u32::from(counter) & self.rq_mask) as usize].load(Ordering::Relaxed);
+        self.rq_done
+            .store(DONE | u32::from(counter.wrapping_add(1)), Ordering::Release);
+        wr_id
+    }
+}
+
+type Mem<B> = Arc<DmaBuf<B>>;
+type SqRing<B> = ring::SendQueue<Region<Mem<B>>, Word<Mem<B>>>;
+type RqRing<B> = ring::ReceiveQueue<Region<Mem<B>>, Word<Mem<B>>>;
+
+/// The layout of a QP's buffer and queues, from the caps (`mlx5_calc_sq_size`,
+/// `mlx5_calc_rq_size`).
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    sq_wqebbs: u32,
+    rq_wqes: u32,
+    rq_shift: u32,
+    granted: QpCap,
+}
+
+impl Geometry {
+    fn rq_bytes(&self) -> usize {
+        (self.rq_wqes as usize) << self.rq_shift
+    }
+    fn sq_bytes(&self) -> usize {
+        self.sq_wqebbs as usize * WQEBB as usize
+    }
+    /// Offset of the doorbell record: after both rings, 64-byte aligned.
+    fn dbr_offset(&self) -> usize {
+        (self.rq_bytes() + self.sq_bytes()).next_multiple_of(64)
+    }
+}
+
+fn geometry<B: Bus>(ctx: &Context<B>, cap: &QpCap) -> Result<Geometry> {
+    let max_wqe_sq = (ctx.cap(g::max_wqe_sz_sq) as u32).min(MAX_WQE_BYTES.next_multiple_of(64));
+    let max_wqe_rq = ctx.cap(g::max_wqe_sz_rq) as u32;
+    let max_wqes = 1u64 << ctx.cap(g::log_max_qp_sz).min(15);
+    let max_send_sge = (max_wqe_sq.min(512).saturating_sub(32) / 16).max(1);
+    let exceeded = |what, requested: u32, max: u64| Error::CapExceeded {
+        what,
+        requested: requested.into(),
+        max,
+    };
+    if cap.max_send_wr == 0 || u64::from(cap.max_send_wr) > max_wqes {
+        return Err(exceeded("max_send_wr", cap.max_send_wr, max_wqes));
+    }
+    if cap.max_recv_wr == 0 || u64::from(cap.max_recv_wr) > max_wqes {
+        return Err(exceeded("max_recv_wr", cap.max_recv_wr, max_wqes));
+    }
+    if cap.max_send_sge > max_send_sge {
+        return Err(exceeded(
+            "max_send_sge",
+            cap.max_send_sge,
+            max_send_sge.into(),
+        ));
+    }
+    let max_recv_sge = max_wqe_rq / 16;
+    if cap.max_recv_sge > max_recv_sge {
+        return Err(exceeded(
+            "max_recv_sge",
+            cap.max_recv_sge,
+            max_recv_sge.into(),
+        ));
+    }
+    // Send WQE size W (§9): the larger of the inline and the gather layouts.
+    let ovh = RC_SQ_OVERHEAD;
+    let inl = if cap.max_inline_data > 0 {
+        ovh + (4 + cap.max_inline_data).next_multiple_of(16)
+    } else {
+        0
+    };
+    let sg = ovh + 16 * cap.max_send_sge;
+    let w = inl.max(sg).next_multiple_of(WQEBB);
+    if w > max_wqe_sq {
+        let max_inline = max_wqe_sq - ovh - 4;
+        return Err(exceeded(
+            "max_inline_data",
+            cap.max_inline_data,
+            max_inline.into(),
+        ));
+    }
+    let wq_size = (u64::from(cap.max_send_wr) * u64::from(w)).next_power_of_two();
+    let sq_wqebbs = wq_size / u64::from(WQEBB);
+    if sq_wqebbs > max_wqes {
+        return Err(exceeded(
+            "max_send_wr",
+            cap.max_send_wr,
+            max_wqes * 64 / u64::from(w),
+        ));
+    }
+    let max_post = (wq_size / u64::from(w)) as u32;
+    // Receive WQE: a power of two of 16-byte entries.
+    let rq_wqe = (16 * cap.max_recv_sge.max(1)).next_power_of_two();
+    let rq_shift = rq_wqe.trailing_zeros();
+    let rq_wqes = (cap.max_recv_wr.next_power_of_two() * rq_wqe).max(64) / rq_wqe;
+    Ok(Geometry {
+        sq_wqebbs: sq_wqebbs as u32,
+        rq_wqes,
+        rq_shift,
+        granted: QpCap {
+            max_send_wr: max_post,
+            max_recv_wr: rq_wqes,
+            max_send_sge: (w - ovh) / 16,
+            max_recv_sge: rq_wqe / 16,
+            max_inline_data: w - ovh - 4,
+        },
+    })
+}
+
+/// A reliable-connected queue pair.
+///
+/// Created in RESET by [`Pd::create_qp`]; [`QueuePair::modify`] (or
+/// [`QueuePair::to_init`], [`QueuePair::to_rtr`], [`QueuePair::to_rts`]) takes it
+/// through the states. Posting takes `&mut self`: one thread at a time, no lock.
+/// Dropping it issues `DESTROY_QP` and releases its UAR and memory.
+pub struct QueuePair<'a, B: Bus> {
+    // The fast path.
+    sq: SqRing<B>,
+    rq: RqRing<B>,
+    shared: Arc<WqShared>,
+    bus: Arc<B>,
+    state: QpState,
+    atomics: bool,
+    /// The last `sq_done` value acted on.
+    sq_seen: u32,
+    /// The RQ counter up to which receives were reclaimed.
+    rq_tail: u16,
+    // The rest.
+    qpn: u32,
+    uar: u32,
+    geo: Geometry,
+    sq_cfg: SqConfig,
+    buf: Mem<B>,
+    port: u8,
+    pkey_index: u16,
+    pd: &'a Pd<'a, B>,
+    send_cq: Arc<CqCore<'a, B>>,
+    recv_cq: Arc<CqCore<'a, B>>,
+    live: bool,
+}
+
+impl<B: Bus> std::fmt::Debug for QueuePair<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("qpn", &self.qpn)
+            .field("state", &self.state)
+            .field("cap", &self.geo.granted)
+            .finish()
+    }
+}
+
+fn alloc_uar<B: Bus>(ctx: &Context<B>) -> Result<u32> {
+    let input = new_input(Opcode::AllocUar, 0, 16);
+    let out = exec(ctx, &input, alloc_uar_out::SIZE)?;
+    Ok(alloc_uar_out::uar.get(&out) as u32)
+}
+
+fn dealloc_uar<B: Bus>(ctx: &Context<B>, uar: u32) -> Result<()> {
+    let mut input = new_input(Opcode::DeallocUar, 0, dealloc_uar_in::SIZE);
+    dealloc_uar_in::uar.set(&mut input, u64::from(uar));
+    exec(ctx, &input, dealloc_uar_out::SIZE).map(|_| ())
+}
+
+impl<'ctx, B: Bus> Pd<'ctx, B> {
+    /// Creates an RC queue pair in RESET (`CREATE_QP`), with its own UAR (so its
+    /// BlueFlame register is its alone and needs no lock).
+    pub fn create_qp<'q>(&self, init: &QpInitAttr<'q, 'ctx, B>) -> Result<QueuePair<'_, B>> {
+        let ctx = self.context();
+        let geo = geometry(ctx, &init.cap)?;
+        let uar = alloc_uar(ctx)?;
+        match self.create_qp_on(init, geo, uar) {
+            Ok(qp) => Ok(qp),
+            Err(e) => {
+                if let Err(e2) = dealloc_uar(ctx, uar) {
+                    tracing::warn!(uar, error = %e2, "DEALLOC_UAR failed");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn create_qp_on<'q>(
+        &self,
+        init: &QpInitAttr<'q, 'ctx, B>,
+        geo: Geometry,
+        uar: u32,
+    ) -> Result<QueuePair<'_, B>> {
+        let ctx = self.context();
+        let rq_bytes = geo.rq_bytes();
+        let sq_bytes = geo.sq_bytes();
+        let dbr = geo.dbr_offset();
+        let buf = Arc::new(DmaBuf::new(ctx.bus(), dbr + 64, DmaPerm::RW)?);
+        let npages = (rq_bytes + sq_bytes).div_ceil(PAGE_SIZE);
+        let pas: Vec<u64> = (0..npages as u64)
+            .map(|i| buf.iova() + i * PAGE_SIZE as u64)
+            .collect();
+        let len = len_with_flex64(&create_qp_in::LAYOUT, npages)
+            .ok_or(Error::InvalidArgument("QP buffer too large"))?;
+        let mut input = new_input(Opcode::CreateQp, 0, len);
+        let q = |f| in_command(f);
+        q(qpc::st).set(&mut input, 0); // RC
+        q(qpc::pm_state).set(&mut input, 3); // migrated
+        q(qpc::pd).set(&mut input, self.pdn().into());
+        q(qpc::uar_page).set(&mut input, uar.into());
+        q(qpc::log_rq_stride).set(&mut input, u64::from(geo.rq_shift - 4));
+        q(qpc::log_rq_size).set(&mut input, u64::from(geo.rq_wqes.trailing_zeros()));
+        q(qpc::log_sq_size).set(&mut input, u64::from(geo.sq_wqebbs.trailing_zeros()));
+        q(qpc::rq_type).set(&mut input, 0);
+        q(qpc::cqn_snd).set(&mut input, init.send_cq.cqn().into());
+        q(qpc::cqn_rcv).set(&mut input, init.recv_cq.cqn().into());
+        q(qpc::log_page_size).set(&mut input, 0);
+        q(qpc::dbr_addr).set(&mut input, buf.iova() + dbr as u64);
+        set_flex64(&mut input, create_qp_in::pas, &pas)
+            .map_err(|_| Error::InvalidArgument("PAS list does not fit the command"))?;
+        let out = exec(ctx, &input, create_qp_out::SIZE)?;
+        let qpn = create_qp_out::qpn.get(&out) as u32;
+
+        let bf_reg_size = 1usize << ctx.cap(g::log_bf_reg_size).min(16);
+        let bf = if init.blueflame && ctx.cap(g::bf) == 1 {
+            BlueFlameReg {
+                reg: uar_bar_offset(uar) + bfreg_offset(0, bf_reg_size),
+                buf_size: bf_buf_size(bf_reg_size),
+                index: 1,
+            }
+        } else {
+            BlueFlameReg {
+                reg: uar_bar_offset(uar) + bfreg_offset(0, bf_reg_size),
+                buf_size: 0,
+                index: 0,
+            }
+        };
+        let sq_cfg = SqConfig {
+            qp_type: QpType::Rc,
+            qpn,
+            wqe_cnt: geo.sq_wqebbs,
+            max_sge: geo.granted.max_send_sge,
+            max_inline: geo.granted.max_inline_data,
+            sig_all: init.sq_sig_all,
+            bf,
+            shut_up_bf: !init.blueflame,
+            prefer_bf: true,
+        };
+        let (sq, rq) = rings(&buf, &geo, sq_cfg)?;
+        let shared = Arc::new(WqShared {
+            qpn,
+            alive: AtomicBool::new(true),
+            sq_mask: geo.sq_wqebbs - 1,
+            sq_wr_id: (0..geo.sq_wqebbs).map(|_| AtomicU64::new(0)).collect(),
+            sq_done: AtomicU32::new(0),
+            rq_mask: geo.rq_wqes - 1,
+            rq_wr_id: (0..geo.rq_wqes).map(|_| AtomicU64::new(0)).collect(),
+            rq_done: AtomicU32::new(0),
+        });
+        init.send_cq.attach(Arc::clone(&shared));
+        if !Arc::ptr_eq(init.send_cq.core(), init.recv_cq.core()) {
+            init.recv_cq.attach(Arc::clone(&shared));
+        }
+        Ok(QueuePair {
+            sq,
+            rq,
+            shared,
+            bus: Arc::clone(ctx.bus()),
+            state: QpState::Reset,
+            atomics: ctx.cap(g::atomic) == 1,
+            sq_seen: 0,
+            rq_tail: 0,
+            qpn,
+            uar,
+            geo,
+            sq_cfg,
+            buf,
+            port: 1,
+            pkey_index: 0,
+            pd: self,
+            send_cq: Arc::clone(init.send_cq.core()),
+            recv_cq: Arc::clone(init.recv_cq.core()),
+            live: true,
+        })
+    }
+}
+
+/// The send and receive rings over a QP buffer.
+fn rings<B: Bus>(buf: &Mem<B>, geo: &Geometry, sq_cfg: SqConfig) -> Result<(SqRing<B>, RqRing<B>)> {
+    let rq_bytes = geo.rq_bytes();
+    let dbr = geo.dbr_offset();
+    let bad = |_| Error::InvalidArgument("QP geometry");
+    let sq_mem = Region::new(Arc::clone(buf), rq_bytes, geo.sq_bytes())
+        .ok_or(Error::InvalidArgument("QP geometry"))?;
+    let rq_mem =
+        Region::new(Arc::clone(buf), 0, rq_bytes).ok_or(Error::InvalidArgument("QP geometry"))?;
+    let sq = SqRing::new(
+        sq_mem,
+        Word {
+            mem: Arc::clone(buf),
+            off: dbr + 4 * MLX5_SND_DBR,
+        },
+        sq_cfg,
+    )
+    .map_err(bad)?;
+    let rq = RqRing::new(
+        rq_mem,
+        Word {
+            mem: Arc::clone(buf),
+            off: dbr + 4 * MLX5_RCV_DBR,
+        },
+        RqConfig {
+            wqe_cnt: geo.rq_wqes,
+            wqe_shift: geo.rq_shift,
+        },
+    )
+    .map_err(bad)?;
+    Ok((sq, rq))
+}
+
+impl<'a, B: Bus> QueuePair<'a, B> {
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The state (as the driver last set it).
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// The granted capabilities (each at least what was asked).
+    pub fn cap(&self) -> QpCap {
+        self.geo.granted
+    }
+
+    /// The port the QP is bound to (from RESET→INIT).
+    pub fn port(&self) -> u8 {
+        self.port
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &'a Pd<'a, B> {
+        self.pd
+    }
+
+    /// The send CQ's number.
+    pub fn send_cqn(&self) -> u32 {
+        self.send_cq.cqn()
+    }
+
+    /// The receive CQ's number.
+    pub fn recv_cqn(&self) -> u32 {
+        self.recv_cq.cqn()
+    }
+
+    /// Bytes of host memory the QP uses: the DMA buffer (RQ ring, SQ ring and
+    /// doorbell record, rounded to pages), the bytes the hardware format requires
+    /// (rings plus the 8-byte record), and the driver's bookkeeping (this handle,
+    /// the shared `wr_id` tables, the ring writers' tables).
+    pub fn footprint(&self) -> QpFootprint {
+        let hw = self.geo.rq_bytes() + self.geo.sq_bytes() + 8;
+        let dma = (self.geo.dbr_offset() + 64).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        let sq = self.geo.sq_wqebbs as usize;
+        let rq = self.geo.rq_wqes as usize;
+        let book = std::mem::size_of::<Self>()
+            + std::mem::size_of::<WqShared>()
+            + (sq + rq) * 8 // shared wr_id tables
+            + sq * (8 + 2) // SendQueue wr_id + next_post
+            + rq * 8; // ReceiveQueue wr_id
+        QpFootprint {
+            dma_bytes: dma,
+            hw_bytes: hw,
+            bookkeeping_bytes: book,
+        }
+    }
+
+    // ------------------------------------------------------------------ fast path
+
+    /// Reclaims send slots completed since the last call; whether any were.
+    #[inline]
+    fn sync_sq(&mut self) -> bool {
+        let d = self.shared.sq_done.load(Ordering::Acquire);
+        if d == self.sq_seen || d & DONE == 0 {
+            return false;
+        }
+        self.sq_seen = d;
+        self.sq.complete(d as u16).is_some()
+    }
+
+    /// Reclaims receive slots completed since the last call; whether any were.
+    #[inline]
+    fn sync_rq(&mut self) -> bool {
+        let d = self.shared.rq_done.load(Ordering::Acquire);
+        if d & DONE == 0 {
+            return false;
+        }
+        let target = d as u16;
+        let mut any = false;
+        let mut left = self.rq.outstanding();
+        while self.rq_tail != target && left > 0 {
+            self.rq.complete(self.rq_tail);
+            self.rq_tail = self.rq_tail.wrapping_add(1);
+            left -= 1;
+            any = true;
+        }
+        any
+    }
+
+    /// Posts a list of send requests and rings one doorbell for them (the BlueFlame
+    /// copy when the list is one WQE that fits). On an error the requests before the
+    /// failed one are posted; the error says which one failed and why.
+    ///
+    /// Allocates nothing, takes no lock, makes no system call.
+    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), BadWr> {
+        if !self.state.can_send() {
+            return Err(BadWr {
+                index: 0,
+                error: PostError::InvalidState { state: self.state },
+            });
+        }
+        let mut res = Ok(());
+        for (index, wr) in wrs.iter().enumerate() {
+            if !self.atomics && matches!(wr.op, SendOp::AtomicCas { .. } | SendOp::AtomicFa { .. })
+            {
+                res = Err(BadWr {
+                    index,
+                    error: PostError::UnsupportedOp {
+                        opcode: wr.op.opcode(),
+                    },
+                });
+                break;
+            }
+            let posted = match self.sq.post(wr) {
+                Ok(p) => Ok(p),
+                Err(ring::PostError::QueueFull { .. }) if self.sync_sq() => self.sq.post(wr),
+                Err(e) => Err(e),
+            };
+            match posted {
+                Ok(p) => self.shared.sq_wr_id[(u32::from(p.index) & self.shared.sq_mask) as usize]
+                    .store(wr.wr_id, Ordering::Relaxed),
+                Err(e) => {
+                    res = Err(BadWr {
+                        index,
+                        error: e.into(),
+                    });
+                    break;
+                }
+            }
+        }
+        self.sq.ring_doorbell(&*self.bus);
+        res
+    }
+
+    /// Posts a list of receive requests and publishes them (doorbell record only; the
+    /// RQ has no MMIO doorbell). On an error the requests before the failed one are
+    /// posted.
+    ///
+    /// Allocates nothing, takes no lock, makes no system call.
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), BadWr> {
+        if !self.state.can_recv() {
+            return Err(BadWr {
+                index: 0,
+                error: PostError::InvalidState { state: self.state },
+            });
+        }
+        let mut res = Ok(());
+        for (index, wr) in wrs.iter().enumerate() {
+            let posted = match self.rq.post(wr.wr_id, wr.sg_list) {
+                Ok(i) => Ok(i),
+                Err(ring::PostError::QueueFull { .. }) if self.sync_rq() => {
+                    self.rq.post(wr.wr_id, wr.sg_list)
+                }
+                Err(e) => Err(e),
+            };
+            match posted {
+                Ok(i) => self.shared.rq_wr_id[(u32::from(i) & self.shared.rq_mask) as usize]
+                    .store(wr.wr_id, Ordering::Relaxed),
+                Err(e) => {
+                    res = Err(BadWr {
+                        index,
+                        error: e.into(),
+                    });
+                    break;
+                }
+            }
+        }
+        self.rq.ring_doorbell(&*self.bus);
+        res
+    }
+
+    // ---------------------------------------------------------------- control path
+
+    /// RESET→INIT on `port` with remote `access` rights, P_Key index 0.
+    pub fn to_init(&mut self, port: u8, access: AccessFlags) -> Result<()> {
+        self.modify(
+            QpState::Init,
+            &QpAttr::new().port(port).pkey_index(0).access(access),
+        )
+    }
+
+    /// INIT→RTR.
+    pub fn to_rtr(&mut self, attr: &RtrAttr) -> Result<()> {
+        self.modify(QpState::Rtr, &attr.into())
+    }
+
+    /// RTR→RTS.
+    pub fn to_rts(&mut self, attr: &RtsAttr) -> Result<()> {
+        self.modify(QpState::Rts, &attr.into())
+    }
+
+    /// Any state → ERR: outstanding requests complete with `WrFlushErr`.
+    pub fn to_error(&mut self) -> Result<()> {
+        self.modify(QpState::Err, &QpAttr::new())
+    }
+
+    /// Any state → RESET. The rings start over, so poll the QP's completions out of
+    /// its CQs first.
+    pub fn reset(&mut self) -> Result<()> {
+        self.modify(QpState::Reset, &QpAttr::new())
+    }
+
+    /// Moves the QP to `to` with `attr` (`ibv_modify_qp`): checks that a transition
+    /// leads there, that `attr` has every attribute it requires and none it does not
+    /// accept, the value ranges, the path MTU against the port's active MTU and the
+    /// READ/atomic depths against the device; then issues the modify command.
+    pub fn modify(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
+        let ctx = self.pd.context();
+        let t = Transition::between(self.state, to).ok_or(Error::InvalidTransition {
+            from: self.state,
+            to,
+        })?;
+        attr.check(t)?;
+        let port = attr.port.unwrap_or(self.port);
+        if attr.port.is_some() {
+            let n = ctx.cap(g::num_ports).max(1);
+            if u64::from(port) > n {
+                return Err(Error::AttributeOutOfRange {
+                    attribute: super::Attribute::Port,
+                    value: port.into(),
+                    max: n,
+                });
+            }
+        }
+        if let Some(mtu) = attr.path_mtu {
+            let active = ctx.query_port(port)?.active_mtu;
+            if mtu > active {
+                return Err(Error::PathMtuTooLarge {
+                    requested: mtu,
+                    active,
+                    port,
+                });
+            }
+        }
+        let depth = |attribute, v: Option<u8>, log: u64| -> Result<()> {
+            let max = 1u64 << log.min(16);
+            match v {
+                Some(v) if u64::from(v) > max => Err(Error::AttributeOutOfRange {
+                    attribute,
+                    value: v.into(),
+                    max,
+                }),
+                _ => Ok(()),
+            }
+        };
+        depth(
+            super::Attribute::MaxRdAtomic,
+            attr.max_rd_atomic,
+            ctx.cap(g::log_max_ra_req_qp),
+        )?;
+        depth(
+            super::Attribute::MaxDestRdAtomic,
+            attr.max_dest_rd_atomic,
+            ctx.cap(g::log_max_ra_res_qp),
+        )?;
+        if let Some(p) = attr.pkey_index {
+            if p != 0 {
+                return Err(Error::AttributeOutOfRange {
+                    attribute: super::Attribute::PkeyIndex,
+                    value: p.into(),
+                    max: 0,
+                });
+            }
+        }
+        let input = self.modify_input(t, attr, port);
+        let hw = hw_transition(t);
+        exec(ctx, &input, hw.out_layout().size())?;
+        if let Some(p) = attr.port {
+            self.port = p;
+        }
+        if let Some(p) = attr.pkey_index {
+            self.pkey_index = p;
+        }
+        self.state = t.target();
+        if t == Transition::ToReset {
+            self.restart_rings()?;
+        }
+        Ok(())
+    }
+
+    /// The rings after a reset: counters at zero, doorbell record cleared.
+    fn restart_rings(&mut self) -> Result<()> {
+        let dbr = self.geo.dbr_offset();
+        self.buf.write_be32(dbr, 0);
+        self.buf.write_be32(dbr + 4, 0);
+        let (sq, rq) = rings(&self.buf, &self.geo, self.sq_cfg)?;
+        self.sq = sq;
+        self.rq = rq;
+        self.shared.sq_done.store(0, Ordering::Release);
+        self.shared.rq_done.store(0, Ordering::Release);
+        self.sq_seen = 0;
+        self.rq_tail = 0;
+        Ok(())
+    }
+
+    fn modify_input(&self, t: Transition, attr: &QpAttr, port: u8) -> Vec<u8> {
+        let mut opt = 0u32;
+        let access_mask = MLX5_QP_OPTPAR_RRE | MLX5_QP_OPTPAR_RAE | MLX5_QP_OPTPAR_RWE;
+        let hw = hw_transition(t);
+        let mut input = transition_input(hw, self.qpn, 0);
+        if !hw.has_qpc() {
+            return input;
+        }
+        let q = |f| in_command(f);
+        let p = |f| primary_path(f);
+        let set = |input: &mut Vec<u8>, f: ferroverbs_hw::Field, v: u64| f.set(input, v);
+        if let Some(a) = attr.access {
+            set(
+                &mut input,
+                q(qpc::rre),
+                a.contains(AccessFlags::REMOTE_READ).into(),
+            );
+            set(
+                &mut input,
+                q(qpc::rwe),
+                a.contains(AccessFlags::REMOTE_WRITE).into(),
+            );
+            let rae = a.contains(AccessFlags::REMOTE_ATOMIC);
+            set(&mut input, q(qpc::rae), rae.into());
+            if rae {
+                // MLX5_QPC_ATOMIC_MODE_IB_SPEC.
+                set(&mut input, q(qpc::atomic_mode), 1);
+            }
+            opt |= access_mask;
+        }
+        if let Some(pk) = attr.pkey_index {
+            set(&mut input, p(ads::pkey_index), pk.into());
+            opt |= MLX5_QP_OPTPAR_PKEY_INDEX;
+        }
+        if attr.port.is_some() {
+            opt |= MLX5_QP_OPTPAR_PRI_PORT;
+        }
+        set(&mut input, p(ads::vhca_port_num), port.into());
+        if let Some(v) = attr.min_rnr_timer {
+            set(&mut input, q(qpc::min_rnr_nak), v.into());
+            opt |= MLX5_QP_OPTPAR_RNR_TIMEOUT;
+        }
+        if let Some(av) = attr.av {
+            self.set_path(&mut input, &av, attr.dest_qpn);
+            opt |= MLX5_QP_OPTPAR_PRIMARY_ADDR_PATH;
+        }
+        if let Some(m) = attr.path_mtu {
+            set(&mut input, q(qpc::mtu), m as u64);
+            let log_msg = self.pd.context().cap(g::log_max_msg);
+            set(&mut input, q(qpc::log_msg_max), log_msg);
+        }
+        if let Some(v) = attr.dest_qpn {
+            set(&mut input, q(qpc::remote_qpn), v.into());
+        }
+        if let Some(v) = attr.rq_psn {
+            set(&mut input, q(qpc::next_rcv_psn), v.into());
+        }
+        if let Some(v) = attr.max_dest_rd_atomic {
+            set(&mut input, q(qpc::log_rra_max), ceil_log2(v).into());
+            opt |= MLX5_QP_OPTPAR_RRA_MAX;
+        }
+        if let Some(v) = attr.sq_psn {
+            set(&mut input, q(qpc::next_send_psn), v.into());
+        }
+        if let Some(v) = attr.timeout {
+            set(&mut input, p(ads::ack_timeout), v.into());
+            opt |= MLX5_QP_OPTPAR_ACK_TIMEOUT;
+        }
+        if let Some(v) = attr.retry_cnt {
+            set(&mut input, q(qpc::retry_count), v.into());
+            opt |= MLX5_QP_OPTPAR_RETRY_COUNT;
+        }
+        if let Some(v) = attr.rnr_retry {
+            set(&mut input, q(qpc::rnr_retry), v.into());
+            opt |= MLX5_QP_OPTPAR_RNR_RETRY;
+        }
+        if let Some(v) = attr.max_rd_atomic {
+            set(&mut input, q(qpc::log_sra_max), ceil_log2(v).into());
+            opt |= MLX5_QP_OPTPAR_SRA_MAX;
+        }
+        match t {
+            Transition::ResetToInit => {
+                set(&mut input, q(qpc::pm_state), 3);
+                opt = 0;
+            }
+            Transition::InitToRtr => {
+                // Linux asks for an ACK request every 2^8 packets... per message here.
+                set(&mut input, q(qpc::log_ack_req_freq), 0);
+                opt &= access_mask | MLX5_QP_OPTPAR_PKEY_INDEX;
+            }
+            Transition::RtrToRts | Transition::RtsToRts => {
+                opt &= access_mask | MLX5_QP_OPTPAR_RNR_TIMEOUT;
+            }
+            Transition::InitToInit => {
+                opt &= access_mask | MLX5_QP_OPTPAR_PKEY_INDEX | MLX5_QP_OPTPAR_PRI_PORT;
+            }
+            _ => {}
+        }
+        ferroverbs_hw::control::qp::rst2init_qp_in::opt_param_mask.set(&mut input, opt.into());
+        input
+    }
+
+    /// Writes the primary address path of a RoCE v2 peer.
+    fn set_path(&self, input: &mut [u8], av: &AddressVector, dest_qpn: Option<u32>) {
+        let p = |f| primary_path(f);
+        p(ads::pkey_index).set(input, self.pkey_index.into());
+        p(ads::src_addr_index).set(input, av.sgid_index.into());
+        let hop = if av.hop_limit < 2 { 64 } else { av.hop_limit };
+        p(ads::hop_limit).set(input, hop.into());
+        p(ads::tclass).set(input, av.traffic_class.into());
+        p(ads::dscp).set(input, u64::from(av.traffic_class >> 2));
+        p(ads::ecn).set(input, u64::from(av.traffic_class & 3));
+        p(ads::flow_label).set(input, av.flow_label.into());
+        if let Some(dst) = p(ads::rgid_rip).bytes_mut(input) {
+            dst.copy_from_slice(&av.dgid);
+        }
+        let m = av.dmac;
+        p(ads::rmac_47_32).set(input, u64::from(u16::from_be_bytes([m[0], m[1]])));
+        p(ads::rmac_31_0).set(
+            input,
+            u64::from(u32::from_be_bytes([m[2], m[3], m[4], m[5]])),
+        );
+        p(ads::eth_prio).set(input, u64::from(av.sl & 7));
+        p(ads::sl).set(input, u64::from(av.sl & 7));
+        let sport = av.udp_sport.unwrap_or_else(|| {
+            // A stable port per connection in the RoCE v2 range 0xc000-0xffff.
+            let h = self.qpn.wrapping_mul(0x9e37_79b9) ^ dest_qpn.unwrap_or(0);
+            0xc000 | (h as u16 & 0x3fff)
+        });
+        p(ads::udp_sport).set(input, sport.into());
+    }
+
+    /// The state and attributes the device holds for the QP (`QUERY_QP`).
+    pub fn query(&self) -> Result<QpInfo> {
+        let ctx = self.pd.context();
+        let mut input = new_input(Opcode::QueryQp, 0, query_qp_in::SIZE);
+        query_qp_in::qpn.set(&mut input, self.qpn.into());
+        let npages = (self.geo.rq_bytes() + self.geo.sq_bytes()).div_ceil(PAGE_SIZE);
+        let out_len = len_with_flex64(&query_qp_out::LAYOUT, npages).unwrap_or(query_qp_out::SIZE);
+        let out = exec(ctx, &input, out_len)?;
+        let base = query_qp_out::qpc.bit;
+        let q = |f: ferroverbs_hw::Field| f.at(base).get(&out);
+        let p = |f: ferroverbs_hw::Field| f.at(base + qpc::primary_address_path.bit).get(&out);
+        let state = QpState::from_qpc(q(qpc::state) as u8).ok_or(Error::Device(
+            crate::Error::MalformedOutput {
+                opcode: crate::Opcode(Opcode::QueryQp.value()),
+                what: "unknown QP state",
+            },
+        ))?;
+        let mut access = AccessFlags::empty();
+        if q(qpc::rre) == 1 {
+            access |= AccessFlags::REMOTE_READ;
+        }
+        if q(qpc::rwe) == 1 {
+            access |= AccessFlags::REMOTE_WRITE;
+        }
+        if q(qpc::rae) == 1 {
+            access |= AccessFlags::REMOTE_ATOMIC;
+        }
+        let mut dgid = [0u8; 16];
+        if let Some(src) = ads::rgid_rip
+            .at(base + qpc::primary_address_path.bit)
+            .bytes(&out)
+        {
+            dgid.copy_from_slice(src);
+        }
+        let hi = (p(ads::rmac_47_32) as u16).to_be_bytes();
+        let lo = (p(ads::rmac_31_0) as u32).to_be_bytes();
+        let pow = |log: u64| -> u8 { 1u8.checked_shl(log as u32).unwrap_or(0) };
+        Ok(QpInfo {
+            qp_num: self.qpn,
+            state,
+            port: p(ads::vhca_port_num) as u8,
+            pkey_index: p(ads::pkey_index) as u16,
+            access,
+            path_mtu: mtu_from_qpc(q(qpc::mtu) as u8),
+            dest_qpn: q(qpc::remote_qpn) as u32,
+            rq_psn: q(qpc::next_rcv_psn) as u32,
+            sq_psn: q(qpc::next_send_psn) as u32,
+            max_dest_rd_atomic: pow(q(qpc::log_rra_max)),
+            max_rd_atomic: pow(q(qpc::log_sra_max)),
+            min_rnr_timer: q(qpc::min_rnr_nak) as u8,
+            timeout: p(ads::ack_timeout) as u8,
+            retry_cnt: q(qpc::retry_count) as u8,
+            rnr_retry: q(qpc::rnr_retry) as u8,
+            av: AddressVector {
+                dgid,
+                sgid_index: p(ads::src_addr_index) as u8,
+                dmac: [hi[0], hi[1], lo[0], lo[1], lo[2], lo[3]],
+                hop_limit: p(ads::hop_limit) as u8,
+                traffic_class: p(ads::tclass) as u8,
+                flow_label: p(ads::flow_label) as u32,
+                sl: p(ads::sl) as u8,
+                udp_sport: Some(p(ads::udp_sport) as u16),
+            },
+            cap: self.geo.granted,
+        })
+    }
+
+    /// Destroys the QP now and reports the result (dropping does the same and only
+    /// logs a failure).
+    pub fn destroy(mut self) -> Result<()> {
+        self.live = false;
+        self.release()
+    }
+
+    fn release(&self) -> Result<()> {
+        let ctx = self.pd.context();
+        let mut input = new_input(Opcode::DestroyQp, 0, destroy_qp_in::SIZE);
+        destroy_qp_in::qpn.set(&mut input, self.qpn.into());
+        let r = exec(ctx, &input, destroy_qp_out::SIZE).map(|_| ());
+        self.shared.alive.store(false, Ordering::Relaxed);
+        let r2 = dealloc_uar(ctx, self.uar);
+        r.and(r2)
+    }
+}
+
+impl<B: Bus> Drop for QueuePair<'_, B> {
+    fn drop(&mut self) {
+        if self.live {
+            if let Err(e) = self.release() {
+                tracing::warn!(qpn = self.qpn, error = %e, "DESTROY_QP failed");
+            }
+        }
+        // Then the fields: the rings and buffer (unmapped and freed after the QP is
+        // gone), and the CQ shares (possibly DESTROY_CQ).
+    }
+}
+
+/// Host memory a QP uses (see [`QueuePair::footprint`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpFootprint {
+    /// DMA memory: the rings and the doorbell record, in whole pages.
+    pub dma_bytes: usize,
+    /// Bytes the hardware format requires: the rings and the 8-byte doorbell record.
+    pub hw_bytes: usize,
+    /// Driver bookkeeping outside the DMA memory.
+    pub bookkeeping_bytes: usize,
+}
+
+fn hw_transition(t: Transition) -> QpTransition {
+    match t {
+        Transition::ResetToInit => QpTransition::Rst2Init,
+        Transition::InitToInit => QpTransition::Init2Init,
+        Transition::InitToRtr => QpTransition::Init2Rtr,
+        Transition::RtrToRts => QpTransition::Rtr2Rts,
+        Transition::RtsToRts => QpTransition::Rts2Rts,
+        Transition::SqdToRts => QpTransition::Sqd2Rts,
+        Transition::ToErr => QpTransition::ToErr,
+        Transition::ToReset => QpTransition::ToRst,
+    }
+}

@@ -1,0 +1,191 @@
+//! Work completions: what [`CompletionQueue::poll`](super::CompletionQueue::poll) fills
+//! in from each CQE, mapped as rdma-core's `mlx5_poll_cq` maps it
+//! (`mlx5-datapath.md` §7.6-7.8).
+
+use ferroverbs_hw::datapath::cqe::{
+    MLX5_CQE_SYNDROME_BAD_RESP_ERR, MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR,
+    MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
+    MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR, MLX5_CQE_SYNDROME_MW_BIND_ERR,
+    MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
+    MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR, MLX5_CQE_SYNDROME_REMOTE_OP_ERR,
+    MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR,
+    MLX5_CQE_SYNDROME_WR_FLUSH_ERR,
+};
+use ferroverbs_hw::datapath::wqe::{
+    MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ, MLX5_OPCODE_RDMA_WRITE,
+    MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND_IMM,
+};
+
+/// The status of a work completion (`ibv_wc_status`; the discriminants are the verbs
+/// values).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum WcStatus {
+    /// The work request completed.
+    #[default]
+    Success = 0,
+    /// Local length error: a receive buffer too small, or a message longer than the
+    /// port allows.
+    LocLenErr = 1,
+    /// Local QP operation error: a malformed WQE.
+    LocQpOpErr = 2,
+    /// Local protection error: a local key that is invalid, of another PD, out of
+    /// bounds or without the access needed.
+    LocProtErr = 4,
+    /// The work request was flushed: the QP is in the error state.
+    WrFlushErr = 5,
+    /// Memory window bind error.
+    MwBindErr = 6,
+    /// Unexpected transport response.
+    BadRespErr = 7,
+    /// Local access error.
+    LocAccessErr = 8,
+    /// The responder found the request invalid (e.g. a misaligned atomic).
+    RemInvReqErr = 9,
+    /// The responder refused the access: bad rkey, bounds or rights.
+    RemAccessErr = 10,
+    /// The responder could not complete the operation.
+    RemOpErr = 11,
+    /// Transport retries exhausted.
+    RetryExcErr = 12,
+    /// RNR retries exhausted.
+    RnrRetryExcErr = 13,
+    /// The responder aborted.
+    RemAbortErr = 16,
+    /// Any other error syndrome.
+    GeneralErr = 21,
+}
+
+impl WcStatus {
+    /// The status of an error CQE's syndrome (rdma-core `mlx5_handle_error_cqe`).
+    pub fn from_syndrome(syndrome: u8) -> WcStatus {
+        match syndrome {
+            MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR => WcStatus::LocLenErr,
+            MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR => WcStatus::LocQpOpErr,
+            MLX5_CQE_SYNDROME_LOCAL_PROT_ERR => WcStatus::LocProtErr,
+            MLX5_CQE_SYNDROME_WR_FLUSH_ERR => WcStatus::WrFlushErr,
+            MLX5_CQE_SYNDROME_MW_BIND_ERR => WcStatus::MwBindErr,
+            MLX5_CQE_SYNDROME_BAD_RESP_ERR => WcStatus::BadRespErr,
+            MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR => WcStatus::LocAccessErr,
+            MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR => WcStatus::RemInvReqErr,
+            MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR => WcStatus::RemAccessErr,
+            MLX5_CQE_SYNDROME_REMOTE_OP_ERR => WcStatus::RemOpErr,
+            MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR => WcStatus::RetryExcErr,
+            MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR => WcStatus::RnrRetryExcErr,
+            MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR => WcStatus::RemAbortErr,
+            _ => WcStatus::GeneralErr,
+        }
+    }
+
+    /// Whether this is [`WcStatus::Success`].
+    pub fn is_ok(self) -> bool {
+        self == WcStatus::Success
+    }
+}
+
+/// What completed (`ibv_wc_opcode`; the discriminants are the verbs values).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum WcOpcode {
+    /// A SEND (with or without immediate) was sent.
+    #[default]
+    Send = 0,
+    /// An RDMA WRITE (with or without immediate) was executed.
+    RdmaWrite = 1,
+    /// An RDMA READ was executed.
+    RdmaRead = 2,
+    /// An atomic compare and swap was executed.
+    CompSwap = 3,
+    /// An atomic fetch and add was executed.
+    FetchAdd = 4,
+    /// A SEND was received.
+    Recv = 128,
+    /// An RDMA WRITE with immediate was received (consuming a receive request).
+    RecvRdmaWithImm = 129,
+}
+
+impl WcOpcode {
+    /// The completion opcode of a requester CQE for send opcode `op` (rdma-core
+    /// `handle_good_req`).
+    pub(crate) fn of_send(op: u8) -> WcOpcode {
+        match op {
+            MLX5_OPCODE_RDMA_WRITE | MLX5_OPCODE_RDMA_WRITE_IMM => WcOpcode::RdmaWrite,
+            MLX5_OPCODE_RDMA_READ => WcOpcode::RdmaRead,
+            MLX5_OPCODE_ATOMIC_CS => WcOpcode::CompSwap,
+            MLX5_OPCODE_ATOMIC_FA => WcOpcode::FetchAdd,
+            _ => WcOpcode::Send,
+        }
+    }
+
+    /// Whether a send opcode carries an immediate.
+    pub(crate) fn send_has_imm(op: u8) -> bool {
+        op == MLX5_OPCODE_SEND_IMM || op == MLX5_OPCODE_RDMA_WRITE_IMM
+    }
+}
+
+/// Completion flags (`ibv_wc_flags`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct WcFlags(u32);
+
+impl WcFlags {
+    /// A GRH is present (never on RoCE RC).
+    pub const GRH: WcFlags = WcFlags(1);
+    /// `imm_data` is valid.
+    pub const WITH_IMM: WcFlags = WcFlags(2);
+    /// The SEND invalidated a key.
+    pub const WITH_INV: WcFlags = WcFlags(8);
+
+    /// No flag.
+    pub const fn empty() -> WcFlags {
+        WcFlags(0)
+    }
+
+    /// Whether every flag of `other` is set.
+    pub const fn contains(self, other: WcFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The `ibv_wc_flags` bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+impl std::ops::BitOr for WcFlags {
+    type Output = WcFlags;
+    fn bitor(self, rhs: WcFlags) -> WcFlags {
+        WcFlags(self.0 | rhs.0)
+    }
+}
+
+/// One work completion (`ibv_wc`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkCompletion {
+    /// The `wr_id` of the work request.
+    pub wr_id: u64,
+    /// Success or the error.
+    pub status: WcStatus,
+    /// What completed. For an error completion: the operation of the failed request
+    /// as far as the CQE tells it (the send opcode for a requester error, `Recv` for a
+    /// responder error).
+    pub opcode: WcOpcode,
+    /// The vendor syndrome of an error completion (`vendor_err_synd`).
+    pub vendor_err: u8,
+    /// Bytes received (receives), read (RDMA READ) or 8 (atomics); 0 otherwise.
+    pub byte_len: u32,
+    /// The immediate data, as the sender gave it, when `wc_flags` has `WITH_IMM`.
+    pub imm_data: u32,
+    /// The local QP number.
+    pub qp_num: u32,
+    /// The remote QP number (receives).
+    pub src_qp: u32,
+    /// Flags.
+    pub wc_flags: WcFlags,
+}
+
+impl WorkCompletion {
+    /// Whether the completion is successful.
+    pub fn is_ok(&self) -> bool {
+        self.status.is_ok()
+    }
+}
