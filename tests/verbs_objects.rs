@@ -10,8 +10,8 @@ use ferroverbs::verbs::{
     RecvWr, SendWr, Transition,
 };
 use ferroverbs_hw::control::mkey::mkc;
+use ferroverbs_hw::control::qp::QpcState as FwQpState;
 use ferroverbs_hw::control::qp::{ads, qpc};
-use ferroverbs_sim::firmware::qp_state::QpState as FwQpState;
 
 #[test]
 fn objects_are_created_in_firmware_and_destroyed_on_drop() {
