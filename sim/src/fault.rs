@@ -145,65 +145,58 @@ impl Faults {
 
     /// The outcome to apply to a command about to execute, if a fault matches.
     pub fn on_command(&mut self, opcode: u16, op_mod: u16) -> Option<FaultOutcome> {
-        let mut hit = None;
-        let mut remove = None;
-        for (i, c) in self.commands.iter_mut().enumerate() {
-            if c.rule.opcode != opcode || c.rule.op_mod.is_some_and(|m| m != op_mod) {
-                continue;
-            }
-            c.seen = c.seen.saturating_add(1);
-            match c.rule.nth {
-                None => {
-                    hit = Some(c.rule.outcome);
-                    break;
-                }
-                Some(n) if c.seen == n => {
-                    hit = Some(c.rule.outcome);
-                    remove = Some(i);
-                    break;
-                }
-                Some(_) => {}
-            }
-        }
-        if let Some(i) = remove {
-            self.commands.remove(i);
-        }
-        if hit.is_some() {
-            self.injected += 1;
-        }
-        hit
+        fire(&mut self.commands, &mut self.injected, |f| {
+            (f.opcode == opcode && f.op_mod.is_none_or(|m| m == op_mod))
+                .then_some((f.nth, f.outcome))
+        })
     }
 
     /// Whether a command with this opcode must be held, and how.
     pub fn on_doorbell(&mut self, opcode: u16) -> Option<Hold> {
-        let mut hit = None;
-        let mut remove = None;
-        for (i, d) in self.delays.iter_mut().enumerate() {
-            if d.rule.opcode.is_some_and(|o| o != opcode) {
-                continue;
-            }
-            d.seen = d.seen.saturating_add(1);
-            match d.rule.nth {
-                None => {
-                    hit = Some(d.rule.hold);
-                    break;
-                }
-                Some(n) if d.seen == n => {
-                    hit = Some(d.rule.hold);
-                    remove = Some(i);
-                    break;
-                }
-                Some(_) => {}
-            }
-        }
-        if let Some(i) = remove {
-            self.delays.remove(i);
-        }
-        if hit.is_some() {
-            self.injected += 1;
-        }
-        hit
+        fire(&mut self.delays, &mut self.injected, |d| {
+            d.opcode
+                .is_none_or(|o| o == opcode)
+                .then_some((d.nth, d.hold))
+        })
     }
+}
+
+/// Applies the first due rule of `rules`. `matching` gives, for a rule that matches,
+/// its `nth` and what it does. Every matching rule counts the match; one without `nth`
+/// fires every time, one with `nth` fires on its n-th match and is then removed. A
+/// firing is counted in `injected`.
+fn fire<T, O>(
+    rules: &mut Vec<Counted<T>>,
+    injected: &mut u64,
+    matching: impl Fn(&T) -> Option<(Option<u32>, O)>,
+) -> Option<O> {
+    let mut hit = None;
+    let mut remove = None;
+    for (i, c) in rules.iter_mut().enumerate() {
+        let Some((nth, outcome)) = matching(&c.rule) else {
+            continue;
+        };
+        c.seen = c.seen.saturating_add(1);
+        match nth {
+            None => {
+                hit = Some(outcome);
+                break;
+            }
+            Some(n) if c.seen == n => {
+                hit = Some(outcome);
+                remove = Some(i);
+                break;
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(i) = remove {
+        rules.remove(i);
+    }
+    if hit.is_some() {
+        *injected += 1;
+    }
+    hit
 }
 
 #[cfg(test)]
