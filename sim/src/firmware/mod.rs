@@ -262,6 +262,16 @@ impl Out {
         }
     }
 
+    /// The output of a QUERY command that ends with the object's page list (`pas`):
+    /// `size` bytes plus as many page addresses as the caller's `outlen` holds, the
+    /// page addresses written.
+    pub fn with_pas(outlen: usize, size: usize, pas: Field, pages: &[u64]) -> Self {
+        let at = pas.byte_offset();
+        let mut o = Out::new(outlen.min(at + pages.len() * 8).max(size));
+        o.put_be64s(at, pages);
+        o
+    }
+
     /// Writes big-endian u64 entries from byte `start`, as many as fit.
     pub fn put_be64s(&mut self, start: usize, vals: &[u64]) {
         for (i, v) in vals.iter().enumerate() {

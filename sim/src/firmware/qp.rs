@@ -209,15 +209,8 @@ impl Firmware {
         c.lengths(query_qp_in::SIZE, query_qp_out::SIZE)?;
         let qpn = c.get(query_qp_in::qpn) as u32;
         let qp = self.qps.get(qpn).ok_or(Fail::from(Syndrome::QpUnknown))?;
-        let pas_at = query_qp_out::pas.byte_offset();
-        let mut o = Out::new(
-            c.outlen
-                .min(pas_at + qp.pages.len() * 8)
-                .max(query_qp_out::SIZE),
-        );
+        let mut o = Out::with_pas(c.outlen, query_qp_out::SIZE, query_qp_out::pas, &qp.pages);
         o.put(query_qp_out::qpc, &qp.qpc);
-        let pages = qp.pages.clone();
-        o.put_be64s(pas_at, &pages);
         o.done()
     }
 

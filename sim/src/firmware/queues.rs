@@ -139,12 +139,7 @@ impl Firmware {
         let eqn = c.get(query_eq_in::eq_number) as u32;
         let eq = self.eqs.get(eqn).ok_or(Fail::from(Syndrome::EqUnknown))?;
         let r = &eq.ring;
-        let pas_at = query_eq_out::pas.byte_offset();
-        let mut o = Out::new(
-            c.outlen
-                .min(pas_at + r.pages.len() * 8)
-                .max(query_eq_out::SIZE),
-        );
+        let mut o = Out::with_pas(c.outlen, query_eq_out::SIZE, query_eq_out::pas, &r.pages);
         let ctx = query_eq_out::eq_context_entry;
         o.set_at(ctx, eqc::status, u64::from(r.status));
         o.set_at(ctx, eqc::oi, u64::from(r.oi));
@@ -157,8 +152,6 @@ impl Firmware {
         o.set_at(ctx, eqc::consumer_counter, u64::from(r.ci));
         o.set_at(ctx, eqc::producer_counter, u64::from(r.pi));
         o.set(query_eq_out::event_bitmask, r.mask[0]);
-        let pages = r.pages.clone();
-        o.put_be64s(pas_at, &pages);
         o.done()
     }
 
@@ -250,15 +243,8 @@ impl Firmware {
         c.lengths(query_cq_in::SIZE, query_cq_out::SIZE)?;
         let cqn = c.get(query_cq_in::cqn) as u32;
         let cq = self.cqs.get(cqn).ok_or(Fail::from(Syndrome::CqUnknown))?;
-        let pas_at = query_cq_out::pas.byte_offset();
-        let mut o = Out::new(
-            c.outlen
-                .min(pas_at + cq.pages.len() * 8)
-                .max(query_cq_out::SIZE),
-        );
+        let mut o = Out::with_pas(c.outlen, query_cq_out::SIZE, query_cq_out::pas, &cq.pages);
         o.put(query_cq_out::cq_context, &cq.cqc);
-        let pages = cq.pages.clone();
-        o.put_be64s(pas_at, &pages);
         o.done()
     }
 }
