@@ -171,8 +171,9 @@ impl RoceAddr {
         })
     }
 
-    /// Writes the entry at bit `base` of `buf`, which the caller sized for it.
-    fn write(&self, buf: &mut [u8], base: u32) {
+    /// Writes the entry at bit `base` of `buf`, which the caller sized for it (see
+    /// [`Field::set`]).
+    pub fn write(&self, buf: &mut [u8], base: u32) {
         let f = |x: Field| x.at(base);
         if let Some(b) = f(roce_addr_layout::source_l3_address).bytes_mut(buf) {
             b.copy_from_slice(&self.gid);

@@ -2,30 +2,19 @@
 //! loopback), QUERY_VPORT_STATE, SET/QUERY_ROCE_ADDRESS (the GID table), and the
 //! PAOS port register (`mlx5-controlpath.md` §4.8).
 
+use ferroverbs_hw::control::roce::{ipv4_mapped_gid, RoceL3Type, RoceVersion};
 use ferroverbs_hw::Field;
-
-use ferroverbs_hw::control::vport::split_mac;
 
 use super::caps::Caps;
 use super::ifc::*;
 use super::{Cmd, CmdResult, Fail, Firmware, FwConfig, HcaState, Out, Syndrome};
 use crate::iommu::Iommu;
 
-/// `roce_version`: RoCE v1 (`MLX5_ROCE_VERSION_1`).
-pub const ROCE_V1: u8 = 0;
-/// `roce_version`: RoCE v2 (`MLX5_ROCE_VERSION_2`).
-pub const ROCE_V2: u8 = 2;
-/// `roce_l3_type`: IPv4 (`MLX5_ROCE_L3_TYPE_IPV4`).
-pub const L3_IPV4: u8 = 0;
-/// `roce_l3_type`: IPv6 (`MLX5_ROCE_L3_TYPE_IPV6`).
-pub const L3_IPV6: u8 = 1;
-
 /// Largest Ethernet MTU of a port.
 pub const MAX_MTU: u16 = 9978;
 /// Smallest MTU MODIFY_NIC_VPORT_CONTEXT accepts.
 pub const MIN_MTU: u16 = 68;
 
-use ferroverbs_hw::control::roce::ipv4_mapped_gid;
 pub use ferroverbs_hw::control::roce::RoceAddr;
 
 /// A RoCE v2 GID table entry for an IPv4 address (`::ffff:a.b.c.d`).
@@ -34,31 +23,9 @@ pub fn roce_v2_ipv4(ip: [u8; 4], mac: [u8; 6]) -> RoceAddr {
         gid: ipv4_mapped_gid(ip),
         mac,
         vlan: None,
-        l3_type: L3_IPV4,
-        version: ROCE_V2,
+        l3_type: RoceL3Type::Ipv4.value(),
+        version: RoceVersion::V2.value(),
     }
-}
-
-/// Writes a GID table entry as a `roce_addr_layout` at the start of `buf`.
-fn encode(e: &RoceAddr, buf: &mut [u8]) {
-    if let Some(d) = roce_addr_layout::source_l3_address.bytes_mut(buf) {
-        d.copy_from_slice(&e.gid);
-    }
-    let (hi, lo) = split_mac(e.mac);
-    put(buf, roce_addr_layout::source_mac_47_32, hi.into());
-    put(buf, roce_addr_layout::source_mac_31_0, lo.into());
-    put(
-        buf,
-        roce_addr_layout::vlan_valid,
-        u64::from(e.vlan.is_some()),
-    );
-    put(
-        buf,
-        roce_addr_layout::vlan_id,
-        u64::from(e.vlan.unwrap_or(0)),
-    );
-    put(buf, roce_addr_layout::roce_l3_type, u64::from(e.l3_type));
-    put(buf, roce_addr_layout::roce_version, u64::from(e.version));
 }
 
 fn put(buf: &mut [u8], f: Field, v: u64) {
@@ -293,10 +260,10 @@ impl Firmware {
             // Linux deletes an entry by writing it with no GID and no MAC.
             None
         } else {
-            if a.version != ROCE_V1 && a.version != ROCE_V2 {
+            if RoceVersion::from_value(a.version).is_none() {
                 return Err(Syndrome::RoceAddrBadVersion.into());
             }
-            if a.l3_type != L3_IPV4 && a.l3_type != L3_IPV6 {
+            if RoceL3Type::from_value(a.l3_type).is_none() {
                 return Err(Syndrome::RoceAddrBadL3Type.into());
             }
             Some(a)
@@ -314,10 +281,8 @@ impl Firmware {
             return Err(Syndrome::RoceAddrBadIndex.into());
         }
         let mut o = Out::new(query_roce_address_out::SIZE);
-        if let Some(e) = self.ports[port].gid(index).copied() {
-            if let Some(dst) = query_roce_address_out::roce_address.bytes_mut(&mut o.0) {
-                encode(&e, dst);
-            }
+        if let Some(e) = self.ports[port].gid(index) {
+            e.write(&mut o.0, query_roce_address_out::roce_address.bit);
         }
         o.done()
     }
