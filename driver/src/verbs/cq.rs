@@ -69,6 +69,13 @@ impl<B: Bus> Drop for CqCore<'_, B> {
 /// while QPs use the CQ defers `DESTROY_CQ` until the last of them is destroyed;
 /// [`CompletionQueue::destroy`] reports that case as [`Error::CqInUse`] instead.
 pub struct CompletionQueue<'ctx, B: Bus> {
+    p: Poller<B>,
+    core: Arc<CqCore<'ctx, B>>,
+}
+
+/// The consumer side of a CQ: its ring, and the QPs whose completions arrive there.
+/// Everything the poll path touches lives here.
+pub(crate) struct Poller<B: Bus> {
     ring: CqRing<B>,
     bus: Arc<B>,
     /// The QPs whose completions come here. Only locked by QP creation (`&self`);
@@ -78,159 +85,83 @@ pub struct CompletionQueue<'ctx, B: Bus> {
     last: usize,
     /// CQEs of QPs this CQ does not know (destroyed QPs), skipped.
     unknown: u64,
-    core: Arc<CqCore<'ctx, B>>,
-    cqe: u32,
+    /// Entries in the ring.
+    pub(crate) ncqe: u32,
+    /// The ring memory (and the doorbell record after it).
+    pub(crate) buf: Arc<DmaBuf<B>>,
 }
 
-impl<B: Bus> std::fmt::Debug for CompletionQueue<'_, B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompletionQueue")
-            .field("cqn", &self.core.cqn)
-            .field("cqe", &self.cqe)
-            .field("consumer_index", &self.ring.consumer_index())
-            .finish()
-    }
-}
-
-impl<B: Bus> Context<B> {
-    /// Creates a CQ with room for at least `cqe` completions (`CREATE_CQ`; the ring
-    /// holds the next power of two above `cqe`, as rdma-core sizes it).
-    pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue<'_, B>> {
-        use ferroverbs_hw::control::caps::cmd_hca_cap as g;
-        let max_log = self.cap(g::log_max_cq_sz).min(24);
-        let max = (1u64 << max_log) - 1;
-        if cqe == 0 || u64::from(cqe) > max {
-            return Err(Error::CapExceeded {
-                what: "CQ entries",
-                requested: cqe.into(),
-                max,
-            });
-        }
-        let ncqe = (cqe + 1).next_power_of_two();
-        let log_size = ncqe.trailing_zeros() as u8;
+impl<B: Bus> Poller<B> {
+    /// A consumer of `ncqe` (a power of two) entries over fresh DMA memory; every
+    /// entry is marked invalid. `cqn` and `uar` are used for arming.
+    pub(crate) fn new(bus: &Arc<B>, ncqe: u32, cqn: u32, uar: u32) -> Result<Self> {
         let ring_len = ncqe as usize * CQE_BYTES;
         // The doorbell record (8 bytes) lives right after the ring, in the same
         // allocation.
-        let buf = Arc::new(DmaBuf::new(self.bus(), ring_len + 64, DmaPerm::RW)?);
-        let uar = self.uar_index().ok_or(Error::InvalidArgument(
-            "the context has no UAR (bring-up incomplete)",
-        ))?;
-        let eqn = self.async_eqn().ok_or(Error::InvalidArgument(
-            "the context has no EQ (bring-up incomplete)",
-        ))?;
-        let mut ring = CqRing::new(
-            Arc::clone(&buf),
-            Word {
-                mem: Arc::clone(&buf),
-                off: ring_len + 4 * MLX5_CQ_SET_CI,
-            },
-            Word {
-                mem: Arc::clone(&buf),
-                off: ring_len + 4 * MLX5_CQ_ARM_DB,
-            },
-            CqConfig {
-                cqn: 0,
-                ncqe,
-                cqe_size: CQE_BYTES,
-                uar: uar_bar_offset(uar),
-            },
-        )
-        .map_err(|_| Error::InvalidArgument("CQ geometry"))?;
+        let buf = Arc::new(DmaBuf::new(bus, ring_len + 64, DmaPerm::RW)?);
+        let mut ring = Self::ring(&buf, ncqe, cqn, uar)?;
         ring.init_entries();
-        let pas: Vec<u64> = (0..ring_len.div_ceil(PAGE_SIZE) as u64)
-            .map(|i| buf.iova() + i * PAGE_SIZE as u64)
-            .collect();
-        let input = create_cq_input(
-            log_size,
-            uar,
-            u32::from(eqn),
-            buf.iova() + ring_len as u64,
-            0,
-            &pas,
-        );
-        let out = exec(self, &input, create_cq_out::SIZE)?;
-        let cqn = create_cq_out::cqn.get(&out) as u32;
-        // The ring needs the CQN for arming; rebuild it with the number (the entries
-        // are already initialised).
-        let ring = CqRing::new(
-            Arc::clone(&buf),
-            Word {
-                mem: Arc::clone(&buf),
-                off: ring_len + 4 * MLX5_CQ_SET_CI,
-            },
-            Word {
-                mem: Arc::clone(&buf),
-                off: ring_len + 4 * MLX5_CQ_ARM_DB,
-            },
-            CqConfig {
-                cqn,
-                ncqe,
-                cqe_size: CQE_BYTES,
-                uar: uar_bar_offset(uar),
-            },
-        )
-        .map_err(|_| Error::InvalidArgument("CQ geometry"))?;
-        Ok(CompletionQueue {
+        Ok(Poller {
             ring,
-            bus: Arc::clone(self.bus()),
+            bus: Arc::clone(bus),
             qps: Mutex::new(Vec::new()),
             last: 0,
             unknown: 0,
-            core: Arc::new(CqCore {
-                ctx: self,
-                cqn,
-                _buf: buf,
-                live: std::sync::atomic::AtomicBool::new(true),
-            }),
-            cqe: ncqe - 1,
+            ncqe,
+            buf,
         })
     }
-}
 
-impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
-    /// The CQ number.
-    pub fn cqn(&self) -> u32 {
-        self.core.cqn
-    }
-
-    /// How many completions the ring holds (`ibv_cq.cqe`: entries - 1).
-    pub fn capacity(&self) -> u32 {
-        self.cqe
-    }
-
-    /// Completions skipped because their QP is gone.
-    pub fn skipped(&self) -> u64 {
-        self.unknown
-    }
-
-    /// Bytes of host memory the CQ uses: the ring and its doorbell record (rounded to
-    /// pages), and the bookkeeping of this handle.
-    pub fn footprint(&self) -> (usize, usize) {
-        let ring = (self.cqe as usize + 1) * CQE_BYTES;
-        let mem = (ring + 64).div_ceil(PAGE_SIZE) * PAGE_SIZE;
-        (
-            mem,
-            std::mem::size_of::<Self>() + std::mem::size_of::<CqCore<'ctx, B>>(),
+    fn ring(buf: &Arc<DmaBuf<B>>, ncqe: u32, cqn: u32, uar: u32) -> Result<CqRing<B>> {
+        let ring_len = ncqe as usize * CQE_BYTES;
+        CqRing::new(
+            Arc::clone(buf),
+            Word {
+                mem: Arc::clone(buf),
+                off: ring_len + 4 * MLX5_CQ_SET_CI,
+            },
+            Word {
+                mem: Arc::clone(buf),
+                off: ring_len + 4 * MLX5_CQ_ARM_DB,
+            },
+            CqConfig {
+                cqn,
+                ncqe,
+                cqe_size: CQE_BYTES,
+                uar: uar_bar_offset(uar),
+            },
         )
+        .map_err(|_| Error::InvalidArgument("CQ geometry"))
     }
 
-    pub(crate) fn core(&self) -> &Arc<CqCore<'ctx, B>> {
-        &self.core
+    /// Sets the CQ number (known once the firmware created the CQ).
+    pub(crate) fn set_cqn(&mut self, cqn: u32, uar: u32) -> Result<()> {
+        self.ring = Self::ring(&self.buf, self.ncqe, cqn, uar)?;
+        Ok(())
     }
 
-    /// Routes the completions of a new QP here (QP creation).
+    /// The doorbell record's IOVA.
+    pub(crate) fn dbr_iova(&self) -> u64 {
+        self.buf.iova() + (self.ncqe as usize * CQE_BYTES) as u64
+    }
+
+    /// Routes the completions of a QP here.
     pub(crate) fn attach(&self, qp: Arc<WqShared>) {
         let mut v = self.qps.lock().unwrap_or_else(|p| p.into_inner());
         v.retain(|q| q.alive());
         v.push(qp);
     }
 
-    /// Polls up to `wc.len()` completions into `wc` and returns how many were
-    /// written. Never blocks, allocates, locks or makes a system call.
-    ///
-    /// Each CQE retires its work request at the QP (and, for a requester CQE, every
-    /// unsignaled one posted before it), so the QP can reuse the ring slots.
-    pub fn poll(&mut self, wc: &mut [WorkCompletion]) -> usize {
+    fn live_qps(&self) -> usize {
+        self.qps
+            .lock()
+            .map(|v| v.iter().filter(|q| q.alive()).count())
+            .unwrap_or(0)
+    }
+
+    /// See [`CompletionQueue::poll`].
+    #[inline]
+    pub(crate) fn poll(&mut self, wc: &mut [WorkCompletion]) -> usize {
         let bus = &*self.bus;
         let qps = self.qps.get_mut().unwrap_or_else(|p| p.into_inner());
         let mut n = 0;
@@ -254,6 +185,111 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
         n
     }
 
+    pub(crate) fn arm(&mut self, cmd: CqArmCmd) {
+        self.ring.arm(&*self.bus, cmd);
+    }
+}
+
+impl<B: Bus> std::fmt::Debug for CompletionQueue<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionQueue")
+            .field("cqn", &self.core.cqn)
+            .field("cqe", &(self.p.ncqe - 1))
+            .field("consumer_index", &self.p.ring.consumer_index())
+            .finish()
+    }
+}
+
+impl<B: Bus> Context<B> {
+    /// Creates a CQ with room for at least `cqe` completions (`CREATE_CQ`; the ring
+    /// holds the next power of two above `cqe`, as rdma-core sizes it).
+    pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue<'_, B>> {
+        use ferroverbs_hw::control::caps::cmd_hca_cap as g;
+        let max_log = self.cap(g::log_max_cq_sz).min(24);
+        let max = (1u64 << max_log) - 1;
+        if cqe == 0 || u64::from(cqe) > max {
+            return Err(Error::CapExceeded {
+                what: "CQ entries",
+                requested: cqe.into(),
+                max,
+            });
+        }
+        let ncqe = (cqe + 1).next_power_of_two();
+        let log_size = ncqe.trailing_zeros() as u8;
+        let uar = self.uar_index().ok_or(Error::InvalidArgument(
+            "the context has no UAR (bring-up incomplete)",
+        ))?;
+        let eqn = self.async_eqn().ok_or(Error::InvalidArgument(
+            "the context has no EQ (bring-up incomplete)",
+        ))?;
+        let mut p = Poller::new(self.bus(), ncqe, 0, uar)?;
+        let ring_len = ncqe as usize * CQE_BYTES;
+        let pas: Vec<u64> = (0..ring_len.div_ceil(PAGE_SIZE) as u64)
+            .map(|i| p.buf.iova() + i * PAGE_SIZE as u64)
+            .collect();
+        let input = create_cq_input(log_size, uar, u32::from(eqn), p.dbr_iova(), 0, &pas);
+        let out = exec(self, &input, create_cq_out::SIZE)?;
+        let cqn = create_cq_out::cqn.get(&out) as u32;
+        p.set_cqn(cqn, uar)?;
+        let buf = Arc::clone(&p.buf);
+        Ok(CompletionQueue {
+            p,
+            core: Arc::new(CqCore {
+                ctx: self,
+                cqn,
+                _buf: buf,
+                live: std::sync::atomic::AtomicBool::new(true),
+            }),
+        })
+    }
+}
+
+impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
+    /// The CQ number.
+    pub fn cqn(&self) -> u32 {
+        self.core.cqn
+    }
+
+    /// How many completions the ring holds (`ibv_cq.cqe`: entries - 1).
+    pub fn capacity(&self) -> u32 {
+        self.p.ncqe - 1
+    }
+
+    /// Completions skipped because their QP is gone.
+    pub fn skipped(&self) -> u64 {
+        self.p.unknown
+    }
+
+    /// Bytes of host memory the CQ uses: the ring and its doorbell record (rounded to
+    /// pages), and the bookkeeping of this handle.
+    pub fn footprint(&self) -> (usize, usize) {
+        let ring = self.p.ncqe as usize * CQE_BYTES;
+        let mem = (ring + 64).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        (
+            mem,
+            std::mem::size_of::<Self>() + std::mem::size_of::<CqCore<'ctx, B>>(),
+        )
+    }
+
+    pub(crate) fn core(&self) -> &Arc<CqCore<'ctx, B>> {
+        &self.core
+    }
+
+    /// Routes the completions of a new QP here (QP creation).
+    pub(crate) fn attach(&self, qp: Arc<WqShared>) {
+        self.p.attach(qp)
+    }
+
+    /// Polls up to `wc.len()` completions into `wc` and returns how many were
+    /// written. Never blocks, allocates, locks or makes a system call.
+    ///
+    /// Each CQE retires its work request at the QP (and, for a requester CQE, every
+    /// unsignaled one posted before it), so the QP can reuse the ring slots.
+    #[inline]
+    pub fn poll(&mut self, wc: &mut [WorkCompletion]) -> usize {
+        self.p.poll(wc)
+    }
+
     /// Requests a completion event for the next completion (or the next solicited
     /// one): arms the CQ (`mlx5_arm_cq`).
     pub fn req_notify(&mut self, solicited_only: bool) {
@@ -262,7 +298,7 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
         } else {
             CqArmCmd::NextCompletion
         };
-        self.ring.arm(&*self.bus, cmd);
+        self.p.arm(cmd);
     }
 
     /// Destroys the CQ now (`DESTROY_CQ`). Refused with [`Error::CqInUse`] while
@@ -270,12 +306,7 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
     #[allow(clippy::result_large_err)]
     pub fn destroy(self) -> std::result::Result<(), (Self, Error)> {
         if Arc::strong_count(&self.core) > 1 {
-            let qps = self
-                .qps
-                .lock()
-                .map(|v| v.iter().filter(|q| q.alive()).count())
-                .unwrap_or(0)
-                .max(1);
+            let qps = self.p.live_qps().max(1);
             return Err((self, Error::CqInUse { qps }));
         }
         match self.core.destroy() {

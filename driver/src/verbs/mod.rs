@@ -63,6 +63,7 @@
 
 mod attr;
 mod cq;
+pub mod fastpath;
 mod mr;
 mod pd;
 mod qp;

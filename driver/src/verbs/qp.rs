@@ -239,11 +239,11 @@ type RqRing<B> = ring::ReceiveQueue<Region<Mem<B>>, Word<Mem<B>>>;
 /// The layout of a QP's buffer and queues, from the caps (`mlx5_calc_sq_size`,
 /// `mlx5_calc_rq_size`).
 #[derive(Clone, Copy, Debug)]
-struct Geometry {
+pub(crate) struct Geometry {
     sq_wqebbs: u32,
     rq_wqes: u32,
     rq_shift: u32,
-    granted: QpCap,
+    pub(crate) granted: QpCap,
 }
 
 impl Geometry {
@@ -254,15 +254,44 @@ impl Geometry {
         self.sq_wqebbs as usize * WQEBB as usize
     }
     /// Offset of the doorbell record: after both rings, 64-byte aligned.
-    fn dbr_offset(&self) -> usize {
+    pub(crate) fn dbr_offset(&self) -> usize {
         (self.rq_bytes() + self.sq_bytes()).next_multiple_of(64)
     }
 }
 
-fn geometry<B: Bus>(ctx: &Context<B>, cap: &QpCap) -> Result<Geometry> {
-    let max_wqe_sq = (ctx.cap(g::max_wqe_sz_sq) as u32).min(MAX_WQE_BYTES.next_multiple_of(64));
-    let max_wqe_rq = ctx.cap(g::max_wqe_sz_rq) as u32;
-    let max_wqes = 1u64 << ctx.cap(g::log_max_qp_sz).min(15);
+/// The device limits QP sizing depends on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// `max_wqe_sz_sq`.
+    pub(crate) max_wqe_sz_sq: u32,
+    /// `max_wqe_sz_rq`.
+    pub(crate) max_wqe_sz_rq: u32,
+    /// `log_max_qp_sz`.
+    pub(crate) log_max_qp_sz: u32,
+}
+
+impl Limits {
+    /// The limits of the device behind `ctx`.
+    pub(crate) fn of<B: Bus>(ctx: &Context<B>) -> Limits {
+        Limits {
+            max_wqe_sz_sq: ctx.cap(g::max_wqe_sz_sq).min(1 << 16) as u32,
+            max_wqe_sz_rq: ctx.cap(g::max_wqe_sz_rq).min(1 << 16) as u32,
+            log_max_qp_sz: ctx.cap(g::log_max_qp_sz).min(15) as u32,
+        }
+    }
+
+    /// A ConnectX-5's: 1 KiB send WQEs, 512-byte receive WQEs, 32 Ki entries.
+    pub(crate) const CX5: Limits = Limits {
+        max_wqe_sz_sq: 1024,
+        max_wqe_sz_rq: 512,
+        log_max_qp_sz: 15,
+    };
+}
+
+pub(crate) fn geometry(limits: &Limits, cap: &QpCap) -> Result<Geometry> {
+    let max_wqe_sq = limits.max_wqe_sz_sq.min(MAX_WQE_BYTES.next_multiple_of(64));
+    let max_wqe_rq = limits.max_wqe_sz_rq;
+    let max_wqes = 1u64 << limits.log_max_qp_sz.min(15);
     let max_send_sge = (max_wqe_sq.min(512).saturating_sub(32) / 16).max(1);
     let exceeded = |what, requested: u32, max: u64| Error::CapExceeded {
         what,
@@ -342,23 +371,9 @@ fn geometry<B: Bus>(ctx: &Context<B>, cap: &QpCap) -> Result<Geometry> {
 /// through the states. Posting takes `&mut self`: one thread at a time, no lock.
 /// Dropping it issues `DESTROY_QP` and releases its UAR and memory.
 pub struct QueuePair<'a, B: Bus> {
-    // The fast path.
-    sq: SqRing<B>,
-    rq: RqRing<B>,
-    shared: Arc<WqShared>,
-    bus: Arc<B>,
-    state: QpState,
-    atomics: bool,
-    /// The last `sq_done` value acted on.
-    sq_seen: u32,
-    /// The RQ counter up to which receives were reclaimed.
-    rq_tail: u16,
-    // The rest.
+    q: Queues<B>,
     qpn: u32,
     uar: u32,
-    geo: Geometry,
-    sq_cfg: SqConfig,
-    buf: Mem<B>,
     port: u8,
     pkey_index: u16,
     pd: &'a Pd<'a, B>,
@@ -367,12 +382,30 @@ pub struct QueuePair<'a, B: Bus> {
     live: bool,
 }
 
+/// The queues of a QP: its buffer, the ring writers, the state shared with its CQs,
+/// and what posting needs. Everything the fast path touches lives here.
+pub(crate) struct Queues<B: Bus> {
+    sq: SqRing<B>,
+    rq: RqRing<B>,
+    pub(crate) shared: Arc<WqShared>,
+    bus: Arc<B>,
+    pub(crate) state: QpState,
+    atomics: bool,
+    /// The last `sq_done` value acted on.
+    sq_seen: u32,
+    /// The RQ counter up to which receives were reclaimed.
+    rq_tail: u16,
+    pub(crate) geo: Geometry,
+    sq_cfg: SqConfig,
+    buf: Mem<B>,
+}
+
 impl<B: Bus> std::fmt::Debug for QueuePair<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QueuePair")
             .field("qpn", &self.qpn)
-            .field("state", &self.state)
-            .field("cap", &self.geo.granted)
+            .field("state", &self.q.state)
+            .field("cap", &self.q.geo.granted)
             .finish()
     }
 }
@@ -394,7 +427,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
     /// BlueFlame register is its alone and needs no lock).
     pub fn create_qp<'q>(&self, init: &QpInitAttr<'q, 'ctx, B>) -> Result<QueuePair<'_, B>> {
         let ctx = self.context();
-        let geo = geometry(ctx, &init.cap)?;
+        let geo = geometry(&Limits::of(ctx), &init.cap)?;
         let uar = alloc_uar(ctx)?;
         match self.create_qp_on(init, geo, uar) {
             Ok(qp) => Ok(qp),
@@ -457,15 +490,56 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
                 index: 0,
             }
         };
+        let q = Queues::new(
+            buf,
+            geo,
+            qpn,
+            bf,
+            init.sq_sig_all,
+            !init.blueflame,
+            ctx.cap(g::atomic) == 1,
+            Arc::clone(ctx.bus()),
+        )?;
+        init.send_cq.attach(Arc::clone(&q.shared));
+        if !Arc::ptr_eq(init.send_cq.core(), init.recv_cq.core()) {
+            init.recv_cq.attach(Arc::clone(&q.shared));
+        }
+        Ok(QueuePair {
+            q,
+            qpn,
+            uar,
+            port: 1,
+            pkey_index: 0,
+            pd: self,
+            send_cq: Arc::clone(init.send_cq.core()),
+            recv_cq: Arc::clone(init.recv_cq.core()),
+            live: true,
+        })
+    }
+}
+
+impl<B: Bus> Queues<B> {
+    /// The queues of QP `qpn` over `buf` (laid out as `geo` says), ringing `bf`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        buf: Mem<B>,
+        geo: Geometry,
+        qpn: u32,
+        bf: BlueFlameReg,
+        sig_all: bool,
+        shut_up_bf: bool,
+        atomics: bool,
+        bus: Arc<B>,
+    ) -> Result<Self> {
         let sq_cfg = SqConfig {
             qp_type: QpType::Rc,
             qpn,
             wqe_cnt: geo.sq_wqebbs,
             max_sge: geo.granted.max_send_sge,
             max_inline: geo.granted.max_inline_data,
-            sig_all: init.sq_sig_all,
+            sig_all,
             bf,
-            shut_up_bf: !init.blueflame,
+            shut_up_bf,
             prefer_bf: true,
         };
         let (sq, rq) = rings(&buf, &geo, sq_cfg)?;
@@ -479,31 +553,150 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             rq_wr_id: (0..geo.rq_wqes).map(|_| AtomicU64::new(0)).collect(),
             rq_done: AtomicU32::new(0),
         });
-        init.send_cq.attach(Arc::clone(&shared));
-        if !Arc::ptr_eq(init.send_cq.core(), init.recv_cq.core()) {
-            init.recv_cq.attach(Arc::clone(&shared));
-        }
-        Ok(QueuePair {
+        Ok(Queues {
             sq,
             rq,
             shared,
-            bus: Arc::clone(ctx.bus()),
+            bus,
             state: QpState::Reset,
-            atomics: ctx.cap(g::atomic) == 1,
+            atomics,
             sq_seen: 0,
             rq_tail: 0,
-            qpn,
-            uar,
             geo,
             sq_cfg,
             buf,
-            port: 1,
-            pkey_index: 0,
-            pd: self,
-            send_cq: Arc::clone(init.send_cq.core()),
-            recv_cq: Arc::clone(init.recv_cq.core()),
-            live: true,
         })
+    }
+
+    /// The WQE index the next send request gets.
+    pub(crate) fn next_send_index(&self) -> u16 {
+        self.sq.cur_post()
+    }
+
+    /// The WQE counter the next receive request gets.
+    pub(crate) fn next_recv_index(&self) -> u16 {
+        self.rq.head()
+    }
+
+    /// Reclaims send slots completed since the last call; whether any were.
+    #[inline]
+    fn sync_sq(&mut self) -> bool {
+        let d = self.shared.sq_done.load(Ordering::Acquire);
+        if d == self.sq_seen || d & DONE == 0 {
+            return false;
+        }
+        self.sq_seen = d;
+        self.sq.complete(d as u16).is_some()
+    }
+
+    /// Reclaims receive slots completed since the last call; whether any were.
+    #[inline]
+    fn sync_rq(&mut self) -> bool {
+        let d = self.shared.rq_done.load(Ordering::Acquire);
+        if d & DONE == 0 {
+            return false;
+        }
+        let target = d as u16;
+        let mut any = false;
+        let mut left = self.rq.outstanding();
+        while self.rq_tail != target && left > 0 {
+            self.rq.complete(self.rq_tail);
+            self.rq_tail = self.rq_tail.wrapping_add(1);
+            left -= 1;
+            any = true;
+        }
+        any
+    }
+
+    /// See [`QueuePair::post_send`].
+    #[inline]
+    pub(crate) fn post_send(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), BadWr> {
+        if !self.state.can_send() {
+            return Err(BadWr {
+                index: 0,
+                error: PostError::InvalidState { state: self.state },
+            });
+        }
+        let mut res = Ok(());
+        for (index, wr) in wrs.iter().enumerate() {
+            if !self.atomics && matches!(wr.op, SendOp::AtomicCas { .. } | SendOp::AtomicFa { .. })
+            {
+                res = Err(BadWr {
+                    index,
+                    error: PostError::UnsupportedOp {
+                        opcode: wr.op.opcode(),
+                    },
+                });
+                break;
+            }
+            let posted = match self.sq.post(wr) {
+                Ok(p) => Ok(p),
+                Err(ring::PostError::QueueFull { .. }) if self.sync_sq() => self.sq.post(wr),
+                Err(e) => Err(e),
+            };
+            match posted {
+                Ok(p) => self.shared.sq_wr_id[(u32::from(p.index) & self.shared.sq_mask) as usize]
+                    .store(wr.wr_id, Ordering::Relaxed),
+                Err(e) => {
+                    res = Err(BadWr {
+                        index,
+                        error: e.into(),
+                    });
+                    break;
+                }
+            }
+        }
+        self.sq.ring_doorbell(&*self.bus);
+        res
+    }
+
+    /// See [`QueuePair::post_recv`].
+    #[inline]
+    pub(crate) fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), BadWr> {
+        if !self.state.can_recv() {
+            return Err(BadWr {
+                index: 0,
+                error: PostError::InvalidState { state: self.state },
+            });
+        }
+        let mut res = Ok(());
+        for (index, wr) in wrs.iter().enumerate() {
+            let posted = match self.rq.post(wr.wr_id, wr.sg_list) {
+                Ok(i) => Ok(i),
+                Err(ring::PostError::QueueFull { .. }) if self.sync_rq() => {
+                    self.rq.post(wr.wr_id, wr.sg_list)
+                }
+                Err(e) => Err(e),
+            };
+            match posted {
+                Ok(i) => self.shared.rq_wr_id[(u32::from(i) & self.shared.rq_mask) as usize]
+                    .store(wr.wr_id, Ordering::Relaxed),
+                Err(e) => {
+                    res = Err(BadWr {
+                        index,
+                        error: e.into(),
+                    });
+                    break;
+                }
+            }
+        }
+        self.rq.ring_doorbell(&*self.bus);
+        res
+    }
+
+    /// The rings after a reset: counters at zero, doorbell record cleared.
+    pub(crate) fn restart(&mut self) -> Result<()> {
+        let dbr = self.geo.dbr_offset();
+        self.buf.write_be32(dbr, 0);
+        self.buf.write_be32(dbr + 4, 0);
+        let (sq, rq) = rings(&self.buf, &self.geo, self.sq_cfg)?;
+        self.sq = sq;
+        self.rq = rq;
+        self.shared.sq_done.store(0, Ordering::Release);
+        self.shared.rq_done.store(0, Ordering::Release);
+        self.sq_seen = 0;
+        self.rq_tail = 0;
+        Ok(())
     }
 }
 
@@ -548,12 +741,12 @@ impl<'a, B: Bus> QueuePair<'a, B> {
 
     /// The state (as the driver last set it).
     pub fn state(&self) -> QpState {
-        self.state
+        self.q.state
     }
 
     /// The granted capabilities (each at least what was asked).
     pub fn cap(&self) -> QpCap {
-        self.geo.granted
+        self.q.geo.granted
     }
 
     /// The port the QP is bound to (from RESET→INIT).
@@ -581,10 +774,11 @@ impl<'a, B: Bus> QueuePair<'a, B> {
     /// (rings plus the 8-byte record), and the driver's bookkeeping (this handle,
     /// the shared `wr_id` tables, the ring writers' tables).
     pub fn footprint(&self) -> QpFootprint {
-        let hw = self.geo.rq_bytes() + self.geo.sq_bytes() + 8;
-        let dma = (self.geo.dbr_offset() + 64).div_ceil(PAGE_SIZE) * PAGE_SIZE;
-        let sq = self.geo.sq_wqebbs as usize;
-        let rq = self.geo.rq_wqes as usize;
+        let geo = &self.q.geo;
+        let hw = geo.rq_bytes() + geo.sq_bytes() + 8;
+        let dma = (geo.dbr_offset() + 64).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        let sq = geo.sq_wqebbs as usize;
+        let rq = geo.rq_wqes as usize;
         let book = std::mem::size_of::<Self>()
             + std::mem::size_of::<WqShared>()
             + (sq + rq) * 8 // shared wr_id tables
@@ -599,79 +793,14 @@ impl<'a, B: Bus> QueuePair<'a, B> {
 
     // ------------------------------------------------------------------ fast path
 
-    /// Reclaims send slots completed since the last call; whether any were.
-    #[inline]
-    fn sync_sq(&mut self) -> bool {
-        let d = self.shared.sq_done.load(Ordering::Acquire);
-        if d == self.sq_seen || d & DONE == 0 {
-            return false;
-        }
-        self.sq_seen = d;
-        self.sq.complete(d as u16).is_some()
-    }
-
-    /// Reclaims receive slots completed since the last call; whether any were.
-    #[inline]
-    fn sync_rq(&mut self) -> bool {
-        let d = self.shared.rq_done.load(Ordering::Acquire);
-        if d & DONE == 0 {
-            return false;
-        }
-        let target = d as u16;
-        let mut any = false;
-        let mut left = self.rq.outstanding();
-        while self.rq_tail != target && left > 0 {
-            self.rq.complete(self.rq_tail);
-            self.rq_tail = self.rq_tail.wrapping_add(1);
-            left -= 1;
-            any = true;
-        }
-        any
-    }
-
     /// Posts a list of send requests and rings one doorbell for them (the BlueFlame
     /// copy when the list is one WQE that fits). On an error the requests before the
     /// failed one are posted; the error says which one failed and why.
     ///
     /// Allocates nothing, takes no lock, makes no system call.
+    #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), BadWr> {
-        if !self.state.can_send() {
-            return Err(BadWr {
-                index: 0,
-                error: PostError::InvalidState { state: self.state },
-            });
-        }
-        let mut res = Ok(());
-        for (index, wr) in wrs.iter().enumerate() {
-            if !self.atomics && matches!(wr.op, SendOp::AtomicCas { .. } | SendOp::AtomicFa { .. })
-            {
-                res = Err(BadWr {
-                    index,
-                    error: PostError::UnsupportedOp {
-                        opcode: wr.op.opcode(),
-                    },
-                });
-                break;
-            }
-            let posted = match self.sq.post(wr) {
-                Ok(p) => Ok(p),
-                Err(ring::PostError::QueueFull { .. }) if self.sync_sq() => self.sq.post(wr),
-                Err(e) => Err(e),
-            };
-            match posted {
-                Ok(p) => self.shared.sq_wr_id[(u32::from(p.index) & self.shared.sq_mask) as usize]
-                    .store(wr.wr_id, Ordering::Relaxed),
-                Err(e) => {
-                    res = Err(BadWr {
-                        index,
-                        error: e.into(),
-                    });
-                    break;
-                }
-            }
-        }
-        self.sq.ring_doorbell(&*self.bus);
-        res
+        self.q.post_send(wrs)
     }
 
     /// Posts a list of receive requests and publishes them (doorbell record only; the
@@ -679,36 +808,9 @@ impl<'a, B: Bus> QueuePair<'a, B> {
     /// posted.
     ///
     /// Allocates nothing, takes no lock, makes no system call.
+    #[inline]
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), BadWr> {
-        if !self.state.can_recv() {
-            return Err(BadWr {
-                index: 0,
-                error: PostError::InvalidState { state: self.state },
-            });
-        }
-        let mut res = Ok(());
-        for (index, wr) in wrs.iter().enumerate() {
-            let posted = match self.rq.post(wr.wr_id, wr.sg_list) {
-                Ok(i) => Ok(i),
-                Err(ring::PostError::QueueFull { .. }) if self.sync_rq() => {
-                    self.rq.post(wr.wr_id, wr.sg_list)
-                }
-                Err(e) => Err(e),
-            };
-            match posted {
-                Ok(i) => self.shared.rq_wr_id[(u32::from(i) & self.shared.rq_mask) as usize]
-                    .store(wr.wr_id, Ordering::Relaxed),
-                Err(e) => {
-                    res = Err(BadWr {
-                        index,
-                        error: e.into(),
-                    });
-                    break;
-                }
-            }
-        }
-        self.rq.ring_doorbell(&*self.bus);
-        res
+        self.q.post_recv(wrs)
     }
 
     // ---------------------------------------------------------------- control path
@@ -748,8 +850,8 @@ impl<'a, B: Bus> QueuePair<'a, B> {
     /// READ/atomic depths against the device; then issues the modify command.
     pub fn modify(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
         let ctx = self.pd.context();
-        let t = Transition::between(self.state, to).ok_or(Error::InvalidTransition {
-            from: self.state,
+        let t = Transition::between(self.q.state, to).ok_or(Error::InvalidTransition {
+            from: self.q.state,
             to,
         })?;
         attr.check(t)?;
@@ -813,25 +915,10 @@ impl<'a, B: Bus> QueuePair<'a, B> {
         if let Some(p) = attr.pkey_index {
             self.pkey_index = p;
         }
-        self.state = t.target();
+        self.q.state = t.target();
         if t == Transition::ToReset {
-            self.restart_rings()?;
+            self.q.restart()?;
         }
-        Ok(())
-    }
-
-    /// The rings after a reset: counters at zero, doorbell record cleared.
-    fn restart_rings(&mut self) -> Result<()> {
-        let dbr = self.geo.dbr_offset();
-        self.buf.write_be32(dbr, 0);
-        self.buf.write_be32(dbr + 4, 0);
-        let (sq, rq) = rings(&self.buf, &self.geo, self.sq_cfg)?;
-        self.sq = sq;
-        self.rq = rq;
-        self.shared.sq_done.store(0, Ordering::Release);
-        self.shared.rq_done.store(0, Ordering::Release);
-        self.sq_seen = 0;
-        self.rq_tail = 0;
         Ok(())
     }
 
@@ -972,7 +1059,7 @@ impl<'a, B: Bus> QueuePair<'a, B> {
         let ctx = self.pd.context();
         let mut input = new_input(Opcode::QueryQp, 0, query_qp_in::SIZE);
         query_qp_in::qpn.set(&mut input, self.qpn.into());
-        let npages = (self.geo.rq_bytes() + self.geo.sq_bytes()).div_ceil(PAGE_SIZE);
+        let npages = (self.q.geo.rq_bytes() + self.q.geo.sq_bytes()).div_ceil(PAGE_SIZE);
         let out_len = len_with_flex64(&query_qp_out::LAYOUT, npages).unwrap_or(query_qp_out::SIZE);
         let out = exec(ctx, &input, out_len)?;
         let base = query_qp_out::qpc.bit;
@@ -1030,7 +1117,7 @@ impl<'a, B: Bus> QueuePair<'a, B> {
                 sl: p(ads::sl) as u8,
                 udp_sport: Some(p(ads::udp_sport) as u16),
             },
-            cap: self.geo.granted,
+            cap: self.q.geo.granted,
         })
     }
 
@@ -1046,7 +1133,7 @@ impl<'a, B: Bus> QueuePair<'a, B> {
         let mut input = new_input(Opcode::DestroyQp, 0, destroy_qp_in::SIZE);
         destroy_qp_in::qpn.set(&mut input, self.qpn.into());
         let r = exec(ctx, &input, destroy_qp_out::SIZE).map(|_| ());
-        self.shared.alive.store(false, Ordering::Relaxed);
+        self.q.shared.alive.store(false, Ordering::Relaxed);
         let r2 = dealloc_uar(ctx, self.uar);
         r.and(r2)
     }

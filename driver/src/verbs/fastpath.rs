@@ -1,0 +1,169 @@
+//! The post and poll paths of verbs objects over memory with no device behind it: a
+//! [`DetachedQp`] and a [`DetachedCq`] run exactly the code of
+//! [`QueuePair::post_send`](super::QueuePair::post_send),
+//! [`QueuePair::post_recv`](super::QueuePair::post_recv) and
+//! [`CompletionQueue::poll`](super::CompletionQueue::poll), on any [`Bus`] (typically
+//! [`MemBus`](ferroverbs_hw::MemBus)), with no firmware object. The test plays the
+//! device: it reads the WQEs and writes CQEs ([`DetachedCq::produce`]).
+//!
+//! For benchmarks, instruction counts and the allocation test; not for applications.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use ferroverbs::verbs::fastpath::{DetachedCq, DetachedQp};
+//! use ferroverbs::verbs::{QpCap, QpState, SendWr, WorkCompletion};
+//! use ferroverbs_hw::MemBus;
+//!
+//! let bus = Arc::new(MemBus::new(1 << 16));
+//! let mut cq = DetachedCq::new(&bus, 64).unwrap();
+//! let mut qp = DetachedQp::new(&bus, 0x42, &QpCap::default(), false).unwrap();
+//! cq.attach(&qp);
+//! qp.set_state(QpState::Rts);
+//! let index = qp.next_send_index();
+//! let payload: &[&[u8]] = &[b"hello"];
+//! qp.post_send(&[SendWr::send_inline(7, payload).signaled()]).unwrap();
+//! cq.produce_send(0x42, index, ferroverbs_hw::datapath::wqe::MLX5_OPCODE_SEND);
+//! let mut wc = [WorkCompletion::default(); 4];
+//! assert_eq!(cq.poll(&mut wc), 1);
+//! assert_eq!(wc[0].wr_id, 7);
+//! ```
+
+use std::sync::Arc;
+
+use ferroverbs_hw::datapath::cqe::{
+    hw_owner_bit, make_op_own, Cqe64, MLX5_CQE_REQ, MLX5_CQE_RESP_SEND,
+};
+use ferroverbs_hw::datapath::uar::{bf_buf_size, bfreg_offset, uar_bar_offset};
+use ferroverbs_hw::{Bus, DmaPerm};
+
+use super::cq::Poller;
+use super::qp::{geometry, Limits, Queues};
+use super::{BadWr, QpCap, QpState, RecvWr, Result, SendWr, WorkCompletion};
+use crate::dma::DmaBuf;
+use crate::ring::BlueFlameReg;
+
+/// The UAR a detached QP rings (BAR0 + 4 KiB).
+pub const DETACHED_UAR: u32 = 1;
+
+/// A QP's queues with no firmware QP: sized as on a ConnectX-5 (1 KiB send WQEs),
+/// ringing BlueFlame register 0 of UAR [`DETACHED_UAR`] (512-byte register).
+pub struct DetachedQp<B: Bus> {
+    q: Queues<B>,
+}
+
+impl<B: Bus> DetachedQp<B> {
+    /// Queues for QP number `qpn` sized for `cap`; `sq_sig_all` signals every send.
+    pub fn new(bus: &Arc<B>, qpn: u32, cap: &QpCap, sq_sig_all: bool) -> Result<Self> {
+        let geo = geometry(&Limits::CX5, cap)?;
+        let buf = Arc::new(DmaBuf::new(bus, geo.dbr_offset() + 64, DmaPerm::RW)?);
+        let bf = BlueFlameReg {
+            reg: uar_bar_offset(DETACHED_UAR) + bfreg_offset(0, 512),
+            buf_size: bf_buf_size(512),
+            index: 1,
+        };
+        let q = Queues::new(buf, geo, qpn, bf, sq_sig_all, false, true, Arc::clone(bus))?;
+        Ok(DetachedQp { q })
+    }
+
+    /// Sets the state (no firmware: only what the post paths check).
+    pub fn set_state(&mut self, state: QpState) {
+        self.q.state = state;
+    }
+
+    /// The granted capabilities.
+    pub fn cap(&self) -> QpCap {
+        self.q.geo.granted
+    }
+
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.q.shared.qpn
+    }
+
+    /// The WQE index (WQEBB counter) the next send request gets: what a requester
+    /// CQE's `wqe_counter` names.
+    pub fn next_send_index(&self) -> u16 {
+        self.q.next_send_index()
+    }
+
+    /// The RQ counter the next receive request gets.
+    pub fn next_recv_index(&self) -> u16 {
+        self.q.next_recv_index()
+    }
+
+    /// [`QueuePair::post_send`](super::QueuePair::post_send).
+    #[inline]
+    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), BadWr> {
+        self.q.post_send(wrs)
+    }
+
+    /// [`QueuePair::post_recv`](super::QueuePair::post_recv).
+    #[inline]
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), BadWr> {
+        self.q.post_recv(wrs)
+    }
+}
+
+/// A CQ's consumer with no firmware CQ, and the device's producer side for tests.
+pub struct DetachedCq<B: Bus> {
+    p: Poller<B>,
+    /// The device's producer index.
+    pi: u32,
+}
+
+impl<B: Bus> DetachedCq<B> {
+    /// A CQ with room for `cqe` completions (the next power of two above).
+    pub fn new(bus: &Arc<B>, cqe: u32) -> Result<Self> {
+        let ncqe = (cqe + 1).next_power_of_two();
+        Ok(DetachedCq {
+            p: Poller::new(bus, ncqe, 0, DETACHED_UAR)?,
+            pi: 0,
+        })
+    }
+
+    /// Routes `qp`'s completions here.
+    pub fn attach(&self, qp: &DetachedQp<B>) {
+        self.p.attach(Arc::clone(&qp.q.shared));
+    }
+
+    /// [`CompletionQueue::poll`](super::CompletionQueue::poll).
+    #[inline]
+    pub fn poll(&mut self, wc: &mut [WorkCompletion]) -> usize {
+        self.p.poll(wc)
+    }
+
+    /// Writes `cqe` as the device would: at the producer index, body first, then
+    /// `op_own` with the owner bit of this pass (`cqe`'s own owner bit is ignored).
+    pub fn produce(&mut self, cqe: &Cqe64) {
+        let ncqe = self.p.ncqe;
+        let off = (self.pi & (ncqe - 1)) as usize * 64;
+        let bytes = zerocopy::IntoBytes::as_bytes(cqe);
+        self.p.buf.write_bytes(off, &bytes[..63]);
+        let op_own = (bytes[63] & !1) | hw_owner_bit(self.pi, ncqe);
+        self.p.buf.store_u8_release(off + 63, op_own);
+        self.pi = self.pi.wrapping_add(1);
+    }
+
+    /// Produces a successful requester CQE for the send WQE at `index` of `qpn`.
+    pub fn produce_send(&mut self, qpn: u32, index: u16, send_opcode: u8) {
+        let mut c = zeroed_cqe();
+        c.set_sop_drop_qpn(send_opcode, qpn);
+        c.wqe_counter.set(index);
+        c.op_own = make_op_own(MLX5_CQE_REQ, 0, false, 0);
+        self.produce(&c);
+    }
+
+    /// Produces a receive CQE of `byte_len` bytes for the receive WQE at `counter`.
+    pub fn produce_recv(&mut self, qpn: u32, counter: u16, byte_len: u32) {
+        let mut c = zeroed_cqe();
+        c.set_sop_drop_qpn(0, qpn);
+        c.wqe_counter.set(counter);
+        c.byte_cnt.set(byte_len);
+        c.op_own = make_op_own(MLX5_CQE_RESP_SEND, 0, false, 0);
+        self.produce(&c);
+    }
+}
+
+fn zeroed_cqe() -> Cqe64 {
+    zerocopy::transmute!([0u8; 64])
+}

@@ -1,0 +1,138 @@
+//! The fast path allocates nothing: a counting global allocator watches
+//! `post_send` (one inline SEND, a list of 16 gather SENDs, RDMA and atomic requests),
+//! `post_recv` and `poll` (hits and misses) of the verbs code over `MemBus`, with the
+//! test playing the device (`verbs::fastpath`). Allocations are counted per thread,
+//! only while a test has switched counting on.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::Arc;
+
+use ferroverbs::verbs::fastpath::{DetachedCq, DetachedQp};
+use ferroverbs::verbs::{QpCap, QpState, RecvWr, RemoteAddr, SendWr, Sge, WorkCompletion};
+use ferroverbs_hw::datapath::wqe::MLX5_OPCODE_SEND;
+use ferroverbs_hw::MemBus;
+
+struct Counting;
+
+thread_local! {
+    static ON: Cell<bool> = const { Cell::new(false) };
+    static COUNT: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note() {
+    // `try_with`: the thread-locals may be gone while a thread exits.
+    let _ = ON.try_with(|on| {
+        if on.get() {
+            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+        }
+    });
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; the bookkeeping
+// touches only const-initialised thread-locals (no allocation, no reentrancy).
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: the caller's promises are passed on.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
+        note();
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        note();
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Runs `f` with counting on and returns the allocator calls it made.
+fn allocations(f: impl FnOnce()) -> u64 {
+    COUNT.with(|c| c.set(0));
+    ON.with(|on| on.set(true));
+    f();
+    ON.with(|on| on.set(false));
+    COUNT.with(|c| c.get())
+}
+
+#[test]
+fn the_counter_counts() {
+    assert_eq!(allocations(|| drop(vec![1u8; 10])), 2);
+    assert_eq!(allocations(|| ()), 0);
+}
+
+#[test]
+fn post_and_poll_allocate_nothing() {
+    let bus = Arc::new(MemBus::new(1 << 16));
+    let cap = QpCap {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        max_send_sge: 2,
+        max_recv_sge: 2,
+        max_inline_data: 64,
+    };
+    let mut cq = DetachedCq::new(&bus, 1023).unwrap();
+    let mut qp = DetachedQp::new(&bus, 7, &cap, false).unwrap();
+    cq.attach(&qp);
+    qp.set_state(QpState::Rts);
+    let sge = [Sge {
+        addr: 0x1000,
+        length: 64,
+        lkey: 0x100,
+    }];
+    let payload = [0xa5u8; 64];
+    let parts: [&[u8]; 1] = [&payload];
+    let remote = RemoteAddr {
+        addr: 0x8000,
+        rkey: 0x200,
+    };
+    let list: Vec<SendWr<'_>> = (0..16).map(|i| SendWr::send(i, &sge)).collect();
+    let recvs: Vec<RecvWr<'_>> = (0..8).map(|i| RecvWr::new(i, &sge)).collect();
+    let mut wc = [WorkCompletion::default(); 32];
+
+    let n = allocations(|| {
+        for round in 0..200u64 {
+            // One inline SEND (BlueFlame), then a list of 16 (one doorbell).
+            let idx = qp.next_send_index();
+            qp.post_send(&[SendWr::send_inline(round, &parts).signaled()])
+                .unwrap();
+            cq.produce_send(7, idx, MLX5_OPCODE_SEND);
+            qp.post_send(&list).unwrap();
+            let idx = qp.next_send_index();
+            qp.post_send(&[
+                SendWr::rdma_write(1, &sge, remote),
+                SendWr::rdma_read(2, &sge, remote),
+                SendWr::atomic_fetch_add(3, &sge, remote, 1),
+                SendWr::atomic_cmp_swp(4, &sge, remote, 1, 2).signaled(),
+            ])
+            .unwrap();
+            let _ = idx;
+            let last = qp.next_send_index().wrapping_sub(1);
+            cq.produce_send(7, last, MLX5_OPCODE_SEND);
+            // Receives and their completions.
+            let r = qp.next_recv_index();
+            qp.post_recv(&recvs).unwrap();
+            for k in 0..8u16 {
+                cq.produce_recv(7, r.wrapping_add(k), 64);
+            }
+            // Poll: hits, then an empty poll.
+            let mut got = 0;
+            while got < 10 {
+                got += cq.poll(&mut wc);
+            }
+            assert_eq!(cq.poll(&mut wc), 0);
+        }
+    });
+    assert_eq!(n, 0, "allocator calls on the fast path");
+}
