@@ -46,44 +46,22 @@ impl ServiceType {
     }
 }
 
-/// `MLX5_QP_OPTPAR_*` bits of `opt_param_mask`.
+/// `MLX5_QP_OPTPAR_*` bits of `opt_param_mask`: hw's constants (`qp.h`) under short
+/// names.
 pub mod optpar {
-    /// Alternate address path.
-    pub const ALT_ADDR_PATH: u32 = 1 << 0;
-    /// Remote read enable.
-    pub const RRE: u32 = 1 << 1;
-    /// Remote atomic enable.
-    pub const RAE: u32 = 1 << 2;
-    /// Remote write enable.
-    pub const RWE: u32 = 1 << 3;
-    /// P_Key index.
-    pub const PKEY_INDEX: u32 = 1 << 4;
-    /// Q_Key.
-    pub const Q_KEY: u32 = 1 << 5;
-    /// RNR timeout.
-    pub const RNR_TIMEOUT: u32 = 1 << 6;
-    /// Primary address path.
-    pub const PRIMARY_ADDR_PATH: u32 = 1 << 7;
-    /// Outstanding RDMA read/atomic as requester.
-    pub const SRA_MAX: u32 = 1 << 8;
-    /// Outstanding RDMA read/atomic as responder.
-    pub const RRA_MAX: u32 = 1 << 9;
-    /// Path migration state.
-    pub const PM_STATE: u32 = 1 << 10;
-    /// Retry count.
-    pub const RETRY_COUNT: u32 = 1 << 12;
-    /// RNR retry.
-    pub const RNR_RETRY: u32 = 1 << 13;
-    /// ACK timeout.
-    pub const ACK_TIMEOUT: u32 = 1 << 14;
-    /// LAG TX port affinity.
-    pub const LAG_TX_AFF: u32 = 1 << 15;
-    /// Primary port.
-    pub const PRI_PORT: u32 = 1 << 16;
-    /// Offload type.
+    pub use ferroverbs_hw::control::qp::{
+        MLX5_QP_OPTPAR_ACK_TIMEOUT as ACK_TIMEOUT, MLX5_QP_OPTPAR_ALT_ADDR_PATH as ALT_ADDR_PATH,
+        MLX5_QP_OPTPAR_COUNTER_SET_ID as COUNTER_SET_ID, MLX5_QP_OPTPAR_LAG_TX_AFF as LAG_TX_AFF,
+        MLX5_QP_OPTPAR_PKEY_INDEX as PKEY_INDEX, MLX5_QP_OPTPAR_PM_STATE as PM_STATE,
+        MLX5_QP_OPTPAR_PRIMARY_ADDR_PATH as PRIMARY_ADDR_PATH, MLX5_QP_OPTPAR_PRI_PORT as PRI_PORT,
+        MLX5_QP_OPTPAR_Q_KEY as Q_KEY, MLX5_QP_OPTPAR_RAE as RAE,
+        MLX5_QP_OPTPAR_RETRY_COUNT as RETRY_COUNT, MLX5_QP_OPTPAR_RNR_RETRY as RNR_RETRY,
+        MLX5_QP_OPTPAR_RNR_TIMEOUT as RNR_TIMEOUT, MLX5_QP_OPTPAR_RRA_MAX as RRA_MAX,
+        MLX5_QP_OPTPAR_RRE as RRE, MLX5_QP_OPTPAR_RWE as RWE, MLX5_QP_OPTPAR_SRA_MAX as SRA_MAX,
+    };
+    /// Offload type (bit 24 in newer Linux `qp.h`, `mlx5-controlpath.md` §4.7; absent
+    /// from the 6.1 header the hw crate follows).
     pub const OFFLOAD_TYPE: u32 = 1 << 24;
-    /// Counter set id.
-    pub const COUNTER_SET_ID: u32 = 1 << 25;
 }
 
 impl ServiceType {
