@@ -4,7 +4,7 @@
 use ferroverbs_hw::Field;
 
 use super::ifc::*;
-use super::table::RemoveError;
+use super::resources::removed;
 use super::{Cmd, CmdResult, Cq, Eq, Fail, Firmware, Out, Syndrome};
 use crate::eq::EqRing;
 use crate::iommu::{Access, Iommu};
@@ -125,10 +125,7 @@ impl Firmware {
         c.op_mod_zero()?;
         c.lengths(destroy_eq_in::SIZE, destroy_eq_out::SIZE)?;
         let eqn = c.get(destroy_eq_in::eq_number) as u32;
-        let eq = self.eqs.remove(eqn).map_err(|e| match e {
-            RemoveError::Unknown => Fail::from(Syndrome::EqUnknown),
-            RemoveError::InUse(_) => Fail::from(Syndrome::EqInUse),
-        })?;
+        let eq = removed(self.eqs.remove(eqn), Syndrome::EqUnknown, Syndrome::EqInUse)?;
         self.uars.release(eq.ring.uar);
         Out::new(destroy_eq_out::SIZE).done()
     }
@@ -229,10 +226,7 @@ impl Firmware {
         c.op_mod_zero()?;
         c.lengths(destroy_cq_in::SIZE, destroy_cq_out::SIZE)?;
         let cqn = c.get(destroy_cq_in::cqn) as u32;
-        let cq = self.cqs.remove(cqn).map_err(|e| match e {
-            RemoveError::Unknown => Fail::from(Syndrome::CqUnknown),
-            RemoveError::InUse(_) => Fail::from(Syndrome::CqInUse),
-        })?;
+        let cq = removed(self.cqs.remove(cqn), Syndrome::CqUnknown, Syndrome::CqInUse)?;
         self.eqs.release(cq.eqn);
         self.uars.release(cq.uar);
         Out::new(destroy_cq_out::SIZE).done()

@@ -17,12 +17,18 @@ fn mtt_offset() -> usize {
     create_mkey_in::klm_pas_mtt.byte_offset()
 }
 
-fn removed(r: Result<(), RemoveError>, unknown: Syndrome, in_use: Syndrome) -> Result<(), Fail> {
-    match r {
-        Ok(()) => Ok(()),
-        Err(RemoveError::Unknown) => Err(unknown.into()),
-        Err(RemoveError::InUse(_)) => Err(in_use.into()),
-    }
+/// The result of removing an object from its table, with the failures named by the
+/// command's syndromes: `unknown` for a number no object has, `in_use` for an object
+/// others still use.
+pub(super) fn removed<T>(
+    r: Result<T, RemoveError>,
+    unknown: Syndrome,
+    in_use: Syndrome,
+) -> Result<T, Fail> {
+    r.map_err(|e| match e {
+        RemoveError::Unknown => unknown.into(),
+        RemoveError::InUse(_) => in_use.into(),
+    })
 }
 
 impl Firmware {
