@@ -45,40 +45,16 @@ struct ModifyLayout {
     qpc: Option<Field>,
 }
 
+/// The layout facts of a modify command, from hw: every modify command carries `qpn`
+/// at the same place, and those with a context (all but 2ERR and 2RST) carry
+/// `opt_param_mask` and the qpc at the same places too (hw's tests check both).
 fn modify_layout(t: QpTransition) -> ModifyLayout {
-    macro_rules! with_qpc {
-        ($in:ident, $out:ident) => {
-            ModifyLayout {
-                in_size: $in::SIZE,
-                out_size: $out::SIZE,
-                qpn: $in::qpn,
-                opt: Some($in::opt_param_mask),
-                qpc: Some($in::qpc),
-            }
-        };
-    }
-    match t {
-        QpTransition::Rst2Init => with_qpc!(rst2init_qp_in, rst2init_qp_out),
-        QpTransition::Init2Init => with_qpc!(init2init_qp_in, init2init_qp_out),
-        QpTransition::Init2Rtr => with_qpc!(init2rtr_qp_in, init2rtr_qp_out),
-        QpTransition::Rtr2Rts => with_qpc!(rtr2rts_qp_in, rtr2rts_qp_out),
-        QpTransition::Rts2Rts => with_qpc!(rts2rts_qp_in, rts2rts_qp_out),
-        QpTransition::Sqerr2Rts => with_qpc!(sqerr2rts_qp_in, sqerr2rts_qp_out),
-        QpTransition::Sqd2Rts => with_qpc!(sqd2rts_qp_in, sqd2rts_qp_out),
-        QpTransition::ToErr => ModifyLayout {
-            in_size: qp_2err_in::SIZE,
-            out_size: qp_2err_out::SIZE,
-            qpn: qp_2err_in::qpn,
-            opt: None,
-            qpc: None,
-        },
-        QpTransition::ToRst => ModifyLayout {
-            in_size: qp_2rst_in::SIZE,
-            out_size: qp_2rst_out::SIZE,
-            qpn: qp_2rst_in::qpn,
-            opt: None,
-            qpc: None,
-        },
+    ModifyLayout {
+        in_size: t.in_layout().size(),
+        out_size: t.out_layout().size(),
+        qpn: qp_2rst_in::qpn,
+        opt: t.has_qpc().then_some(rst2init_qp_in::opt_param_mask),
+        qpc: t.has_qpc().then_some(rst2init_qp_in::qpc),
     }
 }
 
