@@ -10,8 +10,15 @@
 //!
 //! The health counter and the internal timer are derived from the [`Clock`] when read:
 //! the counter advances every 100 ms of device time unless a fault stalls it.
+//!
+//! The data path ([`Engine`]) hangs off the same lock: a send doorbell (an 8-byte
+//! doorbell or the first 64-byte chunk of a BlueFlame copy in a UAR page) is serviced
+//! on the writing thread, a CQ arm doorbell arms the CQ, and every command's effect on
+//! QPs and CQs reaches the engine right after the command. Received frames wait in the
+//! device's [`RxQueue`] until [`Sim::step`] (deterministic mode) or the device thread
+//! (threaded mode, [`crate::mode`]) processes them.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use ferroverbs_hw::bus::Block64;
@@ -22,12 +29,15 @@ use ferroverbs_hw::{Bus, BusError, DmaPerm, Field};
 use crate::bar::{Bar, BarConfig, BarEvent, FwRev, UarDoorbell};
 use crate::clock::Clock;
 use crate::cmdq::{self, SlotResult};
+use crate::engine::{DataPathStats, Engine};
 use crate::fault::{CommandFault, DelayRule, FatalHealth, Faults, Hold};
 use crate::firmware::{
     CapOverride, CapType, Firmware, FwConfig, FwStats, HcaState, ObjectCounts, RoceAddr,
 };
 use crate::iommu::Iommu;
 use crate::irq::Irqs;
+use crate::link::{FramePool, RxQueue, Uplink};
+use crate::mode::{Mode, Runner, Service};
 
 /// The health counter advances once per this much device time.
 pub const HEALTH_TICK: Duration = Duration::from_millis(100);
@@ -44,6 +54,8 @@ pub struct SimConfig {
     pub seed: u64,
     /// Virtual time (deterministic) instead of real time.
     pub virtual_time: bool,
+    /// How the device makes progress: stepped by the test, or on its own thread.
+    pub mode: Mode,
 }
 
 impl Default for SimConfig {
@@ -60,6 +72,7 @@ impl Default for SimConfig {
             },
             seed: 0x5eed,
             virtual_time: false,
+            mode: Mode::Deterministic,
         }
     }
 }
@@ -97,6 +110,16 @@ impl SimConfig {
             });
         }
         c
+    }
+
+    /// A configuration for threaded mode: real time, a device thread, and `ports` ports
+    /// whose MACs derive from `seed`.
+    pub fn threaded(seed: u64, ports: u8) -> Self {
+        SimConfig {
+            virtual_time: false,
+            mode: Mode::Threaded,
+            ..SimConfig::deterministic(seed, ports)
+        }
     }
 
     /// Adds a capability override.
@@ -148,6 +171,12 @@ pub struct SimStats {
     pub ignored_bar_writes: u64,
     /// MSI-X eventfds open.
     pub eventfds: usize,
+    /// Data-path counters.
+    pub data_path: DataPathStats,
+    /// Frames waiting in the receive queue.
+    pub rx_queued: usize,
+    /// Frames dropped because the receive queue was full.
+    pub rx_queue_full: u64,
 }
 
 /// A command slot held by a delay fault.
@@ -170,6 +199,7 @@ struct Device {
     delivery_errors: u64,
     ignored: u64,
     stray: u64,
+    engine: Engine,
 }
 
 struct Shared {
@@ -178,6 +208,33 @@ struct Shared {
     clock: Clock,
     dev: Mutex<Device>,
     bar0_len: usize,
+    rx: Arc<RxQueue>,
+    runner: Mutex<Option<Runner>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Stops (and joins, unless this is that thread) the device thread.
+        let r = self
+            .runner
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(r);
+    }
+}
+
+/// A weak handle to a device (the fabric's: it does not keep devices alive).
+#[derive(Clone)]
+pub struct WeakSim {
+    shared: Weak<Shared>,
+}
+
+impl WeakSim {
+    /// The device, if it still exists.
+    pub fn upgrade(&self) -> Option<Sim> {
+        self.shared.upgrade().map(|shared| Sim { shared })
+    }
 }
 
 /// The simulated device, as a test holds it.
@@ -207,9 +264,14 @@ impl Sim {
         cfg.fw.num_uars = bar.config().pages.saturating_sub(first).max(1);
         let bar0_len = bar.len();
         let irqs = Irqs::new(cfg.fw.msix_vectors);
+        let mode = cfg.mode;
+        let seed = cfg.seed;
+        let fw = Firmware::new(cfg.fw);
+        let rx = RxQueue::new();
+        let macs = fw.ports().iter().map(|p| p.mac).collect();
         let dev = Device {
             bar,
-            fw: Firmware::new(cfg.fw),
+            fw,
             faults: Faults::default(),
             held: Vec::new(),
             health_ns: clock.now_ns(),
@@ -217,16 +279,78 @@ impl Sim {
             delivery_errors: 0,
             ignored: 0,
             stray: 0,
+            engine: Engine::new(macs, rx.clone(), FramePool::new()),
         };
-        Sim {
-            shared: Arc::new(Shared {
-                iommu: Iommu::new(),
-                irqs,
-                clock,
-                dev: Mutex::new(dev),
-                bar0_len,
-            }),
+        let shared = Arc::new(Shared {
+            iommu: Iommu::new(),
+            irqs,
+            clock,
+            dev: Mutex::new(dev),
+            bar0_len,
+            rx,
+            runner: Mutex::new(None),
+        });
+        if mode == Mode::Threaded {
+            let runner = Runner::spawn(
+                format!("ferroverbs-sim-{seed:x}"),
+                Arc::downgrade(&shared),
+                &shared.rx,
+            );
+            // Without a thread the device still works when stepped.
+            if let Ok(r) = runner {
+                *shared.runner.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+            }
         }
+        Sim { shared }
+    }
+
+    /// A weak handle (does not keep the device alive).
+    pub fn downgrade(&self) -> WeakSim {
+        WeakSim {
+            shared: Arc::downgrade(&self.shared),
+        }
+    }
+
+    /// The receive queue frames for this device are delivered to.
+    pub fn rx_queue(&self) -> Arc<RxQueue> {
+        self.shared.rx.clone()
+    }
+
+    /// The MAC address of each port.
+    pub fn port_macs(&self) -> Vec<[u8; 6]> {
+        self.dev().engine.macs().to_vec()
+    }
+
+    /// Connects the device to a fabric (`None`: disconnects it); frames are built in
+    /// buffers from `pool`.
+    pub fn set_uplink(&self, uplink: Option<Arc<dyn Uplink>>, pool: Arc<FramePool>) {
+        self.dev().engine.set_uplink(uplink, pool);
+    }
+
+    /// Whether the device runs its own thread.
+    pub fn threaded(&self) -> bool {
+        self.shared
+            .runner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// Processes the frames waiting in the receive queue and the data-path timers that
+    /// are due, and runs due held commands. Returns the data-path work done (0: idle).
+    pub fn service(&self) -> usize {
+        self.shared.service_due(false);
+        self.shared.service_data_path()
+    }
+
+    /// Device time at which the next data-path timer expires, if any.
+    pub fn next_deadline(&self) -> Option<Duration> {
+        self.dev().engine.next_deadline().map(Duration::from_nanos)
+    }
+
+    /// Runs `f` with the data-path engine (to inspect QP and CQ runtime state).
+    pub fn with_engine<R>(&self, f: impl FnOnce(&Engine) -> R) -> R {
+        f(&self.dev().engine)
     }
 
     /// The bus a driver uses to reach this device.
@@ -258,9 +382,10 @@ impl Sim {
         moved
     }
 
-    /// Services due work: held commands whose delay has elapsed.
+    /// Services due work: held commands whose delay has elapsed, received frames and
+    /// due data-path timers (see [`Sim::service`]).
     pub fn step(&self) {
-        self.shared.service_due(false);
+        self.service();
     }
 
     /// Runs every command held by a delay fault, whatever its hold.
@@ -286,6 +411,9 @@ impl Sim {
             stray_doorbells: d.stray,
             ignored_bar_writes: d.bar.ignored_writes(),
             eventfds: self.shared.irqs.open_fds(),
+            data_path: d.engine.stats(),
+            rx_queued: self.shared.rx.len(),
+            rx_queue_full: self.shared.rx.dropped(),
         }
     }
 
@@ -433,16 +561,52 @@ impl Shared {
                         d.stray += 1;
                     }
                 }
-                // CQ arm, send and BlueFlame doorbells belong to the data path.
-                UarDoorbell::CqArm { .. }
-                | UarDoorbell::Send { .. }
-                | UarDoorbell::BlueFlame { .. } => {}
+                UarDoorbell::CqArm {
+                    cqn,
+                    sn,
+                    solicited,
+                    ci,
+                } => {
+                    let Device { fw, engine, .. } = &mut *d;
+                    engine.arm_cq(fw, &self.iommu, &self.irqs, index, cqn, sn, solicited, ci);
+                }
+                // A send doorbell: the first 8 bytes of the control segment, written on
+                // their own or as the start of a BlueFlame copy (the following chunks
+                // repeat what the SQ buffer already holds). QPN: bytes 4-6.
+                UarDoorbell::Send {
+                    offset: 0, ctrl, ..
+                } => self.send_doorbell(&mut d, index, &ctrl),
+                UarDoorbell::BlueFlame {
+                    offset: 0, block, ..
+                } => self.send_doorbell(&mut d, index, &block),
+                UarDoorbell::Send { .. } | UarDoorbell::BlueFlame { .. } => {}
             },
         }
         drop(d);
         for v in sig {
             self.irqs.signal(v);
         }
+    }
+
+    fn send_doorbell(&self, d: &mut Device, uar: u32, ctrl: &[u8]) {
+        let qpn = u32::from_be_bytes([0, ctrl[4], ctrl[5], ctrl[6]]);
+        let now = self.clock.now_ns();
+        let Device { fw, engine, .. } = d;
+        engine.send_doorbell(fw, &self.iommu, &self.irqs, now, uar, qpn);
+    }
+
+    /// Processes received frames and due timers; returns the work done.
+    fn service_data_path(&self) -> usize {
+        let mut work = 0;
+        let now = self.clock.now_ns();
+        let mut d = self.lock();
+        let Device { fw, engine, .. } = &mut *d;
+        while let Some(frame) = self.rx.pop() {
+            engine.receive(fw, &self.iommu, &self.irqs, now, &frame);
+            engine.pool().put(frame);
+            work += 1;
+        }
+        work + engine.poll(fw, &self.iommu, &self.irqs, now)
     }
 
     fn write32(&self, off: usize, value: u32) {
@@ -503,6 +667,10 @@ impl Shared {
             |op, m| faults.on_command(op, m),
             |input, outlen| fw.execute(&self.iommu, input, outlen),
         );
+        // The command's effect on QPs and CQs reaches the data path at once (a 2ERR
+        // flushes before the command completes).
+        d.engine
+            .sync(&mut d.fw, &self.iommu, &self.irqs, self.clock.now_ns());
         match r {
             SlotResult::Completed { delivery, .. } => {
                 d.completed += 1;
@@ -541,6 +709,21 @@ impl Shared {
         for v in sig {
             self.irqs.signal(v);
         }
+    }
+}
+
+impl Service for Shared {
+    fn service(&self) -> usize {
+        self.service_due(false);
+        self.service_data_path()
+    }
+
+    fn due_in(&self) -> Option<Duration> {
+        let now = self.clock.now_ns();
+        self.lock()
+            .engine
+            .next_deadline()
+            .map(|t| Duration::from_nanos(t.saturating_sub(now)))
     }
 }
 

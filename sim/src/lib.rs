@@ -4,7 +4,9 @@
 //! with the initialization segment and UAR pages ([`bar`]), the command queue
 //! ([`cmdq`]) and the firmware behind it ([`firmware`]), event queues ([`eq`]) and
 //! MSI-X eventfds ([`irq`]), device time ([`clock`]), fault injection ([`fault`]), and
-//! the RoCEv2 wire codecs ([`wire`]). The driver reaches it through [`SimBus`], an
+//! the data path ([`engine`]: WQEs, memory keys, CQEs; [`transport`]: the RC
+//! requester, responder and completer) and the RoCEv2 wire ([`wire`]) on an in-process
+//! fabric ([`link`]), stepped by the test or running on its own threads ([`mode`]). The driver reaches it through [`SimBus`], an
 //! implementation of the `Bus` contract, exactly as it reaches real hardware through
 //! VFIO; a test holds the [`Sim`] to configure it, inject faults, move time and read
 //! counters. `docs/simulator.md` says what is modelled, simplified and absent.
@@ -32,6 +34,7 @@ pub mod bar;
 pub mod clock;
 pub mod cmdq;
 pub mod device;
+pub mod engine;
 pub mod eq;
 pub mod fault;
 pub mod firmware;
@@ -39,6 +42,12 @@ pub mod firmware;
 pub mod iommu;
 #[allow(unsafe_code)]
 pub mod irq;
+pub mod link;
+pub mod mode;
+pub mod transport;
 pub mod wire;
 
-pub use device::{Sim, SimBus, SimConfig, SimStats};
+pub use device::{Sim, SimBus, SimConfig, SimStats, WeakSim};
+pub use engine::DataPathStats;
+pub use link::Fabric;
+pub use mode::Mode;

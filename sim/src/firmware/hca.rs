@@ -239,6 +239,7 @@ impl Firmware {
             self.tds.clear();
             self.pds.clear();
             self.uars.clear();
+            self.datapath_events.push(super::DataPathEvent::Reset);
         }
         self.state = HcaState::Enabled;
         let mut o = Out::new(teardown_hca_out::SIZE);

@@ -347,6 +347,30 @@ pub struct Firmware {
     stats: FwStats,
     /// MSI-X vectors to fire for events the last command raised.
     pending_irqs: Vec<u16>,
+    /// Changes the data path follows, in order (see [`DataPathEvent`]).
+    datapath_events: Vec<DataPathEvent>,
+}
+
+/// A change to an object the data path keeps state for, recorded by the command that
+/// made it and taken by the engine right after the command
+/// ([`Firmware::take_datapath_events`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataPathEvent {
+    /// A modify command moved QP `qpn` from `from` to `to`.
+    QpModified {
+        /// The QP.
+        qpn: u32,
+        /// Its state before.
+        from: QpcState,
+        /// Its state after.
+        to: QpcState,
+    },
+    /// QP `qpn` was destroyed.
+    QpDestroyed(u32),
+    /// CQ `cqn` was destroyed.
+    CqDestroyed(u32),
+    /// Every object is gone (forced teardown, function disabled or reset).
+    Reset,
 }
 
 /// How many objects each table holds, for tests.
@@ -398,6 +422,7 @@ impl Firmware {
             ports,
             stats: FwStats::default(),
             pending_irqs: Vec::new(),
+            datapath_events: Vec::new(),
         };
         fw.size_tables();
         fw
@@ -414,6 +439,7 @@ impl Firmware {
         let given = self.pages.given_total();
         let taken = self.pages.taken_total();
         *self = Firmware::new(self.cfg.clone());
+        self.datapath_events.push(DataPathEvent::Reset);
         self.stats = stats;
         self.pages.restore_totals(given, taken, abandoned);
     }
@@ -490,6 +516,34 @@ impl Firmware {
     /// The EQ numbered `eqn`.
     pub fn eq(&self, eqn: u32) -> Option<&Eq> {
         self.eqs.get(eqn)
+    }
+
+    /// The CQ numbered `cqn`, mutably (the data path records its state in the context).
+    pub fn cq_mut(&mut self, cqn: u32) -> Option<&mut Cq> {
+        self.cqs.get_mut(cqn)
+    }
+
+    /// Moves QP `qpn` to `state` on the data path's behalf (a completion error puts it
+    /// in ERR), in the table and in its context.
+    pub fn set_qp_state(&mut self, qpn: u32, state: QpcState) {
+        if let Some(qp) = self.qps.get_mut(qpn) {
+            qp.state = state;
+            let f = ferroverbs_hw::control::qp::qpc::state;
+            if f.fits(qp.qpc.len()) {
+                f.set(&mut qp.qpc, u64::from(state.value()));
+            }
+        }
+    }
+
+    /// The host byte order software declared with HOST_ENDIANNESS (`he`: 0 little-endian,
+    /// 1 big-endian).
+    pub fn host_endianness(&self) -> u8 {
+        self.host_endianness
+    }
+
+    /// Moves the data-path events recorded since the last call to the end of `out`.
+    pub fn take_datapath_events(&mut self, out: &mut Vec<DataPathEvent>) {
+        out.append(&mut self.datapath_events);
     }
 
     /// The memory key whose index is `index`.

@@ -177,6 +177,8 @@ impl Firmware {
         for cq in [qp.cqn_snd, qp.cqn_rcv].into_iter().flatten() {
             self.cqs.release(cq);
         }
+        self.datapath_events
+            .push(super::DataPathEvent::QpDestroyed(qpn));
         Out::new(destroy_qp_out::SIZE).done()
     }
 
@@ -371,10 +373,16 @@ impl Firmware {
         }
         let target = t.target();
         qset(&mut img, qpc::state, u64::from(target.value()));
+        let from = qp.state;
         if let Some(qp) = self.qps.get_mut(qpn) {
             qp.qpc = img;
             qp.state = target;
         }
+        self.datapath_events.push(super::DataPathEvent::QpModified {
+            qpn,
+            from,
+            to: target,
+        });
         Out::new(l.out_size).done()
     }
 }

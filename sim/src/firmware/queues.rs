@@ -229,6 +229,8 @@ impl Firmware {
         let cq = removed(self.cqs.remove(cqn), Syndrome::CqUnknown, Syndrome::CqInUse)?;
         self.eqs.release(cq.eqn);
         self.uars.release(cq.uar);
+        self.datapath_events
+            .push(super::DataPathEvent::CqDestroyed(cqn));
         Out::new(destroy_cq_out::SIZE).done()
     }
 

@@ -1,0 +1,430 @@
+//! Completion queues as the device writes them: 64-byte CQEs (the upper half of a
+//! 128-byte entry), the owner bit, overrun detection against the consumer index in the
+//! doorbell record, arming, and completion events.
+//!
+//! Facts (`mlx5-datapath.md` §5.4, §7; `mlx5dv.h` `struct mlx5_cqe64`,
+//! `struct mlx5_err_cqe`):
+//!
+//! * CQE `p` lives in slot `p & (ncqe - 1)`; its owner bit is `(p / ncqe) & 1`
+//!   ([`hw_owner_bit`]), so software's check [`sw_owned`](ferroverbs_hw::datapath::cqe::sw_owned)
+//!   with consumer index `p` accepts it. The 63 body bytes are written before `op_own`.
+//! * The consumer index is the doorbell record's `set_ci` word (24 bits). A CQE that
+//!   would make `producer - consumer` exceed `ncqe` overruns the CQ: unless the context
+//!   sets `oi` (overrun ignore), the CQ enters error (`status` = CQ_OVERFLOW), a CQ error
+//!   event (type 0x04, syndrome 1) goes to the asynchronous EQ, and no further CQE is
+//!   written.
+//! * The arm doorbell (UAR + 0x20) carries the arm sequence number, the command (next
+//!   completion, or solicited only) and the consumer index. An armed CQ posts one
+//!   completion EQE (type 0, CQN in the last dword) to its EQ for the next CQE (for a
+//!   solicited-only arm: the next CQE with SE set or in error), then is disarmed. Arming
+//!   while CQEs past the doorbell's consumer index exist fires at once.
+
+use ferroverbs_hw::control::cq::{cqc, CqcSt, CqcStatus};
+use ferroverbs_hw::datapath::cqe::{hw_owner_bit, make_op_own, Cqe64, ErrCqe};
+use ferroverbs_hw::datapath::eqe::{MLX5_EVENT_TYPE_COMP, MLX5_EVENT_TYPE_CQ_ERROR};
+use zerocopy::byteorder::big_endian::{U16, U32, U64};
+
+use crate::firmware::Firmware;
+use crate::iommu::Iommu;
+use crate::irq::Irqs;
+
+/// 24-bit counters.
+const MASK24: u32 = 0x00ff_ffff;
+
+/// The `mlx5_eqe_cq_err` syndrome of an overrun.
+pub const CQ_ERR_SYNDROME_OVERRUN: u8 = 1;
+
+/// What a CQE reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CqeKind {
+    /// A successful requester completion (`MLX5_CQE_REQ`) of send opcode `sop`.
+    Req {
+        /// The WQE's `MLX5_OPCODE_*`.
+        sop: u8,
+    },
+    /// A successful responder completion with this `MLX5_CQE_RESP_*` opcode.
+    Resp {
+        /// `MLX5_CQE_RESP_SEND`, `_SEND_IMM`, `_WR_IMM`, ...
+        opcode: u8,
+    },
+    /// An error completion (`MLX5_CQE_REQ_ERR` / `MLX5_CQE_RESP_ERR`).
+    Err {
+        /// Requester (`true`) or responder.
+        req: bool,
+        /// `MLX5_CQE_SYNDROME_*`.
+        syndrome: u8,
+        /// Vendor syndrome.
+        vendor: u8,
+        /// The WQE opcode (requester) or 0.
+        sop: u8,
+    },
+}
+
+/// The contents of one CQE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// Kind and opcode.
+    pub kind: CqeKind,
+    /// The QP number.
+    pub qpn: u32,
+    /// The WQE index (requester: the control segment's index; responder: the RQ
+    /// counter).
+    pub wqe_counter: u16,
+    /// Byte count.
+    pub byte_cnt: u32,
+    /// Immediate data, as it came off the wire (already big-endian in the CQE).
+    pub imm: u32,
+    /// The remote QP number (responder).
+    pub rqpn: u32,
+    /// The user index (CQE version 1) of the QP.
+    pub uidx: u32,
+    /// The solicited-event bit (responder completions of solicited messages).
+    pub se: bool,
+    /// Device time stamp.
+    pub timestamp: u64,
+}
+
+impl Completion {
+    /// Whether a solicited-only arm fires for this completion.
+    pub fn solicits(&self) -> bool {
+        self.se || matches!(self.kind, CqeKind::Err { .. })
+    }
+
+    /// The 64 bytes of the CQE with owner bit `owner`.
+    pub fn encode(&self, owner: u8) -> [u8; 64] {
+        let mut out = [0u8; 64];
+        match self.kind {
+            CqeKind::Err {
+                req,
+                syndrome,
+                vendor,
+                sop,
+            } => {
+                let mut e = ErrCqe::zeroed();
+                e.srqn = U32::new(self.uidx & MASK24);
+                e.vendor_err_synd = vendor;
+                e.syndrome = syndrome;
+                e.s_wqe_opcode_qpn = U32::new((u32::from(sop) << 24) | (self.qpn & MASK24));
+                e.wqe_counter = U16::new(self.wqe_counter);
+                let op = if req {
+                    ferroverbs_hw::datapath::cqe::MLX5_CQE_REQ_ERR
+                } else {
+                    ferroverbs_hw::datapath::cqe::MLX5_CQE_RESP_ERR
+                };
+                e.op_own = make_op_own(op, 0, false, owner);
+                out.copy_from_slice(e.as_bytes());
+            }
+            CqeKind::Req { sop } => {
+                let mut c = Cqe64::zeroed();
+                c.srqn_uidx = U32::new(self.uidx & MASK24);
+                c.byte_cnt = U32::new(self.byte_cnt);
+                c.timestamp = U64::new(self.timestamp);
+                c.set_sop_drop_qpn(sop, self.qpn);
+                c.wqe_counter = U16::new(self.wqe_counter);
+                c.set_op_own(ferroverbs_hw::datapath::cqe::MLX5_CQE_REQ, 0, false, owner);
+                out.copy_from_slice(c.as_bytes());
+            }
+            CqeKind::Resp { opcode } => {
+                let mut c = Cqe64::zeroed();
+                c.set_flags_rqpn(0, 0, self.rqpn);
+                // RoCEv2 over IPv4: L3 header type IPv4.
+                c.l4_hdr_type_etc = ferroverbs_hw::datapath::cqe::MLX5_CQE_L3_HDR_TYPE_IPV4 << 2;
+                c.srqn_uidx = U32::new(self.uidx & MASK24);
+                c.imm_inval_pkey = U32::new(self.imm);
+                c.byte_cnt = U32::new(self.byte_cnt);
+                c.timestamp = U64::new(self.timestamp);
+                c.set_sop_drop_qpn(0, self.qpn);
+                c.wqe_counter = U16::new(self.wqe_counter);
+                c.set_op_own(opcode, 0, self.se, owner);
+                out.copy_from_slice(c.as_bytes());
+            }
+        }
+        out
+    }
+}
+
+/// How a CQ is armed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arm {
+    /// Event on the next completion.
+    Next,
+    /// Event on the next solicited or error completion.
+    Solicited,
+}
+
+/// What happened to a CQE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pushed {
+    /// Written.
+    Written,
+    /// The CQ was full (it is now in error unless `oi`): dropped.
+    Overrun,
+    /// The CQ is in error, unknown, or its buffer is not reachable: dropped.
+    Failed,
+}
+
+/// The device side of one CQ.
+#[derive(Clone, Debug)]
+pub struct CqRt {
+    cqn: u32,
+    pages: Vec<u64>,
+    page_shift: u32,
+    offset: u64,
+    log_size: u8,
+    cqe_size: u64,
+    dbr: u64,
+    eqn: u32,
+    uar: u32,
+    oi: bool,
+    /// Producer counter (CQEs written).
+    pub pi: u32,
+    arm: Option<Arm>,
+    sn: u8,
+    /// The producer index of the last solicited/error CQE, if any.
+    last_solicited: Option<u32>,
+    /// In error (overrun or write failure): nothing more is written.
+    pub error: bool,
+    /// CQEs written.
+    pub written: u64,
+    /// Events posted.
+    pub events: u64,
+}
+
+impl CqRt {
+    /// The runtime of CQ `cqn` as the firmware created it.
+    pub fn load(fw: &Firmware, cqn: u32) -> Option<CqRt> {
+        let cq = fw.cq(cqn)?;
+        let g = |f: ferroverbs_hw::Field| {
+            if f.fits(cq.cqc.len()) {
+                f.get(&cq.cqc)
+            } else {
+                0
+            }
+        };
+        Some(CqRt {
+            cqn,
+            pages: cq.pages.clone(),
+            page_shift: 12 + g(cqc::log_page_size).min(19) as u32,
+            offset: g(cqc::page_offset) * 64,
+            log_size: cq.log_size,
+            cqe_size: u64::from(cq.cqe_size),
+            dbr: cq.dbr,
+            eqn: cq.eqn,
+            uar: cq.uar,
+            oi: g(cqc::oi) != 0,
+            pi: 0,
+            arm: None,
+            sn: 0,
+            last_solicited: None,
+            error: false,
+            written: 0,
+            events: 0,
+        })
+    }
+
+    /// Number of entries.
+    pub fn ncqe(&self) -> u32 {
+        1u32 << self.log_size
+    }
+
+    /// The UAR page that rings this CQ's arm doorbell.
+    pub fn uar(&self) -> u32 {
+        self.uar
+    }
+
+    /// The IOVA of the 64-byte CQE of producer index `p`.
+    fn cqe_iova(&self, p: u32) -> Option<u64> {
+        let slot = u64::from(p & (self.ncqe() - 1));
+        // With 128-byte CQEs the CQE64 is the upper half of the entry.
+        let byte = self.offset + slot * self.cqe_size + (self.cqe_size - 64);
+        let page = self
+            .pages
+            .get(usize::try_from(byte >> self.page_shift).ok()?)?;
+        Some(page + (byte & ((1u64 << self.page_shift) - 1)))
+    }
+
+    /// The consumer index software last published.
+    fn consumer_index(&self, io: &Iommu) -> Option<u32> {
+        io.read_be32(self.dbr).ok().map(|v| v & MASK24)
+    }
+
+    /// Writes a CQE and posts the completion event it triggers.
+    pub fn push(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, c: &Completion) -> Pushed {
+        if self.error {
+            return Pushed::Failed;
+        }
+        if !self.oi {
+            let Some(ci) = self.consumer_index(io) else {
+                self.fail(fw, io, irqs, CqcStatus::CqWriteFail);
+                return Pushed::Failed;
+            };
+            if (self.pi.wrapping_sub(ci) & MASK24) >= self.ncqe() {
+                self.fail(fw, io, irqs, CqcStatus::CqOverflow);
+                return Pushed::Overrun;
+            }
+        }
+        let Some(iova) = self.cqe_iova(self.pi) else {
+            self.fail(fw, io, irqs, CqcStatus::CqWriteFail);
+            return Pushed::Failed;
+        };
+        let bytes = c.encode(hw_owner_bit(self.pi, self.ncqe()));
+        // Body first, then op_own (each iommu write is preceded by a release fence).
+        if io.write(iova, &bytes[..63]).is_err() || io.write(iova + 63, &bytes[63..]).is_err() {
+            self.fail(fw, io, irqs, CqcStatus::CqWriteFail);
+            return Pushed::Failed;
+        }
+        if c.solicits() {
+            self.last_solicited = Some(self.pi);
+        }
+        self.pi = self.pi.wrapping_add(1) & MASK24;
+        self.written += 1;
+        match self.arm {
+            Some(Arm::Next) => self.fire(fw, io, irqs),
+            Some(Arm::Solicited) if c.solicits() => self.fire(fw, io, irqs),
+            _ => {}
+        }
+        Pushed::Written
+    }
+
+    fn set_ctx(&self, fw: &mut Firmware, f: ferroverbs_hw::Field, v: u64) {
+        if let Some(cq) = fw.cq_mut(self.cqn) {
+            if f.fits(cq.cqc.len()) {
+                f.set(&mut cq.cqc, v);
+            }
+        }
+    }
+
+    fn fail(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, status: CqcStatus) {
+        self.error = true;
+        self.set_ctx(fw, cqc::status, u64::from(status.value()));
+        // struct mlx5_eqe_cq_err: cqn (BE32), 7 reserved bytes, syndrome.
+        let mut data = [0u8; 12];
+        data[..4].copy_from_slice(&(self.cqn & MASK24).to_be_bytes());
+        data[11] = if status == CqcStatus::CqOverflow {
+            CQ_ERR_SYNDROME_OVERRUN
+        } else {
+            2
+        };
+        if let Some(v) = fw.post_event(io, MLX5_EVENT_TYPE_CQ_ERROR, 0, &data) {
+            irqs.signal(v);
+        }
+    }
+
+    fn fire(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs) {
+        self.arm = None;
+        self.set_ctx(fw, cqc::st, u64::from(CqcSt::Fired.value()));
+        // struct mlx5_eqe_comp: 24 reserved bytes, then the CQN.
+        let mut data = [0u8; 28];
+        data[24..].copy_from_slice(&(self.cqn & MASK24).to_be_bytes());
+        self.events += 1;
+        if let Some(v) = fw.post_to_eq(io, self.eqn, MLX5_EVENT_TYPE_COMP, 0, &data) {
+            irqs.signal(v);
+        }
+    }
+
+    /// The arm doorbell: arm for the next (or next solicited) completion after consumer
+    /// index `ci`. Fires at once when such a CQE already exists.
+    pub fn arm(
+        &mut self,
+        fw: &mut Firmware,
+        io: &Iommu,
+        irqs: &Irqs,
+        sn: u8,
+        solicited: bool,
+        ci: u32,
+    ) {
+        if self.error {
+            return;
+        }
+        let mode = if solicited { Arm::Solicited } else { Arm::Next };
+        self.arm = Some(mode);
+        self.sn = sn;
+        let st = if solicited {
+            CqcSt::SolicitedNotificationRequestArmed
+        } else {
+            CqcSt::NotificationRequestArmed
+        };
+        self.set_ctx(fw, cqc::st, u64::from(st.value()));
+        let ci = ci & MASK24;
+        let pending = self.pi.wrapping_sub(ci) & MASK24;
+        if pending == 0 || pending > self.ncqe() {
+            return;
+        }
+        let due = match mode {
+            Arm::Next => true,
+            // A solicited CQE at or after ci.
+            Arm::Solicited => self
+                .last_solicited
+                .is_some_and(|s| (s.wrapping_sub(ci) & MASK24) < pending),
+        };
+        if due {
+            self.fire(fw, io, irqs);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroverbs_hw::datapath::cqe::{sw_owned, MLX5_CQE_RESP_SEND};
+
+    #[test]
+    fn encodings() {
+        let c = Completion {
+            kind: CqeKind::Req { sop: 0x0a },
+            qpn: 0x123,
+            wqe_counter: 7,
+            byte_cnt: 64,
+            imm: 0,
+            rqpn: 0,
+            uidx: 0x55,
+            se: false,
+            timestamp: 9,
+        };
+        let b = c.encode(1);
+        let v = Cqe64::read_from(&b).unwrap();
+        assert_eq!(
+            (v.sop_opcode(), v.qpn(), v.wqe_counter(), v.srqn_uidx()),
+            (0x0a, 0x123, 7, 0x55)
+        );
+        assert_eq!(v.opcode(), 0);
+        assert!(sw_owned(b[63], 8, 8));
+        let r = Completion {
+            kind: CqeKind::Resp {
+                opcode: MLX5_CQE_RESP_SEND,
+            },
+            se: true,
+            rqpn: 0x42,
+            ..c
+        };
+        let v = Cqe64::read_from(&r.encode(0)).unwrap();
+        assert_eq!(
+            (v.opcode(), v.se(), v.src_qpn(), v.owner()),
+            (2, true, 0x42, 0)
+        );
+        let e = Completion {
+            kind: CqeKind::Err {
+                req: true,
+                syndrome: 5,
+                vendor: 0xf9,
+                sop: 0x0a,
+            },
+            ..c
+        };
+        let b = e.encode(0);
+        let v = ErrCqe::read_from(&b).unwrap();
+        assert_eq!(
+            (
+                v.opcode(),
+                v.syndrome(),
+                v.vendor_err_synd(),
+                v.wqe_opcode(),
+                v.qpn(),
+                v.wqe_counter(),
+                v.srqn()
+            ),
+            (13, 5, 0xf9, 0x0a, 0x123, 7, 0x55)
+        );
+        assert!(e.solicits());
+    }
+}

@@ -1,0 +1,288 @@
+//! Memory keys as the data path uses them: an lkey or rkey names an MKEY (index =
+//! key >> 8, the low byte must equal the key's variant byte), which must belong to the
+//! QP's protection domain, allow the access, and cover the range; its translation
+//! (physical-address mode: the address is the IOVA; MTT mode: per-page IOVAs with
+//! read/write enables) gives the IOVAs the device reaches through the IOMMU.
+//!
+//! Sources: `mlx5_ifc.h` `mkc` (access bits `lr`, `lw`, `rr`, `rw`, `a`; `start_addr`,
+//! `len`, `length64`, `log_page_size`, `access_mode`) and `mtt` (`ptag`, `wr_en` bit 1,
+//! `rd_en` bit 0 of the big-endian entry); `mlx5-controlpath.md` §4.3.
+
+use ferroverbs_hw::control::mkey::mkc;
+use ferroverbs_hw::Field;
+
+use crate::firmware::{Firmware, Mkey};
+use crate::iommu::Iommu;
+
+/// The access a use of a key needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// The device reads local memory (send gather).
+    LocalRead,
+    /// The device writes local memory (receive scatter, READ response, atomic result).
+    LocalWrite,
+    /// A remote peer reads (RDMA READ).
+    RemoteRead,
+    /// A remote peer writes (RDMA WRITE).
+    RemoteWrite,
+    /// A remote peer performs an atomic.
+    RemoteAtomic,
+}
+
+/// Why a key cannot be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyError {
+    /// No MKEY has this index, or its variant byte differs.
+    Invalid,
+    /// The MKEY belongs to another protection domain.
+    Pd,
+    /// The MKEY does not allow the access.
+    Access,
+    /// The range is outside the MKEY.
+    Bounds,
+    /// The translation or the IOMMU refused the access (unmapped page, MTT entry
+    /// without the enable bit).
+    Translation,
+}
+
+const ACCESS_MODE_PA: u64 = 0;
+const ACCESS_MODE_MTT: u64 = 1;
+/// `mtt.rd_en`: bit 0 of the big-endian entry.
+const MTT_RD_EN: u64 = 1 << 0;
+/// `mtt.wr_en`: bit 1 of the big-endian entry.
+const MTT_WR_EN: u64 = 1 << 1;
+
+fn get(img: &[u8], f: Field) -> u64 {
+    if f.fits(img.len()) {
+        f.get(img)
+    } else {
+        0
+    }
+}
+
+/// The decoded parts of an MKEY context the data path needs.
+#[derive(Clone, Copy, Debug)]
+struct View {
+    start: u64,
+    len: u64,
+    length64: bool,
+    mode: u64,
+    page_shift: u32,
+}
+
+impl View {
+    fn of(k: &Mkey) -> View {
+        let m = &k.mkc;
+        View {
+            start: get(m, mkc::start_addr),
+            len: get(m, mkc::len),
+            length64: get(m, mkc::length64) != 0,
+            mode: get(m, mkc::access_mode_1_0) | (get(m, mkc::access_mode_4_2) << 2),
+            page_shift: get(m, mkc::log_page_size).clamp(12, 30) as u32,
+        }
+    }
+
+    fn allows(k: &Mkey, need: Need) -> bool {
+        let bit = match need {
+            Need::LocalRead => mkc::lr,
+            Need::LocalWrite => mkc::lw,
+            Need::RemoteRead => mkc::rr,
+            Need::RemoteWrite => mkc::rw,
+            Need::RemoteAtomic => mkc::a,
+        };
+        get(&k.mkc, bit) != 0
+    }
+
+    fn covers(&self, va: u64, len: u64) -> bool {
+        if self.length64 {
+            return va >= self.start;
+        }
+        let Some(end) = va.checked_add(len) else {
+            return false;
+        };
+        va >= self.start && end <= self.start.saturating_add(self.len)
+    }
+}
+
+/// Looks up `key` for an access of `len` bytes at `va` by a QP of protection domain
+/// `pd`: the key must name a live MKEY with the same variant byte, in `pd`, allowing
+/// `need`, covering the range.
+pub fn check(
+    fw: &Firmware,
+    key: u32,
+    pd: u32,
+    need: Need,
+    va: u64,
+    len: u64,
+) -> Result<(), KeyError> {
+    let k = fw
+        .mkey(key >> 8)
+        .filter(|k| k.key == key)
+        .ok_or(KeyError::Invalid)?;
+    if k.pd != pd {
+        return Err(KeyError::Pd);
+    }
+    if !View::allows(k, need) {
+        return Err(KeyError::Access);
+    }
+    if !View::of(k).covers(va, len) {
+        return Err(KeyError::Bounds);
+    }
+    Ok(())
+}
+
+/// Calls `f(iova, offset, chunk)` for each translated piece of `[va, va + len)` of the
+/// MKEY `key` (already checked), in order.
+fn walk(
+    fw: &Firmware,
+    key: u32,
+    va: u64,
+    len: usize,
+    write: bool,
+    mut f: impl FnMut(u64, usize, usize) -> Result<(), KeyError>,
+) -> Result<(), KeyError> {
+    let k = fw
+        .mkey(key >> 8)
+        .filter(|k| k.key == key)
+        .ok_or(KeyError::Invalid)?;
+    let v = View::of(k);
+    if !v.covers(va, len as u64) {
+        return Err(KeyError::Bounds);
+    }
+    match v.mode {
+        ACCESS_MODE_PA => f(va, 0, len),
+        ACCESS_MODE_MTT => {
+            let page = 1u64 << v.page_shift;
+            let first = v.start & !(page - 1);
+            let mut done = 0usize;
+            while done < len {
+                let at = va + done as u64;
+                let idx =
+                    usize::try_from((at - first) >> v.page_shift).map_err(|_| KeyError::Bounds)?;
+                let e = *k.mtt.get(idx).ok_or(KeyError::Translation)?;
+                let en = if write { MTT_WR_EN } else { MTT_RD_EN };
+                if e & en == 0 {
+                    return Err(KeyError::Translation);
+                }
+                let base = e & !0xff;
+                let in_page = at & (page - 1);
+                let chunk = ((page - in_page) as usize).min(len - done);
+                f(base + in_page, done, chunk)?;
+                done += chunk;
+            }
+            Ok(())
+        }
+        _ => Err(KeyError::Translation),
+    }
+}
+
+/// Copies `dst.len()` bytes of the memory `key` maps at `va` into `dst` (a device read
+/// of host memory).
+pub fn read(fw: &Firmware, io: &Iommu, key: u32, va: u64, dst: &mut [u8]) -> Result<(), KeyError> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    let n = dst.len();
+    walk(fw, key, va, n, false, |iova, off, chunk| {
+        io.read(iova, &mut dst[off..off + chunk])
+            .map_err(|_| KeyError::Translation)
+    })
+}
+
+/// Copies `src` to the memory `key` maps at `va` (a device write of host memory).
+pub fn write(fw: &Firmware, io: &Iommu, key: u32, va: u64, src: &[u8]) -> Result<(), KeyError> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    walk(fw, key, va, src.len(), true, |iova, off, chunk| {
+        io.write(iova, &src[off..off + chunk])
+            .map_err(|_| KeyError::Translation)
+    })
+}
+
+/// The IOVA of the 8 bytes at `va` (an atomic target, 8-byte aligned so it never
+/// crosses a page).
+pub fn translate8(fw: &Firmware, key: u32, va: u64) -> Result<u64, KeyError> {
+    let mut out = None;
+    walk(fw, key, va, 8, true, |iova, off, chunk| {
+        if off == 0 && chunk == 8 {
+            out = Some(iova);
+        }
+        Ok(())
+    })?;
+    out.ok_or(KeyError::Translation)
+}
+
+/// One entry of a gather or scatter list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sge {
+    /// Virtual address (in the MKEY's address space).
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// The lkey.
+    pub key: u32,
+}
+
+/// Total length of a list.
+pub fn total(sges: &[Sge]) -> u64 {
+    sges.iter().fold(0u64, |a, s| a.saturating_add(s.len))
+}
+
+/// Copies the bytes at `offset` of the message a gather list describes into `dst`.
+pub fn gather(
+    fw: &Firmware,
+    io: &Iommu,
+    sges: &[Sge],
+    offset: u64,
+    dst: &mut [u8],
+) -> Result<(), KeyError> {
+    let mut skip = offset;
+    let mut done = 0usize;
+    for s in sges {
+        if done == dst.len() {
+            break;
+        }
+        if skip >= s.len {
+            skip -= s.len;
+            continue;
+        }
+        let n = ((s.len - skip) as usize).min(dst.len() - done);
+        read(fw, io, s.key, s.addr + skip, &mut dst[done..done + n])?;
+        done += n;
+        skip = 0;
+    }
+    if done < dst.len() {
+        return Err(KeyError::Bounds);
+    }
+    Ok(())
+}
+
+/// Writes `src` at `offset` of the message a scatter list describes.
+pub fn scatter(
+    fw: &Firmware,
+    io: &Iommu,
+    sges: &[Sge],
+    offset: u64,
+    src: &[u8],
+) -> Result<(), KeyError> {
+    let mut skip = offset;
+    let mut done = 0usize;
+    for s in sges {
+        if done == src.len() {
+            break;
+        }
+        if skip >= s.len {
+            skip -= s.len;
+            continue;
+        }
+        let n = ((s.len - skip) as usize).min(src.len() - done);
+        write(fw, io, s.key, s.addr + skip, &src[done..done + n])?;
+        done += n;
+        skip = 0;
+    }
+    if done < src.len() {
+        return Err(KeyError::Bounds);
+    }
+    Ok(())
+}

@@ -1,0 +1,957 @@
+//! The data-path engine: what a ConnectX does between the doorbells and the wire.
+//!
+//! * **Send doorbells** (an 8-byte doorbell or the first chunk of a BlueFlame copy in a
+//!   QP's UAR): the QPN is bytes 4-6 of the control segment written; the engine then
+//!   fetches WQEs from the QP buffer through the IOMMU, from its own SQ counter up to
+//!   the SQ doorbell record counter (WQEBB units, 16 bits, wrapping), validates them
+//!   ([`wqe`]), translates their lkeys ([`mem`]) and hands them to the RC requester
+//!   ([`crate::transport`]), which segments them into RoCEv2 packets.
+//! * **Received frames** are checked (structure, checksums, ICRC), matched to a QP by
+//!   destination QPN, source and destination addresses and P_Key, and given to the
+//!   responder (requests) or the completer (responses).
+//! * **Completions** are written to the QP's CQs ([`cq`]) with the owner-bit protocol;
+//!   an armed CQ posts a completion event to its EQ.
+//! * **Errors**: a WQE that fails completes with an error CQE, the QP moves to the error
+//!   state (reported in its context, which QUERY_QP shows) and every outstanding send
+//!   and receive WQE is flushed with `WR_FLUSH_ERR`, each with its own `wqe_counter`.
+//!   While in error, newly posted WQEs are flushed too (send WQEs at their doorbell,
+//!   receive WQEs when the device next polls the receive doorbell record).
+//!
+//! The engine follows the firmware's QP state machine through the events the firmware
+//! records for each successful modify/destroy command
+//! ([`crate::firmware::DataPathEvent`]): RST forgets everything (counters back to 0, as
+//! rdma-core resets its own), INIT2RTR loads the responder's expected PSN, RTR2RTS the
+//! requester's first PSN, 2ERR flushes.
+
+pub mod cq;
+pub mod mem;
+pub mod qp;
+pub mod wqe;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use ferroverbs_hw::datapath::cqe::{
+    MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
+    MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR, MLX5_CQE_SYNDROME_WR_FLUSH_ERR,
+};
+
+use ferroverbs_hw::control::qp::QpcState;
+
+use crate::firmware::{DataPathEvent, Firmware, ServiceType};
+use crate::iommu::Iommu;
+use crate::irq::Irqs;
+use crate::link::{FramePool, RxQueue, Uplink};
+use crate::transport;
+use crate::wire::{self, Psn};
+use cq::{Completion, CqRt, CqeKind, Pushed};
+use mem::Sge;
+use qp::QpCfg;
+use wqe::{SendWqe, WqeData, WqeError};
+
+/// Vendor syndrome of a flushed WQE (the value ConnectX adapters report).
+pub const VENDOR_FLUSH: u8 = 0xf9;
+/// Vendor syndrome of a local protection error (a value seen on ConnectX adapters).
+pub const VENDOR_LOCAL_PROT: u8 = 0x52;
+/// Vendor syndrome of a remote invalid request error (a value seen on ConnectX
+/// adapters).
+pub const VENDOR_REM_INV_REQ: u8 = 0x8a;
+
+/// 16-bit hardware counters (SQ WQEBB counter, RQ WQE counter).
+const MASK16: u32 = 0xffff;
+
+/// An error completion's syndromes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Synd {
+    /// `MLX5_CQE_SYNDROME_*`.
+    pub syndrome: u8,
+    /// Vendor syndrome.
+    pub vendor: u8,
+}
+
+impl Synd {
+    /// A syndrome with the vendor value the simulator uses for it.
+    pub const fn of(syndrome: u8) -> Synd {
+        let vendor = match syndrome {
+            MLX5_CQE_SYNDROME_WR_FLUSH_ERR => VENDOR_FLUSH,
+            MLX5_CQE_SYNDROME_LOCAL_PROT_ERR => VENDOR_LOCAL_PROT,
+            ferroverbs_hw::datapath::cqe::MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR => {
+                VENDOR_REM_INV_REQ
+            }
+            _ => 0,
+        };
+        Synd { syndrome, vendor }
+    }
+
+    /// The syndrome of a WQE validation error.
+    pub fn of_wqe(e: WqeError) -> Synd {
+        Synd::of(match e {
+            WqeError::QpOp => MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+            WqeError::Prot => MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
+            WqeError::Length => MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR,
+        })
+    }
+}
+
+/// Counters of the data path, for tests ("counted, not assumed").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DataPathStats {
+    /// Send doorbells acted on.
+    pub doorbells: u64,
+    /// Send or arm doorbells for an unknown object, a QP/CQ another UAR drives, or a
+    /// QP in a state that does not send.
+    pub stray_doorbells: u64,
+    /// Send WQEs fetched.
+    pub wqes: u64,
+    /// CQEs written.
+    pub cqes: u64,
+    /// Of those, error CQEs (flushes included).
+    pub error_cqes: u64,
+    /// Of those, `WR_FLUSH_ERR` CQEs.
+    pub flushed: u64,
+    /// CQEs dropped because their CQ overran or was in error.
+    pub cqes_dropped: u64,
+    /// QPs moved to the error state by the data path.
+    pub qp_errors: u64,
+    /// Frames transmitted.
+    pub tx_frames: u64,
+    /// Frames that could not be sent (no fabric attached and not for this device).
+    pub tx_no_link: u64,
+    /// Frames received (before any check).
+    pub rx_frames: u64,
+    /// Dropped: ICRC mismatch.
+    pub rx_bad_icrc: u64,
+    /// Dropped: not a well-formed RoCEv2 frame (Ethernet/IPv4/UDP/BTH structure,
+    /// checksums, opcode).
+    pub rx_malformed: u64,
+    /// Dropped: not addressed to a port of this device.
+    pub rx_not_mine: u64,
+    /// Dropped: a transport other than RC.
+    pub rx_unsupported: u64,
+    /// Dropped: no such QP (or not RC).
+    pub rx_no_qp: u64,
+    /// Dropped: the QP's state does not accept it.
+    pub rx_bad_state: u64,
+    /// Dropped: source or destination address does not match the QP's path.
+    pub rx_bad_addr: u64,
+    /// Dropped: P_Key mismatch.
+    pub rx_bad_pkey: u64,
+    /// Dropped: a response matching no outstanding request (or out of order).
+    pub rx_unexpected: u64,
+    /// Dropped: duplicate requests answered or ignored.
+    pub rx_duplicates: u64,
+    /// ACKs sent.
+    pub acks: u64,
+    /// NAKs sent (sequence, invalid request, access, operational).
+    pub naks: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks: u64,
+    /// Packets retransmitted (go-back-N after a NAK or an RNR NAK).
+    pub retransmits: u64,
+    /// READ response packets sent.
+    pub read_responses: u64,
+    /// Atomics executed.
+    pub atomics: u64,
+}
+
+/// The device's ports as the data path sees them.
+pub struct Net {
+    /// Where frames for other devices go.
+    pub uplink: Option<Arc<dyn Uplink>>,
+    /// Frame buffers.
+    pub pool: Arc<FramePool>,
+    /// This device's receive queue (loopback).
+    pub rx: Arc<RxQueue>,
+    /// MAC address of each port.
+    pub macs: Vec<[u8; 6]>,
+}
+
+impl Net {
+    /// Sends a finished frame: to this device's own receive queue if its destination is
+    /// one of its ports (loopback), else to the fabric.
+    pub fn send(&mut self, frame: Vec<u8>, stats: &mut DataPathStats) {
+        stats.tx_frames += 1;
+        let mine = frame.len() >= 6 && self.macs.iter().any(|m| frame[..6] == m[..]);
+        if mine {
+            if let Err(f) = self.rx.push(frame) {
+                self.pool.put(f);
+            }
+            return;
+        }
+        match &self.uplink {
+            Some(u) => u.transmit(frame),
+            None => {
+                stats.tx_no_link += 1;
+                self.pool.put(frame);
+            }
+        }
+    }
+}
+
+/// Everything the data path touches besides the QP being worked on.
+pub struct Ctx<'a> {
+    /// The firmware's object tables.
+    pub fw: &'a mut Firmware,
+    /// Host memory.
+    pub io: &'a Iommu,
+    /// MSI-X.
+    pub irqs: &'a Irqs,
+    /// Device time (ns).
+    pub now: u64,
+    /// CQ runtimes.
+    pub cqs: &'a mut HashMap<u32, CqRt>,
+    /// The ports.
+    pub net: &'a mut Net,
+    /// Counters.
+    pub stats: &'a mut DataPathStats,
+}
+
+impl Ctx<'_> {
+    /// Writes a CQE to CQ `cqn` (loading its runtime on first use). Returns whether it
+    /// was written.
+    pub fn post_cqe(&mut self, cqn: Option<u32>, c: &Completion) -> bool {
+        let Some(cqn) = cqn else { return false };
+        if !self.cqs.contains_key(&cqn) {
+            match CqRt::load(self.fw, cqn) {
+                Some(rt) => {
+                    self.cqs.insert(cqn, rt);
+                }
+                None => {
+                    self.stats.cqes_dropped += 1;
+                    return false;
+                }
+            }
+        }
+        let Some(cq) = self.cqs.get_mut(&cqn) else {
+            return false;
+        };
+        match cq.push(self.fw, self.io, self.irqs, c) {
+            Pushed::Written => {
+                self.stats.cqes += 1;
+                if let CqeKind::Err { syndrome, .. } = c.kind {
+                    self.stats.error_cqes += 1;
+                    if syndrome == MLX5_CQE_SYNDROME_WR_FLUSH_ERR {
+                        self.stats.flushed += 1;
+                    }
+                }
+                true
+            }
+            Pushed::Overrun | Pushed::Failed => {
+                self.stats.cqes_dropped += 1;
+                false
+            }
+        }
+    }
+}
+
+/// A send WQE in flight: fetched, not yet completed.
+#[derive(Clone, Copy, Debug)]
+pub struct Flight {
+    /// The WQE.
+    pub w: SendWqe,
+    /// Its first PSN.
+    pub first_psn: Psn,
+    /// PSNs it uses (0 for a NOP or a WQE that failed validation).
+    pub npsn: u32,
+    /// PSNs transmitted so far (packets; a READ request covers all its PSNs).
+    pub sent: u32,
+    /// READ: response packets received; atomics: 1 once answered.
+    pub resp_pkts: u32,
+    /// READ: bytes received.
+    pub got: u64,
+    /// Complete (acknowledged, or all responses received).
+    pub done: bool,
+    /// Counted in the outstanding READ/atomic requests.
+    pub counted: bool,
+    /// The error it completes with, once known.
+    pub err: Option<Synd>,
+}
+
+impl Flight {
+    /// Its last PSN.
+    pub fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npsn.saturating_sub(1))
+    }
+
+    /// Whether `psn` is one of its PSNs.
+    pub fn contains(&self, psn: Psn) -> bool {
+        self.npsn > 0 && {
+            let d = psn.distance(self.first_psn);
+            d >= 0 && (d as u32) < self.npsn
+        }
+    }
+}
+
+/// The requester side of a QP.
+#[derive(Debug, Default)]
+pub struct Sq {
+    /// SQ WQEBB counter of the next WQE to fetch.
+    pub fetched: u32,
+    /// Fetched, not completed.
+    pub wqes: VecDeque<Flight>,
+    /// Index in `wqes` of the next WQE to transmit.
+    pub tx: usize,
+    /// PSN for the next fetched WQE.
+    pub next_psn: Psn,
+    /// Oldest PSN not yet acknowledged.
+    pub una: Psn,
+    /// READ/atomic requests outstanding.
+    pub reads_out: u32,
+    /// Transport retries left (sequence NAKs).
+    pub retries_left: u8,
+    /// RNR retries left (7: infinite).
+    pub rnr_left: u8,
+    /// After an RNR NAK: no transmission before this device time.
+    pub rnr_until: Option<u64>,
+    /// A locally failed WQE is queued: nothing more is fetched.
+    pub stalled: bool,
+    /// Data of the WQE being transmitted.
+    pub txd: WqeData,
+    /// Data of the READ/atomic being completed.
+    pub rxd: WqeData,
+}
+
+/// A message being received.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InMsg {
+    /// Between messages.
+    #[default]
+    None,
+    /// A multi-packet SEND.
+    Send,
+    /// A multi-packet RDMA WRITE.
+    Write {
+        /// Next address.
+        va: u64,
+        /// The rkey.
+        rkey: u32,
+        /// Bytes still expected.
+        left: u64,
+        /// The message length.
+        total: u64,
+    },
+}
+
+/// A receive WQE being filled.
+#[derive(Clone, Debug, Default)]
+pub struct RecvWqe {
+    /// Consumed from the RQ and not completed.
+    pub active: bool,
+    /// Its RQ counter.
+    pub counter: u32,
+    /// Its scatter list.
+    pub sges: Vec<Sge>,
+    /// Its capacity.
+    pub total: u64,
+    /// Bytes received.
+    pub got: u64,
+}
+
+/// A READ or atomic request kept for replay to a duplicate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resource {
+    /// An RDMA READ.
+    Read {
+        /// First PSN.
+        psn: Psn,
+        /// PSNs it uses.
+        npsn: u32,
+        /// Address.
+        va: u64,
+        /// rkey.
+        rkey: u32,
+        /// Length.
+        len: u64,
+    },
+    /// An executed atomic and the value it returned.
+    Atomic {
+        /// Its PSN.
+        psn: Psn,
+        /// The original value.
+        orig: u64,
+    },
+}
+
+/// The responder side of a QP.
+#[derive(Debug, Default)]
+pub struct Resp {
+    /// Expected PSN.
+    pub epsn: Psn,
+    /// Message sequence number (24 bits).
+    pub msn: u32,
+    /// A sequence NAK was sent for the current gap.
+    pub nak_sent: bool,
+    /// The message in progress.
+    pub cur: InMsg,
+    /// The receive WQE being filled.
+    pub rwqe: RecvWqe,
+    /// Replay resources, oldest first.
+    pub res: VecDeque<Resource>,
+}
+
+/// Most READ/atomic requests remembered for duplicates.
+pub const MAX_RESOURCES: usize = 16;
+
+/// The data-path state of one QP.
+pub struct QpRt {
+    /// Its context.
+    pub cfg: QpCfg,
+    /// Its state (mirrors the firmware's).
+    pub state: QpcState,
+    /// Requester.
+    pub sq: Sq,
+    /// RQ WQEs consumed (counter).
+    pub rq_ci: u32,
+    /// Responder.
+    pub resp: Resp,
+}
+
+impl QpRt {
+    fn new(cfg: QpCfg, state: QpcState) -> QpRt {
+        QpRt {
+            sq: Sq {
+                next_psn: Psn::new(cfg.sq_psn),
+                una: Psn::new(cfg.sq_psn),
+                retries_left: cfg.retry_count,
+                rnr_left: cfg.rnr_retry,
+                ..Sq::default()
+            },
+            resp: Resp {
+                epsn: Psn::new(cfg.rq_psn),
+                ..Resp::default()
+            },
+            cfg,
+            state,
+            rq_ci: 0,
+        }
+    }
+
+    /// Completion for a requester CQE of flight `f` with `kind`.
+    pub fn req_completion(&self, f: &Flight, kind: CqeKind, now: u64) -> Completion {
+        Completion {
+            kind,
+            qpn: self.cfg.qpn,
+            wqe_counter: f.w.index,
+            byte_cnt: f.w.len.min(u64::from(u32::MAX)) as u32,
+            imm: 0,
+            rqpn: 0,
+            uidx: self.cfg.user_index,
+            se: false,
+            timestamp: now,
+        }
+    }
+
+    /// Completion for a responder CQE.
+    pub fn resp_completion(
+        &self,
+        kind: CqeKind,
+        counter: u32,
+        byte_cnt: u64,
+        now: u64,
+    ) -> Completion {
+        Completion {
+            kind,
+            qpn: self.cfg.qpn,
+            wqe_counter: counter as u16,
+            byte_cnt: byte_cnt.min(u64::from(u32::MAX)) as u32,
+            imm: 0,
+            rqpn: self.cfg.remote_qpn,
+            uidx: self.cfg.user_index,
+            se: false,
+            timestamp: now,
+        }
+    }
+
+    /// Moves the QP to the error state (in the firmware too) and flushes everything
+    /// outstanding. Already in error: nothing happens.
+    pub fn to_error(&mut self, cx: &mut Ctx) {
+        if self.state == QpcState::Err {
+            return;
+        }
+        self.state = QpcState::Err;
+        cx.stats.qp_errors += 1;
+        cx.fw.set_qp_state(self.cfg.qpn, QpcState::Err);
+        self.flush(cx);
+    }
+
+    /// Flushes every outstanding send and receive WQE (`WR_FLUSH_ERR`), in order.
+    pub fn flush(&mut self, cx: &mut Ctx) {
+        while let Some(f) = self.sq.wqes.pop_front() {
+            let kind = CqeKind::Err {
+                req: true,
+                syndrome: MLX5_CQE_SYNDROME_WR_FLUSH_ERR,
+                vendor: VENDOR_FLUSH,
+                sop: f.w.opcode,
+            };
+            let c = self.req_completion(&f, kind, cx.now);
+            cx.post_cqe(self.cfg.cqn_snd, &c);
+        }
+        self.sq.tx = 0;
+        self.sq.reads_out = 0;
+        self.sq.stalled = false;
+        self.sq.rnr_until = None;
+        self.sq.txd.pos = None;
+        self.sq.rxd.pos = None;
+        self.flush_sq_ring(cx);
+        if self.resp.rwqe.active {
+            self.resp.rwqe.active = false;
+            let c = self.resp_completion(
+                CqeKind::Err {
+                    req: false,
+                    syndrome: MLX5_CQE_SYNDROME_WR_FLUSH_ERR,
+                    vendor: VENDOR_FLUSH,
+                    sop: 0,
+                },
+                self.resp.rwqe.counter,
+                0,
+                cx.now,
+            );
+            cx.post_cqe(self.cfg.cqn_rcv, &c);
+        }
+        self.resp.cur = InMsg::None;
+        self.flush_rq(cx);
+    }
+
+    /// Flushes send WQEs posted (doorbell record) but not fetched.
+    pub fn flush_sq_ring(&mut self, cx: &mut Ctx) {
+        if self.cfg.sq_size == 0 {
+            return;
+        }
+        let Ok(db) = cx.io.read_be32(self.cfg.dbr + 4) else {
+            return;
+        };
+        let mut left = (db.wrapping_sub(self.sq.fetched) & MASK16).min(self.cfg.sq_size);
+        while left > 0 {
+            let (index, opcode, wqebbs) = wqe::peek_send(cx.io, &self.cfg, self.sq.fetched);
+            let wqebbs = wqebbs.min(left);
+            let c = Completion {
+                kind: CqeKind::Err {
+                    req: true,
+                    syndrome: MLX5_CQE_SYNDROME_WR_FLUSH_ERR,
+                    vendor: VENDOR_FLUSH,
+                    sop: opcode,
+                },
+                qpn: self.cfg.qpn,
+                wqe_counter: index,
+                byte_cnt: 0,
+                imm: 0,
+                rqpn: 0,
+                uidx: self.cfg.user_index,
+                se: false,
+                timestamp: cx.now,
+            };
+            cx.post_cqe(self.cfg.cqn_snd, &c);
+            self.sq.fetched = self.sq.fetched.wrapping_add(wqebbs);
+            left -= wqebbs;
+        }
+    }
+
+    /// Flushes receive WQEs posted (doorbell record) but not consumed.
+    pub fn flush_rq(&mut self, cx: &mut Ctx) {
+        if self.cfg.rq_size == 0 {
+            return;
+        }
+        let Ok(db) = cx.io.read_be32(self.cfg.dbr) else {
+            return;
+        };
+        let left = (db.wrapping_sub(self.rq_ci) & MASK16).min(self.cfg.rq_size);
+        for _ in 0..left {
+            let c = self.resp_completion(
+                CqeKind::Err {
+                    req: false,
+                    syndrome: MLX5_CQE_SYNDROME_WR_FLUSH_ERR,
+                    vendor: VENDOR_FLUSH,
+                    sop: 0,
+                },
+                self.rq_ci,
+                0,
+                cx.now,
+            );
+            cx.post_cqe(self.cfg.cqn_rcv, &c);
+            self.rq_ci = self.rq_ci.wrapping_add(1);
+        }
+    }
+
+    /// Receive WQEs posted and not consumed.
+    pub fn rq_posted(&self, io: &Iommu) -> u32 {
+        if self.cfg.rq_size == 0 {
+            return 0;
+        }
+        io.read_be32(self.cfg.dbr)
+            .map(|db| (db.wrapping_sub(self.rq_ci) & MASK16).min(self.cfg.rq_size))
+            .unwrap_or(0)
+    }
+}
+
+/// A received RoCEv2 packet, parsed.
+pub struct Pkt<'a> {
+    /// Its headers.
+    pub repr: wire::RoceRepr,
+    /// Its payload (pad excluded).
+    pub payload: &'a [u8],
+    /// Source IPv4 address.
+    pub sip: Ipv4Addr,
+}
+
+/// Builds a [`Ctx`] from the engine's fields (disjoint from `qps`, `err_qps` and
+/// `timer_qps`, so those stay usable).
+macro_rules! ctx {
+    ($e:ident, $fw:expr, $io:expr, $irqs:expr, $now:expr) => {
+        Ctx {
+            fw: $fw,
+            io: $io,
+            irqs: $irqs,
+            now: $now,
+            cqs: &mut $e.cqs,
+            net: &mut $e.net,
+            stats: &mut $e.stats,
+        }
+    };
+}
+
+/// The data-path state of a device.
+pub struct Engine {
+    qps: HashMap<u32, QpRt>,
+    cqs: HashMap<u32, CqRt>,
+    net: Net,
+    stats: DataPathStats,
+    /// QPs in error whose RQ is still watched for new posts.
+    err_qps: Vec<u32>,
+    /// QPs with an RNR timer running.
+    timer_qps: Vec<u32>,
+    events: Vec<DataPathEvent>,
+}
+
+impl Engine {
+    /// An engine for a device with ports of these MACs, receiving into `rx`.
+    pub fn new(macs: Vec<[u8; 6]>, rx: Arc<RxQueue>, pool: Arc<FramePool>) -> Engine {
+        Engine {
+            qps: HashMap::new(),
+            cqs: HashMap::new(),
+            net: Net {
+                uplink: None,
+                pool,
+                rx,
+                macs,
+            },
+            stats: DataPathStats::default(),
+            err_qps: Vec::new(),
+            timer_qps: Vec::new(),
+            events: Vec::new(),
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> DataPathStats {
+        self.stats
+    }
+
+    /// The frame pool.
+    pub fn pool(&self) -> &Arc<FramePool> {
+        &self.net.pool
+    }
+
+    /// Connects the device to a fabric (or disconnects it).
+    pub fn set_uplink(&mut self, uplink: Option<Arc<dyn Uplink>>, pool: Arc<FramePool>) {
+        self.net.uplink = uplink;
+        self.net.pool = pool;
+    }
+
+    /// The ports' MAC addresses.
+    pub fn macs(&self) -> &[[u8; 6]] {
+        &self.net.macs
+    }
+
+    /// The data-path state of QP `qpn`, if it has any.
+    pub fn qp(&self, qpn: u32) -> Option<&QpRt> {
+        self.qps.get(&qpn)
+    }
+
+    /// The runtime of CQ `cqn`, once the data path used it.
+    pub fn cq(&self, cqn: u32) -> Option<&CqRt> {
+        self.cqs.get(&cqn)
+    }
+
+    /// Follows the firmware's QP/CQ changes (call after every command).
+    pub fn sync(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, now: u64) {
+        fw.take_datapath_events(&mut self.events);
+        if self.events.is_empty() {
+            return;
+        }
+        let mut events = std::mem::take(&mut self.events);
+        for ev in events.drain(..) {
+            match ev {
+                DataPathEvent::Reset => {
+                    self.qps.clear();
+                    self.cqs.clear();
+                    self.err_qps.clear();
+                    self.timer_qps.clear();
+                }
+                DataPathEvent::QpDestroyed(qpn) => self.forget(qpn),
+                DataPathEvent::CqDestroyed(cqn) => {
+                    self.cqs.remove(&cqn);
+                }
+                DataPathEvent::QpModified { qpn, from, to } => {
+                    self.qp_modified(fw, io, irqs, now, qpn, from, to);
+                }
+            }
+        }
+        self.events = events;
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn qp_modified(
+        &mut self,
+        fw: &mut Firmware,
+        io: &Iommu,
+        irqs: &Irqs,
+        now: u64,
+        qpn: u32,
+        from: QpcState,
+        to: QpcState,
+    ) {
+        if to == QpcState::Rst {
+            self.forget(qpn);
+            return;
+        }
+        let Some(fqp) = fw.qp(qpn) else { return };
+        let cfg = QpCfg::load(fw, qpn, fqp);
+        let mut cx = ctx!(self, fw, io, irqs, now);
+        let qp = self
+            .qps
+            .entry(qpn)
+            .or_insert_with(|| QpRt::new(cfg.clone(), from));
+        qp.cfg = cfg;
+        match (from, to) {
+            (QpcState::Init, QpcState::Rtr) => {
+                qp.resp = Resp {
+                    epsn: Psn::new(qp.cfg.rq_psn),
+                    ..Resp::default()
+                };
+            }
+            (QpcState::Rtr, QpcState::Rts) => {
+                qp.sq.next_psn = Psn::new(qp.cfg.sq_psn);
+                qp.sq.una = qp.sq.next_psn;
+                qp.sq.retries_left = qp.cfg.retry_count;
+                qp.sq.rnr_left = qp.cfg.rnr_retry;
+            }
+            _ => {}
+        }
+        match to {
+            QpcState::Err if qp.state != QpcState::Err => {
+                qp.state = QpcState::Err;
+                qp.flush(&mut cx);
+            }
+            QpcState::Rts => {
+                qp.state = to;
+                // WQEs posted while the QP could not send go now.
+                transport::requester::pump(qp, &mut cx);
+            }
+            _ => qp.state = to,
+        }
+        self.note_timers(qpn);
+        self.note_errors(qpn);
+    }
+
+    fn forget(&mut self, qpn: u32) {
+        self.qps.remove(&qpn);
+        self.err_qps.retain(|&q| q != qpn);
+        self.timer_qps.retain(|&q| q != qpn);
+    }
+
+    /// A send doorbell (8-byte doorbell or the first BlueFlame chunk) for `qpn` in UAR
+    /// page `uar`.
+    pub fn send_doorbell(
+        &mut self,
+        fw: &mut Firmware,
+        io: &Iommu,
+        irqs: &Irqs,
+        now: u64,
+        uar: u32,
+        qpn: u32,
+    ) {
+        let mut cx = ctx!(self, fw, io, irqs, now);
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            cx.stats.stray_doorbells += 1;
+            return;
+        };
+        if qp.cfg.uar != uar || qp.cfg.st != ServiceType::Rc {
+            cx.stats.stray_doorbells += 1;
+            return;
+        }
+        match qp.state {
+            QpcState::Rts | QpcState::Sqd => {
+                cx.stats.doorbells += 1;
+                transport::requester::pump(qp, &mut cx);
+            }
+            QpcState::Err => {
+                cx.stats.doorbells += 1;
+                qp.flush_sq_ring(&mut cx);
+            }
+            _ => cx.stats.stray_doorbells += 1,
+        }
+        self.note_timers(qpn);
+        self.note_errors(qpn);
+    }
+
+    /// A CQ arm doorbell in UAR page `uar`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn arm_cq(
+        &mut self,
+        fw: &mut Firmware,
+        io: &Iommu,
+        irqs: &Irqs,
+        uar: u32,
+        cqn: u32,
+        sn: u8,
+        solicited: bool,
+        ci: u32,
+    ) {
+        let cq = match self.cqs.entry(cqn) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => match CqRt::load(fw, cqn) {
+                Some(rt) => e.insert(rt),
+                None => {
+                    self.stats.stray_doorbells += 1;
+                    return;
+                }
+            },
+        };
+        if cq.uar() != uar {
+            self.stats.stray_doorbells += 1;
+            return;
+        }
+        cq.arm(fw, io, irqs, sn, solicited, ci);
+    }
+
+    fn note_timers(&mut self, qpn: u32) {
+        let has = self.qps.get(&qpn).is_some_and(|q| q.sq.rnr_until.is_some());
+        if has && !self.timer_qps.contains(&qpn) {
+            self.timer_qps.push(qpn);
+        }
+    }
+
+    fn note_errors(&mut self, qpn: u32) {
+        let err = self.qps.get(&qpn).is_some_and(|q| q.state == QpcState::Err);
+        if err && !self.err_qps.contains(&qpn) {
+            self.err_qps.push(qpn);
+        }
+    }
+
+    /// Processes one received frame.
+    pub fn receive(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, now: u64, frame: &[u8]) {
+        self.stats.rx_frames += 1;
+        let (repr, payload) = match wire::frame::parse(frame) {
+            Ok(x) => x,
+            Err(wire::Error::Icrc { .. }) => {
+                self.stats.rx_bad_icrc += 1;
+                return;
+            }
+            Err(_) => {
+                self.stats.rx_malformed += 1;
+                return;
+            }
+        };
+        if !self.net.macs.contains(&repr.ethernet.dst_addr.0) {
+            self.stats.rx_not_mine += 1;
+            return;
+        }
+        let op = repr.roce.opcode();
+        if op.transport() != wire::Transport::Rc {
+            self.stats.rx_unsupported += 1;
+            return;
+        }
+        let qpn = repr.roce.bth.dest_qp;
+        let mut cx = ctx!(self, fw, io, irqs, now);
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            cx.stats.rx_no_qp += 1;
+            return;
+        };
+        if qp.cfg.st != ServiceType::Rc {
+            cx.stats.rx_no_qp += 1;
+            return;
+        }
+        let Some(path) = qp.cfg.path else {
+            cx.stats.rx_bad_state += 1;
+            return;
+        };
+        if repr.ipv4.src_addr != path.dip || repr.ipv4.dst_addr != path.sip {
+            cx.stats.rx_bad_addr += 1;
+            return;
+        }
+        // The P_Key table of an Ethernet port holds the default partition only.
+        if repr.roce.bth.pkey & 0x7fff != 0x7fff {
+            cx.stats.rx_bad_pkey += 1;
+            return;
+        }
+        let pkt = Pkt {
+            repr: repr.roce,
+            payload,
+            sip: repr.ipv4.src_addr,
+        };
+        if op.is_request() {
+            transport::responder::on_request(qp, &mut cx, &pkt);
+        } else {
+            transport::completer::on_response(qp, &mut cx, &pkt);
+        }
+        self.note_timers(qpn);
+        self.note_errors(qpn);
+    }
+
+    /// Periodic work: RNR timers that expired, receive WQEs posted to QPs in error.
+    /// Returns how many things it did.
+    pub fn poll(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, now: u64) -> usize {
+        let mut work = 0;
+        if !self.timer_qps.is_empty() {
+            let mut timers = std::mem::take(&mut self.timer_qps);
+            let mut cx = ctx!(self, fw, io, irqs, now);
+            let qps = &mut self.qps;
+            timers.retain(|qpn| {
+                let Some(qp) = qps.get_mut(qpn) else {
+                    return false;
+                };
+                match qp.sq.rnr_until {
+                    Some(t) if t <= now => {
+                        qp.sq.rnr_until = None;
+                        work += 1;
+                        transport::requester::pump(qp, &mut cx);
+                        qp.sq.rnr_until.is_some()
+                    }
+                    Some(_) => true,
+                    None => false,
+                }
+            });
+            for q in timers {
+                if !self.timer_qps.contains(&q) {
+                    self.timer_qps.push(q);
+                }
+            }
+        }
+        if !self.err_qps.is_empty() {
+            let errs = std::mem::take(&mut self.err_qps);
+            let mut cx = ctx!(self, fw, io, irqs, now);
+            let qps = &mut self.qps;
+            let before = cx.stats.flushed;
+            let mut keep = errs;
+            keep.retain(|qpn| match qps.get_mut(qpn) {
+                Some(qp) if qp.state == QpcState::Err => {
+                    qp.flush_rq(&mut cx);
+                    true
+                }
+                _ => false,
+            });
+            work += (cx.stats.flushed - before) as usize;
+            self.err_qps = keep;
+        }
+        work
+    }
+
+    /// The earliest device time at which a timer expires.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.timer_qps
+            .iter()
+            .filter_map(|q| self.qps.get(q).and_then(|qp| qp.sq.rnr_until))
+            .min()
+    }
+}

@@ -1,0 +1,236 @@
+//! What the data path needs of a QP context, decoded once per state change from the
+//! firmware's image of it (`mlx5_ifc.h` `qpc` and `ads`), and the addressing of the
+//! QP's work queue buffer.
+//!
+//! The buffer (`mlx5-datapath.md` §1): the RQ at offset 0, `(16 << log_rq_stride) <<
+//! log_rq_size` bytes, then the SQ, `64 << log_sq_size` bytes, laid over the PAS pages
+//! (`4096 << log_page_size` bytes each) from byte `page_offset * 64` of the first page.
+
+use std::net::Ipv4Addr;
+
+use ferroverbs_hw::control::qp::{ads, qpc};
+use ferroverbs_hw::Field;
+
+use crate::firmware::{Firmware, Qp, ServiceType};
+use crate::wire::udp;
+
+fn get(img: &[u8], f: Field) -> u64 {
+    if f.fits(img.len()) {
+        f.get(img)
+    } else {
+        0
+    }
+}
+
+fn pri(f: Field) -> Field {
+    f.at(qpc::primary_address_path.bit)
+}
+
+/// A work queue buffer laid over PAS pages.
+#[derive(Clone, Debug, Default)]
+pub struct QueueBuf {
+    pages: Vec<u64>,
+    page_shift: u32,
+    offset: u64,
+}
+
+impl QueueBuf {
+    /// The IOVA of byte `byte` of the buffer. A WQEBB (or an RQ WQE of at most one
+    /// stride) never crosses a page, since pages are at least 4 KiB and the queues are
+    /// aligned to their element size.
+    pub fn iova(&self, byte: u64) -> Option<u64> {
+        let b = self.offset.checked_add(byte)?;
+        let page = self
+            .pages
+            .get(usize::try_from(b >> self.page_shift).ok()?)?;
+        Some(page + (b & ((1u64 << self.page_shift) - 1)))
+    }
+}
+
+/// A resolved RoCEv2 path: both ends' Ethernet and IPv4 addresses and the header
+/// values the address vector asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Path {
+    /// Local port (1-based).
+    pub port: u8,
+    /// Source MAC (the GID entry's).
+    pub smac: [u8; 6],
+    /// Source IPv4 address (the GID entry's).
+    pub sip: Ipv4Addr,
+    /// Destination MAC.
+    pub dmac: [u8; 6],
+    /// Destination IPv4 address (from the IPv4-mapped remote GID).
+    pub dip: Ipv4Addr,
+    /// UDP source port.
+    pub sport: u16,
+    /// IPv4 TTL (hop limit).
+    pub ttl: u8,
+    /// IPv4 TOS (traffic class).
+    pub tos: u8,
+}
+
+/// The IPv4 address of an IPv4-mapped GID (`::ffff:a.b.c.d`).
+pub fn ipv4_of_gid(gid: &[u8]) -> Option<Ipv4Addr> {
+    if gid.len() == 16 && gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff {
+        Some(Ipv4Addr::new(gid[12], gid[13], gid[14], gid[15]))
+    } else {
+        None
+    }
+}
+
+/// The data-path view of a QP context.
+#[derive(Clone, Debug)]
+pub struct QpCfg {
+    /// QP number.
+    pub qpn: u32,
+    /// Service type.
+    pub st: ServiceType,
+    /// Protection domain.
+    pub pd: u32,
+    /// Send CQ.
+    pub cqn_snd: Option<u32>,
+    /// Receive CQ.
+    pub cqn_rcv: Option<u32>,
+    /// User index (reported in CQEs, CQE version 1).
+    pub user_index: u32,
+    /// UAR page of the QP's doorbells.
+    pub uar: u32,
+    /// The work queue buffer.
+    pub buf: QueueBuf,
+    /// SQ size in WQEBBs (0: no SQ).
+    pub sq_size: u32,
+    /// Byte offset of the SQ in the buffer.
+    pub sq_base: u64,
+    /// RQ size in WQEs (0: no RQ).
+    pub rq_size: u32,
+    /// RQ WQE stride in bytes.
+    pub rq_stride: u32,
+    /// Doorbell record IOVA.
+    pub dbr: u64,
+    /// Path MTU in bytes.
+    pub pmtu: u32,
+    /// Largest message.
+    pub max_msg: u64,
+    /// Remote QP number.
+    pub remote_qpn: u32,
+    /// First PSN the requester sends (`next_send_psn` at RTR2RTS).
+    pub sq_psn: u32,
+    /// First PSN the responder expects (`next_rcv_psn` at INIT2RTR).
+    pub rq_psn: u32,
+    /// Remote read enabled.
+    pub rre: bool,
+    /// Remote write enabled.
+    pub rwe: bool,
+    /// Remote atomic enabled.
+    pub rae: bool,
+    /// Outstanding READ/atomic requests as requester.
+    pub sra_max: u32,
+    /// RNR NAK timer code the responder sends.
+    pub min_rnr_nak: u8,
+    /// Transport retry count.
+    pub retry_count: u8,
+    /// RNR retry count (7 = infinite).
+    pub rnr_retry: u8,
+    /// The resolved path, once the QP has one (INIT2RTR) and it is IPv4 RoCEv2.
+    pub path: Option<Path>,
+}
+
+impl QpCfg {
+    /// Decodes the firmware's image of QP `qpn`.
+    pub fn load(fw: &Firmware, qpn: u32, qp: &Qp) -> QpCfg {
+        let img = &qp.qpc;
+        let g = |f: Field| get(img, f);
+        // rq_type 3: zero-length RQ (no receive queue).
+        let rq_size = if g(qpc::rq_type) == 3 {
+            0
+        } else {
+            1u32 << g(qpc::log_rq_size).min(24)
+        };
+        let rq_stride = 16u32 << g(qpc::log_rq_stride).min(7);
+        let sq_size = if g(qpc::no_sq) != 0 {
+            0
+        } else {
+            1u32 << g(qpc::log_sq_size).min(24)
+        };
+        let mtu = g(qpc::mtu);
+        let pmtu = if (1..=5).contains(&mtu) {
+            128u32 << mtu
+        } else {
+            0
+        };
+        QpCfg {
+            qpn,
+            st: qp.st,
+            pd: qp.pd,
+            cqn_snd: qp.cqn_snd,
+            cqn_rcv: qp.cqn_rcv,
+            user_index: g(qpc::user_index) as u32,
+            uar: qp.uar,
+            buf: QueueBuf {
+                pages: qp.pages.clone(),
+                page_shift: 12 + g(qpc::log_page_size).min(19) as u32,
+                offset: g(qpc::page_offset) * 64,
+            },
+            sq_size,
+            sq_base: u64::from(rq_size) * u64::from(rq_stride),
+            rq_size,
+            rq_stride,
+            dbr: qp.dbr,
+            pmtu,
+            max_msg: 1u64 << g(qpc::log_msg_max).min(31),
+            remote_qpn: g(qpc::remote_qpn) as u32,
+            sq_psn: g(qpc::next_send_psn) as u32,
+            rq_psn: g(qpc::next_rcv_psn) as u32,
+            rre: g(qpc::rre) != 0,
+            rwe: g(qpc::rwe) != 0,
+            rae: g(qpc::rae) != 0,
+            sra_max: 1u32 << g(qpc::log_sra_max),
+            min_rnr_nak: g(qpc::min_rnr_nak) as u8,
+            retry_count: g(qpc::retry_count) as u8,
+            rnr_retry: g(qpc::rnr_retry) as u8,
+            path: Self::path(fw, img, qpn),
+        }
+    }
+
+    fn path(fw: &Firmware, img: &[u8], qpn: u32) -> Option<Path> {
+        let g = |f: Field| get(img, f);
+        let port = g(pri(ads::vhca_port_num)) as u8;
+        let p = fw.ports().get(usize::from(port).checked_sub(1)?)?;
+        let src = p.gid(g(pri(ads::src_addr_index)) as usize)?;
+        let sip = ipv4_of_gid(&src.gid)?;
+        let rgid = pri(ads::rgid_rip).bytes(img)?;
+        let dip = ipv4_of_gid(rgid)?;
+        let hi = (g(pri(ads::rmac_47_32)) as u16).to_be_bytes();
+        let lo = (g(pri(ads::rmac_31_0)) as u32).to_be_bytes();
+        let dmac = [hi[0], hi[1], lo[0], lo[1], lo[2], lo[3]];
+        let remote = g(qpc::remote_qpn) as u32;
+        let sport = match g(pri(ads::udp_sport)) as u16 {
+            0 => udp::rocev2_source_port(g(pri(ads::flow_label)) as u32, qpn, remote),
+            s => s,
+        };
+        let ttl = match g(pri(ads::hop_limit)) as u8 {
+            0 => 64,
+            t => t,
+        };
+        Some(Path {
+            port,
+            smac: src.mac,
+            sip,
+            dmac,
+            dip,
+            sport,
+            ttl,
+            tos: g(pri(ads::tclass)) as u8,
+        })
+    }
+
+    /// The IOVA of byte `off` of SQ WQEBB slot `slot`.
+    pub fn sq_iova(&self, slot: u32, off: u64) -> Option<u64> {
+        self.buf.iova(self.sq_base + u64::from(slot) * 64 + off)
+    }
+
+    /// The IOVA of RQ WQE slot `slot`.
+    pub fn rq_iova(&self, slot: u32) -> Option<u64> {
+        self.buf.iova(u64::from(slot) * u64::from(self.rq_stride))
+    }
+}

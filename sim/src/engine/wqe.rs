@@ -1,0 +1,383 @@
+//! Reading and validating work queue elements from host memory.
+//!
+//! Send WQEs (`mlx5-datapath.md` §2): a control segment (opcode, WQE index, QPN, DS,
+//! `fm_ce_se`, immediate), then the segments of the opcode (remote address; atomic
+//! operands), then either inline data (a BE32 header with bit 31 set and the count in
+//! bits 30..0, the bytes right after it) or data segments (byte count, lkey, address;
+//! a byte count of 0 means 2^31 bytes, which is why rdma-core never writes empty ones).
+//! The WQE occupies `ceil(DS / 4)` WQEBBs of the ring and wraps at its end.
+//!
+//! Receive WQEs (§4): data segments at the RQ stride, the list ending at the stride or at
+//! an entry whose lkey is `MLX5_INVALID_LKEY` (0x100).
+//!
+//! Validation follows what the device reports: a malformed WQE (DS 0, DS running past
+//! what was posted, a QPN that is not the QP's, an opcode the QP cannot execute, inline
+//! data longer than its segments or on an opcode that takes none) is a local QP
+//! operation error; an unusable lkey (unknown, other PD, missing access, out of
+//! bounds) is a local protection error; a message longer than the QP's `log_msg_max`
+//! is a local length error.
+
+use ferroverbs_hw::datapath::wqe::{
+    WqeCtrlSeg, WqeDataSeg, MLX5_INLINE_SEG, MLX5_INVALID_LKEY, MLX5_OPCODE_ATOMIC_CS,
+    MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_NOP, MLX5_OPCODE_RDMA_READ, MLX5_OPCODE_RDMA_WRITE,
+    MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND, MLX5_OPCODE_SEND_IMM,
+};
+
+use super::mem::{self, Need, Sge};
+use super::qp::QpCfg;
+use crate::firmware::Firmware;
+use crate::iommu::Iommu;
+
+/// Largest send WQE: 63 DS (the 6-bit field), 16 WQEBBs of buffer.
+pub const MAX_WQE_BYTES: usize = 1024;
+
+/// Largest receive WQE stride read.
+pub const MAX_RQ_STRIDE: usize = 2048;
+
+/// What is wrong with a WQE (its completion syndrome).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WqeError {
+    /// Malformed WQE: `LOCAL_QP_OP_ERR`.
+    QpOp,
+    /// Unusable key: `LOCAL_PROT_ERR`.
+    Prot,
+    /// Message too long: `LOCAL_LENGTH_ERR`.
+    Length,
+}
+
+/// The operation of a send WQE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// NOP.
+    Nop,
+    /// SEND (with immediate if `imm`).
+    Send {
+        /// With immediate data.
+        imm: bool,
+    },
+    /// RDMA WRITE (with immediate if `imm`).
+    Write {
+        /// With immediate data.
+        imm: bool,
+    },
+    /// RDMA READ.
+    Read,
+    /// Atomic compare and swap.
+    CmpSwap,
+    /// Atomic fetch and add.
+    FetchAdd,
+}
+
+impl Op {
+    fn of(opcode: u8) -> Option<Op> {
+        Some(match opcode {
+            MLX5_OPCODE_NOP => Op::Nop,
+            MLX5_OPCODE_SEND => Op::Send { imm: false },
+            MLX5_OPCODE_SEND_IMM => Op::Send { imm: true },
+            MLX5_OPCODE_RDMA_WRITE => Op::Write { imm: false },
+            MLX5_OPCODE_RDMA_WRITE_IMM => Op::Write { imm: true },
+            MLX5_OPCODE_RDMA_READ => Op::Read,
+            MLX5_OPCODE_ATOMIC_CS => Op::CmpSwap,
+            MLX5_OPCODE_ATOMIC_FA => Op::FetchAdd,
+            _ => return None,
+        })
+    }
+
+    /// DS units before the data part.
+    fn base_ds(self) -> usize {
+        match self {
+            Op::Nop | Op::Send { .. } => 1,
+            Op::Write { .. } | Op::Read => 2,
+            Op::CmpSwap | Op::FetchAdd => 3,
+        }
+    }
+
+    /// Whether the responder returns data or a value that lands in the local list.
+    pub fn scatters(self) -> bool {
+        matches!(self, Op::Read | Op::CmpSwap | Op::FetchAdd)
+    }
+
+    /// Whether this is a READ or an atomic (bounded by the initiator depth).
+    pub fn is_read_atomic(self) -> bool {
+        self.scatters()
+    }
+}
+
+/// A send WQE as the requester keeps it while the operation is in flight.
+#[derive(Clone, Copy, Debug)]
+pub struct SendWqe {
+    /// The SQ WQEBB counter of its first block.
+    pub pos: u32,
+    /// WQEBBs it occupies.
+    pub wqebbs: u32,
+    /// The WQE index of its control segment (reported as `wqe_counter`).
+    pub index: u16,
+    /// The `MLX5_OPCODE_*` byte.
+    pub opcode: u8,
+    /// The operation (`None` for an opcode the QP cannot execute).
+    pub op: Option<Op>,
+    /// CQE on success requested.
+    pub signaled: bool,
+    /// Solicited event requested.
+    pub solicited: bool,
+    /// Fenced behind earlier READs and atomics.
+    pub fence: bool,
+    /// The immediate word (as its bytes sit in the WQE: big-endian value).
+    pub imm: u32,
+    /// Remote address.
+    pub raddr: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Swap (compare and swap) or add (fetch and add) operand.
+    pub swap_add: u64,
+    /// Compare operand.
+    pub compare: u64,
+    /// Message length.
+    pub len: u64,
+    /// The data is inline in the WQE.
+    pub inline: bool,
+    /// Validation result.
+    pub error: Option<WqeError>,
+}
+
+/// The data part of a WQE: its gather list, or its inline bytes.
+#[derive(Clone, Debug, Default)]
+pub struct WqeData {
+    /// Gather/scatter entries.
+    pub sges: Vec<Sge>,
+    /// Inline bytes.
+    pub inline: Vec<u8>,
+    /// The SQ position of the WQE these belong to.
+    pub pos: Option<u32>,
+}
+
+/// Reads WQEBB `pos` (a counter) of the SQ into `dst` (64 bytes).
+fn read_wqebb(io: &Iommu, cfg: &QpCfg, pos: u32, dst: &mut [u8]) -> bool {
+    if cfg.sq_size == 0 {
+        return false;
+    }
+    cfg.sq_iova(pos & (cfg.sq_size - 1), 0)
+        .is_some_and(|iova| io.read(iova, dst).is_ok())
+}
+
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn be64(b: &[u8]) -> u64 {
+    let mut v = [0u8; 8];
+    v.copy_from_slice(&b[..8]);
+    u64::from_be_bytes(v)
+}
+
+/// Reads the send WQE at SQ counter `pos`, of which at most `avail` WQEBBs were posted,
+/// validates it and fills `data` with its gather list or inline bytes.
+pub fn parse_send(
+    fw: &Firmware,
+    io: &Iommu,
+    cfg: &QpCfg,
+    pos: u32,
+    avail: u32,
+    data: &mut WqeData,
+) -> SendWqe {
+    let mut raw = [0u8; MAX_WQE_BYTES];
+    data.sges.clear();
+    data.inline.clear();
+    data.pos = Some(pos);
+    let mut w = SendWqe {
+        pos,
+        wqebbs: 1,
+        index: pos as u16,
+        opcode: 0,
+        op: None,
+        signaled: false,
+        solicited: false,
+        fence: false,
+        imm: 0,
+        raddr: 0,
+        rkey: 0,
+        swap_add: 0,
+        compare: 0,
+        len: 0,
+        inline: false,
+        error: Some(WqeError::QpOp),
+    };
+    if !read_wqebb(io, cfg, pos, &mut raw[..64]) {
+        return w;
+    }
+    let Ok(ctrl) = WqeCtrlSeg::read_from(&raw[..16]) else {
+        return w;
+    };
+    w.index = ctrl.wqe_index();
+    w.opcode = ctrl.opcode();
+    w.signaled = ctrl.cq_update();
+    w.solicited = ctrl.solicited();
+    w.fence = ctrl.fence_mode() != 0;
+    w.imm = ctrl.imm();
+    let ds = usize::from(ctrl.ds());
+    if ds == 0 {
+        return w;
+    }
+    let wqebbs = ds.div_ceil(4) as u32;
+    if wqebbs > avail {
+        // The WQE runs past the producer counter: malformed.
+        w.wqebbs = avail.max(1);
+        return w;
+    }
+    w.wqebbs = wqebbs;
+    for k in 1..wqebbs {
+        let at = k as usize * 64;
+        if !read_wqebb(io, cfg, pos.wrapping_add(k), &mut raw[at..at + 64]) {
+            return w;
+        }
+    }
+    if ctrl.qpn() != cfg.qpn {
+        return w;
+    }
+    let Some(op) = Op::of(w.opcode) else {
+        return w;
+    };
+    w.op = Some(op);
+    let base = op.base_ds();
+    if ds < base {
+        return w;
+    }
+    if matches!(op, Op::Write { .. } | Op::Read | Op::CmpSwap | Op::FetchAdd) {
+        w.raddr = be64(&raw[16..24]);
+        w.rkey = be32(&raw[24..28]);
+    }
+    if matches!(op, Op::CmpSwap | Op::FetchAdd) {
+        w.swap_add = be64(&raw[32..40]);
+        w.compare = be64(&raw[40..48]);
+    }
+    let part = if op == Op::Nop {
+        &raw[..0]
+    } else {
+        &raw[base * 16..ds * 16]
+    };
+    if part.len() >= 4 && be32(part) & MLX5_INLINE_SEG != 0 {
+        let n = (be32(part) & !MLX5_INLINE_SEG) as usize;
+        if 4 + n > part.len() || !matches!(op, Op::Send { .. } | Op::Write { .. }) {
+            return w;
+        }
+        data.inline.extend_from_slice(&part[4..4 + n]);
+        w.inline = true;
+        w.len = n as u64;
+    } else {
+        let need = if op.scatters() {
+            Need::LocalWrite
+        } else {
+            Need::LocalRead
+        };
+        for seg in part.chunks_exact(16) {
+            let Ok(d) = WqeDataSeg::read_from(seg) else {
+                return w;
+            };
+            let len = match d.byte_count() {
+                0 => 1u64 << 31,
+                n => u64::from(n),
+            };
+            let sge = Sge {
+                addr: d.addr(),
+                len,
+                key: d.lkey(),
+            };
+            if mem::check(fw, sge.key, cfg.pd, need, sge.addr, sge.len).is_err() {
+                w.error = Some(WqeError::Prot);
+                return w;
+            }
+            data.sges.push(sge);
+        }
+        w.len = mem::total(&data.sges);
+    }
+    if matches!(op, Op::CmpSwap | Op::FetchAdd) {
+        if w.len < 8 {
+            w.error = Some(WqeError::Length);
+            return w;
+        }
+        w.len = 8;
+    }
+    if w.len > cfg.max_msg {
+        w.error = Some(WqeError::Length);
+        return w;
+    }
+    w.error = None;
+    w
+}
+
+/// Fills `data` again for the WQE at `pos` (already validated when it was fetched).
+pub fn reload(fw: &Firmware, io: &Iommu, cfg: &QpCfg, w: &SendWqe, data: &mut WqeData) -> bool {
+    if data.pos == Some(w.pos) {
+        return true;
+    }
+    let again = parse_send(fw, io, cfg, w.pos, w.wqebbs, data);
+    again.error.is_none() && again.len == w.len
+}
+
+/// Why a receive WQE cannot be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecvError {
+    /// The WQE could not be read (`LOCAL_QP_OP_ERR`).
+    Unreadable,
+    /// An entry's key is unusable (`LOCAL_PROT_ERR`).
+    Prot,
+}
+
+/// Reads RQ WQE `counter` and fills `sges` with its scatter list, each entry checked
+/// for local write access in the QP's PD.
+pub fn parse_recv(
+    fw: &Firmware,
+    io: &Iommu,
+    cfg: &QpCfg,
+    counter: u32,
+    sges: &mut Vec<Sge>,
+) -> Result<(), RecvError> {
+    sges.clear();
+    if cfg.rq_size == 0 {
+        return Err(RecvError::Unreadable);
+    }
+    let mut raw = [0u8; MAX_RQ_STRIDE];
+    let stride = (cfg.rq_stride as usize).min(MAX_RQ_STRIDE);
+    let iova = cfg
+        .rq_iova(counter & (cfg.rq_size - 1))
+        .ok_or(RecvError::Unreadable)?;
+    io.read(iova, &mut raw[..stride])
+        .map_err(|_| RecvError::Unreadable)?;
+    for seg in raw[..stride].chunks_exact(16) {
+        let Ok(d) = WqeDataSeg::read_from(seg) else {
+            break;
+        };
+        if d.lkey() == MLX5_INVALID_LKEY {
+            break;
+        }
+        let len = match d.byte_count() {
+            0 => 1u64 << 31,
+            n => u64::from(n),
+        };
+        if mem::check(fw, d.lkey(), cfg.pd, Need::LocalWrite, d.addr(), len).is_err() {
+            return Err(RecvError::Prot);
+        }
+        sges.push(Sge {
+            addr: d.addr(),
+            len,
+            key: d.lkey(),
+        });
+    }
+    Ok(())
+}
+
+/// Reads only the index, opcode and size of the WQE at `pos` (to flush it).
+pub fn peek_send(io: &Iommu, cfg: &QpCfg, pos: u32) -> (u16, u8, u32) {
+    let mut raw = [0u8; 64];
+    if !read_wqebb(io, cfg, pos, &mut raw) {
+        return (pos as u16, 0, 1);
+    }
+    match WqeCtrlSeg::read_from(&raw[..16]) {
+        Ok(c) => (
+            c.wqe_index(),
+            c.opcode(),
+            (usize::from(c.ds()).div_ceil(4) as u32).max(1),
+        ),
+        Err(_) => (pos as u16, 0, 1),
+    }
+}

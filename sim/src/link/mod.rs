@@ -1,0 +1,449 @@
+//! What packets travel on: an in-process Ethernet fabric connecting simulated NICs.
+//!
+//! Every frame on the fabric is a real RoCEv2 Ethernet frame (Ethernet II, IPv4, UDP to
+//! port 4791, BTH ... ICRC), built by the sending device with [`crate::wire::frame`]
+//! and checked (structure, IPv4 checksum, ICRC) by the receiving device, which drops
+//! and counts whatever fails. The fabric itself is a learning-free switch: it forwards a
+//! frame to the device port whose MAC address is the frame's destination and drops
+//! (and counts) frames for unknown addresses.
+//!
+//! Pieces:
+//!
+//! * [`FramePool`]: frame buffers of [`MAX_FRAME`] bytes, recycled so that the steady
+//!   state of the packet path allocates nothing;
+//! * [`RxQueue`]: a device's receive queue (frames waiting for the device) and the
+//!   waker of its thread in threaded mode;
+//! * [`Uplink`]: what a device transmits into;
+//! * [`Fabric`]: the switch, and the driver of deterministic runs ([`Fabric::step`],
+//!   [`Fabric::run_until_idle`], [`Fabric::advance`]).
+//!
+//! Execution (design §5): in deterministic mode nothing moves on its own: a send
+//! doorbell is serviced on the ringing thread and leaves its frames in the
+//! destinations' receive queues; [`Fabric::step`] lets every attached device (in attach
+//! order) process the frames waiting for it, which may queue more frames, and
+//! [`Fabric::run_until_idle`] steps until no frame is left. In threaded mode each device
+//! has a thread that the fabric wakes when it queues a frame for it.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::thread::Thread;
+use std::time::Duration;
+
+use crate::device::{Sim, WeakSim};
+
+/// The largest frame the simulator builds: Ethernet, IPv4, UDP, BTH, the largest
+/// extension header set (RETH + ImmDt, or AtomicETH), a 4096-byte payload, pad and ICRC,
+/// rounded up.
+pub const MAX_FRAME: usize = 4352;
+
+/// Most buffers a pool keeps for reuse; more are freed.
+const MAX_POOLED: usize = 1 << 16;
+
+/// Most frames waiting in one device's receive queue; more are dropped and counted.
+pub const RX_QUEUE_LIMIT: usize = 1 << 17;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Nothing panics while holding these locks; a poisoned lock still holds
+    // consistent data.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Recycled frame buffers.
+#[derive(Debug, Default)]
+pub struct FramePool {
+    free: Mutex<Vec<Vec<u8>>>,
+    allocated: AtomicU64,
+}
+
+impl FramePool {
+    /// An empty pool.
+    pub fn new() -> Arc<Self> {
+        Arc::new(FramePool::default())
+    }
+
+    /// An empty buffer with room for [`MAX_FRAME`] bytes (reused if one is free).
+    pub fn get(&self) -> Vec<u8> {
+        if let Some(b) = lock(&self.free).pop() {
+            return b;
+        }
+        self.allocated.fetch_add(1, Ordering::Relaxed);
+        Vec::with_capacity(MAX_FRAME)
+    }
+
+    /// Gives a buffer back for reuse.
+    pub fn put(&self, mut buf: Vec<u8>) {
+        if buf.capacity() < MAX_FRAME {
+            return;
+        }
+        buf.clear();
+        let mut free = lock(&self.free);
+        if free.len() < MAX_POOLED {
+            free.push(buf);
+        }
+    }
+
+    /// Buffers allocated since the pool was made (a steady state stops this count).
+    pub fn allocated(&self) -> u64 {
+        self.allocated.load(Ordering::Relaxed)
+    }
+
+    /// Buffers waiting for reuse.
+    pub fn free(&self) -> usize {
+        lock(&self.free).len()
+    }
+}
+
+/// A device's queue of received frames.
+#[derive(Debug, Default)]
+pub struct RxQueue {
+    frames: Mutex<VecDeque<Vec<u8>>>,
+    thread: OnceLock<Thread>,
+    dropped: AtomicU64,
+}
+
+impl RxQueue {
+    /// An empty queue.
+    pub fn new() -> Arc<Self> {
+        Arc::new(RxQueue::default())
+    }
+
+    /// Queues a frame and wakes the device's thread (if it has one). A full queue
+    /// gives the frame back (the caller recycles it), counted as dropped.
+    pub fn push(&self, frame: Vec<u8>) -> Result<(), Vec<u8>> {
+        {
+            let mut q = lock(&self.frames);
+            if q.len() >= RX_QUEUE_LIMIT {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return Err(frame);
+            }
+            q.push_back(frame);
+        }
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+        Ok(())
+    }
+
+    /// The oldest frame, if any.
+    pub fn pop(&self) -> Option<Vec<u8>> {
+        lock(&self.frames).pop_front()
+    }
+
+    /// Frames waiting.
+    pub fn len(&self) -> usize {
+        lock(&self.frames).len()
+    }
+
+    /// Whether no frame is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Frames dropped because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Registers the thread to wake when a frame arrives (threaded mode; once).
+    pub fn set_waker(&self, t: Thread) {
+        let _ = self.thread.set(t);
+    }
+}
+
+/// Where a device sends its frames.
+pub trait Uplink: Send + Sync {
+    /// Takes a finished frame (a buffer from the device's pool) and delivers it, or
+    /// drops and counts it.
+    fn transmit(&self, frame: Vec<u8>);
+}
+
+/// Counters of a fabric.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FabricStats {
+    /// Frames forwarded to a port.
+    pub forwarded: u64,
+    /// Frames dropped: no attached port has the destination MAC.
+    pub no_route: u64,
+    /// Frames dropped: shorter than an Ethernet header.
+    pub runt: u64,
+    /// Frames dropped: the destination's receive queue was full.
+    pub queue_full: u64,
+    /// Frames injected with [`Fabric::inject`].
+    pub injected: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    forwarded: AtomicU64,
+    no_route: AtomicU64,
+    runt: AtomicU64,
+    queue_full: AtomicU64,
+    injected: AtomicU64,
+}
+
+struct Route {
+    mac: [u8; 6],
+    rx: Arc<RxQueue>,
+}
+
+struct FabricInner {
+    routes: RwLock<Vec<Route>>,
+    devices: Mutex<Vec<WeakSim>>,
+    pool: Arc<FramePool>,
+    counters: Counters,
+    capture: Mutex<Option<(usize, Vec<Vec<u8>>)>>,
+    seed: u64,
+}
+
+impl FabricInner {
+    fn forward(&self, frame: Vec<u8>) {
+        if frame.len() < 14 {
+            self.counters.runt.fetch_add(1, Ordering::Relaxed);
+            self.pool.put(frame);
+            return;
+        }
+        {
+            let mut cap = lock(&self.capture);
+            if let Some((limit, frames)) = cap.as_mut() {
+                if frames.len() < *limit {
+                    frames.push(frame.clone());
+                }
+            }
+        }
+        let mut dst = [0u8; 6];
+        dst.copy_from_slice(&frame[..6]);
+        let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
+        match routes.iter().find(|r| r.mac == dst) {
+            Some(r) => match r.rx.push(frame) {
+                Ok(()) => {
+                    self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(f) => {
+                    self.counters.queue_full.fetch_add(1, Ordering::Relaxed);
+                    self.pool.put(f);
+                }
+            },
+            None => {
+                drop(routes);
+                self.counters.no_route.fetch_add(1, Ordering::Relaxed);
+                self.pool.put(frame);
+            }
+        }
+    }
+
+    fn sims(&self) -> Vec<Sim> {
+        lock(&self.devices)
+            .iter()
+            .filter_map(WeakSim::upgrade)
+            .collect()
+    }
+}
+
+impl Uplink for FabricInner {
+    fn transmit(&self, frame: Vec<u8>) {
+        self.forward(frame);
+    }
+}
+
+/// An in-process Ethernet switch connecting simulated NICs by their MAC addresses.
+///
+/// Cloning gives another handle to the same fabric. The fabric does not keep devices
+/// alive: a device dropped by the test simply stops receiving (its frames are counted as
+/// `no_route` once its routes are gone... they stay, and frames queue until dropped).
+#[derive(Clone)]
+pub struct Fabric {
+    inner: Arc<FabricInner>,
+}
+
+impl Default for Fabric {
+    fn default() -> Self {
+        Fabric::new(0)
+    }
+}
+
+impl core::fmt::Debug for Fabric {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Fabric")
+            .field("seed", &self.inner.seed)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Most steps [`Fabric::run_until_idle`] takes before giving up (a livelock guard).
+pub const MAX_STEPS: usize = 1_000_000;
+
+impl Fabric {
+    /// An empty fabric. `seed` is recorded for the reproducibility of deterministic
+    /// runs (future randomised middleware draws from it); print it when a test fails.
+    pub fn new(seed: u64) -> Self {
+        Fabric {
+            inner: Arc::new(FabricInner {
+                routes: RwLock::new(Vec::new()),
+                devices: Mutex::new(Vec::new()),
+                pool: FramePool::new(),
+                counters: Counters::default(),
+                capture: Mutex::new(None),
+                seed,
+            }),
+        }
+    }
+
+    /// The seed the fabric was made with.
+    pub fn seed(&self) -> u64 {
+        self.inner.seed
+    }
+
+    /// Connects every port of `sim` (by its MAC address) to the fabric. The device
+    /// transmits into the fabric from now on and shares the fabric's frame pool.
+    pub fn attach(&self, sim: &Sim) {
+        let rx = sim.rx_queue();
+        {
+            let mut routes = self.inner.routes.write().unwrap_or_else(|e| e.into_inner());
+            for mac in sim.port_macs() {
+                routes.retain(|r| r.mac != mac);
+                routes.push(Route {
+                    mac,
+                    rx: rx.clone(),
+                });
+            }
+        }
+        lock(&self.inner.devices).push(sim.downgrade());
+        let uplink: Arc<dyn Uplink> = self.inner.clone();
+        sim.set_uplink(Some(uplink), self.inner.pool.clone());
+    }
+
+    /// Sends raw bytes into the fabric as if a device had transmitted them (for tests:
+    /// malformed or corrupted frames).
+    pub fn inject(&self, bytes: &[u8]) {
+        self.inner.counters.injected.fetch_add(1, Ordering::Relaxed);
+        let mut b = self.inner.pool.get();
+        b.extend_from_slice(bytes);
+        self.inner.forward(b);
+    }
+
+    /// Starts keeping a copy of up to `limit` forwarded frames (`None` stops and
+    /// discards them).
+    pub fn capture(&self, limit: Option<usize>) {
+        *lock(&self.inner.capture) = limit.map(|l| (l, Vec::new()));
+    }
+
+    /// The frames captured so far (the capture continues, empty).
+    pub fn take_captured(&self) -> Vec<Vec<u8>> {
+        match lock(&self.inner.capture).as_mut() {
+            Some((_, frames)) => std::mem::take(frames),
+            None => Vec::new(),
+        }
+    }
+
+    /// One deterministic round: every attached device, in attach order, processes the
+    /// frames waiting in its receive queue and its due timers. Returns the work done
+    /// (frames processed, timers fired); 0 means the fabric is idle at this instant.
+    pub fn step(&self) -> usize {
+        self.inner.sims().iter().map(Sim::service).sum()
+    }
+
+    /// Steps until a round does nothing (at most [`MAX_STEPS`] rounds). Returns the
+    /// total work done. Device time does not move.
+    pub fn run_until_idle(&self) -> usize {
+        let mut total = 0;
+        for _ in 0..MAX_STEPS {
+            let n = self.step();
+            if n == 0 {
+                break;
+            }
+            total += n;
+        }
+        total
+    }
+
+    /// Moves the virtual clock of every attached device forward by `d`, then runs until
+    /// idle. Returns the work done.
+    pub fn advance(&self, d: Duration) -> usize {
+        for s in self.inner.sims() {
+            s.clock().advance(d);
+        }
+        self.run_until_idle()
+    }
+
+    /// Runs until idle, then, while some device has a timer pending, moves virtual time
+    /// to the earliest one (never more than `limit` in total) and runs again. Returns the
+    /// work done.
+    pub fn run_timers(&self, limit: Duration) -> usize {
+        let mut total = self.run_until_idle();
+        let mut left = limit;
+        loop {
+            let sims = self.inner.sims();
+            let next = sims
+                .iter()
+                .filter_map(|s| s.next_deadline().map(|t| (t, s.clock().now())))
+                .map(|(t, now)| t.saturating_sub(now))
+                .min();
+            let Some(wait) = next else { break };
+            if wait > left {
+                break;
+            }
+            left -= wait;
+            for s in &sims {
+                s.clock().advance(wait);
+            }
+            total += self.run_until_idle();
+        }
+        total
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> FabricStats {
+        let c = &self.inner.counters;
+        FabricStats {
+            forwarded: c.forwarded.load(Ordering::Relaxed),
+            no_route: c.no_route.load(Ordering::Relaxed),
+            runt: c.runt.load(Ordering::Relaxed),
+            queue_full: c.queue_full.load(Ordering::Relaxed),
+            injected: c.injected.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The shared frame pool.
+    pub fn pool(&self) -> &Arc<FramePool> {
+        &self.inner.pool
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_reuses_buffers() {
+        let p = FramePool::new();
+        let a = p.get();
+        assert!(a.capacity() >= MAX_FRAME);
+        p.put(a);
+        let b = p.get();
+        assert_eq!(p.allocated(), 1);
+        p.put(b);
+        p.put(Vec::new());
+        assert_eq!(p.free(), 1);
+    }
+
+    #[test]
+    fn rx_queue_bounds() {
+        let q = RxQueue::new();
+        assert!(q.is_empty());
+        q.push(vec![1]).unwrap();
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.pop(), Some(vec![1]));
+        assert_eq!(q.pop(), None);
+    }
+
+    #[test]
+    fn unknown_destinations_and_runts_are_counted() {
+        let f = Fabric::new(1);
+        f.inject(&[0u8; 10]);
+        f.inject(&[0x02; 60]);
+        let s = f.stats();
+        assert_eq!((s.runt, s.no_route, s.injected, s.forwarded), (1, 1, 2, 0));
+    }
+}

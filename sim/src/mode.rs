@@ -1,0 +1,121 @@
+//! Execution modes (design §5) and the device thread of threaded mode.
+//!
+//! | | deterministic | threaded |
+//! |---|---|---|
+//! | commands | on the thread that rings the command doorbell | same |
+//! | send doorbells | serviced on the ringing thread: WQEs fetched, packets built and queued at their destination | same |
+//! | received packets, ACKs, timers | when the test calls [`Sim::step`](crate::Sim::step) / [`Fabric::step`](crate::link::Fabric::step) | on the device's own thread, woken when a packet is queued for it |
+//! | time | virtual (moves on `advance`) | real |
+//!
+//! Servicing a send doorbell on the ringing thread costs the poster the packet building
+//! of up to a window of packets, but saves a thread hand-off per message in both
+//! directions: in threaded mode a one-way message costs one wake-up (the receiving
+//! device's thread), and the data of a large message keeps flowing from the device
+//! threads as ACKs open the window.
+//!
+//! The device thread backs off when idle: it spins [`SPIN_ROUNDS`] rounds, yields
+//! [`YIELD_ROUNDS`] times, then parks until a packet arrives or [`MAX_PARK`] passes
+//! (sooner if a timer is due). It holds only a weak reference to the device and stops
+//! (joined) when the last handle to the device is dropped.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use crate::link::RxQueue;
+
+/// How a simulated device makes progress.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Everything on the caller's threads; the test steps the device or the fabric.
+    #[default]
+    Deterministic,
+    /// The device has its own thread that processes received packets and timers.
+    Threaded,
+}
+
+/// Idle rounds spent spinning before yielding.
+pub const SPIN_ROUNDS: u32 = 64;
+/// Idle rounds spent yielding before parking.
+pub const YIELD_ROUNDS: u32 = 16;
+/// Longest park (receive WQEs posted to a QP in error are noticed at this pace).
+pub const MAX_PARK: Duration = Duration::from_millis(10);
+
+/// What a device thread drives.
+pub trait Service: Send + Sync + 'static {
+    /// Does the work that is due; returns how much (0: idle).
+    fn service(&self) -> usize;
+    /// How long the thread may sleep before a timer is due (`None`: no timer).
+    fn due_in(&self) -> Option<Duration>;
+}
+
+/// A device thread; dropping it stops and joins the thread.
+pub struct Runner {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl core::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Runner")
+            .field("stopped", &self.stop.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Runner {
+    /// Starts a thread servicing `target` while it lives, woken by `rx`.
+    pub fn spawn<T: Service>(
+        name: String,
+        target: Weak<T>,
+        rx: &RxQueue,
+    ) -> std::io::Result<Runner> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = thread::Builder::new()
+            .name(name)
+            .spawn(move || run(target, flag))?;
+        rx.set_waker(handle.thread().clone());
+        Ok(Runner {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+fn run<T: Service>(target: Weak<T>, stop: Arc<AtomicBool>) {
+    let mut idle = 0u32;
+    while !stop.load(Ordering::Acquire) {
+        let (work, due) = match target.upgrade() {
+            Some(t) => (t.service(), t.due_in()),
+            None => break,
+        };
+        if work > 0 {
+            idle = 0;
+            continue;
+        }
+        idle = idle.saturating_add(1);
+        if idle <= SPIN_ROUNDS {
+            std::hint::spin_loop();
+        } else if idle <= SPIN_ROUNDS + YIELD_ROUNDS {
+            thread::yield_now();
+        } else {
+            thread::park_timeout(due.map_or(MAX_PARK, |d| d.min(MAX_PARK)));
+        }
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            h.thread().unpark();
+            // The last handle may be dropped on the device thread itself (it held a
+            // temporary strong reference): it exits on its own.
+            if h.thread().id() != thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}

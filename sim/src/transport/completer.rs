@@ -1,0 +1,365 @@
+//! The RC completer: turns ACKs, NAKs, READ responses and atomic ACKs into requester
+//! completions, in WQE order.
+//!
+//! * An ACK with PSN `p` completes every SEND/WRITE whose last PSN is at most `p`; it
+//!   cannot complete a READ or an atomic, which wait for their responses.
+//! * READ responses must arrive in PSN order; each lands at its offset in the READ's
+//!   scatter list (FIRST/MIDDLE exactly one PMTU, LAST/ONLY the rest; anything else is
+//!   a bad response). The last one completes the READ.
+//! * An atomic ACK writes the original remote value to the WQE's local buffer as it
+//!   came off the wire (big-endian: ConnectX reports atomic results in network byte
+//!   order, `IBV_EXP_ATOMIC_HCA_REPLY_BE`) and completes the atomic.
+//! * An RNR NAK backs off for the time its timer code stands for, then retransmits
+//!   from its PSN; a sequence NAK retransmits from its PSN at once. Both count against
+//!   their retry counters; exhausted, the WQE completes with `RNR_RETRY_EXC_ERR` /
+//!   `TRANSPORT_RETRY_EXC_ERR`.
+//! * A fatal NAK completes the WQE it names with the matching error (invalid request
+//!   → `REMOTE_INVAL_REQ_ERR`, remote access → `REMOTE_ACCESS_ERR`, remote
+//!   operational → `REMOTE_OP_ERR`) after completing everything before it; the QP then
+//!   goes to the error state and every later WQE is flushed.
+//!
+//! Unsignaled WQEs complete silently on success; errors are always reported.
+
+use ferroverbs_hw::datapath::cqe::{
+    MLX5_CQE_SYNDROME_BAD_RESP_ERR, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
+    MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR, MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR,
+    MLX5_CQE_SYNDROME_REMOTE_OP_ERR, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR,
+    MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR,
+};
+
+use crate::engine::cq::CqeKind;
+use crate::engine::wqe::{self, Op};
+use crate::engine::{mem, Ctx, Pkt, QpRt, Synd};
+use crate::wire::aeth::{self, NakCode, Syndrome};
+use crate::wire::opcode::{Operation, Position};
+use crate::wire::Psn;
+use ferroverbs_hw::control::qp::QpcState;
+
+use super::requester;
+
+/// Handles a response packet for `qp`.
+pub fn on_response(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
+    if !matches!(qp.state, QpcState::Rts | QpcState::Sqd) {
+        cx.stats.rx_bad_state += 1;
+        return;
+    }
+    match pkt.repr.opcode().operation() {
+        Operation::Acknowledge => on_ack(qp, cx, pkt),
+        Operation::RdmaReadResponse => on_read_response(qp, cx, pkt),
+        Operation::AtomicAcknowledge => on_atomic_ack(qp, cx, pkt),
+        _ => cx.stats.rx_unexpected += 1,
+    }
+}
+
+/// Marks every SEND/WRITE whose PSNs are all at or before `psn` as done and moves the
+/// oldest unacknowledged PSN. Returns `false` for a PSN outside what is outstanding.
+fn ack_to(qp: &mut QpRt, psn: Psn) -> bool {
+    let sq = &mut qp.sq;
+    if psn.distance(sq.una) < -1 || psn.distance(sq.next_psn) >= 0 {
+        return false;
+    }
+    let mut una = psn.next();
+    for f in sq.wqes.iter_mut() {
+        if f.done || f.npsn == 0 {
+            continue;
+        }
+        if f.first_psn.distance(psn) > 0 {
+            break;
+        }
+        if f.w.op.is_some_and(Op::scatters) {
+            // A READ/atomic waits for its responses: nothing past its first missing
+            // response is acknowledged.
+            let first_open = f.first_psn.add(f.resp_pkts);
+            if first_open.distance(una) < 0 {
+                una = first_open;
+            }
+            break;
+        }
+        if f.last_psn().distance(psn) > 0 || f.sent < f.npsn {
+            // A message only partly covered stays outstanding.
+            break;
+        }
+        f.done = true;
+    }
+    if una.distance(sq.una) > 0 {
+        sq.una = una;
+    }
+    true
+}
+
+fn progress(qp: &mut QpRt) {
+    qp.sq.retries_left = qp.cfg.retry_count;
+    qp.sq.rnr_left = qp.cfg.rnr_retry;
+}
+
+/// Completes the WQEs at the head of the send queue that are done (a CQE for the
+/// signaled ones), and reports a failed WQE once it reaches the head.
+pub fn complete_head(qp: &mut QpRt, cx: &mut Ctx) {
+    while let Some(f) = qp.sq.wqes.front().copied() {
+        if let Some(s) = f.err {
+            qp.sq.wqes.pop_front();
+            qp.sq.tx = qp.sq.tx.saturating_sub(1);
+            report_error(qp, cx, &f, s);
+            return;
+        }
+        if !f.done {
+            break;
+        }
+        qp.sq.wqes.pop_front();
+        qp.sq.tx = qp.sq.tx.saturating_sub(1);
+        if f.w.signaled {
+            let c = qp.req_completion(&f, CqeKind::Req { sop: f.w.opcode }, cx.now);
+            if !cx.post_cqe(qp.cfg.cqn_snd, &c) {
+                qp.to_error(cx);
+                return;
+            }
+        }
+    }
+}
+
+fn report_error(qp: &mut QpRt, cx: &mut Ctx, f: &crate::engine::Flight, s: Synd) {
+    if f.counted {
+        qp.sq.reads_out = qp.sq.reads_out.saturating_sub(1);
+    }
+    let c = qp.req_completion(
+        f,
+        CqeKind::Err {
+            req: true,
+            syndrome: s.syndrome,
+            vendor: s.vendor,
+            sop: f.w.opcode,
+        },
+        cx.now,
+    );
+    cx.post_cqe(qp.cfg.cqn_snd, &c);
+    qp.to_error(cx);
+}
+
+/// Fails the flight holding `psn` now: completes what is done before it, reports it,
+/// and flushes the rest.
+fn fail_at(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, s: Synd) {
+    let Some(i) = qp.sq.wqes.iter().position(|f| f.contains(psn)) else {
+        cx.stats.rx_unexpected += 1;
+        return;
+    };
+    qp.sq.wqes[i].err = Some(s);
+    complete_head(qp, cx);
+    if qp.state == QpcState::Err {
+        return;
+    }
+    // Something before it is still incomplete: report it anyway (and flush the rest).
+    if let Some(i) = qp.sq.wqes.iter().position(|f| f.err.is_some()) {
+        if let Some(f) = qp.sq.wqes.remove(i) {
+            if i < qp.sq.tx {
+                qp.sq.tx -= 1;
+            }
+            report_error(qp, cx, &f, s);
+        }
+    }
+}
+
+/// Goes back to `psn`: the flight holding it resends from there, every later one from
+/// its start.
+fn rewind(qp: &mut QpRt, cx: &mut Ctx, psn: Psn) {
+    let Some(i) = qp
+        .sq
+        .wqes
+        .iter()
+        .position(|f| !f.done && f.err.is_none() && f.contains(psn))
+    else {
+        return;
+    };
+    let mut resent = 0u64;
+    for (j, f) in qp.sq.wqes.iter_mut().enumerate().skip(i) {
+        let from = if j == i {
+            let d = psn.distance(f.first_psn).max(0) as u32;
+            if f.w.op.is_some_and(Op::scatters) {
+                d.min(f.resp_pkts)
+            } else {
+                d
+            }
+        } else {
+            0
+        };
+        resent += u64::from(f.sent.saturating_sub(from));
+        f.sent = from;
+    }
+    cx.stats.retransmits += resent;
+    qp.sq.tx = i;
+}
+
+fn on_ack(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
+    let Some(a) = pkt.repr.aeth else {
+        cx.stats.rx_unexpected += 1;
+        return;
+    };
+    let psn = pkt.repr.bth.psn;
+    match a.syndrome {
+        Syndrome::Ack { .. } => {
+            if ack_to(qp, psn) {
+                progress(qp);
+            } else {
+                cx.stats.rx_unexpected += 1;
+            }
+            complete_head(qp, cx);
+            requester::pump(qp, cx);
+        }
+        Syndrome::RnrNak { timer } => {
+            ack_to(qp, psn.sub(1));
+            complete_head(qp, cx);
+            if qp.state == QpcState::Err {
+                return;
+            }
+            if qp.sq.rnr_left == 0 {
+                fail_at(qp, cx, psn, Synd::of(MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR));
+                return;
+            }
+            if qp.sq.rnr_left != 7 {
+                qp.sq.rnr_left -= 1;
+            }
+            rewind(qp, cx, psn);
+            let us = aeth::rnr_timer_micros(timer).unwrap_or(0);
+            qp.sq.rnr_until = Some(cx.now + u64::from(us) * 1000);
+        }
+        Syndrome::Nak(NakCode::PsnSequenceError) => {
+            ack_to(qp, psn.sub(1));
+            complete_head(qp, cx);
+            if qp.state == QpcState::Err {
+                return;
+            }
+            if qp.sq.retries_left == 0 {
+                fail_at(
+                    qp,
+                    cx,
+                    psn,
+                    Synd::of(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR),
+                );
+                return;
+            }
+            qp.sq.retries_left -= 1;
+            rewind(qp, cx, psn);
+            requester::pump(qp, cx);
+        }
+        Syndrome::Nak(code) => {
+            ack_to(qp, psn.sub(1));
+            let synd = match code {
+                NakCode::InvalidRequest => MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR,
+                NakCode::RemoteAccessError => MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
+                _ => MLX5_CQE_SYNDROME_REMOTE_OP_ERR,
+            };
+            fail_at(qp, cx, psn, Synd::of(synd));
+        }
+    }
+}
+
+fn on_read_response(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
+    let psn = pkt.repr.bth.psn;
+    let Some(i) =
+        qp.sq.wqes.iter().position(|f| {
+            !f.done && f.err.is_none() && f.w.op == Some(Op::Read) && f.contains(psn)
+        })
+    else {
+        cx.stats.rx_unexpected += 1;
+        return;
+    };
+    let f = qp.sq.wqes[i];
+    if psn != f.first_psn.add(f.resp_pkts) {
+        // A duplicate or a gap: not what the READ waits for.
+        cx.stats.rx_unexpected += 1;
+        return;
+    }
+    ack_to(qp, psn.sub(1));
+    let k = f.resp_pkts;
+    let want = if f.npsn == 1 {
+        Position::Only
+    } else if k == 0 {
+        Position::First
+    } else if k + 1 == f.npsn {
+        Position::Last
+    } else {
+        Position::Middle
+    };
+    let remaining = f.w.len - f.got;
+    let n = pkt.payload.len() as u64;
+    let len_ok = if want.ends_message() {
+        n == remaining
+    } else {
+        n == u64::from(qp.cfg.pmtu)
+    };
+    if pkt.repr.opcode().position() != want || !len_ok {
+        fail_at(
+            qp,
+            cx,
+            f.first_psn,
+            Synd::of(MLX5_CQE_SYNDROME_BAD_RESP_ERR),
+        );
+        return;
+    }
+    let ok = wqe::reload(cx.fw, cx.io, &qp.cfg, &f.w, &mut qp.sq.rxd)
+        && mem::scatter(cx.fw, cx.io, &qp.sq.rxd.sges, f.got, pkt.payload).is_ok();
+    if !ok {
+        fail_at(
+            qp,
+            cx,
+            f.first_psn,
+            Synd::of(MLX5_CQE_SYNDROME_LOCAL_PROT_ERR),
+        );
+        return;
+    }
+    let fl = &mut qp.sq.wqes[i];
+    fl.got += n;
+    fl.resp_pkts += 1;
+    let una = fl.first_psn.add(fl.resp_pkts);
+    if fl.resp_pkts >= fl.npsn {
+        fl.done = true;
+        if fl.counted {
+            fl.counted = false;
+            qp.sq.reads_out = qp.sq.reads_out.saturating_sub(1);
+        }
+    }
+    if una.distance(qp.sq.una) > 0 {
+        qp.sq.una = una;
+    }
+    progress(qp);
+    complete_head(qp, cx);
+    requester::pump(qp, cx);
+}
+
+fn on_atomic_ack(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
+    let psn = pkt.repr.bth.psn;
+    let Some(i) = qp.sq.wqes.iter().position(|f| {
+        !f.done
+            && f.err.is_none()
+            && matches!(f.w.op, Some(Op::CmpSwap | Op::FetchAdd))
+            && f.first_psn == psn
+    }) else {
+        cx.stats.rx_unexpected += 1;
+        return;
+    };
+    let Some(orig) = pkt.repr.atomic_ack_eth else {
+        cx.stats.rx_unexpected += 1;
+        return;
+    };
+    ack_to(qp, psn.sub(1));
+    let f = qp.sq.wqes[i];
+    let bytes = orig.original.to_be_bytes();
+    let ok = wqe::reload(cx.fw, cx.io, &qp.cfg, &f.w, &mut qp.sq.rxd)
+        && mem::scatter(cx.fw, cx.io, &qp.sq.rxd.sges, 0, &bytes).is_ok();
+    if !ok {
+        fail_at(qp, cx, psn, Synd::of(MLX5_CQE_SYNDROME_LOCAL_PROT_ERR));
+        return;
+    }
+    let fl = &mut qp.sq.wqes[i];
+    fl.resp_pkts = 1;
+    fl.done = true;
+    if fl.counted {
+        fl.counted = false;
+        qp.sq.reads_out = qp.sq.reads_out.saturating_sub(1);
+    }
+    if psn.next().distance(qp.sq.una) > 0 {
+        qp.sq.una = psn.next();
+    }
+    progress(qp);
+    complete_head(qp, cx);
+    requester::pump(qp, cx);
+}

@@ -1,0 +1,97 @@
+//! The RC transport: the requester that turns send WQEs into packets, the responder
+//! that executes requests, and the completer that turns responses into completions.
+//!
+//! Facts from `shared/reference/rocev2-wire.md` §3-4 (Linux rxe/rdmavt behaviour and
+//! the IBTA rules they implement):
+//!
+//! * A message of `len` bytes uses `max(1, ceil(len / PMTU))` packets (a READ request
+//!   uses that many PSNs, one per response); FIRST and MIDDLE carry exactly one PMTU,
+//!   LAST 1..PMTU, ONLY 0..PMTU. WRITE FIRST/ONLY carry the RETH (the whole message's
+//!   length); the immediate rides on the LAST/ONLY packet.
+//! * The requester sets AckReq on the last packet of each message and every
+//!   [`requester::ACK_EVERY`] packets inside long ones; the responder acknowledges
+//!   packets that ask, with the PSN of the packet and its MSN (messages completed).
+//!   READ responses and atomic ACKs acknowledge everything before them.
+//! * The responder classifies each PSN against the expected one: expected → execute;
+//!   duplicate → re-ACK (SEND/WRITE), replay the READ or the saved atomic result;
+//!   ahead → one NAK "PSN sequence error" with the expected PSN, then silence until it
+//!   arrives. Class C errors (opcode out of sequence, operation not enabled on the QP,
+//!   bad length, misaligned atomic → NAK invalid request; rkey/PD/access/bounds → NAK
+//!   remote access error) move the responder QP to the error state; errors tied to a
+//!   receive WQE complete it in error first (too small: local length error; unusable
+//!   scatter entry: local protection error, with NAK remote operational error).
+//! * No receive WQE → RNR NAK with the QP's `min_rnr_nak` timer code; the requester
+//!   waits the time that code stands for and retransmits from that PSN (`rnr_retry`
+//!   times, 7 meaning forever). A sequence NAK makes the requester go back to the
+//!   NAK's PSN (`retry_count` times).
+//!
+//! Retransmission timers (`ack_timeout`) are not modelled yet: a lost packet stalls
+//! the QP until the peer's NAK (the in-process fabric does not lose packets unless a
+//! test injects faults).
+
+pub mod completer;
+pub mod requester;
+pub mod responder;
+
+use crate::engine::mem::KeyError;
+use crate::engine::qp::Path;
+use crate::engine::Ctx;
+use crate::firmware::Firmware;
+use crate::iommu::Iommu;
+use crate::wire::{self, ethernet, frame, ipv4, udp, RoceRepr};
+
+/// Why a packet was not sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxError {
+    /// The payload could not be read from host memory.
+    Memory(KeyError),
+    /// The packet could not be built (path not IPv4, header out of range).
+    Build,
+}
+
+/// Builds a frame on `path` with transport headers `roce` and a payload of `len` bytes
+/// written by `fill`, and sends it. Allocates nothing: the buffer comes from the pool.
+pub fn send_packet(
+    cx: &mut Ctx,
+    path: &Path,
+    roce: &RoceRepr,
+    len: usize,
+    fill: impl FnOnce(&Firmware, &Iommu, &mut [u8]) -> Result<(), KeyError>,
+) -> Result<(), TxError> {
+    let mut ip = ipv4::Repr::rocev2(path.sip, path.dip);
+    ip.dscp = path.tos >> 2;
+    ip.ecn = ipv4::Ecn::from_bits(path.tos & 3);
+    ip.ttl = path.ttl;
+    let repr = frame::Repr {
+        ethernet: ethernet::Repr {
+            src_addr: ethernet::Address(path.smac),
+            dst_addr: ethernet::Address(path.dmac),
+            ethertype: ethernet::EtherType::IPV4,
+        },
+        ipv4: ip,
+        udp: udp::Repr::rocev2(path.sport),
+        roce: *roce,
+    };
+    let n = repr.buffer_len(len);
+    let mut buf = cx.net.pool.get();
+    buf.resize(n, 0);
+    let range = match repr.emit_headers(len, &mut buf) {
+        Ok(r) => r,
+        Err(_) => {
+            cx.net.pool.put(buf);
+            return Err(TxError::Build);
+        }
+    };
+    if let Err(e) = fill(cx.fw, cx.io, &mut buf[range]) {
+        cx.net.pool.put(buf);
+        return Err(TxError::Memory(e));
+    }
+    frame::Frame::new_unchecked(&mut buf[..n]).fill_icrc();
+    cx.net.send(buf, cx.stats);
+    Ok(())
+}
+
+/// A BTH for `opcode` to `dest_qp` at `psn`.
+pub fn bth(opcode: wire::Opcode, dest_qp: u32, psn: wire::Psn) -> wire::bth::Repr {
+    wire::bth::Repr::new(opcode, dest_qp & wire::MAX_U24, psn)
+}

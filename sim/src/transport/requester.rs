@@ -1,0 +1,243 @@
+//! The RC requester: fetches send WQEs and turns them into request packets.
+//!
+//! [`pump`] runs after a send doorbell, after every response (which may open the
+//! window or finish a READ a fence waits for) and when an RNR timer expires. It
+//! fetches WQEs in order up to the SQ doorbell record, assigns each its PSNs, and
+//! transmits while
+//!
+//! * the window allows: at most [`WINDOW`] PSNs past the oldest unacknowledged one;
+//! * the initiator depth allows: at most `2^log_sra_max` READ/atomic requests
+//!   outstanding;
+//! * no fence holds: a fenced WQE waits for every earlier READ/atomic to complete;
+//! * no RNR back-off is running.
+//!
+//! A WQE that failed validation stops fetching; it completes in error (and the QP goes
+//! to the error state) once every WQE before it has completed, so completions stay in
+//! order.
+
+use crate::engine::mem;
+use crate::engine::wqe::{self, Op, WqeError};
+use crate::engine::{Ctx, Flight, QpRt, Synd};
+use crate::wire::{atomic_eth, immdt, opcode::Position, reth, Opcode, RoceRepr};
+use ferroverbs_hw::control::qp::QpcState;
+
+use super::{bth, completer, send_packet, TxError};
+
+/// Most PSNs in flight past the oldest unacknowledged one.
+pub const WINDOW: u32 = 256;
+
+/// AckReq is set at least every this many packets of a long message.
+pub const ACK_EVERY: u32 = 32;
+
+/// 16-bit SQ counters.
+const MASK16: u32 = 0xffff;
+
+/// Fetches and transmits as much as the QP may now send.
+pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
+    if !matches!(qp.state, QpcState::Rts | QpcState::Sqd) || qp.cfg.sq_size == 0 {
+        return;
+    }
+    if let Some(t) = qp.sq.rnr_until {
+        if cx.now < t {
+            return;
+        }
+        qp.sq.rnr_until = None;
+    }
+    let Ok(db) = cx.io.read_be32(qp.cfg.dbr + 4) else {
+        return;
+    };
+    loop {
+        if qp.sq.tx >= qp.sq.wqes.len() {
+            if qp.sq.stalled || qp.state != QpcState::Rts {
+                break;
+            }
+            let avail = (db.wrapping_sub(qp.sq.fetched) & MASK16).min(qp.cfg.sq_size);
+            if avail == 0 {
+                break;
+            }
+            fetch(qp, cx, avail);
+            continue;
+        }
+        let i = qp.sq.tx;
+        let f = qp.sq.wqes[i];
+        if f.err.is_some() {
+            break;
+        }
+        let Some(op) = f.w.op else { break };
+        if op == Op::Nop {
+            qp.sq.wqes[i].done = true;
+            qp.sq.tx += 1;
+            continue;
+        }
+        if f.sent == 0 && f.w.fence && qp.sq.reads_out > 0 {
+            break;
+        }
+        if op.is_read_atomic() && !f.counted && qp.sq.reads_out >= qp.cfg.sra_max {
+            break;
+        }
+        if f.first_psn.add(f.sent).distance(qp.sq.una) >= WINDOW as i32 {
+            break;
+        }
+        if let Err(e) = transmit(qp, cx, i) {
+            let synd = match e {
+                TxError::Memory(_) => WqeError::Prot,
+                TxError::Build => WqeError::QpOp,
+            };
+            qp.sq.wqes[i].err = Some(Synd::of_wqe(synd));
+            qp.sq.stalled = true;
+            break;
+        }
+        let f = &mut qp.sq.wqes[i];
+        if op.is_read_atomic() && !f.counted {
+            f.counted = true;
+            qp.sq.reads_out += 1;
+        }
+        if f.sent >= f.npsn {
+            qp.sq.tx += 1;
+        }
+    }
+    completer::complete_head(qp, cx);
+}
+
+/// Reads, validates and queues the next WQE.
+fn fetch(qp: &mut QpRt, cx: &mut Ctx, avail: u32) {
+    let mut w = wqe::parse_send(cx.fw, cx.io, &qp.cfg, qp.sq.fetched, avail, &mut qp.sq.txd);
+    cx.stats.wqes += 1;
+    qp.sq.fetched = qp.sq.fetched.wrapping_add(w.wqebbs);
+    let pmtu = u64::from(qp.cfg.pmtu);
+    if w.error.is_none() && w.op != Some(Op::Nop) && (qp.cfg.path.is_none() || pmtu == 0) {
+        // No usable path (not an IPv4 RoCEv2 GID): the WQE cannot be executed.
+        w.error = Some(WqeError::QpOp);
+    }
+    let npsn = match (w.error, w.op) {
+        (None, Some(Op::Send { .. } | Op::Write { .. } | Op::Read)) => {
+            (w.len.div_ceil(pmtu).max(1)).min(u64::from(u32::MAX)) as u32
+        }
+        (None, Some(Op::CmpSwap | Op::FetchAdd)) => 1,
+        _ => 0,
+    };
+    let err = w.error.map(Synd::of_wqe);
+    if err.is_some() {
+        qp.sq.stalled = true;
+    }
+    qp.sq.wqes.push_back(Flight {
+        w,
+        first_psn: qp.sq.next_psn,
+        npsn,
+        sent: 0,
+        resp_pkts: 0,
+        got: 0,
+        done: false,
+        counted: false,
+        err,
+    });
+    qp.sq.next_psn = qp.sq.next_psn.add(npsn);
+}
+
+fn send_opcode(op: Op, pos: Position) -> Opcode {
+    use Opcode::*;
+    match (op, pos) {
+        (Op::Send { .. }, Position::First) => RcSendFirst,
+        (Op::Send { .. }, Position::Middle) => RcSendMiddle,
+        (Op::Send { imm: false }, Position::Last) => RcSendLast,
+        (Op::Send { imm: true }, Position::Last) => RcSendLastWithImmediate,
+        (Op::Send { imm: false }, Position::Only) => RcSendOnly,
+        (Op::Send { imm: true }, Position::Only) => RcSendOnlyWithImmediate,
+        (_, Position::First) => RcRdmaWriteFirst,
+        (_, Position::Middle) => RcRdmaWriteMiddle,
+        (Op::Write { imm: true }, Position::Last) => RcRdmaWriteLastWithImmediate,
+        (_, Position::Last) => RcRdmaWriteLast,
+        (Op::Write { imm: true }, Position::Only) => RcRdmaWriteOnlyWithImmediate,
+        (_, Position::Only) => RcRdmaWriteOnly,
+    }
+}
+
+/// Transmits the next packet (or the READ request) of flight `i`.
+fn transmit(qp: &mut QpRt, cx: &mut Ctx, i: usize) -> Result<(), TxError> {
+    let f = qp.sq.wqes[i];
+    let (Some(path), Some(op)) = (qp.cfg.path, f.w.op) else {
+        return Err(TxError::Build);
+    };
+    if !wqe::reload(cx.fw, cx.io, &qp.cfg, &f.w, &mut qp.sq.txd) {
+        return Err(TxError::Memory(mem::KeyError::Translation));
+    }
+    let pmtu = u64::from(qp.cfg.pmtu);
+    let remote = qp.cfg.remote_qpn;
+    let psn = f.first_psn.add(f.sent);
+    match op {
+        Op::Send { imm } | Op::Write { imm } => {
+            let k = f.sent;
+            let off = u64::from(k) * pmtu;
+            let plen = pmtu.min(f.w.len.saturating_sub(off)) as usize;
+            let pos = if f.npsn == 1 {
+                Position::Only
+            } else if k == 0 {
+                Position::First
+            } else if k + 1 == f.npsn {
+                Position::Last
+            } else {
+                Position::Middle
+            };
+            let last = pos.ends_message();
+            let mut b = bth(send_opcode(op, pos), remote, psn);
+            b.ack_req = last || (k + 1).is_multiple_of(ACK_EVERY);
+            b.solicited = last && f.w.solicited && (matches!(op, Op::Send { .. }) || imm);
+            let mut roce = RoceRepr::new(b);
+            if matches!(op, Op::Write { .. }) && pos.starts_message() {
+                roce.reth = Some(reth::Repr {
+                    virtual_address: f.w.raddr,
+                    rkey: f.w.rkey,
+                    dma_length: f.w.len as u32,
+                });
+            }
+            if imm && last {
+                roce.immdt = Some(immdt::Repr { immediate: f.w.imm });
+            }
+            let data = &qp.sq.txd;
+            send_packet(cx, &path, &roce, plen, |fw, io, dst| {
+                if f.w.inline {
+                    let o = off as usize;
+                    dst.copy_from_slice(&data.inline[o..o + dst.len()]);
+                    Ok(())
+                } else {
+                    mem::gather(fw, io, &data.sges, off, dst)
+                }
+            })?;
+            qp.sq.wqes[i].sent += 1;
+        }
+        Op::Read => {
+            let off = u64::from(f.sent) * pmtu;
+            let mut b = bth(Opcode::RcRdmaReadRequest, remote, psn);
+            b.ack_req = true;
+            let mut roce = RoceRepr::new(b);
+            roce.reth = Some(reth::Repr {
+                virtual_address: f.w.raddr.wrapping_add(off),
+                rkey: f.w.rkey,
+                dma_length: f.w.len.saturating_sub(off) as u32,
+            });
+            send_packet(cx, &path, &roce, 0, |_, _, _| Ok(()))?;
+            qp.sq.wqes[i].sent = f.npsn;
+        }
+        Op::CmpSwap | Op::FetchAdd => {
+            let cas = op == Op::CmpSwap;
+            let opcode = if cas {
+                Opcode::RcCompareSwap
+            } else {
+                Opcode::RcFetchAdd
+            };
+            let mut b = bth(opcode, remote, psn);
+            b.ack_req = true;
+            let mut roce = RoceRepr::new(b);
+            roce.atomic_eth = Some(atomic_eth::Repr {
+                virtual_address: f.w.raddr,
+                rkey: f.w.rkey,
+                swap_add: f.w.swap_add,
+                compare: if cas { f.w.compare } else { 0 },
+            });
+            send_packet(cx, &path, &roce, 0, |_, _, _| Ok(()))?;
+            qp.sq.wqes[i].sent = 1;
+        }
+        Op::Nop => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,552 @@
+//! The RC responder: executes request packets in PSN order.
+//!
+//! SEND consumes a receive WQE at its first packet (none posted: RNR NAK) and
+//! completes it at its last; RDMA WRITE validates the rkey over the whole message at
+//! its first packet and places each packet's payload; WRITE with immediate consumes a
+//! receive WQE at its last packet; RDMA READ validates and answers with
+//! `max(1, ceil(len / PMTU))` response packets; atomics (8-byte aligned) are executed on
+//! the 8 bytes of host memory in the host's byte order (as configured with
+//! HOST_ENDIANNESS) and answered with the original value. Every device's packets are
+//! processed under its lock, so an atomic is atomic with respect to every other atomic
+//! of that device (`IBV_ATOMIC_HCA`). Zero-length RDMA operations check no rkey.
+
+use ferroverbs_hw::datapath::cqe::{
+    MLX5_CQE_RESP_SEND, MLX5_CQE_RESP_SEND_IMM, MLX5_CQE_RESP_WR_IMM,
+    MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
+    MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+};
+use ferroverbs_hw::datapath::eqe::{
+    MLX5_EVENT_TYPE_WQ_ACCESS_ERROR, MLX5_EVENT_TYPE_WQ_INVAL_REQ_ERROR,
+};
+
+use crate::engine::cq::CqeKind;
+use crate::engine::mem::{self, Need};
+use crate::engine::wqe::{self, RecvError};
+use crate::engine::{Ctx, InMsg, Pkt, QpRt, Resource, Synd, MAX_RESOURCES};
+use crate::wire::aeth::{self, NakCode, Syndrome};
+use crate::wire::opcode::{Operation, Position};
+use crate::wire::psn::PsnClass;
+use crate::wire::{atomic_ack_eth, Opcode, Psn, RoceRepr};
+use ferroverbs_hw::control::qp::QpcState;
+
+use super::{bth, send_packet};
+
+/// 24-bit MSN.
+const MASK24: u32 = 0x00ff_ffff;
+
+/// Handles a request packet for `qp`.
+pub fn on_request(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
+    if !matches!(qp.state, QpcState::Rtr | QpcState::Rts | QpcState::Sqd) {
+        cx.stats.rx_bad_state += 1;
+        return;
+    }
+    let psn = pkt.repr.bth.psn;
+    match psn.classify(qp.resp.epsn) {
+        PsnClass::Expected => {
+            qp.resp.nak_sent = false;
+            execute(qp, cx, pkt);
+        }
+        PsnClass::Duplicate => {
+            cx.stats.rx_duplicates += 1;
+            duplicate(qp, cx, pkt);
+        }
+        PsnClass::Ahead => {
+            if !qp.resp.nak_sent {
+                qp.resp.nak_sent = true;
+                let e = qp.resp.epsn;
+                nak(qp, cx, e, NakCode::PsnSequenceError);
+            }
+        }
+    }
+}
+
+fn execute(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
+    let op = pkt.repr.opcode();
+    let pos = op.position();
+    let operation = op.operation();
+    let psn = pkt.repr.bth.psn;
+    // The opcode must continue the message in progress, or start one.
+    let in_seq = match qp.resp.cur {
+        InMsg::None => pos.starts_message(),
+        InMsg::Send => operation == Operation::Send && !pos.starts_message(),
+        InMsg::Write { .. } => operation == Operation::RdmaWrite && !pos.starts_message(),
+    };
+    if !in_seq || !op.payload().allows(pkt.payload.len(), qp.cfg.pmtu as usize) {
+        return class_c(qp, cx, psn, NakCode::InvalidRequest);
+    }
+    match operation {
+        Operation::Send => on_send(qp, cx, pkt, pos),
+        Operation::RdmaWrite if qp.cfg.rwe => on_write(qp, cx, pkt, pos),
+        Operation::RdmaReadRequest if qp.cfg.rre => on_read(qp, cx, pkt),
+        Operation::CompareSwap | Operation::FetchAdd if qp.cfg.rae => on_atomic(qp, cx, pkt),
+        // An operation the QP does not enable.
+        _ => class_c(qp, cx, psn, NakCode::InvalidRequest),
+    }
+}
+
+/// The ACK credit code for the receive WQEs posted: the largest code advertising at
+/// most that many (unlimited without an RQ).
+fn credits(qp: &QpRt, cx: &Ctx) -> u8 {
+    if qp.cfg.rq_size == 0 {
+        return aeth::CREDITS_UNLIMITED;
+    }
+    let n = qp.rq_posted(cx.io);
+    (0..aeth::CREDITS_UNLIMITED)
+        .rev()
+        .find(|&c| aeth::credit_count(c).is_some_and(|v| v <= n))
+        .unwrap_or(0)
+}
+
+fn send_ack(qp: &QpRt, cx: &mut Ctx, psn: Psn, syndrome: Syndrome) {
+    let Some(path) = qp.cfg.path else { return };
+    let mut roce = RoceRepr::new(bth(Opcode::RcAcknowledge, qp.cfg.remote_qpn, psn));
+    roce.aeth = Some(aeth::Repr {
+        syndrome,
+        msn: qp.resp.msn & MASK24,
+    });
+    let _ = send_packet(cx, &path, &roce, 0, |_, _, _| Ok(()));
+}
+
+fn ack(qp: &QpRt, cx: &mut Ctx, psn: Psn) {
+    cx.stats.acks += 1;
+    let credits = credits(qp, cx);
+    send_ack(qp, cx, psn, Syndrome::Ack { credits });
+}
+
+fn nak(qp: &QpRt, cx: &mut Ctx, psn: Psn, code: NakCode) {
+    cx.stats.naks += 1;
+    send_ack(qp, cx, psn, Syndrome::Nak(code));
+}
+
+fn rnr_nak(qp: &QpRt, cx: &mut Ctx, psn: Psn) {
+    cx.stats.rnr_naks += 1;
+    send_ack(
+        qp,
+        cx,
+        psn,
+        Syndrome::RnrNak {
+            timer: qp.cfg.min_rnr_nak & aeth::MAX_CODE,
+        },
+    );
+}
+
+/// A class C error with no receive WQE to report it on: NAK, the QP to error, and an
+/// affiliated asynchronous event (invalid request / access violation work queue error).
+fn class_c(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, code: NakCode) {
+    nak(qp, cx, psn, code);
+    let ty = match code {
+        NakCode::RemoteAccessError => MLX5_EVENT_TYPE_WQ_ACCESS_ERROR,
+        _ => MLX5_EVENT_TYPE_WQ_INVAL_REQ_ERROR,
+    };
+    // struct mlx5_eqe_qp_srq: 20 reserved bytes, type (0 = QP), 3 reserved, QPN.
+    let mut data = [0u8; 28];
+    data[24..].copy_from_slice(&(qp.cfg.qpn & MASK24).to_be_bytes());
+    if let Some(v) = cx.fw.post_event(cx.io, ty, 0, &data) {
+        cx.irqs.signal(v);
+    }
+    qp.to_error(cx);
+}
+
+/// Completes the active receive WQE in error, NAKs, and moves the QP to error.
+fn recv_error(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, syndrome: u8, code: NakCode) {
+    let rw = &mut qp.resp.rwqe;
+    if rw.active {
+        rw.active = false;
+        let s = Synd::of(syndrome);
+        let c = qp.resp_completion(
+            CqeKind::Err {
+                req: false,
+                syndrome: s.syndrome,
+                vendor: s.vendor,
+                sop: 0,
+            },
+            qp.resp.rwqe.counter,
+            qp.resp.rwqe.got,
+            cx.now,
+        );
+        cx.post_cqe(qp.cfg.cqn_rcv, &c);
+    }
+    nak(qp, cx, psn, code);
+    qp.to_error(cx);
+}
+
+/// Takes the next receive WQE. `Ok(false)`: none posted (RNR).
+fn take_rwqe(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, scatter: bool) -> Result<bool, ()> {
+    if qp.rq_posted(cx.io) == 0 {
+        rnr_nak(qp, cx, psn);
+        return Ok(false);
+    }
+    let counter = qp.rq_ci;
+    qp.rq_ci = qp.rq_ci.wrapping_add(1);
+    let rw = &mut qp.resp.rwqe;
+    rw.active = true;
+    rw.counter = counter;
+    rw.got = 0;
+    rw.total = 0;
+    rw.sges.clear();
+    if !scatter {
+        return Ok(true);
+    }
+    match wqe::parse_recv(cx.fw, cx.io, &qp.cfg, counter, &mut rw.sges) {
+        Ok(()) => {
+            rw.total = mem::total(&rw.sges);
+            Ok(true)
+        }
+        Err(e) => {
+            let synd = match e {
+                RecvError::Prot => MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
+                RecvError::Unreadable => MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+            };
+            recv_error(qp, cx, psn, synd, NakCode::RemoteOperationalError);
+            Err(())
+        }
+    }
+}
+
+fn on_send(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
+    let psn = pkt.repr.bth.psn;
+    if pos.starts_message() {
+        match take_rwqe(qp, cx, psn, true) {
+            Ok(true) => {}
+            Ok(false) | Err(()) => return,
+        }
+    }
+    let n = pkt.payload.len() as u64;
+    let rw = &qp.resp.rwqe;
+    if rw.got + n > rw.total {
+        return recv_error(
+            qp,
+            cx,
+            psn,
+            MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR,
+            NakCode::InvalidRequest,
+        );
+    }
+    if mem::scatter(cx.fw, cx.io, &rw.sges, rw.got, pkt.payload).is_err() {
+        return recv_error(
+            qp,
+            cx,
+            psn,
+            MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
+            NakCode::RemoteOperationalError,
+        );
+    }
+    qp.resp.rwqe.got += n;
+    qp.resp.epsn = psn.next();
+    if pos.ends_message() {
+        qp.resp.cur = InMsg::None;
+        qp.resp.msn = qp.resp.msn.wrapping_add(1) & MASK24;
+        qp.resp.rwqe.active = false;
+        let imm = pkt.repr.immdt.map(|i| i.immediate);
+        let opcode = if imm.is_some() {
+            MLX5_CQE_RESP_SEND_IMM
+        } else {
+            MLX5_CQE_RESP_SEND
+        };
+        let mut c = qp.resp_completion(
+            CqeKind::Resp { opcode },
+            qp.resp.rwqe.counter,
+            qp.resp.rwqe.got,
+            cx.now,
+        );
+        c.imm = imm.unwrap_or(0);
+        c.se = pkt.repr.bth.solicited;
+        if !cx.post_cqe(qp.cfg.cqn_rcv, &c) {
+            return qp.to_error(cx);
+        }
+    } else {
+        qp.resp.cur = InMsg::Send;
+    }
+    if pkt.repr.bth.ack_req {
+        ack(qp, cx, psn);
+    }
+}
+
+fn on_write(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
+    let psn = pkt.repr.bth.psn;
+    let (va, rkey, left, total) = match qp.resp.cur {
+        InMsg::Write {
+            va,
+            rkey,
+            left,
+            total,
+        } => (va, rkey, left, total),
+        _ => {
+            let Some(r) = pkt.repr.reth else {
+                return class_c(qp, cx, psn, NakCode::InvalidRequest);
+            };
+            let len = u64::from(r.dma_length);
+            if len > 0
+                && mem::check(
+                    cx.fw,
+                    r.rkey,
+                    qp.cfg.pd,
+                    Need::RemoteWrite,
+                    r.virtual_address,
+                    len,
+                )
+                .is_err()
+            {
+                return class_c(qp, cx, psn, NakCode::RemoteAccessError);
+            }
+            (r.virtual_address, r.rkey, len, len)
+        }
+    };
+    let n = pkt.payload.len() as u64;
+    let last = pos.ends_message();
+    if n > left || (last && n != left) {
+        return class_c(qp, cx, psn, NakCode::InvalidRequest);
+    }
+    let imm = pkt.repr.immdt.map(|i| i.immediate);
+    if last && imm.is_some() {
+        // The receive WQE is needed before any byte of this packet lands, so that a
+        // retry after an RNR NAK finds memory as it was.
+        match take_rwqe(qp, cx, psn, false) {
+            Ok(true) => {}
+            Ok(false) | Err(()) => return,
+        }
+    }
+    if n > 0 && mem::write(cx.fw, cx.io, rkey, va, pkt.payload).is_err() {
+        return class_c(qp, cx, psn, NakCode::RemoteAccessError);
+    }
+    qp.resp.epsn = psn.next();
+    if last {
+        qp.resp.cur = InMsg::None;
+        qp.resp.msn = qp.resp.msn.wrapping_add(1) & MASK24;
+        if let Some(imm) = imm {
+            qp.resp.rwqe.active = false;
+            let mut c = qp.resp_completion(
+                CqeKind::Resp {
+                    opcode: MLX5_CQE_RESP_WR_IMM,
+                },
+                qp.resp.rwqe.counter,
+                total,
+                cx.now,
+            );
+            c.imm = imm;
+            c.se = pkt.repr.bth.solicited;
+            if !cx.post_cqe(qp.cfg.cqn_rcv, &c) {
+                return qp.to_error(cx);
+            }
+        }
+    } else {
+        qp.resp.cur = InMsg::Write {
+            va: va + n,
+            rkey,
+            left: left - n,
+            total,
+        };
+    }
+    if pkt.repr.bth.ack_req {
+        ack(qp, cx, psn);
+    }
+}
+
+fn remember(qp: &mut QpRt, r: Resource) {
+    if qp.resp.res.len() >= MAX_RESOURCES {
+        qp.resp.res.pop_front();
+    }
+    qp.resp.res.push_back(r);
+}
+
+fn on_read(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
+    let psn = pkt.repr.bth.psn;
+    let Some(r) = pkt.repr.reth else {
+        return class_c(qp, cx, psn, NakCode::InvalidRequest);
+    };
+    let len = u64::from(r.dma_length);
+    if len > 0
+        && mem::check(
+            cx.fw,
+            r.rkey,
+            qp.cfg.pd,
+            Need::RemoteRead,
+            r.virtual_address,
+            len,
+        )
+        .is_err()
+    {
+        return class_c(qp, cx, psn, NakCode::RemoteAccessError);
+    }
+    let pmtu = u64::from(qp.cfg.pmtu);
+    let npsn = len.div_ceil(pmtu).max(1) as u32;
+    // The MSN counts the READ once it is accepted, before its responses (C9-148).
+    qp.resp.msn = qp.resp.msn.wrapping_add(1) & MASK24;
+    qp.resp.epsn = psn.add(npsn);
+    remember(
+        qp,
+        Resource::Read {
+            psn,
+            npsn,
+            va: r.virtual_address,
+            rkey: r.rkey,
+            len,
+        },
+    );
+    read_responses(qp, cx, psn, npsn, 0, r.virtual_address, r.rkey, len);
+}
+
+/// Sends responses `from..npsn` of a READ of `len` bytes at `va` whose first PSN is
+/// `psn`.
+#[allow(clippy::too_many_arguments)]
+fn read_responses(
+    qp: &QpRt,
+    cx: &mut Ctx,
+    psn: Psn,
+    npsn: u32,
+    from: u32,
+    va: u64,
+    rkey: u32,
+    len: u64,
+) {
+    let Some(path) = qp.cfg.path else { return };
+    let pmtu = u64::from(qp.cfg.pmtu);
+    for k in from..npsn {
+        let pos = if npsn == 1 {
+            Position::Only
+        } else if k == 0 {
+            Position::First
+        } else if k + 1 == npsn {
+            Position::Last
+        } else {
+            Position::Middle
+        };
+        let opcode = match pos {
+            Position::Only => Opcode::RcRdmaReadResponseOnly,
+            Position::First => Opcode::RcRdmaReadResponseFirst,
+            Position::Middle => Opcode::RcRdmaReadResponseMiddle,
+            Position::Last => Opcode::RcRdmaReadResponseLast,
+        };
+        let off = u64::from(k) * pmtu;
+        let n = pmtu.min(len - off) as usize;
+        let mut roce = RoceRepr::new(bth(opcode, qp.cfg.remote_qpn, psn.add(k)));
+        if pos != Position::Middle {
+            roce.aeth = Some(aeth::Repr {
+                syndrome: Syndrome::ACK,
+                msn: qp.resp.msn,
+            });
+        }
+        let sent = send_packet(cx, &path, &roce, n, |fw, io, dst| {
+            mem::read(fw, io, rkey, va + off, dst)
+        });
+        if sent.is_err() {
+            // Host memory vanished under the READ: the requester times out (issue 5).
+            break;
+        }
+        cx.stats.read_responses += 1;
+    }
+}
+
+fn on_atomic(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
+    let psn = pkt.repr.bth.psn;
+    let Some(a) = pkt.repr.atomic_eth else {
+        return class_c(qp, cx, psn, NakCode::InvalidRequest);
+    };
+    if a.virtual_address % 8 != 0 {
+        return class_c(qp, cx, psn, NakCode::InvalidRequest);
+    }
+    if mem::check(
+        cx.fw,
+        a.rkey,
+        qp.cfg.pd,
+        Need::RemoteAtomic,
+        a.virtual_address,
+        8,
+    )
+    .is_err()
+    {
+        return class_c(qp, cx, psn, NakCode::RemoteAccessError);
+    }
+    let Ok(iova) = mem::translate8(cx.fw, a.rkey, a.virtual_address) else {
+        return class_c(qp, cx, psn, NakCode::RemoteAccessError);
+    };
+    let little = cx.fw.host_endianness() == 0;
+    let mut cur = [0u8; 8];
+    if cx.io.read(iova, &mut cur).is_err() {
+        return class_c(qp, cx, psn, NakCode::RemoteAccessError);
+    }
+    let orig = if little {
+        u64::from_le_bytes(cur)
+    } else {
+        u64::from_be_bytes(cur)
+    };
+    let new = if pkt.repr.opcode() == Opcode::RcCompareSwap {
+        if orig == a.compare {
+            a.swap_add
+        } else {
+            orig
+        }
+    } else {
+        orig.wrapping_add(a.swap_add)
+    };
+    if new != orig {
+        let bytes = if little {
+            new.to_le_bytes()
+        } else {
+            new.to_be_bytes()
+        };
+        if cx.io.write(iova, &bytes).is_err() {
+            return class_c(qp, cx, psn, NakCode::RemoteAccessError);
+        }
+    }
+    cx.stats.atomics += 1;
+    qp.resp.msn = qp.resp.msn.wrapping_add(1) & MASK24;
+    qp.resp.epsn = psn.next();
+    remember(qp, Resource::Atomic { psn, orig });
+    atomic_ack(qp, cx, psn, orig);
+}
+
+fn atomic_ack(qp: &QpRt, cx: &mut Ctx, psn: Psn, orig: u64) {
+    let Some(path) = qp.cfg.path else { return };
+    let mut roce = RoceRepr::new(bth(Opcode::RcAtomicAcknowledge, qp.cfg.remote_qpn, psn));
+    roce.aeth = Some(aeth::Repr {
+        syndrome: Syndrome::ACK,
+        msn: qp.resp.msn,
+    });
+    roce.atomic_ack_eth = Some(atomic_ack_eth::Repr { original: orig });
+    let _ = send_packet(cx, &path, &roce, 0, |_, _, _| Ok(()));
+}
+
+/// A request whose PSN was already executed.
+fn duplicate(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
+    let psn = pkt.repr.bth.psn;
+    match pkt.repr.opcode().operation() {
+        Operation::Send | Operation::RdmaWrite => {
+            // Acknowledge everything executed so far; do not execute again.
+            let last = qp.resp.epsn.sub(1);
+            ack(qp, cx, last);
+        }
+        Operation::RdmaReadRequest => {
+            let found = qp.resp.res.iter().rev().find_map(|r| match *r {
+                Resource::Read {
+                    psn: p,
+                    npsn,
+                    va,
+                    rkey,
+                    len,
+                } if {
+                    let d = psn.distance(p);
+                    d >= 0 && (d as u32) < npsn
+                } =>
+                {
+                    Some((p, npsn, va, rkey, len))
+                }
+                _ => None,
+            });
+            if let Some((p, npsn, va, rkey, len)) = found {
+                let from = psn.distance(p) as u32;
+                read_responses(qp, cx, p, npsn, from, va, rkey, len);
+            }
+        }
+        Operation::CompareSwap | Operation::FetchAdd => {
+            let found = qp.resp.res.iter().rev().find_map(|r| match *r {
+                Resource::Atomic { psn: p, orig } if p == psn => Some(orig),
+                _ => None,
+            });
+            if let Some(orig) = found {
+                atomic_ack(qp, cx, psn, orig);
+            }
+        }
+        _ => {}
+    }
+}
