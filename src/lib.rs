@@ -1,1 +1,4 @@
-//! ferroverbs workspace root: integration tests, examples, benchmarks.
+//! ferroverbs workspace root: integration tests, examples, benchmarks, and the
+//! `ferroverbs` command-line tool ([`cli`]).
+
+pub mod cli;
