@@ -17,6 +17,7 @@ use ferroverbs_hw::datapath::wqe::{
 };
 use ferroverbs_hw::{Bus, DmaPerm};
 
+use super::fastmem::FastMem;
 use super::qp::WqShared;
 use super::{exec, Error, Result, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::dma::{DmaBuf, PAGE_SIZE};
@@ -26,7 +27,7 @@ use crate::Context;
 /// Bytes of one CQE (64-byte CQEs only).
 const CQE_BYTES: usize = 64;
 
-type CqRing<B> = ring::CompletionQueue<Arc<DmaBuf<B>>, Word<Arc<DmaBuf<B>>>>;
+type CqRing<B> = ring::CompletionQueue<FastMem<B>, Word<FastMem<B>>>;
 
 /// The firmware CQ and its memory, shared by the [`CompletionQueue`] handle and every
 /// QP that uses the CQ: `DESTROY_CQ` happens when the last of them goes, and the
@@ -114,15 +115,17 @@ impl<B: Bus> Poller<B> {
 
     fn ring(buf: &Arc<DmaBuf<B>>, ncqe: u32, cqn: u32, uar: u32) -> Result<CqRing<B>> {
         let ring_len = ncqe as usize * CQE_BYTES;
+        let window =
+            |off, len| FastMem::new(buf, off, len).ok_or(Error::InvalidArgument("CQ geometry"));
         CqRing::new(
-            Arc::clone(buf),
+            window(0, ring_len)?,
             Word {
-                mem: Arc::clone(buf),
-                off: ring_len + 4 * MLX5_CQ_SET_CI,
+                mem: window(ring_len, 8)?,
+                off: 4 * MLX5_CQ_SET_CI,
             },
             Word {
-                mem: Arc::clone(buf),
-                off: ring_len + 4 * MLX5_CQ_ARM_DB,
+                mem: window(ring_len, 8)?,
+                off: 4 * MLX5_CQ_ARM_DB,
             },
             CqConfig {
                 cqn,

@@ -63,6 +63,7 @@
 
 mod attr;
 mod cq;
+mod fastmem;
 pub mod fastpath;
 mod mr;
 mod pd;

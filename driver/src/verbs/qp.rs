@@ -25,12 +25,13 @@ use ferroverbs_hw::{Bus, DmaPerm};
 
 use super::attr::{ceil_log2, mtu_from_qpc};
 use super::cq::CqCore;
+use super::fastmem::FastMem;
 use super::{
     exec, AccessFlags, AddressVector, CompletionQueue, Error, Pd, QpAttr, QpInfo, QpState, RecvWr,
     Result, RtrAttr, RtsAttr, SendOp, SendWr, Transition,
 };
 use crate::dma::{DmaBuf, PAGE_SIZE};
-use crate::ring::{self, BlueFlameReg, QpType, Region, RqConfig, SqConfig, Word};
+use crate::ring::{self, BlueFlameReg, QpType, RqConfig, SqConfig, Word};
 use crate::Context;
 
 /// The WQE overhead of an RC QP before its data part: control, remote address and
@@ -233,8 +234,8 @@ impl WqShared {
 }
 
 type Mem<B> = Arc<DmaBuf<B>>;
-type SqRing<B> = ring::SendQueue<Region<Mem<B>>, Word<Mem<B>>>;
-type RqRing<B> = ring::ReceiveQueue<Region<Mem<B>>, Word<Mem<B>>>;
+type SqRing<B> = ring::SendQueue<FastMem<B>, Word<FastMem<B>>>;
+type RqRing<B> = ring::ReceiveQueue<FastMem<B>, Word<FastMem<B>>>;
 
 /// The layout of a QP's buffer and queues, from the caps (`mlx5_calc_sq_size`,
 /// `mlx5_calc_rq_size`).
@@ -705,24 +706,22 @@ fn rings<B: Bus>(buf: &Mem<B>, geo: &Geometry, sq_cfg: SqConfig) -> Result<(SqRi
     let rq_bytes = geo.rq_bytes();
     let dbr = geo.dbr_offset();
     let bad = |_| Error::InvalidArgument("QP geometry");
-    let sq_mem = Region::new(Arc::clone(buf), rq_bytes, geo.sq_bytes())
-        .ok_or(Error::InvalidArgument("QP geometry"))?;
-    let rq_mem =
-        Region::new(Arc::clone(buf), 0, rq_bytes).ok_or(Error::InvalidArgument("QP geometry"))?;
+    let window =
+        |off, len| FastMem::new(buf, off, len).ok_or(Error::InvalidArgument("QP geometry"));
     let sq = SqRing::new(
-        sq_mem,
+        window(rq_bytes, geo.sq_bytes())?,
         Word {
-            mem: Arc::clone(buf),
-            off: dbr + 4 * MLX5_SND_DBR,
+            mem: window(dbr, 8)?,
+            off: 4 * MLX5_SND_DBR,
         },
         sq_cfg,
     )
     .map_err(bad)?;
     let rq = RqRing::new(
-        rq_mem,
+        window(0, rq_bytes)?,
         Word {
-            mem: Arc::clone(buf),
-            off: dbr + 4 * MLX5_RCV_DBR,
+            mem: window(dbr, 8)?,
+            off: 4 * MLX5_RCV_DBR,
         },
         RqConfig {
             wqe_cnt: geo.rq_wqes,

@@ -1,0 +1,128 @@
+//! Queue memory for the verbs fast path: a window of a [`DmaBuf`] that the ring
+//! writers access with plain copies instead of per-word atomics.
+//!
+//! [`DmaBuf`]'s own accessors make every access an atomic load or store of one word,
+//! checked against the buffer, which is right for memory the device may change at
+//! any time but costs several instructions per 8 bytes. The bytes of a WQE or a CQE
+//! body are not such memory: the driver writes a WQE only into ring slots the device
+//! does not own (before the doorbell that publishes them, or after the completion
+//! that returned them), and reads a CQE body only after the owner byte said the
+//! device is done with it; both orders go through the acquire/release operations of
+//! the rings (owner byte, doorbell record, the QP's completion counters) and the
+//! [`Bus`] barriers. So no access of these copies is concurrent with a device access to
+//! the same bytes, and plain copies are enough. The owner byte and the doorbell
+//! record words, which the device does access concurrently, stay atomic.
+//!
+//! A [`FastMem`] is private to the rings of one QP or CQ, which the verbs objects
+//! reach only through `&mut self`; no two threads use it at once.
+
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use ferroverbs_hw::Bus;
+
+use crate::dma::DmaBuf;
+use crate::ring::QueueMem;
+
+/// `len` bytes at `off` of a DMA buffer, which the window keeps alive.
+pub(crate) struct FastMem<B: Bus> {
+    ptr: *mut u8,
+    len: usize,
+    _buf: Arc<DmaBuf<B>>,
+}
+
+// SAFETY: the window owns a reference to its allocation, which outlives it; moving it
+// to another thread moves the only user of these bytes (see the module doc).
+unsafe impl<B: Bus> Send for FastMem<B> {}
+// SAFETY: a `FastMem` is reachable only through the `&mut self` of the verbs object
+// whose ring holds it, so shared references never exist on two threads at once; the
+// only accesses the device may make concurrently are to the owner byte and the
+// doorbell record words, which are atomic here.
+unsafe impl<B: Bus> Sync for FastMem<B> {}
+
+impl<B: Bus> FastMem<B> {
+    /// The window `off..off + len` of `buf`; `None` if it does not fit.
+    pub(crate) fn new(buf: &Arc<DmaBuf<B>>, off: usize, len: usize) -> Option<Self> {
+        let end = off.checked_add(len)?;
+        if end > buf.len() {
+            return None;
+        }
+        Some(FastMem {
+            // In bounds: checked above (`wrapping_add` needs no unsafe; the result is
+            // inside the allocation).
+            ptr: buf.as_ptr().wrapping_add(off),
+            len,
+            _buf: Arc::clone(buf),
+        })
+    }
+
+    #[inline(always)]
+    fn check(&self, off: usize, n: usize) {
+        // Offsets come from the rings, which check their geometry against `len` once;
+        // a failure here is a driver bug, not a device fault.
+        assert!(
+            off <= self.len && n <= self.len - off,
+            "queue access of {n} bytes at {off} outside {} bytes",
+            self.len
+        );
+    }
+}
+
+impl<B: Bus> QueueMem for FastMem<B> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline(always)]
+    fn load_u8(&self, off: usize) -> u8 {
+        self.check(off, 1);
+        // SAFETY: in bounds (checked); the allocation lives as long as `self`; the
+        // byte is only accessed atomically here (an owner byte the device writes).
+        unsafe { AtomicU8::from_ptr(self.ptr.add(off)) }.load(Ordering::Relaxed)
+    }
+
+    #[inline(always)]
+    fn read(&self, off: usize, dst: &mut [u8]) {
+        self.check(off, dst.len());
+        // SAFETY: the source is in bounds (checked) of a live allocation, `dst` is a
+        // distinct Rust buffer; no device access to these bytes is concurrent (module
+        // doc).
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
+    }
+
+    #[inline(always)]
+    fn write(&self, off: usize, src: &[u8]) {
+        self.check(off, src.len());
+        // SAFETY: the destination is in bounds (checked) of a live allocation that no
+        // Rust reference points into; no device access to these bytes is concurrent
+        // (module doc).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len()) }
+    }
+
+    #[inline(always)]
+    fn store_be32(&self, off: usize, value: u32) {
+        self.check(off, 4);
+        assert!(
+            (self.ptr as usize + off).is_multiple_of(4),
+            "misaligned record"
+        );
+        // SAFETY: in bounds and 4-byte aligned (checked); a doorbell record word the
+        // device reads concurrently, so accessed atomically only.
+        unsafe { AtomicU32::from_ptr(self.ptr.add(off) as *mut u32) }
+            .store(value.to_be(), Ordering::Release)
+    }
+
+    #[inline(always)]
+    fn load_be32(&self, off: usize) -> u32 {
+        self.check(off, 4);
+        assert!(
+            (self.ptr as usize + off).is_multiple_of(4),
+            "misaligned record"
+        );
+        // SAFETY: as in `store_be32`.
+        u32::from_be(
+            unsafe { AtomicU32::from_ptr(self.ptr.add(off) as *mut u32) }.load(Ordering::Relaxed),
+        )
+    }
+}

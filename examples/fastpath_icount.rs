@@ -1,0 +1,117 @@
+//! Instruction-count harness of the verbs fast path (run under valgrind by
+//! `benches/icount.sh`; `docs/performance.md` has the method and the numbers).
+//!
+//! `fastpath_icount <case> <iterations>` runs one case over `MemBus` with the harness
+//! playing the device (`verbs::fastpath`). Each measured operation is one call of an
+//! `icount_*` function (never inlined), so callgrind's `--toggle-collect=*icount_*`
+//! counts exactly the operation (plus a call and a return) and nothing of the device
+//! emulation around it. Cases:
+//!
+//! * `inline`: `post_send` of one signaled 64-byte inline SEND with its doorbell
+//!   (BlueFlame);
+//! * `send`: `post_send` of one signaled one-SGE SEND (BlueFlame, 64 bytes);
+//! * `list16`: `post_send` of a list of 16 one-SGE SENDs with one doorbell;
+//! * `poll`: `poll` of one CQE into a one-entry array;
+//! * `empty`: `poll` of an empty CQ.
+use std::hint::black_box;
+use std::sync::Arc;
+
+use ferroverbs::verbs::fastpath::{DetachedCq, DetachedQp};
+use ferroverbs::verbs::{QpCap, QpState, SendWr, Sge, WorkCompletion};
+use ferroverbs_hw::datapath::wqe::MLX5_OPCODE_SEND;
+use ferroverbs_hw::MemBus;
+
+#[inline(never)]
+fn icount_post_send(qp: &mut DetachedQp<MemBus>, wrs: &[SendWr<'_>]) {
+    let r = qp.post_send(black_box(wrs));
+    debug_assert!(r.is_ok());
+    black_box(r).ok();
+}
+
+#[inline(never)]
+fn icount_poll(cq: &mut DetachedCq<MemBus>, wc: &mut [WorkCompletion]) -> usize {
+    cq.poll(black_box(wc))
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let case = args.next().unwrap_or_else(|| "inline".into());
+    let iters: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
+
+    let bus = Arc::new(MemBus::new(1 << 16));
+    let cap = QpCap {
+        max_send_wr: 256,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let mut cq = DetachedCq::new(&bus, 4095).expect("cq");
+    let mut qp = DetachedQp::new(&bus, 0x77, &cap, false).expect("qp");
+    cq.attach(&qp);
+    qp.set_state(QpState::Rts);
+    let mut wc = [WorkCompletion::default(); 16];
+    let payload = [0x5au8; 64];
+    let parts: [&[u8]; 1] = [&payload];
+    let sge = [Sge {
+        addr: 0x10_0000,
+        length: 64,
+        lkey: 0x1234,
+    }];
+
+    match case.as_str() {
+        "inline" | "send" => {
+            let inline = [SendWr::send_inline(1, &parts).signaled()];
+            let gather = [SendWr::send(1, &sge).signaled()];
+            let wrs: &[SendWr<'_>] = if case == "inline" { &inline } else { &gather };
+            for i in 0..iters {
+                let idx = qp.next_send_index();
+                icount_post_send(&mut qp, wrs);
+                // Retire it as the device would, every time (not measured).
+                cq.produce_send(0x77, idx, MLX5_OPCODE_SEND);
+                let n = cq.poll(&mut wc);
+                assert_eq!(n, 1, "iteration {i}");
+            }
+        }
+        "list16" => {
+            let list: Vec<SendWr<'_>> = (0..16)
+                .map(|i| {
+                    let w = SendWr::send(i, &sge);
+                    if i == 15 {
+                        w.signaled()
+                    } else {
+                        w
+                    }
+                })
+                .collect();
+            for _ in 0..iters {
+                icount_post_send(&mut qp, &list);
+                let last = qp.next_send_index().wrapping_sub(1);
+                cq.produce_send(0x77, last, MLX5_OPCODE_SEND);
+                assert_eq!(cq.poll(&mut wc), 1);
+            }
+        }
+        "poll" => {
+            let one = [SendWr::send(1, &sge).signaled()];
+            for _ in 0..iters {
+                let idx = qp.next_send_index();
+                qp.post_send(&one).expect("post");
+                cq.produce_send(0x77, idx, MLX5_OPCODE_SEND);
+                // A one-entry array: the cost of taking one CQE, without the
+                // look at the next (empty) entry a larger array adds.
+                let n = icount_poll(&mut cq, &mut wc[..1]);
+                assert_eq!(n, 1);
+            }
+        }
+        "empty" => {
+            for _ in 0..iters {
+                assert_eq!(icount_poll(&mut cq, &mut wc), 0);
+            }
+        }
+        other => {
+            eprintln!("unknown case {other}: inline, send, list16, poll, empty");
+            std::process::exit(2);
+        }
+    }
+    println!("{case} {iters}");
+}
