@@ -76,3 +76,147 @@ pub fn assert_nothing_left(sim: &Sim) {
     assert_eq!(s.pages_held, 0, "firmware pages left: {s:?}");
     assert_eq!(s.objects.total(), 0, "objects left: {s:?}");
 }
+
+/// Two simulated NICs on an in-process fabric.
+pub struct Net {
+    /// The fabric.
+    pub fabric: ferroverbs_sim::Fabric,
+    /// NIC 1.
+    pub a: Sim,
+    /// NIC 2.
+    pub b: Sim,
+}
+
+impl Net {
+    /// Two deterministic (virtual time, stepped) or threaded NICs.
+    pub fn new(threaded: bool) -> Net {
+        let cfg = |seed| {
+            if threaded {
+                SimConfig::threaded(seed, 1)
+            } else {
+                SimConfig::deterministic(seed, 1)
+            }
+        };
+        let fabric = ferroverbs_sim::Fabric::new(0xfab);
+        let a = Sim::new(cfg(0xa1));
+        let b = Sim::new(cfg(0xb2));
+        fabric.attach(&a);
+        fabric.attach(&b);
+        Net { fabric, a, b }
+    }
+
+    /// Lets the fabric deliver what is in flight (deterministic mode; in threaded
+    /// mode the devices progress alone and this only runs what is queued).
+    pub fn settle(&self) {
+        self.fabric.run_until_idle();
+    }
+}
+
+/// The RoCE v2 GID of NIC `n` (10.0.0.n) with the simulated port's MAC.
+pub fn nic_gid(sim: &Sim, n: u8) -> GidEntry {
+    GidEntry::ipv4(0, [10, 0, 0, n], sim.port_macs()[0])
+}
+
+/// Opens NIC `n` with its GID at index 0.
+pub fn open_nic(sim: &Sim, n: u8) -> (Context<SimBus>, GidEntry) {
+    let g = nic_gid(sim, n);
+    let cfg = DeviceConfig {
+        cmd_timeout: Duration::from_secs(5),
+        init_timeout: Duration::from_secs(5),
+        health_period: Duration::from_secs(1),
+        ..DeviceConfig::default()
+    }
+    .with_clock(vclock(sim))
+    .with_gid(g);
+    (Device::open(sim.bus(), cfg).expect("bring-up"), g)
+}
+
+/// Takes `qa` (whose peer is `gb`) and `qb` (peer `ga`) to RTS, connected to each
+/// other, with every remote access enabled and the path MTU `mtu`.
+pub fn connect<B: ferroverbs_hw::Bus>(
+    qa: &mut ferroverbs::verbs::QueuePair<'_, B>,
+    ga: &GidEntry,
+    qb: &mut ferroverbs::verbs::QueuePair<'_, B>,
+    gb: &GidEntry,
+    mtu: Mtu,
+) {
+    use ferroverbs::verbs::AccessFlags as A;
+    let all = A::REMOTE_READ | A::REMOTE_WRITE | A::REMOTE_ATOMIC;
+    connect_with(qa, ga, qb, gb, mtu, all);
+}
+
+/// As [`connect`], with the remote access rights `access` on both QPs.
+pub fn connect_with<B: ferroverbs_hw::Bus>(
+    qa: &mut ferroverbs::verbs::QueuePair<'_, B>,
+    ga: &GidEntry,
+    qb: &mut ferroverbs::verbs::QueuePair<'_, B>,
+    gb: &GidEntry,
+    mtu: Mtu,
+    access: ferroverbs::verbs::AccessFlags,
+) {
+    let (na, nb) = (qa.qp_num(), qb.qp_num());
+    for (q, peer, peer_qpn, rq_psn, sq_psn) in [(&mut *qa, gb, nb, 0x200, 0x100)] {
+        q.to_init(1, access).expect("a init");
+        q.to_rtr(&RtrAttr {
+            av: AddressVector::new(peer.gid, peer.mac, 0),
+            path_mtu: mtu,
+            dest_qpn: peer_qpn,
+            rq_psn,
+            max_dest_rd_atomic: 4,
+            min_rnr_timer: 1,
+        })
+        .expect("a rtr");
+        q.to_rts(&RtsAttr {
+            max_rd_atomic: 4,
+            ..RtsAttr::new(sq_psn)
+        })
+        .expect("a rts");
+    }
+    qb.to_init(1, access).expect("b init");
+    qb.to_rtr(&RtrAttr {
+        av: AddressVector::new(ga.gid, ga.mac, 0),
+        path_mtu: mtu,
+        dest_qpn: na,
+        rq_psn: 0x100,
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 1,
+    })
+    .expect("b rtr");
+    qb.to_rts(&RtsAttr {
+        max_rd_atomic: 4,
+        ..RtsAttr::new(0x200)
+    })
+    .expect("b rts");
+}
+
+/// Polls `cq` until `n` completions arrived, letting the fabric run; panics after 10 s.
+pub fn wait<B: ferroverbs_hw::Bus>(
+    net: &Net,
+    cq: &mut ferroverbs::verbs::CompletionQueue<'_, B>,
+    n: usize,
+) -> Vec<ferroverbs::verbs::WorkCompletion> {
+    let mut out = Vec::new();
+    let mut wc = [ferroverbs::verbs::WorkCompletion::default(); 64];
+    let start = std::time::Instant::now();
+    while out.len() < n {
+        net.settle();
+        let k = cq.poll(&mut wc[..(n - out.len()).min(64)]);
+        out.extend_from_slice(&wc[..k]);
+        if k == 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "only {} of {n} completions: {out:?}",
+                out.len()
+            );
+            std::thread::yield_now();
+        }
+    }
+    out
+}
+
+/// Bytes `n` of a pattern seeded with `seed`.
+pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect()
+}
