@@ -155,38 +155,36 @@ pub fn connect_with<B: ferroverbs_hw::Bus>(
     access: ferroverbs::verbs::AccessFlags,
 ) {
     let (na, nb) = (qa.qp_num(), qb.qp_num());
-    for (q, peer, peer_qpn, rq_psn, sq_psn) in [(&mut *qa, gb, nb, 0x200, 0x100)] {
-        q.to_init(1, access).expect("a init");
-        q.to_rtr(&RtrAttr {
-            av: AddressVector::new(peer.gid, peer.mac, 0),
-            path_mtu: mtu,
-            dest_qpn: peer_qpn,
-            rq_psn,
-            max_dest_rd_atomic: 4,
-            min_rnr_timer: 1,
-        })
-        .expect("a rtr");
-        q.to_rts(&RtsAttr {
-            max_rd_atomic: 4,
-            ..RtsAttr::new(sq_psn)
-        })
-        .expect("a rts");
-    }
-    qb.to_init(1, access).expect("b init");
-    qb.to_rtr(&RtrAttr {
-        av: AddressVector::new(ga.gid, ga.mac, 0),
+    to_rts(qa, gb, nb, 0x200, 0x100, mtu, access);
+    to_rts(qb, ga, na, 0x100, 0x200, mtu, access);
+}
+
+/// Takes `q` to RTS towards QP `peer_qpn` at `peer`.
+#[allow(clippy::too_many_arguments)]
+pub fn to_rts<B: ferroverbs_hw::Bus>(
+    q: &mut ferroverbs::verbs::QueuePair<'_, B>,
+    peer: &GidEntry,
+    peer_qpn: u32,
+    rq_psn: u32,
+    sq_psn: u32,
+    mtu: Mtu,
+    access: ferroverbs::verbs::AccessFlags,
+) {
+    q.to_init(1, access).expect("INIT");
+    q.to_rtr(&RtrAttr {
+        av: AddressVector::new(peer.gid, peer.mac, 0),
         path_mtu: mtu,
-        dest_qpn: na,
-        rq_psn: 0x100,
+        dest_qpn: peer_qpn,
+        rq_psn,
         max_dest_rd_atomic: 4,
         min_rnr_timer: 1,
     })
-    .expect("b rtr");
-    qb.to_rts(&RtsAttr {
+    .expect("RTR");
+    q.to_rts(&RtsAttr {
         max_rd_atomic: 4,
-        ..RtsAttr::new(0x200)
+        ..RtsAttr::new(sq_psn)
     })
-    .expect("b rts");
+    .expect("RTS");
 }
 
 /// Polls `cq` until `n` completions arrived, letting the fabric run; panics after 10 s.
