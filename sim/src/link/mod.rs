@@ -249,8 +249,8 @@ impl Uplink for FabricInner {
 /// An in-process Ethernet switch connecting simulated NICs by their MAC addresses.
 ///
 /// Cloning gives another handle to the same fabric. The fabric does not keep devices
-/// alive: a device dropped by the test simply stops receiving (its frames are counted as
-/// `no_route` once its routes are gone... they stay, and frames queue until dropped).
+/// alive (it holds weak handles); frames for a device that was dropped wait in its
+/// orphaned receive queue until that queue fills, then count as `queue_full`.
 #[derive(Clone)]
 pub struct Fabric {
     inner: Arc<FabricInner>,
@@ -341,7 +341,14 @@ impl Fabric {
     /// frames waiting in its receive queue and its due timers. Returns the work done
     /// (frames processed, timers fired); 0 means the fabric is idle at this instant.
     pub fn step(&self) -> usize {
-        self.inner.sims().iter().map(Sim::service).sum()
+        // No allocation: the devices are visited under the list's lock (servicing a
+        // device only takes its own lock, the routes' and receive queues' locks).
+        let devices = lock(&self.inner.devices);
+        devices
+            .iter()
+            .filter_map(WeakSim::upgrade)
+            .map(|s| s.service())
+            .sum()
     }
 
     /// Steps until a round does nothing (at most [`MAX_STEPS`] rounds). Returns the
