@@ -231,7 +231,7 @@ fn threaded_devices_progress_while_the_application_only_polls() {
         'pong: loop {
             let n = cqa.poll(&mut wc);
             for c in &wc[..n] {
-                assert_eq!(c.status, WcStatus::Success, "{c:?}");
+                assert_eq!(c.status, WcStatus::Success, "pong {i}: {c:?}");
                 if c.opcode == WcOpcode::Recv {
                     assert_eq!(c.wr_id, i);
                     break 'pong;

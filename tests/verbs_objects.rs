@@ -480,3 +480,19 @@ fn memory_regions_own_their_buffer_and_check_access() {
     ctx.close().unwrap();
     assert_nothing_left(&sim);
 }
+
+#[test]
+fn no_memory_key_is_the_receive_list_terminator() {
+    // `MLX5_INVALID_LKEY` (0x100: index 1, variant 0) ends a short receive scatter
+    // list; a region with that key would read as an empty list to the device.
+    let sim = sim();
+    let ctx = open(&sim, 1);
+    let pd = ctx.alloc_pd().unwrap();
+    let mrs: Vec<_> = (0..300)
+        .map(|_| pd.alloc_mr(64, AccessFlags::LOCAL_WRITE).unwrap())
+        .collect();
+    for mr in &mrs {
+        assert_ne!(mr.lkey(), 0x100);
+        assert_ne!(mr.lkey() & 0xff, 0, "variant byte 0 is never used");
+    }
+}

@@ -363,7 +363,14 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             access.contains(AccessFlags::REMOTE_ATOMIC).into(),
         );
         m(mkc::qpn).set(&mut input, MKC_QPN_NONE.into());
-        let variant = KEY_VARIANT.fetch_add(1, Ordering::Relaxed);
+        // Never 0: key 0x100 (index 1, variant 0) is `MLX5_INVALID_LKEY`, the
+        // terminator of a short receive scatter list, and must never name a region.
+        let variant = loop {
+            let v = KEY_VARIANT.fetch_add(1, Ordering::Relaxed);
+            if v != 0 {
+                break v;
+            }
+        };
         m(mkc::mkey_7_0).set(&mut input, variant.into());
         m(mkc::pd).set(&mut input, self.pdn().into());
         m(mkc::start_addr).set(&mut input, addr);
