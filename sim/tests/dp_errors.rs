@@ -560,3 +560,39 @@ fn rnr_nak_backs_off_until_a_receive_is_posted() {
         MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR,
     );
 }
+
+#[test]
+fn no_key_is_the_receive_terminator() {
+    // The first MKEY of a device with variant byte 0 must not be 0x100 (the lkey that
+    // ends a receive WQE's list): a one-entry receive WQE has no terminator, so such a
+    // key would read as an empty list.
+    let mut p = Pair::deterministic(Conn::default());
+    let qpn = p.qa.qpn;
+    p.b.variant = 0xff;
+    let dst = p.b.reg_mr(4096, ALL);
+    assert_eq!(dst.key & 0xff, 0);
+    assert_ne!(dst.key, 0x100);
+    let src = p.a.reg_mr(64, ALL);
+    p.a.mr_write(&src, 0, b"terminator?");
+    // A 16-byte stride QP: exactly one scatter entry, no terminator.
+    let mut q1 = p.b.create_qp(&p.bcq.0, &p.bcq.1, 4, 4, 0);
+    let mut qa2 = p.a.create_qp(&p.acq.0, &p.acq.1, 4, 4, 0);
+    let c = Conn::default();
+    let (bip, bmac, aip, amac) = (p.b.ip, p.b.mac, p.a.ip, p.a.mac);
+    p.a.connect(&qa2, q1.qpn, bip, bmac, &c, 0x300);
+    p.b.connect(
+        &q1,
+        qa2.qpn,
+        aip,
+        amac,
+        &Conn { sq_psn: 0x300, ..c },
+        c.sq_psn,
+    );
+    let _ = qpn;
+    p.b.post_recv(&mut q1, &[sge(&dst, 0, 4096)]);
+    let q2n = qa2.qpn;
+    p.a.post(&mut qa2, &send_wqe(q2n, &[sge(&src, 0, 11)], None, SIG));
+    let r = wait_cqe(&p.fabric, &p.b, &mut p.bcq.1);
+    assert_eq!((r.opcode(), r.byte_cnt()), (MLX5_CQE_RESP_SEND, 11));
+    assert_eq!(p.b.mr_read(&dst, 0, 11), b"terminator?");
+}

@@ -409,7 +409,9 @@ impl Firmware {
             uars: Table::new(cfg.first_uar, cfg.num_uars.max(1)),
             pds: Table::new(1, 1),
             tds: Table::new(1, 1),
-            mkeys: Table::new(1, 1),
+            // Index 1 with variant 0 would be key 0x100, MLX5_INVALID_LKEY, the receive
+            // list terminator: firmware never hands it out, so numbering starts at 2.
+            mkeys: Table::new(FIRST_MKEY_INDEX, 1),
             eqs: Table::new(1, 1),
             cqs: Table::new(1, 1),
             qps: Table::new(QPN_BASE, 1),
@@ -451,7 +453,9 @@ impl Firmware {
         self.pds.set_capacity(cap(self.caps.gen(g::log_max_pd)));
         self.tds
             .set_capacity(cap(self.caps.gen(g::log_max_transport_domain)));
-        self.mkeys.set_capacity(cap(self.caps.gen(g::log_max_mkey)));
+        // MKEY indexes are 24 bits (key = index << 8 | variant).
+        self.mkeys
+            .set_capacity(cap(self.caps.gen(g::log_max_mkey)).min((1 << 24) - FIRST_MKEY_INDEX));
         // EQ numbers are 8 bits and start at 1.
         self.eqs
             .set_capacity(cap(self.caps.gen(g::log_max_eq)).min(255));
@@ -793,6 +797,10 @@ impl Firmware {
         )
     }
 }
+
+/// First MKEY index handed out: index 1 would allow key 0x100 (`MLX5_INVALID_LKEY`,
+/// which ends a receive WQE's scatter list) to name a real key.
+pub const FIRST_MKEY_INDEX: u32 = 2;
 
 /// First QP number handed out (QPN 0 and 1 are the special QP0/QP1).
 pub const QPN_BASE: u32 = 0x100;

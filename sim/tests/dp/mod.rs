@@ -142,7 +142,8 @@ pub struct Node {
     pub ip: [u8; 4],
     /// Port 1's MAC.
     pub mac: [u8; 6],
-    variant: u8,
+    /// The variant byte of the last MKEY made (the next one gets this + 1).
+    pub variant: u8,
 }
 
 impl Node {
