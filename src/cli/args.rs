@@ -126,6 +126,17 @@ impl AtomicType {
     }
 }
 
+/// How the two simulated NICs of `--device sim` make progress.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum SimMode {
+    /// No device threads: the tool steps the fabric whenever a poll finds nothing
+    /// (everything on one thread).
+    #[default]
+    Deterministic,
+    /// Each NIC runs its own device thread; the tool only posts and polls.
+    Threaded,
+}
+
 /// The options of every perf test (perftest's, with its letters).
 #[derive(Clone, Debug, Args)]
 #[command(after_help = EXIT_CODES_HELP)]
@@ -181,6 +192,10 @@ pub struct PerfArgs {
     /// Atomic operation (atomic tests) [default: FETCH_AND_ADD].
     #[arg(short = 'A', long = "atomic-type", value_name = "TYPE", value_enum)]
     pub atomic_type: Option<AtomicType>,
+    /// How the simulated NICs make progress (`--device sim`): stepped by the tool on
+    /// its thread, or each on a device thread.
+    #[arg(long = "sim-mode", value_name = "MODE", value_enum, default_value_t = SimMode::default())]
+    pub sim_mode: SimMode,
     /// Be the server side of a cross-process test (waits for a client).
     #[arg(long, conflicts_with = "client")]
     pub server: bool,

@@ -4,6 +4,7 @@
 
 use ferroverbs::DeviceSpec;
 
+pub use crate::cli::args::SimMode;
 use crate::cli::args::{AtomicType, PerfArgs};
 
 /// perftest's `DEF_SIZE_LAT`.
@@ -217,6 +218,8 @@ pub struct PerfConfig {
     pub atomic: AtomicType,
     /// Where the sides run.
     pub role: Role,
+    /// How the simulated NICs make progress.
+    pub sim_mode: SimMode,
     /// perftest's notices about adjusted options, printed before the test.
     pub notes: Vec<String>,
 }
@@ -397,6 +400,7 @@ impl PerfConfig {
             histogram: a.report_histogram,
             atomic: a.atomic_type.unwrap_or_default(),
             role,
+            sim_mode: a.sim_mode,
             notes,
         })
     }

@@ -47,6 +47,8 @@ pub struct TestInfo {
     pub inline: u32,
     /// The GID index used.
     pub gid_index: u16,
+    /// RDMA READs and atomics outstanding per QP (`max_rd_atomic`).
+    pub out_reads: u32,
     /// How the fabric runs (shown as perftest's "Data ex. method").
     pub exchange: String,
 }
@@ -101,7 +103,7 @@ pub fn test_info(cfg: &PerfConfig, info: &TestInfo) -> String {
     let _ = writeln!(s, " Link type       : {}", info.link_type);
     let _ = writeln!(s, " GID index       : {}", info.gid_index);
     if cfg.test.one_sided_request() {
-        let _ = writeln!(s, " Outstand reads  : {}", cfg.tx_depth);
+        let _ = writeln!(s, " Outstand reads  : {}", info.out_reads);
     } else {
         let _ = writeln!(s, " Max inline data : {}[B]", info.inline);
     }
@@ -281,6 +283,7 @@ mod tests {
             mtu: 1024,
             inline: 236,
             gid_index: 1,
+            out_reads: 16,
             exchange: "in-process fabric".into(),
         };
         let s = test_info(&config(&["send-lat"]), &info);
@@ -301,7 +304,7 @@ mod tests {
 
         let s = test_info(&config(&["atomic-lat", "-A", "CMP_AND_SWAP"]), &info);
         assert!(s.contains("Atomic CMP_AND_SWAP Latency Test"));
-        assert!(s.contains(" Outstand reads  : 1\n"));
+        assert!(s.contains(" Outstand reads  : 16\n"));
     }
 
     #[test]

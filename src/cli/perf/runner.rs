@@ -1,20 +1,848 @@
-//! The measurements. They need the verbs data path (PD, MR, CQ, QP, post and poll) and
-//! the simulator's fabric.
+//! The measurements, as perftest makes them, on two endpoints: two simulated NICs on
+//! an in-process fabric (`--device sim`), or two QPs of one ConnectX looped back
+//! through its own port (`--device vfio:BDF`).
+//!
+//! perftest runs the two sides in two processes; here one thread runs both: it posts
+//! the client's requests and plays the server (answering pings, reposting receives)
+//! between polls. What is measured is perftest's: the client's post stamps (latency)
+//! and its post and completion stamps (bandwidth).
+//!
+//! How the simulated NICs make progress (`--sim-mode`):
+//!
+//! * `deterministic` (the default): no device thread; a send doorbell is serviced on
+//!   the posting thread, and the tool steps the fabric whenever a poll finds nothing,
+//!   so the devices process the frames waiting for them on the same thread. One core,
+//!   no hand-off between threads.
+//! * `threaded`: each NIC has its own device thread that processes received frames
+//!   and timers; the tool only posts and polls, as an application on hardware does.
+//!   With the tool's thread and two device threads, this needs three cores to shine;
+//!   on two cores the threads take turns.
+//!
+//! `docs/performance.md` records both measured on the same machine.
 
-use ferroverbs::DeviceSpec;
+use std::time::{Duration, Instant};
 
-use super::config::PerfConfig;
-use crate::cli::device::open_vfio;
+use ferroverbs::verbs::{
+    AccessFlags, AddressVector, CompletionQueue, MemoryRegion, Pd, QpCap, QpInitAttr, QueuePair,
+    RecvWr, RemoteAddr, RtrAttr, RtsAttr, SendWr, Sge, WcOpcode, WorkCompletion,
+};
+use ferroverbs::{Context, DeviceSpec, GidEntry, LinkLayer, Mtu};
+use ferroverbs_hw::Bus;
+use ferroverbs_sim::{Fabric, SimConfig};
+
+use super::config::{Inline, Mode, PerfConfig, SimMode, Verb};
+use super::histogram::Histogram;
+use super::progress::Progress;
+use super::report::{self, Address, TestInfo, RESULT_LINE};
+use super::stats::{bw_report, rtt_factor, LatencySamples};
+use crate::cli::args::AtomicType;
+use crate::cli::device::{link_local, open_sim_with, open_vfio, sim_config, SIM_IPV4_GID_INDEX};
 use crate::cli::error::CliError;
 
-/// Runs the test.
+/// A test that makes no progress for this long fails (exit code 1).
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Empty polls between two looks at the clock for the stall timeout.
+const STALL_CHECK_MASK: u64 = 0xffff;
+
+/// Completions taken per poll.
+const POLL_BATCH: usize = 16;
+
+/// Bits of a `wr_id` below the QP index.
+const WR_QP_SHIFT: u32 = 40;
+
+/// What the peer needs to reach one endpoint.
+#[derive(Clone, Copy, Debug)]
+pub struct Endpoint {
+    /// Its GID.
+    pub gid: [u8; 16],
+    /// Its MAC address.
+    pub mac: [u8; 6],
+    /// The index of that GID in its table.
+    pub gid_index: u8,
+    /// The port's active MTU.
+    pub mtu: Mtu,
+    /// Link layer.
+    pub link: LinkLayer,
+}
+
+/// What the test-information block shows about the setup.
+#[derive(Clone, Debug)]
+struct Setup {
+    device: String,
+    exchange: String,
+}
+
+/// Runs the test on the device of `cfg`.
 pub fn run(cfg: &PerfConfig) -> Result<(), CliError> {
-    if let DeviceSpec::Vfio(bdf) = cfg.device {
-        let nic = open_vfio(&bdf)?;
-        drop(nic);
+    match cfg.device {
+        DeviceSpec::Sim => run_sim(cfg),
+        DeviceSpec::Vfio(bdf) => {
+            let nic = open_vfio(&bdf)?;
+            let port = nic
+                .ctx
+                .query_port(1)
+                .map_err(|e| CliError::setup("querying port 1", e))?;
+            // A link-local RoCE v2 GID of the port's MAC, both QPs looped back.
+            nic.ctx
+                .set_gid(1, GidEntry::ipv6(0, link_local(port.mac), port.mac))
+                .map_err(|e| CliError::setup("programming GID 0 of port 1", e))?;
+            let ep = Endpoint {
+                gid: link_local(port.mac),
+                mac: port.mac,
+                gid_index: 0,
+                mtu: port.active_mtu,
+                link: port.link_layer,
+            };
+            let setup = Setup {
+                device: bdf.to_string(),
+                exchange: "loopback through port 1 (both QPs in this process)".into(),
+            };
+            let r = bench(cfg, &setup, (&nic.ctx, ep), (&nic.ctx, ep), &|| {});
+            let c = nic.ctx.close().map_err(|e| CliError::runtime("closing the device", e));
+            r.and(c)
+        }
     }
-    Err(CliError::unsupported(
-        format!("perf {}", cfg.test.name()),
-        "it needs the verbs data path on the simulator (PD, MR, CQ, QP and the fabric)",
+}
+
+fn sim_cfg(index: u8, mode: SimMode) -> SimConfig {
+    SimConfig {
+        // Real time: the transport's timers run on the clock the tool measures with.
+        virtual_time: false,
+        mode: match mode {
+            SimMode::Deterministic => ferroverbs_sim::Mode::Deterministic,
+            SimMode::Threaded => ferroverbs_sim::Mode::Threaded,
+        },
+        ..sim_config(index)
+    }
+}
+
+fn sim_endpoint<B: Bus>(ctx: &Context<B>, name: &str) -> Result<Endpoint, CliError> {
+    let port = ctx
+        .query_port(1)
+        .map_err(|e| CliError::setup(format!("querying port 1 of {name}"), e))?;
+    let gid = ctx
+        .query_gid(1, SIM_IPV4_GID_INDEX)
+        .map_err(|e| CliError::setup(format!("reading the GID table of {name}"), e))?;
+    Ok(Endpoint {
+        gid: gid.gid,
+        mac: port.mac,
+        gid_index: SIM_IPV4_GID_INDEX as u8,
+        mtu: port.active_mtu,
+        link: port.link_layer,
+    })
+}
+
+fn run_sim(cfg: &PerfConfig) -> Result<(), CliError> {
+    let a = open_sim_with(0, sim_cfg(0, cfg.sim_mode))?;
+    let b = open_sim_with(1, sim_cfg(1, cfg.sim_mode))?;
+    let fabric = Fabric::new(0xfe77);
+    fabric.attach(&a.sim);
+    fabric.attach(&b.sim);
+    let ea = sim_endpoint(&a.ctx, &a.name)?;
+    let eb = sim_endpoint(&b.ctx, &b.name)?;
+    let setup = Setup {
+        device: format!("{} <-> {}", a.name, b.name),
+        exchange: match cfg.sim_mode {
+            SimMode::Deterministic => "in-process fabric, deterministic (stepped by the tool)",
+            SimMode::Threaded => "in-process fabric, threaded (a thread per NIC)",
+        }
+        .into(),
+    };
+    let r = match cfg.sim_mode {
+        SimMode::Deterministic => bench(cfg, &setup, (&a.ctx, ea), (&b.ctx, eb), &|| {
+            fabric.step();
+        }),
+        SimMode::Threaded => bench(cfg, &setup, (&a.ctx, ea), (&b.ctx, eb), &|| {
+            std::hint::spin_loop();
+        }),
+    };
+    let ca = a.ctx.close().map_err(|e| CliError::runtime("closing sim0", e));
+    let cb = b.ctx.close().map_err(|e| CliError::runtime("closing sim1", e));
+    r.and(ca).and(cb)
+}
+
+fn setup_err<E: std::error::Error + Send + Sync + 'static>(what: &str) -> impl FnOnce(E) -> CliError + '_ {
+    move |e| CliError::setup(what.to_string(), e)
+}
+
+/// One side's objects.
+struct Side<'s, 'c, 'p, B: Bus> {
+    name: &'static str,
+    qps: &'s mut [QueuePair<'p, B>],
+    cq: &'s mut CompletionQueue<'c, B>,
+    mr: &'s MemoryRegion<'p, B>,
+    /// Bytes of each half of the region: `[0, half)` is sent from, `[half, 2 half)`
+    /// is received into and is the peer's RDMA target.
+    half: usize,
+}
+
+impl<B: Bus> Side<'_, '_, '_, B> {
+    fn send_sge(&self, size: u64) -> Sge {
+        self.mr
+            .sge(0, size as u32)
+            .expect("the send half holds the largest message")
+    }
+
+    fn recv_sge(&self) -> Sge {
+        self.mr
+            .sge(self.half, self.half as u32)
+            .expect("the receive half is in the region")
+    }
+
+    fn target(&self) -> RemoteAddr {
+        self.mr.remote(self.half)
+    }
+}
+
+/// A clock in nanoseconds since the start of the test.
+struct Stamp(Instant);
+
+impl Stamp {
+    #[inline]
+    fn ns(&self) -> u64 {
+        self.0.elapsed().as_nanos() as u64
+    }
+}
+
+/// Fails a test that stops making progress.
+struct Stall {
+    empty: u64,
+    since: Option<Instant>,
+}
+
+impl Stall {
+    fn new() -> Self {
+        Stall {
+            empty: 0,
+            since: None,
+        }
+    }
+
+    #[inline]
+    fn progress(&mut self) {
+        self.empty = 0;
+        self.since = None;
+    }
+
+    #[inline]
+    fn idle(&mut self, what: &dyn Fn() -> String) -> Result<(), CliError> {
+        self.empty += 1;
+        if self.empty & STALL_CHECK_MASK != 0 {
+            return Ok(());
+        }
+        let now = Instant::now();
+        match self.since {
+            None => self.since = Some(now),
+            Some(t) if now.duration_since(t) > STALL_TIMEOUT => {
+                return Err(CliError::runtime_msg(format!(
+                    "no progress for {} s: {}",
+                    STALL_TIMEOUT.as_secs(),
+                    what()
+                )))
+            }
+            Some(_) => {}
+        }
+        Ok(())
+    }
+}
+
+fn wc_error(side: &str, wc: &WorkCompletion) -> CliError {
+    CliError::runtime_msg(format!(
+        "{side}: work request {:#x} on QP {:#x} completed with {:?} (opcode {:?}, vendor \
+         syndrome {:#04x})",
+        wc.wr_id, wc.qp_num, wc.status, wc.opcode, wc.vendor_err
     ))
+}
+
+fn post_error(side: &str, what: &str, e: impl std::error::Error + Send + Sync + 'static) -> CliError {
+    CliError::runtime(format!("{side}: posting {what}"), e)
+}
+
+/// The PSN a QP starts with (perftest draws a random 24-bit one; any value works).
+fn initial_psn(qpn: u32) -> u32 {
+    qpn.wrapping_mul(0x9e37_79b1) >> 8
+}
+
+fn create_qp<'p, 'c, B: Bus>(
+    pd: &'p Pd<'c, B>,
+    cq: &CompletionQueue<'c, B>,
+    cap: QpCap,
+) -> ferroverbs::verbs::Result<QueuePair<'p, B>> {
+    pd.create_qp(&QpInitAttr::new(cq, cq, cap))
+}
+
+/// Creates both sides, connects the QP pairs, prints the header and runs every size.
+fn bench<B: Bus>(
+    cfg: &PerfConfig,
+    setup: &Setup,
+    (ctx_a, ep_a): (&Context<B>, Endpoint),
+    (ctx_b, ep_b): (&Context<B>, Endpoint),
+    pump: &dyn Fn(),
+) -> Result<(), CliError> {
+    let dev = ctx_a
+        .query_device()
+        .map_err(setup_err("querying the device"))?;
+    let qps = cfg.qps as usize;
+    let rd_atom = dev.max_qp_rd_atom.min(dev.max_qp_init_rd_atom).clamp(1, 255) as u8;
+    let mtu = ep_a.mtu.min(ep_b.mtu);
+    let max_size = cfg.max_size();
+    if max_size > dev.max_msg_sz {
+        return Err(CliError::setup_msg(format!(
+            "a message of {max_size} bytes exceeds the device's max_msg_sz of {}",
+            dev.max_msg_sz
+        )));
+    }
+
+    let pd_a = ctx_a.alloc_pd().map_err(setup_err("allocating a PD"))?;
+    let pd_b = ctx_b.alloc_pd().map_err(setup_err("allocating a PD"))?;
+    let recv_depth = if cfg.test.has_recv() { cfg.rx_depth } else { 1 };
+    // The SQ holds the TX depth plus room for completions not yet polled.
+    let send_depth = cfg.tx_depth.max(16);
+    let cqe = (cfg.qps as u64 * u64::from(send_depth + recv_depth) + 64)
+        .min(u64::from(dev.max_cqe)) as u32;
+    let mut cq_a = ctx_a.create_cq(cqe).map_err(setup_err("creating a CQ"))?;
+    let mut cq_b = ctx_b.create_cq(cqe).map_err(setup_err("creating a CQ"))?;
+    let half = (max_size as usize).max(64).next_multiple_of(64);
+    let access = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
+    let mr_a = pd_a
+        .alloc_mr(2 * half, access)
+        .map_err(setup_err("registering memory"))?;
+    let mr_b = pd_b
+        .alloc_mr(2 * half, access)
+        .map_err(setup_err("registering memory"))?;
+
+    let mut cap = QpCap {
+        max_send_wr: send_depth,
+        max_recv_wr: recv_depth,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: cfg.inline.bytes(),
+    };
+    let mut qps_a = Vec::with_capacity(qps);
+    let mut qps_b = Vec::with_capacity(qps);
+    for _ in 0..qps {
+        let qa = match create_qp(&pd_a, &cq_a, cap) {
+            Ok(q) => q,
+            // perftest's default inline size is turned off where the device has none.
+            Err(_) if matches!(cfg.inline, Inline::Default(n) if n > 0) && qps_a.is_empty() => {
+                cap.max_inline_data = 0;
+                create_qp(&pd_a, &cq_a, cap).map_err(setup_err("creating a QP"))?
+            }
+            Err(e) => {
+                return Err(CliError::setup(
+                    format!(
+                        "creating a QP (TX depth {send_depth}, inline {})",
+                        cap.max_inline_data
+                    ),
+                    e,
+                ))
+            }
+        };
+        let qb = create_qp(&pd_b, &cq_b, cap).map_err(setup_err("creating a QP"))?;
+        qps_a.push(qa);
+        qps_b.push(qb);
+    }
+    let inline = cap.max_inline_data;
+    let mut addrs = String::new();
+    for (qa, qb) in qps_a.iter_mut().zip(qps_b.iter_mut()) {
+        let (na, nb) = (qa.qp_num(), qb.qp_num());
+        let (pa, pb) = (initial_psn(na), initial_psn(nb));
+        for (q, me, peer, peer_qpn, my_psn, peer_psn) in [
+            (&mut *qa, &ep_a, &ep_b, nb, pa, pb),
+            (&mut *qb, &ep_b, &ep_a, na, pb, pa),
+        ] {
+            q.to_init(1, access).map_err(setup_err("QP RESET->INIT"))?;
+            q.to_rtr(&RtrAttr {
+                av: AddressVector::new(peer.gid, peer.mac, me.gid_index),
+                path_mtu: mtu,
+                dest_qpn: peer_qpn,
+                rq_psn: peer_psn,
+                max_dest_rd_atomic: rd_atom,
+                min_rnr_timer: 12,
+            })
+            .map_err(setup_err("QP INIT->RTR"))?;
+            q.to_rts(&RtsAttr {
+                max_rd_atomic: rd_atom,
+                ..RtsAttr::new(my_psn)
+            })
+            .map_err(setup_err("QP RTR->RTS"))?;
+        }
+        let rdma = cfg.test.verb != Verb::Send;
+        let out = cfg.test.one_sided_request().then_some(u32::from(rd_atom));
+        let la = Address {
+            qpn: na,
+            psn: pa,
+            gid: ep_a.gid,
+            remote: rdma.then(|| (mr_a.rkey(), mr_a.remote(half).addr)),
+        };
+        let lb = Address {
+            qpn: nb,
+            psn: pb,
+            gid: ep_b.gid,
+            remote: rdma.then(|| (mr_b.rkey(), mr_b.remote(half).addr)),
+        };
+        addrs.push_str(&report::addresses(&la, &lb, out));
+    }
+
+    for n in &cfg.notes {
+        println!("{RESULT_LINE}");
+        println!("{n}");
+    }
+    let info = TestInfo {
+        device: setup.device.clone(),
+        link_type: match ep_a.link {
+            LinkLayer::Ethernet => "Ethernet".into(),
+            LinkLayer::InfiniBand => "IB".into(),
+        },
+        mtu: mtu.bytes(),
+        inline,
+        gid_index: u16::from(ep_a.gid_index),
+        out_reads: u32::from(rd_atom),
+        exchange: setup.exchange.clone(),
+    };
+    print!("{}", report::test_info(cfg, &info));
+    print!("{addrs}");
+    println!("{RESULT_LINE}");
+    print!("{}", report::header(cfg.test.mode));
+    flush();
+
+    let mut a = Side {
+        name: "client",
+        qps: &mut qps_a,
+        cq: &mut cq_a,
+        mr: &mr_a,
+        half,
+    };
+    let mut b = Side {
+        name: "server",
+        qps: &mut qps_b,
+        cq: &mut cq_b,
+        mr: &mr_b,
+        half,
+    };
+    // Receive requests stay posted across sizes (each the size of the largest).
+    if cfg.test.has_recv() {
+        for side in [&mut a, &mut b] {
+            let sge = [side.recv_sge()];
+            for (q, qp) in side.qps.iter_mut().enumerate() {
+                for _ in 0..recv_depth {
+                    qp.post_recv(&[RecvWr::new((q as u64) << WR_QP_SHIFT, &sge)])
+                        .map_err(|e| CliError::setup("posting receive requests", e))?;
+                }
+            }
+        }
+    }
+    let mut histograms = Vec::new();
+    for &size in &cfg.sizes {
+        let line = match cfg.test.mode {
+            Mode::Lat => {
+                let stamps = match cfg.test.verb {
+                    Verb::Send => send_lat(cfg, size, inline, &mut a, &mut b, pump)?,
+                    Verb::Write => write_lat(cfg, size, inline, &mut a, &mut b, pump)?,
+                    Verb::Read | Verb::Atomic => one_sided_lat(cfg, size, &mut a, &b, pump)?,
+                };
+                let samples =
+                    LatencySamples::from_stamps(&stamps, rtt_factor(cfg.test.one_sided_request()))
+                        .map_err(|e| CliError::runtime("computing the latency", e))?;
+                let r = samples
+                    .report(size, cfg.iters)
+                    .map_err(|e| CliError::runtime("computing the latency", e))?;
+                if cfg.histogram {
+                    let mut h = Histogram::new();
+                    for &s in &samples.sorted_us {
+                        h.record_us(s);
+                    }
+                    histograms.push((size, h));
+                }
+                report::lat_line(&r)
+            }
+            Mode::Bw => {
+                let (p, c) = bw(cfg, size, inline, &mut a, &mut b, pump)?;
+                let r = bw_report(size, &p, &c, cfg.post_list as usize, cfg.cq_mod as usize)
+                    .map_err(|e| CliError::runtime("computing the bandwidth", e))?;
+                report::bw_line(&r)
+            }
+        };
+        print!("{line}");
+        flush();
+    }
+    println!("{RESULT_LINE}");
+    let title = if cfg.test.one_sided_request() {
+        "round trip"
+    } else {
+        "half round trip"
+    };
+    for (size, h) in histograms {
+        print!(
+            "{}",
+            h.render(&format!("Histogram of t[usec] ({title}), {size} bytes"))
+        );
+        println!("{RESULT_LINE}");
+    }
+    flush();
+    Ok(())
+}
+
+fn flush() {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+}
+
+/// Polls `side`'s CQ once: checks every completion, reposts a receive request for each
+/// receive, and calls `f` with each (successful) completion.
+#[inline]
+fn poll_side<B: Bus>(
+    side: &mut Side<'_, '_, '_, B>,
+    wc: &mut [WorkCompletion; POLL_BATCH],
+    recv_sge: &[Sge; 1],
+    mut f: impl FnMut(&WorkCompletion),
+) -> Result<usize, CliError> {
+    let n = side.cq.poll(wc);
+    for c in &wc[..n] {
+        if !c.is_ok() {
+            return Err(wc_error(side.name, c));
+        }
+        if c.opcode == WcOpcode::Recv {
+            let q = (c.wr_id >> WR_QP_SHIFT) as usize;
+            if let Some(qp) = side.qps.get_mut(q) {
+                qp.post_recv(&[RecvWr::new(c.wr_id, recv_sge)])
+                    .map_err(|e| post_error(side.name, "a receive request", e))?;
+            }
+        }
+        f(c);
+    }
+    Ok(n)
+}
+
+/// A signaled SEND of `parts` inline, or of `sge`.
+fn send_wr<'a>(use_inline: bool, parts: &'a [&'a [u8]; 1], sge: &'a [Sge; 1]) -> SendWr<'a> {
+    if use_inline {
+        SendWr::send_inline(0, parts).signaled()
+    } else {
+        SendWr::send(0, sge).signaled()
+    }
+}
+
+/// SEND ping-pong (ib_send_lat): the client sends, the server answers each message it
+/// receives with one of the same size; the client stamps each send.
+fn send_lat<B: Bus>(
+    cfg: &PerfConfig,
+    size: u64,
+    inline: u32,
+    a: &mut Side<'_, '_, '_, B>,
+    b: &mut Side<'_, '_, '_, B>,
+    pump: &dyn Fn(),
+) -> Result<Vec<u64>, CliError> {
+    let iters = cfg.iters;
+    let mut stamps = Vec::with_capacity(iters as usize);
+    let payload = vec![0u8; size as usize];
+    let parts: [&[u8]; 1] = [&payload];
+    let use_inline = size <= u64::from(inline);
+    let (sa, sb) = ([a.send_sge(size)], [b.send_sge(size)]);
+    let (ra, rb) = ([a.recv_sge()], [b.recv_sge()]);
+    let wr = |sge| send_wr(use_inline, &parts, sge);
+    let clock = Stamp(Instant::now());
+    let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), iters);
+    let mut wc = [WorkCompletion::default(); POLL_BATCH];
+    let mut stall = Stall::new();
+    let mut received = 0u64;
+    for i in 0..iters {
+        stamps.push(clock.ns());
+        a.qps[0]
+            .post_send(&[wr(&sa)])
+            .map_err(|e| post_error(a.name, "a SEND", e))?;
+        loop {
+            let mut pongs = 0u64;
+            let nb = poll_side(b, &mut wc, &rb, |c| {
+                if c.opcode == WcOpcode::Recv {
+                    pongs += 1;
+                }
+            })?;
+            for _ in 0..pongs {
+                b.qps[0]
+                    .post_send(&[wr(&sb)])
+                    .map_err(|e| post_error(b.name, "a SEND", e))?;
+            }
+            let na = poll_side(a, &mut wc, &ra, |c| {
+                if c.opcode == WcOpcode::Recv {
+                    received += 1;
+                }
+            })?;
+            if received > i {
+                stall.progress();
+                break;
+            }
+            if na + nb == 0 {
+                pump();
+                stall.idle(&|| format!("{i} of {iters} SEND round trips completed"))?;
+            } else {
+                stall.progress();
+            }
+        }
+        progress.update(i + 1);
+    }
+    progress.finish();
+    Ok(stamps)
+}
+
+/// RDMA WRITE ping-pong (ib_write_lat): each side polls the last byte of its receive
+/// area for the peer's write and answers with a write of its own; the client stamps
+/// each write. Both sides reap their (signaled) send completions as they go.
+fn write_lat<B: Bus>(
+    cfg: &PerfConfig,
+    size: u64,
+    inline: u32,
+    a: &mut Side<'_, '_, '_, B>,
+    b: &mut Side<'_, '_, '_, B>,
+    pump: &dyn Fn(),
+) -> Result<Vec<u64>, CliError> {
+    let iters = cfg.iters;
+    let last = size as usize - 1;
+    let mut stamps = Vec::with_capacity(iters as usize);
+    let use_inline = size <= u64::from(inline);
+    let mut payload = vec![0u8; size as usize];
+    // Fresh receive areas: the byte polled starts at 0, and every value sent is not.
+    a.mr.fill(a.half + last, 1, 0);
+    b.mr.fill(b.half + last, 1, 0);
+    let (sa, sb) = ([a.send_sge(size)], [b.send_sge(size)]);
+    let (ta, tb) = (a.target(), b.target());
+    let clock = Stamp(Instant::now());
+    let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), iters);
+    let mut wc = [WorkCompletion::default(); POLL_BATCH];
+    let mut stall = Stall::new();
+    let value = |i: u64| (i % 255) as u8 + 1;
+    let mut b_seen = 0u64; // pings the server has answered
+    let mut byte = [0u8; 1];
+    for i in 0..iters {
+        let v = value(i);
+        stamps.push(clock.ns());
+        if use_inline {
+            payload[last] = v;
+            let parts: [&[u8]; 1] = [&payload];
+            a.qps[0].post_send(&[SendWr::rdma_write_inline(0, &parts, tb).signaled()])
+        } else {
+            a.mr.write(last, &[v]);
+            a.qps[0].post_send(&[SendWr::rdma_write(0, &sa, tb).signaled()])
+        }
+        .map_err(|e| post_error(a.name, "an RDMA WRITE", e))?;
+        loop {
+            let mut moved = 0;
+            // The server: has ping `b_seen` arrived?
+            b.mr.read(b.half + last, &mut byte);
+            if b_seen <= i && byte[0] == value(b_seen) {
+                let w = value(b_seen);
+                if use_inline {
+                    payload[last] = w;
+                    let parts: [&[u8]; 1] = [&payload];
+                    b.qps[0].post_send(&[SendWr::rdma_write_inline(0, &parts, ta).signaled()])
+                } else {
+                    b.mr.write(last, &[w]);
+                    b.qps[0].post_send(&[SendWr::rdma_write(0, &sb, ta).signaled()])
+                }
+                .map_err(|e| post_error(b.name, "an RDMA WRITE", e))?;
+                b_seen += 1;
+                moved += 1;
+            }
+            moved += poll_side(b, &mut wc, &sb, |_| {})?;
+            moved += poll_side(a, &mut wc, &sa, |_| {})?;
+            a.mr.read(a.half + last, &mut byte);
+            if byte[0] == v {
+                stall.progress();
+                break;
+            }
+            if moved == 0 {
+                pump();
+                stall.idle(&|| format!("{i} of {iters} RDMA WRITE round trips completed"))?;
+            } else {
+                stall.progress();
+            }
+        }
+        progress.update(i + 1);
+    }
+    progress.finish();
+    // Reap the last send completions so the next size starts with empty queues.
+    drain(a, b, pump)?;
+    Ok(stamps)
+}
+
+/// Polls both CQs until a round finds nothing after the devices went idle.
+fn drain<B: Bus>(
+    a: &mut Side<'_, '_, '_, B>,
+    b: &mut Side<'_, '_, '_, B>,
+    pump: &dyn Fn(),
+) -> Result<(), CliError> {
+    let mut wc = [WorkCompletion::default(); POLL_BATCH];
+    let (ra, rb) = ([a.recv_sge()], [b.recv_sge()]);
+    let deadline = Instant::now() + Duration::from_millis(50);
+    loop {
+        pump();
+        let n = poll_side(a, &mut wc, &ra, |_| {})? + poll_side(b, &mut wc, &rb, |_| {})?;
+        if n == 0 && Instant::now() > deadline {
+            return Ok(());
+        }
+    }
+}
+
+/// The work request of a one-sided test: an RDMA READ of `size` bytes, or the atomic.
+fn one_sided_wr<'a>(
+    verb: Verb,
+    atomic: AtomicType,
+    wr_id: u64,
+    sge: &'a [Sge; 1],
+    remote: RemoteAddr,
+) -> SendWr<'a> {
+    match (verb, atomic) {
+        (Verb::Atomic, AtomicType::FetchAndAdd) => SendWr::atomic_fetch_add(wr_id, sge, remote, 1),
+        (Verb::Atomic, AtomicType::CmpAndSwap) => {
+            SendWr::atomic_cmp_swp(wr_id, sge, remote, 0, 0)
+        }
+        _ => SendWr::rdma_read(wr_id, sge, remote),
+    }
+}
+
+/// RDMA READ or atomic latency (ib_read_lat, ib_atomic_lat): one request at a time,
+/// each stamped when posted and waited for.
+fn one_sided_lat<B: Bus>(
+    cfg: &PerfConfig,
+    size: u64,
+    a: &mut Side<'_, '_, '_, B>,
+    b: &Side<'_, '_, '_, B>,
+    pump: &dyn Fn(),
+) -> Result<Vec<u64>, CliError> {
+    let iters = cfg.iters;
+    let mut stamps = Vec::with_capacity(iters as usize);
+    let sge = [a.send_sge(size)];
+    let target = b.target();
+    let clock = Stamp(Instant::now());
+    let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), iters);
+    let mut wc = [WorkCompletion::default(); POLL_BATCH];
+    let mut stall = Stall::new();
+    let what = if cfg.test.verb == Verb::Read {
+        "an RDMA READ"
+    } else {
+        "an atomic"
+    };
+    for i in 0..iters {
+        stamps.push(clock.ns());
+        a.qps[0]
+            .post_send(&[one_sided_wr(cfg.test.verb, cfg.atomic, i, &sge, target).signaled()])
+            .map_err(|e| post_error(a.name, what, e))?;
+        loop {
+            let mut done = false;
+            let n = poll_side(a, &mut wc, &sge, |c| done |= c.wr_id == i)?;
+            if done {
+                stall.progress();
+                break;
+            }
+            if n == 0 {
+                pump();
+                stall.idle(&|| format!("{i} of {iters} requests completed"))?;
+            }
+        }
+        progress.update(i + 1);
+    }
+    progress.finish();
+    Ok(stamps)
+}
+
+/// Bandwidth (ib_*_bw): the client keeps up to the TX depth of requests outstanding
+/// on every QP, posting post lists and signaling one request in `cq_mod`; the server
+/// (SEND) reposts receive requests. Returns the post and completion stamps, indexed by
+/// the request's rank over all QPs.
+fn bw<B: Bus>(
+    cfg: &PerfConfig,
+    size: u64,
+    inline: u32,
+    a: &mut Side<'_, '_, '_, B>,
+    b: &mut Side<'_, '_, '_, B>,
+    pump: &dyn Fn(),
+) -> Result<(Vec<u64>, Vec<u64>), CliError> {
+    let qps = a.qps.len();
+    let iters = cfg.iters;
+    let total = iters as usize * qps;
+    let post_list = cfg.post_list as u64;
+    let cq_mod = u64::from(cfg.cq_mod);
+    let tx_depth = u64::from(cfg.tx_depth);
+    let mut tposted = vec![0u64; total];
+    let mut tcompleted = vec![0u64; total];
+    let mut scnt = vec![0u64; qps];
+    let mut ccnt = vec![0u64; qps];
+    let (mut totscnt, mut totccnt) = (0usize, 0usize);
+    let payload = vec![0u8; size as usize];
+    let parts: [&[u8]; 1] = [&payload];
+    let use_inline = cfg.test.verb != Verb::Read
+        && cfg.test.verb != Verb::Atomic
+        && size <= u64::from(inline);
+    let sge = [a.send_sge(size)];
+    let rb = [b.recv_sge()];
+    let target = b.target();
+    let make = |wr_id: u64| {
+        match cfg.test.verb {
+            Verb::Send if use_inline => SendWr::send_inline(wr_id, &parts),
+            Verb::Send => SendWr::send(wr_id, &sge),
+            Verb::Write if use_inline => SendWr::rdma_write_inline(wr_id, &parts, target),
+            Verb::Write => SendWr::rdma_write(wr_id, &sge, target),
+            Verb::Read | Verb::Atomic => one_sided_wr(cfg.test.verb, cfg.atomic, wr_id, &sge, target),
+        }
+    };
+    let mut list = Vec::with_capacity(post_list as usize);
+    let clock = Stamp(Instant::now());
+    let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), total as u64);
+    let mut wc = [WorkCompletion::default(); POLL_BATCH];
+    let mut stall = Stall::new();
+    while totccnt < total {
+        let mut moved = 0usize;
+        for q in 0..qps {
+            while scnt[q] < iters && scnt[q] + post_list <= tx_depth + ccnt[q] {
+                list.clear();
+                for k in scnt[q]..scnt[q] + post_list {
+                    let wr = make(((q as u64) << WR_QP_SHIFT) | k);
+                    list.push(if (k + 1) % cq_mod == 0 || k + 1 == iters {
+                        wr.signaled()
+                    } else {
+                        wr
+                    });
+                }
+                tposted[totscnt] = clock.ns();
+                a.qps[q]
+                    .post_send(&list)
+                    .map_err(|e| post_error(a.name, "a post list", e))?;
+                scnt[q] += post_list;
+                totscnt += post_list as usize;
+                moved += 1;
+            }
+        }
+        let mut retire = |c: &WorkCompletion| {
+            let q = (c.wr_id >> WR_QP_SHIFT) as usize;
+            let k = c.wr_id & ((1 << WR_QP_SHIFT) - 1);
+            if let Some(done) = ccnt.get_mut(q) {
+                let n = (k + 1).saturating_sub(*done);
+                *done = k + 1;
+                totccnt += n as usize;
+                if totccnt > 0 {
+                    tcompleted[totccnt.min(total) - 1] = clock.ns();
+                }
+            }
+        };
+        moved += poll_side(a, &mut wc, &sge, &mut retire)?;
+        if cfg.test.has_recv() {
+            moved += poll_side(b, &mut wc, &rb, |_| {})?;
+        }
+        if moved == 0 {
+            pump();
+            stall.idle(&|| format!("{totccnt} of {total} requests completed"))?;
+        } else {
+            stall.progress();
+        }
+        progress.update(totccnt as u64);
+    }
+    progress.finish();
+    if cfg.test.has_recv() {
+        drain(a, b, pump)?;
+    }
+    Ok((tposted, tcompleted))
 }
