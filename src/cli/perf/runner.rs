@@ -264,6 +264,31 @@ fn initial_psn(qpn: u32) -> u32 {
     qpn.wrapping_mul(0x9e37_79b1) >> 8
 }
 
+/// `MLX5_INVALID_LKEY`: the key that ends a receive WQE's scatter list.
+const RESERVED_LKEY: u32 = 0x100;
+
+/// Registers `len` bytes. A region whose key is the reserved `0x100` (which real
+/// firmware never hands out, but the simulator's first MKEY index 1 with the driver's
+/// variant byte 0 makes) is replaced by a second registration: a receive WQE naming
+/// that key would read as an empty scatter list.
+fn alloc_mr<'p, B: Bus>(
+    pd: &'p Pd<'_, B>,
+    len: usize,
+    access: AccessFlags,
+) -> Result<MemoryRegion<'p, B>, CliError> {
+    let mr = pd
+        .alloc_mr(len, access)
+        .map_err(setup_err("registering memory"))?;
+    if mr.lkey() != RESERVED_LKEY {
+        return Ok(mr);
+    }
+    let again = pd
+        .alloc_mr(len, access)
+        .map_err(setup_err("registering memory"))?;
+    drop(mr);
+    Ok(again)
+}
+
 fn create_qp<'p, 'c, B: Bus>(
     pd: &'p Pd<'c, B>,
     cq: &CompletionQueue<'c, B>,
@@ -308,12 +333,8 @@ fn bench<B: Bus>(
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC;
-    let mr_a = pd_a
-        .alloc_mr(2 * half, access)
-        .map_err(setup_err("registering memory"))?;
-    let mr_b = pd_b
-        .alloc_mr(2 * half, access)
-        .map_err(setup_err("registering memory"))?;
+    let mr_a = alloc_mr(&pd_a, 2 * half, access)?;
+    let mr_b = alloc_mr(&pd_b, 2 * half, access)?;
 
     let mut cap = QpCap {
         max_send_wr: send_depth,

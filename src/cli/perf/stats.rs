@@ -48,7 +48,7 @@
 //! evenly (every k-th post list) so a long run does not take minutes to report.
 
 /// At most this many windows are evaluated for the BW peak.
-pub const PEAK_BUDGET: u64 = 50_000_000;
+pub const PEAK_BUDGET: u64 = 10_000_000;
 
 /// perftest leaves the largest samples out of the statistics (`LAT_MEASURE_TAIL`).
 pub const LAT_MEASURE_TAIL: usize = 2;

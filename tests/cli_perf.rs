@@ -1,0 +1,202 @@
+//! `ferroverbs perf`, run as a user runs it, on two simulated NICs: every test with a
+//! few iterations prints perftest's information block, its column header and one
+//! result line per size with the documented columns.
+
+use std::process::{Command, Output};
+
+fn ferroverbs(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ferroverbs"))
+        .args(args)
+        .output()
+        .expect("the ferroverbs binary runs")
+}
+
+const RESULT_LINE: &str =
+    "---------------------------------------------------------------------------------------";
+const LAT_COLUMNS: [&str; 11] = [
+    "#bytes",
+    "#iterations",
+    "t_min[usec]",
+    "t_max[usec]",
+    "t_typical[usec]",
+    "t_avg[usec]",
+    "t_stdev[usec]",
+    "99%",
+    "percentile[usec]",
+    "99.9%",
+    "percentile[usec]",
+];
+const BW_COLUMNS: [&str; 7] = [
+    "#bytes",
+    "#iterations",
+    "BW",
+    "peak[MiB/sec]",
+    "BW",
+    "average[MiB/sec]",
+    "MsgRate[Mpps]",
+];
+
+/// Runs a test and returns its result lines, each split into fields, after checking
+/// the exit code, the title and the column header.
+fn run(args: &[&str], title: &str, columns: &[&str]) -> (String, Vec<Vec<f64>>) {
+    let mut argv = vec!["perf"];
+    argv.extend_from_slice(args);
+    let o = ferroverbs(&argv);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{args:?}\n{out}\n{err}");
+    assert!(out.starts_with(RESULT_LINE), "{out}");
+    assert!(
+        out.lines().any(|l| l.trim() == title),
+        "title {title:?} missing:\n{out}"
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    let h = lines
+        .iter()
+        .position(|l| l.split_whitespace().collect::<Vec<_>>() == columns)
+        .unwrap_or_else(|| panic!("column header missing:\n{out}"));
+    let rows: Vec<Vec<f64>> = lines[h + 1..]
+        .iter()
+        .take_while(|l| **l != RESULT_LINE)
+        .map(|l| {
+            l.split_whitespace()
+                .map(|f| f.parse::<f64>().unwrap_or_else(|_| panic!("{l:?}")))
+                .collect()
+        })
+        .collect();
+    assert!(!rows.is_empty(), "{out}");
+    (out, rows)
+}
+
+fn lat(args: &[&str], title: &str) -> (String, Vec<Vec<f64>>) {
+    let (out, rows) = run(args, title, &LAT_COLUMNS);
+    for r in &rows {
+        // bytes iterations min max typical avg stdev 99% 99.9%
+        assert_eq!(r.len(), 9, "{r:?}");
+        let (min, max, typ, avg, p99, p999) = (r[2], r[3], r[4], r[5], r[7], r[8]);
+        assert!(min > 0.0 && min <= typ && typ <= max, "{r:?}");
+        assert!(min <= avg && avg <= max, "{r:?}");
+        assert!(typ <= p99 && p99 <= p999 && p999 <= max, "{r:?}");
+        assert!(r[6] >= 0.0);
+    }
+    (out, rows)
+}
+
+fn bw(args: &[&str], title: &str) -> (String, Vec<Vec<f64>>) {
+    let (out, rows) = run(args, title, &BW_COLUMNS);
+    for r in &rows {
+        // bytes iterations peak average msgrate
+        assert_eq!(r.len(), 5, "{r:?}");
+        assert!(r[2] > 0.0 && r[3] > 0.0 && r[4] > 0.0, "{r:?}");
+        assert!(r[2] >= r[3] * 0.999, "peak >= average: {r:?}");
+        // MiB/s = Mpps * bytes / 2^20.
+        let implied = r[4] * 1e6 * r[0] / 1_048_576.0;
+        assert!((implied - r[3]).abs() <= 0.01 * r[3] + 0.01, "{r:?}");
+    }
+    (out, rows)
+}
+
+#[test]
+fn send_lat() {
+    let (out, rows) = lat(&["send-lat", "-n", "20"], "Send Latency Test");
+    assert_eq!(rows, vec![rows[0].clone()]);
+    assert_eq!((rows[0][0], rows[0][1]), (2.0, 20.0));
+    assert!(out.contains(" Max inline data : 236[B]"), "{out}");
+    assert!(out.contains(" local address: LID 0000 QPN "), "{out}");
+    assert!(out.contains(" remote address: LID 0000 QPN "), "{out}");
+    assert!(out.contains(" GID: 00:00:00:00:00:00:00:00:00:00:255:255:192:00:02:01"));
+}
+
+#[test]
+fn send_lat_large_messages_and_a_histogram() {
+    let (out, rows) = lat(
+        &["send-lat", "-n", "10", "-s", "3000", "-H"],
+        "Send Latency Test",
+    );
+    assert_eq!((rows[0][0], rows[0][1]), (3000.0, 10.0));
+    assert!(out.contains("Histogram of t[usec] (half round trip), 3000 bytes, 9 samples"), "{out}");
+}
+
+#[test]
+fn write_lat() {
+    let (_, rows) = lat(&["write-lat", "-n", "20", "-s", "64"], "RDMA_Write Latency Test");
+    assert_eq!((rows[0][0], rows[0][1]), (64.0, 20.0));
+    // Not inline: larger than the 220-byte default.
+    let (_, rows) = lat(&["write-lat", "-n", "8", "-s", "2500"], "RDMA_Write Latency Test");
+    assert_eq!(rows[0][0], 2500.0);
+}
+
+#[test]
+fn read_lat() {
+    let (out, rows) = lat(&["read-lat", "-n", "20"], "RDMA_Read Latency Test");
+    assert_eq!((rows[0][0], rows[0][1]), (2.0, 20.0));
+    assert!(out.contains(" Outstand reads  : "), "{out}");
+    assert!(out.contains(" RKey 0x"), "{out}");
+}
+
+#[test]
+fn atomic_lat() {
+    lat(&["atomic-lat", "-n", "20"], "Atomic FETCH_AND_ADD Latency Test");
+    lat(
+        &["atomic-lat", "-n", "20", "-A", "CMP_AND_SWAP"],
+        "Atomic CMP_AND_SWAP Latency Test",
+    );
+}
+
+#[test]
+fn latency_over_several_sizes() {
+    // -a runs 2 .. 2^23; keep it short: 5 iterations.
+    let (_, rows) = lat(&["write-lat", "-a", "-n", "5"], "RDMA_Write Latency Test");
+    let sizes: Vec<f64> = rows.iter().map(|r| r[0]).collect();
+    let want: Vec<f64> = (1..=23).map(|k| f64::from(1u32 << k)).collect();
+    assert_eq!(sizes, want);
+}
+
+#[test]
+fn send_bw() {
+    let (out, rows) = bw(&["send-bw", "-n", "64", "-s", "256"], "Send BW Test");
+    assert_eq!((rows[0][0], rows[0][1]), (256.0, 64.0));
+    assert!(out.contains(" CQ Moderation   : 64"), "{out}");
+}
+
+#[test]
+fn write_bw_with_post_lists_and_several_qps() {
+    bw(&["write-bw", "-n", "64", "-s", "1024"], "RDMA_Write BW Test");
+    let (out, rows) = bw(
+        &["write-bw", "-n", "64", "-s", "64", "-l", "4", "-q", "3", "-t", "16"],
+        "RDMA_Write Post List BW Test",
+    );
+    assert_eq!(rows[0][1], 192.0, "iterations times QPs");
+    assert!(out.contains(" Number of qps   : 3"), "{out}");
+    assert_eq!(out.matches(" local address:").count(), 3, "{out}");
+    assert!(out.contains("Post List requested - CQ moderation will be the size of the post list"));
+}
+
+#[test]
+fn read_bw() {
+    let (_, rows) = bw(&["read-bw", "-n", "32", "-s", "4096", "-Q", "4"], "RDMA_Read BW Test");
+    assert_eq!(rows[0][0], 4096.0);
+}
+
+#[test]
+fn atomic_bw() {
+    let (_, rows) = bw(&["atomic-bw", "-n", "32"], "Atomic FETCH_AND_ADD BW Test");
+    assert_eq!(rows[0][0], 8.0);
+}
+
+#[test]
+fn threaded_mode_runs_too() {
+    lat(
+        &["send-lat", "-n", "10", "--sim-mode", "threaded"],
+        "Send Latency Test",
+    );
+    bw(
+        &["write-bw", "-n", "32", "-s", "64", "--sim-mode", "threaded"],
+        "RDMA_Write BW Test",
+    );
+}
+
+#[test]
+fn pinned_to_a_cpu() {
+    lat(&["read-lat", "-n", "10", "--cpu", "0"], "RDMA_Read Latency Test");
+}
