@@ -114,15 +114,24 @@ fn send_lat_large_messages_and_a_histogram() {
         "Send Latency Test",
     );
     assert_eq!((rows[0][0], rows[0][1]), (3000.0, 10.0));
-    assert!(out.contains("Histogram of t[usec] (half round trip), 3000 bytes, 9 samples"), "{out}");
+    assert!(
+        out.contains("Histogram of t[usec] (half round trip), 3000 bytes, 9 samples"),
+        "{out}"
+    );
 }
 
 #[test]
 fn write_lat() {
-    let (_, rows) = lat(&["write-lat", "-n", "20", "-s", "64"], "RDMA_Write Latency Test");
+    let (_, rows) = lat(
+        &["write-lat", "-n", "20", "-s", "64"],
+        "RDMA_Write Latency Test",
+    );
     assert_eq!((rows[0][0], rows[0][1]), (64.0, 20.0));
     // Not inline: larger than the 220-byte default.
-    let (_, rows) = lat(&["write-lat", "-n", "8", "-s", "2500"], "RDMA_Write Latency Test");
+    let (_, rows) = lat(
+        &["write-lat", "-n", "8", "-s", "2500"],
+        "RDMA_Write Latency Test",
+    );
     assert_eq!(rows[0][0], 2500.0);
 }
 
@@ -136,7 +145,10 @@ fn read_lat() {
 
 #[test]
 fn atomic_lat() {
-    lat(&["atomic-lat", "-n", "20"], "Atomic FETCH_AND_ADD Latency Test");
+    lat(
+        &["atomic-lat", "-n", "20"],
+        "Atomic FETCH_AND_ADD Latency Test",
+    );
     lat(
         &["atomic-lat", "-n", "20", "-A", "CMP_AND_SWAP"],
         "Atomic CMP_AND_SWAP Latency Test",
@@ -161,9 +173,14 @@ fn send_bw() {
 
 #[test]
 fn write_bw_with_post_lists_and_several_qps() {
-    bw(&["write-bw", "-n", "64", "-s", "1024"], "RDMA_Write BW Test");
+    bw(
+        &["write-bw", "-n", "64", "-s", "1024"],
+        "RDMA_Write BW Test",
+    );
     let (out, rows) = bw(
-        &["write-bw", "-n", "64", "-s", "64", "-l", "4", "-q", "3", "-t", "16"],
+        &[
+            "write-bw", "-n", "64", "-s", "64", "-l", "4", "-q", "3", "-t", "16",
+        ],
         "RDMA_Write Post List BW Test",
     );
     assert_eq!(rows[0][1], 192.0, "iterations times QPs");
@@ -174,7 +191,10 @@ fn write_bw_with_post_lists_and_several_qps() {
 
 #[test]
 fn read_bw() {
-    let (_, rows) = bw(&["read-bw", "-n", "32", "-s", "4096", "-Q", "4"], "RDMA_Read BW Test");
+    let (_, rows) = bw(
+        &["read-bw", "-n", "32", "-s", "4096", "-Q", "4"],
+        "RDMA_Read BW Test",
+    );
     assert_eq!(rows[0][0], 4096.0);
 }
 
@@ -198,5 +218,8 @@ fn threaded_mode_runs_too() {
 
 #[test]
 fn pinned_to_a_cpu() {
-    lat(&["read-lat", "-n", "10", "--cpu", "0"], "RDMA_Read Latency Test");
+    lat(
+        &["read-lat", "-n", "10", "--cpu", "0"],
+        "RDMA_Read Latency Test",
+    );
 }

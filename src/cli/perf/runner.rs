@@ -99,7 +99,10 @@ pub fn run(cfg: &PerfConfig) -> Result<(), CliError> {
                 exchange: "loopback through port 1 (both QPs in this process)".into(),
             };
             let r = bench(cfg, &setup, (&nic.ctx, ep), (&nic.ctx, ep), &|| {});
-            let c = nic.ctx.close().map_err(|e| CliError::runtime("closing the device", e));
+            let c = nic
+                .ctx
+                .close()
+                .map_err(|e| CliError::runtime("closing the device", e));
             r.and(c)
         }
     }
@@ -157,12 +160,20 @@ fn run_sim(cfg: &PerfConfig) -> Result<(), CliError> {
             std::hint::spin_loop();
         }),
     };
-    let ca = a.ctx.close().map_err(|e| CliError::runtime("closing sim0", e));
-    let cb = b.ctx.close().map_err(|e| CliError::runtime("closing sim1", e));
+    let ca = a
+        .ctx
+        .close()
+        .map_err(|e| CliError::runtime("closing sim0", e));
+    let cb = b
+        .ctx
+        .close()
+        .map_err(|e| CliError::runtime("closing sim1", e));
     r.and(ca).and(cb)
 }
 
-fn setup_err<E: std::error::Error + Send + Sync + 'static>(what: &str) -> impl FnOnce(E) -> CliError + '_ {
+fn setup_err<E: std::error::Error + Send + Sync + 'static>(
+    what: &str,
+) -> impl FnOnce(E) -> CliError + '_ {
     move |e| CliError::setup(what.to_string(), e)
 }
 
@@ -255,7 +266,11 @@ fn wc_error(side: &str, wc: &WorkCompletion) -> CliError {
     ))
 }
 
-fn post_error(side: &str, what: &str, e: impl std::error::Error + Send + Sync + 'static) -> CliError {
+fn post_error(
+    side: &str,
+    what: &str,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> CliError {
     CliError::runtime(format!("{side}: posting {what}"), e)
 }
 
@@ -264,29 +279,13 @@ fn initial_psn(qpn: u32) -> u32 {
     qpn.wrapping_mul(0x9e37_79b1) >> 8
 }
 
-/// `MLX5_INVALID_LKEY`: the key that ends a receive WQE's scatter list.
-const RESERVED_LKEY: u32 = 0x100;
-
-/// Registers `len` bytes. A region whose key is the reserved `0x100` (which real
-/// firmware never hands out, but the simulator's first MKEY index 1 with the driver's
-/// variant byte 0 makes) is replaced by a second registration: a receive WQE naming
-/// that key would read as an empty scatter list.
 fn alloc_mr<'p, B: Bus>(
     pd: &'p Pd<'_, B>,
     len: usize,
     access: AccessFlags,
 ) -> Result<MemoryRegion<'p, B>, CliError> {
-    let mr = pd
-        .alloc_mr(len, access)
-        .map_err(setup_err("registering memory"))?;
-    if mr.lkey() != RESERVED_LKEY {
-        return Ok(mr);
-    }
-    let again = pd
-        .alloc_mr(len, access)
-        .map_err(setup_err("registering memory"))?;
-    drop(mr);
-    Ok(again)
+    pd.alloc_mr(len, access)
+        .map_err(setup_err("registering memory"))
 }
 
 fn create_qp<'p, 'c, B: Bus>(
@@ -309,7 +308,10 @@ fn bench<B: Bus>(
         .query_device()
         .map_err(setup_err("querying the device"))?;
     let qps = cfg.qps as usize;
-    let rd_atom = dev.max_qp_rd_atom.min(dev.max_qp_init_rd_atom).clamp(1, 255) as u8;
+    let rd_atom = dev
+        .max_qp_rd_atom
+        .min(dev.max_qp_init_rd_atom)
+        .clamp(1, 255) as u8;
     let mtu = ep_a.mtu.min(ep_b.mtu);
     let max_size = cfg.max_size();
     if max_size > dev.max_msg_sz {
@@ -324,8 +326,8 @@ fn bench<B: Bus>(
     let recv_depth = if cfg.test.has_recv() { cfg.rx_depth } else { 1 };
     // The SQ holds the TX depth plus room for completions not yet polled.
     let send_depth = cfg.tx_depth.max(16);
-    let cqe = (cfg.qps as u64 * u64::from(send_depth + recv_depth) + 64)
-        .min(u64::from(dev.max_cqe)) as u32;
+    let cqe = (cfg.qps as u64 * u64::from(send_depth + recv_depth) + 64).min(u64::from(dev.max_cqe))
+        as u32;
     let mut cq_a = ctx_a.create_cq(cqe).map_err(setup_err("creating a CQ"))?;
     let mut cq_b = ctx_b.create_cq(cqe).map_err(setup_err("creating a CQ"))?;
     let half = (max_size as usize).max(64).next_multiple_of(64);
@@ -685,27 +687,7 @@ fn write_lat<B: Bus>(
         progress.update(i + 1);
     }
     progress.finish();
-    // Reap the last send completions so the next size starts with empty queues.
-    drain(a, b, pump)?;
     Ok(stamps)
-}
-
-/// Polls both CQs until a round finds nothing after the devices went idle.
-fn drain<B: Bus>(
-    a: &mut Side<'_, '_, '_, B>,
-    b: &mut Side<'_, '_, '_, B>,
-    pump: &dyn Fn(),
-) -> Result<(), CliError> {
-    let mut wc = [WorkCompletion::default(); POLL_BATCH];
-    let (ra, rb) = ([a.recv_sge()], [b.recv_sge()]);
-    let deadline = Instant::now() + Duration::from_millis(50);
-    loop {
-        pump();
-        let n = poll_side(a, &mut wc, &ra, |_| {})? + poll_side(b, &mut wc, &rb, |_| {})?;
-        if n == 0 && Instant::now() > deadline {
-            return Ok(());
-        }
-    }
 }
 
 /// The work request of a one-sided test: an RDMA READ of `size` bytes, or the atomic.
@@ -718,9 +700,7 @@ fn one_sided_wr<'a>(
 ) -> SendWr<'a> {
     match (verb, atomic) {
         (Verb::Atomic, AtomicType::FetchAndAdd) => SendWr::atomic_fetch_add(wr_id, sge, remote, 1),
-        (Verb::Atomic, AtomicType::CmpAndSwap) => {
-            SendWr::atomic_cmp_swp(wr_id, sge, remote, 0, 0)
-        }
+        (Verb::Atomic, AtomicType::CmpAndSwap) => SendWr::atomic_cmp_swp(wr_id, sge, remote, 0, 0),
         _ => SendWr::rdma_read(wr_id, sge, remote),
     }
 }
@@ -795,20 +775,17 @@ fn bw<B: Bus>(
     let (mut totscnt, mut totccnt) = (0usize, 0usize);
     let payload = vec![0u8; size as usize];
     let parts: [&[u8]; 1] = [&payload];
-    let use_inline = cfg.test.verb != Verb::Read
-        && cfg.test.verb != Verb::Atomic
-        && size <= u64::from(inline);
+    let use_inline =
+        cfg.test.verb != Verb::Read && cfg.test.verb != Verb::Atomic && size <= u64::from(inline);
     let sge = [a.send_sge(size)];
     let rb = [b.recv_sge()];
     let target = b.target();
-    let make = |wr_id: u64| {
-        match cfg.test.verb {
-            Verb::Send if use_inline => SendWr::send_inline(wr_id, &parts),
-            Verb::Send => SendWr::send(wr_id, &sge),
-            Verb::Write if use_inline => SendWr::rdma_write_inline(wr_id, &parts, target),
-            Verb::Write => SendWr::rdma_write(wr_id, &sge, target),
-            Verb::Read | Verb::Atomic => one_sided_wr(cfg.test.verb, cfg.atomic, wr_id, &sge, target),
-        }
+    let make = |wr_id: u64| match cfg.test.verb {
+        Verb::Send if use_inline => SendWr::send_inline(wr_id, &parts),
+        Verb::Send => SendWr::send(wr_id, &sge),
+        Verb::Write if use_inline => SendWr::rdma_write_inline(wr_id, &parts, target),
+        Verb::Write => SendWr::rdma_write(wr_id, &sge, target),
+        Verb::Read | Verb::Atomic => one_sided_wr(cfg.test.verb, cfg.atomic, wr_id, &sge, target),
     };
     let mut list = Vec::with_capacity(post_list as usize);
     let clock = Stamp(Instant::now());
@@ -862,8 +839,5 @@ fn bw<B: Bus>(
         progress.update(totccnt as u64);
     }
     progress.finish();
-    if cfg.test.has_recv() {
-        drain(a, b, pump)?;
-    }
     Ok((tposted, tcompleted))
 }
