@@ -1,0 +1,243 @@
+//! RC SEND ping-pong between two simulated ConnectX NICs on an in-process fabric,
+//! through the verbs API (the `ibv_rc_pingpong` of ferroverbs): prints the round-trip
+//! latency.
+//!
+//! ```text
+//! cargo run --release --example rc_pingpong -- [--iters N] [--size BYTES] [--threaded]
+//! ```
+//!
+//! By default both NICs run in deterministic mode on this thread (the example steps
+//! the fabric); with `--threaded` each NIC has its own device thread and the two sides
+//! of the ping-pong run on two application threads that only post and poll.
+
+use std::time::{Duration, Instant};
+
+use ferroverbs::verbs::{
+    AccessFlags, AddressVector, CompletionQueue, MemoryRegion, Mtu, QpCap, QpInitAttr, QueuePair,
+    RecvWr, RtrAttr, RtsAttr, SendWr, WcOpcode, WorkCompletion,
+};
+use ferroverbs::{Context, Device, DeviceConfig, GidEntry};
+use ferroverbs_sim::{Fabric, Sim, SimBus, SimConfig};
+
+struct Args {
+    iters: u64,
+    size: usize,
+    threaded: bool,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        iters: 10_000,
+        size: 64,
+        threaded: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(x) = it.next() {
+        match x.as_str() {
+            "--iters" => a.iters = it.next().and_then(|v| v.parse().ok()).expect("--iters N"),
+            "--size" => {
+                a.size = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--size BYTES")
+            }
+            "--threaded" => a.threaded = true,
+            _ => {
+                eprintln!("usage: rc_pingpong [--iters N] [--size BYTES] [--threaded]");
+                std::process::exit(2);
+            }
+        }
+    }
+    a
+}
+
+/// Opens NIC `n` of the fabric with the RoCE v2 GID 10.0.0.n.
+fn open(sim: &Sim, n: u8) -> (Context<SimBus>, GidEntry) {
+    let gid = GidEntry::ipv4(0, [10, 0, 0, n], sim.port_macs()[0]);
+    let clock = sim.clock().clone();
+    let cfg = DeviceConfig::default()
+        .with_clock(std::sync::Arc::new(move || clock.now()))
+        .with_gid(gid);
+    (Device::open(sim.bus(), cfg).expect("bring-up"), gid)
+}
+
+/// RESET → INIT → RTR → RTS towards `peer_qpn` at `peer`.
+fn connect(qp: &mut QueuePair<'_, SimBus>, peer: &GidEntry, peer_qpn: u32, psn: (u32, u32)) {
+    qp.to_init(1, AccessFlags::empty()).expect("INIT");
+    qp.to_rtr(&RtrAttr {
+        av: AddressVector::new(peer.gid, peer.mac, 0),
+        path_mtu: Mtu::Mtu1024,
+        dest_qpn: peer_qpn,
+        rq_psn: psn.0,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 1,
+    })
+    .expect("RTR");
+    qp.to_rts(&RtsAttr::new(psn.1)).expect("RTS");
+}
+
+/// One side of the ping-pong: its QP, CQ and buffer.
+struct Side<'a> {
+    qp: QueuePair<'a, SimBus>,
+    cq: CompletionQueue<'a, SimBus>,
+    buf: MemoryRegion<'a, SimBus>,
+    size: usize,
+    inline: bool,
+}
+
+impl Side<'_> {
+    fn post_recv(&mut self) {
+        let sg = [self.buf.sge(0, self.size.max(1) as u32).expect("sge")];
+        self.qp
+            .post_recv(&[RecvWr::new(1, &sg)])
+            .expect("post_recv");
+    }
+
+    fn send(&mut self, payload: &[u8]) {
+        if self.inline {
+            let parts: [&[u8]; 1] = [payload];
+            self.qp
+                .post_send(&[SendWr::send_inline(2, &parts).signaled()])
+                .expect("post_send");
+        } else {
+            self.buf.write(self.size, payload);
+            let sg = [self.buf.sge(self.size, self.size as u32).expect("sge")];
+            let sg: &[_] = if self.size == 0 { &[] } else { &sg };
+            self.qp
+                .post_send(&[SendWr::send(2, sg).signaled()])
+                .expect("post_send");
+        }
+    }
+
+    /// Polls until a receive completed (send completions are consumed on the way).
+    fn wait_recv(&mut self, mut step: impl FnMut()) {
+        let mut wc = [WorkCompletion::default(); 4];
+        loop {
+            let n = self.cq.poll(&mut wc);
+            let mut got = false;
+            for c in &wc[..n] {
+                assert!(c.is_ok(), "{c:?}");
+                got |= c.opcode == WcOpcode::Recv;
+            }
+            if got {
+                return;
+            }
+            step();
+        }
+    }
+}
+
+fn main() {
+    let a = args();
+    let cfg = |seed| {
+        if a.threaded {
+            SimConfig::threaded(seed, 1)
+        } else {
+            SimConfig::deterministic(seed, 1)
+        }
+    };
+    let fabric = Fabric::new(1);
+    let (sa, sb) = (Sim::new(cfg(11)), Sim::new(cfg(22)));
+    fabric.attach(&sa);
+    fabric.attach(&sb);
+    let (ca, ga) = open(&sa, 1);
+    let (cb, gb) = open(&sb, 2);
+    let (pa, pb) = (ca.alloc_pd().expect("pd"), cb.alloc_pd().expect("pd"));
+    let cap = QpCap {
+        max_inline_data: 64,
+        ..QpCap::default()
+    };
+    let (cqa, cqb) = (ca.create_cq(64).expect("cq"), cb.create_cq(64).expect("cq"));
+    let mut qa = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, cap)).expect("qp");
+    let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap)).expect("qp");
+    let (na, nb) = (qa.qp_num(), qb.qp_num());
+    connect(&mut qa, &gb, nb, (0x200, 0x100));
+    connect(&mut qb, &ga, na, (0x100, 0x200));
+    let inline = a.size <= qa.cap().max_inline_data as usize;
+    let len = (2 * a.size).max(2);
+    let access = AccessFlags::LOCAL_WRITE;
+    let mut ping = Side {
+        qp: qa,
+        cq: cqa,
+        buf: pa.alloc_mr(len, access).expect("mr"),
+        size: a.size,
+        inline,
+    };
+    let mut pong = Side {
+        qp: qb,
+        cq: cqb,
+        buf: pb.alloc_mr(len, access).expect("mr"),
+        size: a.size,
+        inline,
+    };
+    println!(
+        "rc_pingpong: QPs {na:#x} <-> {nb:#x}, {} bytes ({}), {} iterations, {} mode",
+        a.size,
+        if inline { "inline" } else { "gather" },
+        a.iters,
+        if a.threaded {
+            "threaded"
+        } else {
+            "deterministic"
+        }
+    );
+    let payload = vec![0x5au8; a.size];
+    let warmup = (a.iters / 10).min(1000);
+    let mut rtts = Vec::with_capacity(a.iters as usize);
+    if a.threaded {
+        // The responder on its own thread; each side only posts and polls.
+        let total = warmup + a.iters;
+        std::thread::scope(|s| {
+            let pong = &mut pong;
+            let payload2 = payload.clone();
+            s.spawn(move || {
+                for _ in 0..total {
+                    pong.post_recv();
+                    pong.wait_recv(std::thread::yield_now);
+                    pong.send(&payload2);
+                }
+            });
+            for i in 0..total {
+                ping.post_recv();
+                let t = Instant::now();
+                ping.send(&payload);
+                ping.wait_recv(std::thread::yield_now);
+                if i >= warmup {
+                    rtts.push(t.elapsed());
+                }
+            }
+        });
+    } else {
+        for i in 0..warmup + a.iters {
+            ping.post_recv();
+            pong.post_recv();
+            let t = Instant::now();
+            ping.send(&payload);
+            pong.wait_recv(|| {
+                fabric.run_until_idle();
+            });
+            pong.send(&payload);
+            ping.wait_recv(|| {
+                fabric.run_until_idle();
+            });
+            if i >= warmup {
+                rtts.push(t.elapsed());
+            }
+        }
+    }
+    rtts.sort();
+    let sum: Duration = rtts.iter().sum();
+    let pct = |p: f64| rtts[((rtts.len() as f64 - 1.0) * p) as usize];
+    println!(
+        "round trip: avg {:.2} us, min {:.2} us, p50 {:.2} us, p99 {:.2} us, max {:.2} us",
+        sum.as_secs_f64() * 1e6 / rtts.len() as f64,
+        rtts[0].as_secs_f64() * 1e6,
+        pct(0.5).as_secs_f64() * 1e6,
+        pct(0.99).as_secs_f64() * 1e6,
+        rtts[rtts.len() - 1].as_secs_f64() * 1e6,
+    );
+    println!(
+        "one-way latency (avg/2): {:.2} us",
+        sum.as_secs_f64() * 1e6 / rtts.len() as f64 / 2.0
+    );
+}
