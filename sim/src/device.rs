@@ -18,6 +18,7 @@
 //! device's [`RxQueue`] until [`Sim::step`] (deterministic mode) or the device thread
 //! (threaded mode, [`crate::mode`]) processes them.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -37,7 +38,7 @@ use crate::firmware::{
 use crate::iommu::Iommu;
 use crate::irq::Irqs;
 use crate::link::{FramePool, RxQueue, Uplink};
-use crate::mode::{Mode, Runner, Service};
+use crate::mode::{Doorbells, Mode, Runner, Service};
 
 /// The health counter advances once per this much device time.
 pub const HEALTH_TICK: Duration = Duration::from_millis(100);
@@ -56,6 +57,8 @@ pub struct SimConfig {
     pub virtual_time: bool,
     /// How the device makes progress: stepped by the test, or on its own thread.
     pub mode: Mode,
+    /// Where send doorbells are serviced.
+    pub doorbells: Doorbells,
 }
 
 impl Default for SimConfig {
@@ -73,6 +76,7 @@ impl Default for SimConfig {
             seed: 0x5eed,
             virtual_time: false,
             mode: Mode::Deterministic,
+            doorbells: Doorbells::Inline,
         }
     }
 }
@@ -200,6 +204,7 @@ struct Device {
     ignored: u64,
     stray: u64,
     engine: Engine,
+    doorbells: Doorbells,
 }
 
 struct Shared {
@@ -210,6 +215,13 @@ struct Shared {
     bar0_len: usize,
     rx: Arc<RxQueue>,
     runner: Mutex<Option<Runner>>,
+    /// The engine has periodic work (see [`Engine::has_periodic`]); read by an idle
+    /// device thread without the lock.
+    periodic: AtomicBool,
+    /// The engine's next timer deadline (`u64::MAX`: none), for the same reader.
+    deadline: AtomicU64,
+    /// Some command is held by a delay fault.
+    held_any: AtomicBool,
 }
 
 impl Drop for Shared {
@@ -280,6 +292,7 @@ impl Sim {
             ignored: 0,
             stray: 0,
             engine: Engine::new(macs, rx.clone(), FramePool::new()),
+            doorbells: cfg.doorbells,
         };
         let shared = Arc::new(Shared {
             iommu: Iommu::new(),
@@ -289,6 +302,9 @@ impl Sim {
             bar0_len,
             rx,
             runner: Mutex::new(None),
+            periodic: AtomicBool::new(false),
+            deadline: AtomicU64::new(u64::MAX),
+            held_any: AtomicBool::new(false),
         });
         if mode == Mode::Threaded {
             let runner = Runner::spawn(
@@ -590,9 +606,27 @@ impl Shared {
 
     fn send_doorbell(&self, d: &mut Device, uar: u32, ctrl: &[u8]) {
         let qpn = u32::from_be_bytes([0, ctrl[4], ctrl[5], ctrl[6]]);
+        if d.doorbells == Doorbells::Deferred {
+            d.engine.queue_doorbell(uar, qpn);
+            self.publish(&d.engine);
+            self.rx.wake();
+            return;
+        }
         let now = self.clock.now_ns();
         let Device { fw, engine, .. } = d;
         engine.send_doorbell(fw, &self.iommu, &self.irqs, now, uar, qpn);
+        self.publish(engine);
+    }
+
+    /// Records, for an idle device thread, whether the engine has periodic work and
+    /// when its next timer is due.
+    fn publish(&self, engine: &Engine) {
+        self.periodic
+            .store(engine.has_periodic(), Ordering::Release);
+        self.deadline.store(
+            engine.next_deadline().unwrap_or(u64::MAX),
+            Ordering::Release,
+        );
     }
 
     /// Processes received frames and due timers; returns the work done.
@@ -606,7 +640,9 @@ impl Shared {
             engine.pool().put(frame);
             work += 1;
         }
-        work + engine.poll(fw, &self.iommu, &self.irqs, now)
+        work += engine.poll(fw, &self.iommu, &self.irqs, now);
+        self.publish(engine);
+        work
     }
 
     fn write32(&self, off: usize, value: u32) {
@@ -647,6 +683,7 @@ impl Shared {
                 .and_then(|e| ferroverbs_hw::control::cmd::opcode(&e.in_).ok());
             if let Some(op) = opcode {
                 if let Some(hold) = d.faults.on_doorbell(op) {
+                    self.held_any.store(true, Ordering::Release);
                     d.held.push(Held {
                         slot,
                         rung_ns: self.clock.now_ns(),
@@ -671,6 +708,7 @@ impl Shared {
         // flushes before the command completes).
         d.engine
             .sync(&mut d.fw, &self.iommu, &self.irqs, self.clock.now_ns());
+        self.publish(&d.engine);
         match r {
             SlotResult::Completed { delivery, .. } => {
                 d.completed += 1;
@@ -696,6 +734,7 @@ impl Shared {
             all || matches!(h.hold, Hold::For(t) if now.saturating_sub(h.rung_ns) >= t.as_nanos() as u64)
         });
         d.held = keep;
+        self.held_any.store(!d.held.is_empty(), Ordering::Release);
         let mut sig = Vec::new();
         if let Some(base) = d.bar.cmdq_addr() {
             let geom = d.bar.cmdq_geometry();
@@ -714,16 +753,19 @@ impl Shared {
 
 impl Service for Shared {
     fn service(&self) -> usize {
-        self.service_due(false);
+        if self.held_any.load(Ordering::Acquire) {
+            self.service_due(false);
+        }
+        // An idle device takes no lock: spinning threads leave it to the application.
+        if self.rx.is_empty() && !self.periodic.load(Ordering::Acquire) {
+            return 0;
+        }
         self.service_data_path()
     }
 
     fn due_in(&self) -> Option<Duration> {
-        let now = self.clock.now_ns();
-        self.lock()
-            .engine
-            .next_deadline()
-            .map(|t| Duration::from_nanos(t.saturating_sub(now)))
+        let t = self.deadline.load(Ordering::Acquire);
+        (t != u64::MAX).then(|| Duration::from_nanos(t.saturating_sub(self.clock.now_ns())))
     }
 }
 

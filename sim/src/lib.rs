@@ -50,4 +50,4 @@ pub mod wire;
 pub use device::{Sim, SimBus, SimConfig, SimStats, WeakSim};
 pub use engine::DataPathStats;
 pub use link::Fabric;
-pub use mode::Mode;
+pub use mode::{Doorbells, Mode};

@@ -13,15 +13,15 @@
 //! device's thread), and the data of a large message keeps flowing from the device
 //! threads as ACKs open the window.
 //!
-//! The device thread backs off when idle: it spins [`SPIN_ROUNDS`] rounds, yields
-//! [`YIELD_ROUNDS`] times, then parks until a packet arrives or [`MAX_PARK`] passes
-//! (sooner if a timer is due). It holds only a weak reference to the device and stops
+//! The device thread backs off when idle: it spins for [`SPIN_TIME`], yields for
+//! [`YIELD_TIME`], then parks until a packet arrives or [`MAX_PARK`] passes (sooner if a
+//! timer is due). It holds only a weak reference to the device and stops
 //! (joined) when the last handle to the device is dropped.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::link::RxQueue;
 
@@ -35,10 +35,21 @@ pub enum Mode {
     Threaded,
 }
 
-/// Idle rounds spent spinning before yielding.
-pub const SPIN_ROUNDS: u32 = 64;
-/// Idle rounds spent yielding before parking.
-pub const YIELD_ROUNDS: u32 = 16;
+/// Where a send doorbell's work (WQE fetch, packet building) is done.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Doorbells {
+    /// On the thread that rings the doorbell (the default).
+    #[default]
+    Inline,
+    /// Queued for the device: its thread (threaded mode) or the next step
+    /// (deterministic mode) does the work. For measuring the trade-off.
+    Deferred,
+}
+
+/// How long an idle device thread keeps spinning before it yields.
+pub const SPIN_TIME: Duration = Duration::from_micros(20);
+/// How long an idle device thread keeps yielding before it parks.
+pub const YIELD_TIME: Duration = Duration::from_micros(200);
 /// Longest park (receive WQEs posted to a QP in error are noticed at this pace).
 pub const MAX_PARK: Duration = Duration::from_millis(10);
 
@@ -85,23 +96,25 @@ impl Runner {
 }
 
 fn run<T: Service>(target: Weak<T>, stop: Arc<AtomicBool>) {
-    let mut idle = 0u32;
+    let mut idle_since: Option<Instant> = None;
     while !stop.load(Ordering::Acquire) {
         let (work, due) = match target.upgrade() {
             Some(t) => (t.service(), t.due_in()),
             None => break,
         };
         if work > 0 {
-            idle = 0;
+            idle_since = None;
             continue;
         }
-        idle = idle.saturating_add(1);
-        if idle <= SPIN_ROUNDS {
+        let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
+        if idle < SPIN_TIME {
             std::hint::spin_loop();
-        } else if idle <= SPIN_ROUNDS + YIELD_ROUNDS {
+        } else if idle < SPIN_TIME + YIELD_TIME {
             thread::yield_now();
         } else {
             thread::park_timeout(due.map_or(MAX_PARK, |d| d.min(MAX_PARK)));
+            // Woken by a frame (or a timer): spin again before the next park.
+            idle_since = None;
         }
     }
 }

@@ -621,6 +621,8 @@ pub struct Engine {
     /// QPs with an RNR timer running.
     timer_qps: Vec<u32>,
     events: Vec<DataPathEvent>,
+    /// Send doorbells waiting to be serviced (deferred mode): (UAR, QPN).
+    doorbells: VecDeque<(u32, u32)>,
 }
 
 impl Engine {
@@ -639,6 +641,7 @@ impl Engine {
             err_qps: Vec::new(),
             timer_qps: Vec::new(),
             events: Vec::new(),
+            doorbells: VecDeque::new(),
         }
     }
 
@@ -795,6 +798,11 @@ impl Engine {
         self.note_errors(qpn);
     }
 
+    /// Queues a send doorbell for the next [`Engine::poll`].
+    pub fn queue_doorbell(&mut self, uar: u32, qpn: u32) {
+        self.doorbells.push_back((uar, qpn));
+    }
+
     /// A CQ arm doorbell in UAR page `uar`.
     #[allow(clippy::too_many_arguments)]
     pub fn arm_cq(
@@ -899,10 +907,15 @@ impl Engine {
         self.note_errors(qpn);
     }
 
-    /// Periodic work: RNR timers that expired, receive WQEs posted to QPs in error.
+    /// Periodic work: queued send doorbells, RNR timers that expired, receive WQEs
+    /// posted to QPs in error.
     /// Returns how many things it did.
     pub fn poll(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, now: u64) -> usize {
         let mut work = 0;
+        while let Some((uar, qpn)) = self.doorbells.pop_front() {
+            self.send_doorbell(fw, io, irqs, now, uar, qpn);
+            work += 1;
+        }
         if !self.timer_qps.is_empty() {
             let mut timers = std::mem::take(&mut self.timer_qps);
             let mut cx = ctx!(self, fw, io, irqs, now);
@@ -945,6 +958,12 @@ impl Engine {
             self.err_qps = keep;
         }
         work
+    }
+
+    /// Whether [`Engine::poll`] has anything to do besides received frames: queued
+    /// doorbells, running timers, QPs in error whose receive queue is watched.
+    pub fn has_periodic(&self) -> bool {
+        !self.doorbells.is_empty() || !self.timer_qps.is_empty() || !self.err_qps.is_empty()
     }
 
     /// The earliest device time at which a timer expires.

@@ -25,7 +25,7 @@
 //! has a thread that the fabric wakes when it queues a frame for it.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::thread::Thread;
 use std::time::Duration;
@@ -98,6 +98,8 @@ impl FramePool {
 #[derive(Debug, Default)]
 pub struct RxQueue {
     frames: Mutex<VecDeque<Vec<u8>>>,
+    /// Frames queued (read without the lock by an idle device thread).
+    count: AtomicUsize,
     thread: OnceLock<Thread>,
     dropped: AtomicU64,
 }
@@ -118,6 +120,7 @@ impl RxQueue {
                 return Err(frame);
             }
             q.push_back(frame);
+            self.count.fetch_add(1, Ordering::Release);
         }
         if let Some(t) = self.thread.get() {
             t.unpark();
@@ -125,17 +128,31 @@ impl RxQueue {
         Ok(())
     }
 
+    /// Wakes the device's thread (if it has one) without queueing anything.
+    pub fn wake(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+    }
+
     /// The oldest frame, if any.
     pub fn pop(&self) -> Option<Vec<u8>> {
-        lock(&self.frames).pop_front()
+        if self.is_empty() {
+            return None;
+        }
+        let f = lock(&self.frames).pop_front();
+        if f.is_some() {
+            self.count.fetch_sub(1, Ordering::Release);
+        }
+        f
     }
 
     /// Frames waiting.
     pub fn len(&self) -> usize {
-        lock(&self.frames).len()
+        self.count.load(Ordering::Acquire)
     }
 
-    /// Whether no frame is waiting.
+    /// Whether no frame is waiting (no lock taken).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
