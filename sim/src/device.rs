@@ -640,6 +640,7 @@ impl Shared {
             engine.pool().put(frame);
             work += 1;
         }
+        engine.flush_acks(fw, &self.iommu, &self.irqs, now);
         work += engine.poll(fw, &self.iommu, &self.irqs, now);
         self.publish(engine);
         work

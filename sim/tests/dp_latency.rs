@@ -72,3 +72,36 @@ fn doorbell_servicing_round_trip() {
         }
     }
 }
+
+#[test]
+#[ignore = "timing; run in release with --nocapture"]
+fn message_rate_one_qp() {
+    let mut p = Pair::deterministic(Conn::default());
+    let qa = p.qa.qpn;
+    let a = p.a.reg_mr(4096, ALL);
+    let b = p.b.reg_mr(4096, ALL);
+    let batch = 32u32;
+    let mut sent = 0u64;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(2) {
+        for _ in 0..batch {
+            p.b.post_recv(&mut p.qb, &[sge(&b, 0, 64)]);
+        }
+        let mut first = [0u8; 8];
+        for k in 0..batch {
+            let flags = if k + 1 == batch { SIG } else { 0 };
+            let (_, f) =
+                p.a.write_wqe(&mut p.qa, &send_wqe(qa, &[sge(&a, 0, 64)], None, flags));
+            first = f;
+        }
+        p.a.ring(&p.qa, first);
+        p.fabric.run_until_idle();
+        assert!(p.a.poll(&mut p.acq.0).is_some());
+        for _ in 0..batch {
+            assert!(p.b.poll(&mut p.bcq.1).is_some());
+        }
+        sent += u64::from(batch);
+    }
+    let rate = sent as f64 / start.elapsed().as_secs_f64();
+    println!("deterministic, one QP, 64 B SENDs in lists of {batch}: {:.0} messages/s (harness included)", rate);
+}

@@ -223,3 +223,34 @@ fn no_panic_on_any_packet() {
     let _ = frame::parse(&pool[0]).expect("the originals were valid");
     let _ = Opcode::RcSendOnly;
 }
+
+#[test]
+fn acks_coalesce_within_a_batch() {
+    let mut p = Pair::deterministic(Conn::default());
+    let qpn = p.qa.qpn;
+    let src = p.a.reg_mr(64, ALL);
+    let dst = p.b.reg_mr(64, ALL);
+    let mut first = [0u8; 8];
+    let mut idx = Vec::new();
+    for _ in 0..20 {
+        p.b.post_recv(&mut p.qb, &[sge(&dst, 0, 64)]);
+        let (i, f) =
+            p.a.write_wqe(&mut p.qa, &send_wqe(qpn, &[sge(&src, 0, 8)], None, SIG));
+        idx.push(i);
+        first = f;
+    }
+    p.fabric.capture(Some(64));
+    p.a.ring(&p.qa, first);
+    p.fabric.run_until_idle();
+    let frames = p.fabric.take_captured();
+    // 20 SEND_ONLY (each asking for an ACK), one ACK covering them all, with MSN 20.
+    assert_eq!(frames.len(), 21);
+    let (ack, _) = frame::parse(&frames[20]).unwrap();
+    assert_eq!(ack.roce.opcode(), Opcode::RcAcknowledge);
+    assert_eq!(ack.roce.bth.psn.value(), 0x10 + 19);
+    assert_eq!(ack.roce.aeth.unwrap().msn, 20);
+    assert_eq!(p.b.h.sim.stats().data_path.acks, 1);
+    for i in idx {
+        assert_eq!(p.a.poll(&mut p.acq.0).unwrap().wqe_counter(), i);
+    }
+}

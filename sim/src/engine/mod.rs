@@ -388,6 +388,8 @@ pub struct Resp {
     pub rwqe: RecvWqe,
     /// Replay resources, oldest first.
     pub res: VecDeque<Resource>,
+    /// The PSN of an ACK owed and not sent yet (ACKs coalesce within a batch).
+    pub ack_due: Option<Psn>,
 }
 
 /// Most READ/atomic requests remembered for duplicates.
@@ -623,7 +625,14 @@ pub struct Engine {
     events: Vec<DataPathEvent>,
     /// Send doorbells waiting to be serviced (deferred mode): (UAR, QPN).
     doorbells: VecDeque<(u32, u32)>,
+    /// QPs owing an ACK, sent at the end of the batch of received frames.
+    ack_qps: Vec<u32>,
+    /// Frames received since the owed ACKs were last sent.
+    since_acks: u32,
 }
+
+/// Owed ACKs go out at least once per this many received frames.
+pub const ACK_BATCH: u32 = 64;
 
 impl Engine {
     /// An engine for a device with ports of these MACs, receiving into `rx`.
@@ -642,6 +651,8 @@ impl Engine {
             timer_qps: Vec::new(),
             events: Vec::new(),
             doorbells: VecDeque::new(),
+            ack_qps: Vec::new(),
+            since_acks: 0,
         }
     }
 
@@ -900,11 +911,32 @@ impl Engine {
         };
         if op.is_request() {
             transport::responder::on_request(qp, &mut cx, &pkt);
+            if qp.resp.ack_due.is_some() && !self.ack_qps.contains(&qpn) {
+                self.ack_qps.push(qpn);
+            }
         } else {
             transport::completer::on_response(qp, &mut cx, &pkt);
         }
         self.note_timers(qpn);
         self.note_errors(qpn);
+        self.since_acks += 1;
+        if self.since_acks >= ACK_BATCH {
+            self.flush_acks(fw, io, irqs, now);
+        }
+    }
+
+    /// Sends the ACKs owed (call when a batch of received frames is done).
+    pub fn flush_acks(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, now: u64) {
+        self.since_acks = 0;
+        if self.ack_qps.is_empty() {
+            return;
+        }
+        let mut cx = ctx!(self, fw, io, irqs, now);
+        for qpn in self.ack_qps.drain(..) {
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                transport::responder::flush_ack(qp, &mut cx);
+            }
+        }
     }
 
     /// Periodic work: queued send doorbells, RNR timers that expired, receive WQEs

@@ -107,18 +107,33 @@ fn send_ack(qp: &QpRt, cx: &mut Ctx, psn: Psn, syndrome: Syndrome) {
     let _ = send_packet(cx, &path, &roce, 0, |_, _, _| Ok(()));
 }
 
-fn ack(qp: &QpRt, cx: &mut Ctx, psn: Psn) {
-    cx.stats.acks += 1;
-    let credits = credits(qp, cx);
-    send_ack(qp, cx, psn, Syndrome::Ack { credits });
+/// Sends the ACK the QP owes, if any (the latest PSN asked for: ACKs coalesce).
+pub fn flush_ack(qp: &mut QpRt, cx: &mut Ctx) {
+    let due = qp.resp.ack_due.take();
+    if qp.state == QpcState::Err {
+        return;
+    }
+    if let Some(psn) = due {
+        cx.stats.acks += 1;
+        let credits = credits(qp, cx);
+        send_ack(qp, cx, psn, Syndrome::Ack { credits });
+    }
 }
 
-fn nak(qp: &QpRt, cx: &mut Ctx, psn: Psn, code: NakCode) {
+/// Owes an ACK for `psn`; it goes out with the next response of this QP or when the
+/// device finishes its batch of received packets, covering every PSN before it.
+fn ack(qp: &mut QpRt, psn: Psn) {
+    qp.resp.ack_due = Some(psn);
+}
+
+fn nak(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, code: NakCode) {
+    flush_ack(qp, cx);
     cx.stats.naks += 1;
     send_ack(qp, cx, psn, Syndrome::Nak(code));
 }
 
-fn rnr_nak(qp: &QpRt, cx: &mut Ctx, psn: Psn) {
+fn rnr_nak(qp: &mut QpRt, cx: &mut Ctx, psn: Psn) {
+    flush_ack(qp, cx);
     cx.stats.rnr_naks += 1;
     send_ack(
         qp,
@@ -258,7 +273,7 @@ fn on_send(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
         qp.resp.cur = InMsg::Send;
     }
     if pkt.repr.bth.ack_req {
-        ack(qp, cx, psn);
+        ack(qp, psn);
     }
 }
 
@@ -338,7 +353,7 @@ fn on_write(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
         };
     }
     if pkt.repr.bth.ack_req {
-        ack(qp, cx, psn);
+        ack(qp, psn);
     }
 }
 
@@ -496,7 +511,8 @@ fn on_atomic(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     atomic_ack(qp, cx, psn, orig);
 }
 
-fn atomic_ack(qp: &QpRt, cx: &mut Ctx, psn: Psn, orig: u64) {
+fn atomic_ack(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, orig: u64) {
+    flush_ack(qp, cx);
     let Some(path) = qp.cfg.path else { return };
     let mut roce = RoceRepr::new(bth(Opcode::RcAtomicAcknowledge, qp.cfg.remote_qpn, psn));
     roce.aeth = Some(aeth::Repr {
@@ -512,9 +528,10 @@ fn duplicate(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     let psn = pkt.repr.bth.psn;
     match pkt.repr.opcode().operation() {
         Operation::Send | Operation::RdmaWrite => {
-            // Acknowledge everything executed so far; do not execute again.
+            // Acknowledge everything executed so far, now; do not execute again.
             let last = qp.resp.epsn.sub(1);
-            ack(qp, cx, last);
+            ack(qp, last);
+            flush_ack(qp, cx);
         }
         Operation::RdmaReadRequest => {
             let found = qp.resp.res.iter().rev().find_map(|r| match *r {
