@@ -206,6 +206,7 @@ pub(crate) struct WqShared {
 const DONE: u32 = 1 << 16;
 
 impl WqShared {
+    #[inline]
     pub(crate) fn alive(&self) -> bool {
         self.alive.load(Ordering::Relaxed)
     }
