@@ -698,12 +698,24 @@ impl Shared {
     }
 
     fn run_slot(&self, d: &mut Device, iova: u64, slot: usize, sig: &mut Vec<u16>) {
-        let Device { fw, faults, .. } = d;
+        let Device {
+            fw, faults, engine, ..
+        } = d;
         let r = cmdq::run(
             &self.iommu,
             iova,
             |op, m| faults.on_command(op, m),
-            |input, outlen| fw.execute(&self.iommu, input, outlen),
+            |input, outlen| {
+                // QUERY_QP reports the data path's counters and PSNs as they are now.
+                if ferroverbs_hw::control::cmd::opcode(input)
+                    == Ok(ferroverbs_hw::control::cmd::Opcode::QueryQp.value())
+                {
+                    if let Ok(qpn) = ferroverbs_hw::control::qp::qpn(input) {
+                        engine.export_qp(fw, qpn);
+                    }
+                }
+                fw.execute(&self.iommu, input, outlen)
+            },
         );
         // The command's effect on QPs and CQs reaches the data path at once (a 2ERR
         // flushes before the command completes).

@@ -403,3 +403,26 @@ fn wire_bytes_are_segmented_rocev2() {
     let ack = parsed[3].0.roce.aeth.unwrap();
     assert_eq!(ack.msn, 1);
 }
+
+#[test]
+fn query_qp_reports_the_data_path_state() {
+    use ferroverbs_hw::control::qp::qpc;
+    let mut p = Pair::deterministic(Conn::default());
+    let qpn = p.qa.qpn;
+    let src = p.a.reg_mr(8192, ALL);
+    let dst = p.b.reg_mr(8192, ALL);
+    for _ in 0..3 {
+        p.b.post_recv(&mut p.qb, &[sge(&dst, 0, 8192)]);
+        // 2500 bytes at MTU 1024: 3 packets each.
+        p.a.post(&mut p.qa, &send_wqe(qpn, &[sge(&src, 0, 2500)], None, SIG));
+    }
+    p.fabric.run_until_idle();
+    let a = p.a.h.query_qp(p.qa.qpn);
+    let b = p.b.h.query_qp(p.qb.qpn);
+    assert_eq!(qpc::next_send_psn.get(&a), 0x10 + 9);
+    assert_eq!(qpc::last_acked_psn.get(&a), 0x10 + 8);
+    assert_eq!(qpc::hw_sq_wqebb_counter.get(&a), 3);
+    assert_eq!(qpc::next_rcv_psn.get(&b), 0x10 + 9);
+    assert_eq!(qpc::rmsn.get(&b), 3);
+    assert_eq!(qpc::hw_rq_counter.get(&b), 3);
+}

@@ -809,6 +809,31 @@ impl Engine {
         self.note_errors(qpn);
     }
 
+    /// Writes QP `qpn`'s data-path state into the firmware's image of its context (what
+    /// QUERY_QP reports): `next_send_psn`, `next_rcv_psn`, `last_acked_psn`, the
+    /// hardware SQ WQEBB and RQ WQE counters, the responder's MSN.
+    pub fn export_qp(&self, fw: &mut Firmware, qpn: u32) {
+        use ferroverbs_hw::control::qp::qpc;
+        let Some(qp) = self.qps.get(&qpn) else { return };
+        let Some(f) = fw.qp_mut(qpn) else { return };
+        let img = &mut f.qpc;
+        let mut put = |field: ferroverbs_hw::Field, v: u64| {
+            if field.fits(img.len()) {
+                field.set(img, v);
+            }
+        };
+        if matches!(qp.state, QpcState::Rts | QpcState::Sqd | QpcState::Err) {
+            put(qpc::next_send_psn, u64::from(qp.sq.next_psn.value()));
+            put(qpc::last_acked_psn, u64::from(qp.sq.una.sub(1).value()));
+        }
+        if !matches!(qp.state, QpcState::Rst | QpcState::Init) {
+            put(qpc::next_rcv_psn, u64::from(qp.resp.epsn.value()));
+            put(qpc::rmsn, u64::from(qp.resp.msn));
+        }
+        put(qpc::hw_sq_wqebb_counter, u64::from(qp.sq.fetched & MASK16));
+        put(qpc::hw_rq_counter, u64::from(qp.rq_ci));
+    }
+
     /// Queues a send doorbell for the next [`Engine::poll`].
     pub fn queue_doorbell(&mut self, uar: u32, qpn: u32) {
         self.doorbells.push_back((uar, qpn));

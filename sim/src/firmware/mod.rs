@@ -522,6 +522,12 @@ impl Firmware {
         self.eqs.get(eqn)
     }
 
+    /// The QP numbered `qpn`, mutably (the data path records its counters and PSNs in
+    /// the context QUERY_QP reports).
+    pub fn qp_mut(&mut self, qpn: u32) -> Option<&mut Qp> {
+        self.qps.get_mut(qpn)
+    }
+
     /// The CQ numbered `cqn`, mutably (the data path records its state in the context).
     pub fn cq_mut(&mut self, cqn: u32) -> Option<&mut Cq> {
         self.cqs.get_mut(cqn)
