@@ -496,3 +496,20 @@ fn no_memory_key_is_the_receive_list_terminator() {
         assert_ne!(mr.lkey() & 0xff, 0, "variant byte 0 is never used");
     }
 }
+
+#[test]
+fn verbs_objects_can_move_between_threads() {
+    // A QP, a CQ and a memory region may be handed to another thread (one thread
+    // at a time uses each: posting and polling take `&mut self`); a PD and a
+    // context may be shared.
+    fn send<T: Send>() {}
+    fn sync<T: Sync>() {}
+    use ferroverbs::verbs::{CompletionQueue, MemoryRegion, Pd, QueuePair};
+    use ferroverbs_sim::SimBus;
+    send::<QueuePair<'static, SimBus>>();
+    send::<CompletionQueue<'static, SimBus>>();
+    send::<MemoryRegion<'static, SimBus>>();
+    sync::<MemoryRegion<'static, SimBus>>();
+    sync::<Pd<'static, SimBus>>();
+    sync::<ferroverbs::Context<SimBus>>();
+}

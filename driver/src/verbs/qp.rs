@@ -412,6 +412,18 @@ impl<B: Bus> std::fmt::Debug for QueuePair<'_, B> {
     }
 }
 
+impl<B: Bus> Context<B> {
+    /// The most inline data an RC QP of this device can be granted
+    /// (`max_wqe_sz_sq` less the RC overhead and the inline header; verbs has no
+    /// device attribute for it, only the per-QP `max_inline_data`).
+    pub fn max_inline_data(&self) -> u32 {
+        let w = Limits::of(self)
+            .max_wqe_sz_sq
+            .min(MAX_WQE_BYTES.next_multiple_of(64));
+        w.saturating_sub(RC_SQ_OVERHEAD + 4)
+    }
+}
+
 fn alloc_uar<B: Bus>(ctx: &Context<B>) -> Result<u32> {
     let input = new_input(Opcode::AllocUar, 0, 16);
     let out = exec(ctx, &input, alloc_uar_out::SIZE)?;
