@@ -525,6 +525,10 @@ impl Sim {
         let now = self.shared.clock.now_ns();
         let mut d = self.dev();
         d.fw.reset();
+        // The data path forgets every QP and CQ with the firmware.
+        let Device { fw, engine, .. } = &mut *d;
+        engine.sync(fw, &self.shared.iommu, &self.shared.irqs, now);
+        self.shared.publish(engine);
         d.bar.reset();
         d.held.clear();
         d.health_ns = now;
