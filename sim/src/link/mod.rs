@@ -32,6 +32,10 @@ use std::time::Duration;
 
 use crate::device::{Sim, WeakSim};
 
+pub mod pcap;
+
+pub use pcap::PcapWriter;
+
 /// The largest frame the simulator builds: Ethernet, IPv4, UDP, BTH, the largest
 /// extension header set (RETH + ImmDt, or AtomicETH), a 4096-byte payload, pad and ICRC,
 /// rounded up.
@@ -210,6 +214,7 @@ struct FabricInner {
     pool: Arc<FramePool>,
     counters: Counters,
     capture: Mutex<Option<(usize, Vec<Vec<u8>>)>>,
+    pcap: RwLock<Option<Arc<PcapWriter>>>,
     seed: u64,
 }
 
@@ -219,6 +224,9 @@ impl FabricInner {
             self.counters.runt.fetch_add(1, Ordering::Relaxed);
             self.pool.put(frame);
             return;
+        }
+        if let Some(p) = &*self.pcap.read().unwrap_or_else(|e| e.into_inner()) {
+            p.write(&frame);
         }
         {
             let mut cap = lock(&self.capture);
@@ -302,6 +310,7 @@ impl Fabric {
                 pool: FramePool::new(),
                 counters: Counters::default(),
                 capture: Mutex::new(None),
+                pcap: RwLock::new(PcapWriter::from_env()),
                 seed,
             }),
         }
@@ -344,6 +353,23 @@ impl Fabric {
     /// discards them).
     pub fn capture(&self, limit: Option<usize>) {
         *lock(&self.inner.capture) = limit.map(|l| (l, Vec::new()));
+    }
+
+    /// Writes every forwarded or injected frame to `writer` (`None`: stops). A fabric
+    /// starts capturing to the file named by `FERROVERBS_PCAP` if that is set
+    /// ([`pcap`]). Frames a device sends to itself do not cross the fabric and are not
+    /// captured.
+    pub fn set_pcap(&self, writer: Option<Arc<PcapWriter>>) {
+        *self.inner.pcap.write().unwrap_or_else(|e| e.into_inner()) = writer;
+    }
+
+    /// The pcap writer this fabric captures to, if any.
+    pub fn pcap(&self) -> Option<Arc<PcapWriter>> {
+        self.inner
+            .pcap
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The frames captured so far (the capture continues, empty).
