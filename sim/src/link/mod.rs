@@ -33,6 +33,7 @@ use std::time::Duration;
 use crate::device::{Sim, WeakSim};
 
 pub mod pcap;
+pub mod udp;
 
 pub use pcap::PcapWriter;
 

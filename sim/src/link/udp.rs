@@ -1,0 +1,540 @@
+//! A RoCEv2 link over real UDP sockets: simulated NICs in different processes, or on
+//! different hosts, exchange RoCEv2 datagrams as a RoCE NIC would.
+//!
+//! * **Addressing.** A NIC attached with [`UdpLink::attach`] binds one IPv4 address
+//!   ([`UdpConfig::addr`]: `127.0.0.x` on one machine, a real address across hosts) and
+//!   UDP port [`UdpConfig::port`] (4791 by default). Its GID index 0 is the IPv4-mapped
+//!   address `::ffff:a.b.c.d` (`rocev2-wire.md` §1.3); its MAC, by convention of this
+//!   link, is [`mac_for`] of that address, so that a peer derives the MAC from the GID
+//!   (as ARP would) and captures are coherent ([`UdpConfig::sim_config`]).
+//! * **Datagrams** carry exactly what RoCEv2 puts after the UDP header: BTH, extension
+//!   headers, payload, pad and ICRC (§1.1). A frame the device transmits goes to the
+//!   address in its IPv4 destination, at the peers' port ([`UdpConfig::peer_port`]).
+//! * **The ICRC** (§2.4) covers the masked IPv4 and UDP headers, which the kernel owns
+//!   on a socket. Both ends therefore agree on the *canonical* headers a receiver
+//!   reconstructs from what `recvfrom` tells it: IPv4 version 4, IHL 5, total length
+//!   from the datagram, identification 0, DF, protocol 17, the real source and
+//!   destination addresses (TOS, TTL and checksum are masked); UDP from the datagram's
+//!   real source port to 4791, length from the datagram (checksum masked). This is
+//!   exactly the header the simulator's transport emits (identification 0, DF), so a
+//!   frame built by the device goes out unchanged when it leaves from its own source
+//!   port. With a configured port other than 4791 the real destination port differs
+//!   from the canonical 4791; both ends use the canonical value.
+//! * **Source ports** follow the entropy rule (`rdma_get_udp_sport`, §1.1): the
+//!   transport puts the QP's port (0xC000-0xFFFF) in each frame, and the link sends it
+//!   from a socket bound to that port on the NIC's address (made on first use, at most
+//!   [`MAX_SOURCE_PORTS`]). If such a socket cannot be bound (the port is taken, or the
+//!   limit is reached, or [`UdpConfig::entropy_ports`] is off), the datagram leaves from
+//!   the main socket and the link rewrites the frame's source port and ICRC to match
+//!   (counted as `tx_port_fallback`).
+//! * **Receive.** A thread per link reads datagrams, rebuilds the full Ethernet frame
+//!   in a pooled buffer (destination MAC = the NIC's port 1, source MAC = [`mac_for`]
+//!   the sender, the canonical IPv4 and UDP headers) and queues it for the device,
+//!   which checks it like any frame (structure, checksums, ICRC, QP, addresses, P_Key)
+//!   and counts drops by reason ([`crate::DataPathStats`]). The link itself drops, and
+//!   counts, what cannot be a RoCEv2 packet before it reaches the device: datagrams
+//!   too short for a BTH and an ICRC, too long for a frame buffer, with a transport
+//!   version other than 0, or with an opcode outside the table. Nothing in this path
+//!   panics on any input ([`UdpLink::deliver`] is the receive function, usable by
+//!   tests without a socket).
+//! * **Threads.** In threaded mode the link's receive thread queues frames and wakes
+//!   the device thread, which processes them and transmits responses and ACKs from its
+//!   own thread: the application thread only posts and polls. In deterministic mode
+//!   received frames wait until the test steps the device.
+//! * **Capture.** [`UdpConfig::pcap`] or `FERROVERBS_PCAP` ([`super::pcap`]) writes
+//!   every transmitted frame (as sent) and every received frame (as rebuilt).
+//!
+//! Only port 1 of a device is carried. The kernel's socket buffer is the link's queue:
+//! datagrams it drops are lost (the transport recovers through NAKs; see
+//! `docs/simulator.md`).
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::{lock, FramePool, PcapWriter, RxQueue, Uplink, MAX_FRAME};
+use crate::device::{Sim, SimConfig, WeakSim};
+use crate::wire::{bth, ethernet, frame, ipv4, roce, udp, Opcode};
+
+/// The RoCEv2 UDP port (IANA).
+pub const ROCEV2_PORT: u16 = udp::ROCEV2_PORT;
+
+/// Most per-source-port sending sockets a link opens.
+pub const MAX_SOURCE_PORTS: usize = 256;
+
+/// How often the receive thread checks whether its link was dropped.
+const RX_POLL: Duration = Duration::from_millis(50);
+
+/// The MAC address this link gives the NIC at `addr`: `02:00:a:b:c:d` (locally
+/// administered, unicast).
+pub const fn mac_for(addr: Ipv4Addr) -> [u8; 6] {
+    let o = addr.octets();
+    [0x02, 0x00, o[0], o[1], o[2], o[3]]
+}
+
+/// The RoCEv2 GID of an IPv4 address: `::ffff:a.b.c.d`.
+pub const fn gid_for(addr: Ipv4Addr) -> [u8; 16] {
+    let o = addr.octets();
+    [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, o[0], o[1], o[2], o[3],
+    ]
+}
+
+/// The IPv4 address of an IPv4-mapped GID, if it is one.
+pub fn addr_of_gid(gid: &[u8; 16]) -> Option<Ipv4Addr> {
+    (gid[..10] == [0; 10] && gid[10..12] == [0xff, 0xff])
+        .then(|| Ipv4Addr::new(gid[12], gid[13], gid[14], gid[15]))
+}
+
+/// Configuration of a UDP link.
+#[derive(Clone, Debug)]
+pub struct UdpConfig {
+    /// The NIC's IPv4 address (bound; its GID index 0 is the mapped address).
+    pub addr: Ipv4Addr,
+    /// The local UDP port (default 4791; 0 lets the kernel choose, see
+    /// [`UdpLink::local_addr`]).
+    pub port: u16,
+    /// The port peers listen on (default: the same as [`UdpConfig::port`], or 4791
+    /// when that is 0).
+    pub peer_port: Option<u16>,
+    /// Send from per-source-port sockets (the entropy rule); on by default.
+    pub entropy_ports: bool,
+    /// Capture every frame to this pcap file (shared with other links of the process
+    /// capturing there). `None`: `FERROVERBS_PCAP` decides.
+    pub pcap: Option<PathBuf>,
+}
+
+impl UdpConfig {
+    /// A link on `addr`, port 4791.
+    pub fn new(addr: Ipv4Addr) -> UdpConfig {
+        UdpConfig {
+            addr,
+            port: ROCEV2_PORT,
+            peer_port: None,
+            entropy_ports: true,
+            pcap: None,
+        }
+    }
+
+    /// Sets the local port (and, unless set, the peers' port).
+    pub fn port(mut self, port: u16) -> UdpConfig {
+        self.port = port;
+        self
+    }
+
+    /// A one-port device configuration whose MAC is [`mac_for`] this address
+    /// (deterministic or threaded mode; real time in both, since the peer is real).
+    pub fn sim_config(&self, threaded: bool) -> SimConfig {
+        let seed = u64::from(u32::from(self.addr));
+        let mut c = if threaded {
+            SimConfig::threaded(seed, 1)
+        } else {
+            SimConfig {
+                virtual_time: false,
+                ..SimConfig::deterministic(seed, 1)
+            }
+        };
+        c.fw.macs = vec![mac_for(self.addr)];
+        c
+    }
+
+    fn peer_port(&self) -> u16 {
+        match (self.peer_port, self.port) {
+            (Some(p), _) => p,
+            (None, 0) => ROCEV2_PORT,
+            (None, p) => p,
+        }
+    }
+}
+
+/// Counters of a UDP link (the device counts what it drops in
+/// [`crate::DataPathStats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdpStats {
+    /// Datagrams sent.
+    pub tx_datagrams: u64,
+    /// Frames the device handed over that were not RoCEv2 over IPv4 from this link's
+    /// address (dropped).
+    pub tx_bad_frame: u64,
+    /// Datagrams sent from the main socket with the frame's source port and ICRC
+    /// rewritten (no socket for the entropy port).
+    pub tx_port_fallback: u64,
+    /// `sendto` failures (the datagram is lost).
+    pub tx_errors: u64,
+    /// Datagrams received (before any check).
+    pub rx_datagrams: u64,
+    /// Dropped: shorter than a BTH and an ICRC.
+    pub rx_too_short: u64,
+    /// Dropped: longer than a frame buffer holds.
+    pub rx_too_long: u64,
+    /// Dropped: BTH transport version other than 0.
+    pub rx_bad_version: u64,
+    /// Dropped: opcode not in the RoCEv2 table.
+    pub rx_unknown_opcode: u64,
+    /// Dropped: from an IPv6 address.
+    pub rx_not_ipv4: u64,
+    /// Dropped: the device's receive queue was full.
+    pub rx_queue_full: u64,
+    /// Frames queued for the device.
+    pub rx_delivered: u64,
+    /// `recvfrom` failures other than time-outs.
+    pub rx_errors: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    tx_datagrams: AtomicU64,
+    tx_bad_frame: AtomicU64,
+    tx_port_fallback: AtomicU64,
+    tx_errors: AtomicU64,
+    rx_datagrams: AtomicU64,
+    rx_too_short: AtomicU64,
+    rx_too_long: AtomicU64,
+    rx_bad_version: AtomicU64,
+    rx_unknown_opcode: AtomicU64,
+    rx_not_ipv4: AtomicU64,
+    rx_queue_full: AtomicU64,
+    rx_delivered: AtomicU64,
+    rx_errors: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+struct Inner {
+    sock: UdpSocket,
+    addr: Ipv4Addr,
+    port: u16,
+    peer_port: u16,
+    entropy: bool,
+    /// Sending sockets by source port (`None`: binding failed; use the main socket).
+    senders: Mutex<Vec<(u16, Option<UdpSocket>)>>,
+    pool: Arc<FramePool>,
+    rx: Arc<RxQueue>,
+    mac: [u8; 6],
+    pcap: Option<Arc<PcapWriter>>,
+    stop: AtomicBool,
+    c: Counters,
+}
+
+/// The largest datagram a frame buffer holds.
+const MAX_DATAGRAM: usize = MAX_FRAME - frame::ENCAP_LEN;
+
+impl Inner {
+    fn send(&self, mut f: Vec<u8>) {
+        let ok = f.len() >= frame::ENCAP_LEN + roce::MIN_LEN
+            && f[12..14] == [0x08, 0x00]
+            && f[frame::IPV4_OFFSET] == 0x45
+            && f[frame::IPV4_OFFSET + 9] == ipv4::PROTOCOL_UDP
+            && Ipv4Addr::new(f[26], f[27], f[28], f[29]) == self.addr;
+        if !ok {
+            bump(&self.c.tx_bad_frame);
+            self.pool.put(f);
+            return;
+        }
+        let dst = Ipv4Addr::new(f[30], f[31], f[32], f[33]);
+        let sport = u16::from_be_bytes([f[34], f[35]]);
+        let to = SocketAddr::V4(SocketAddrV4::new(dst, self.peer_port));
+        let r = {
+            let mut senders = lock(&self.senders);
+            let sock = self.sender(&mut senders, sport);
+            let sock = match sock {
+                Some(s) => s,
+                None => {
+                    // Leave from the main socket: the receiver sees its port.
+                    let port = self.port;
+                    f[34..36].copy_from_slice(&port.to_be_bytes());
+                    frame::Frame::new_unchecked(&mut f[..]).fill_icrc();
+                    bump(&self.c.tx_port_fallback);
+                    &self.sock
+                }
+            };
+            if let Some(p) = &self.pcap {
+                p.write(&f);
+            }
+            sock.send_to(&f[frame::ENCAP_LEN..], to)
+        };
+        match r {
+            Ok(_) => bump(&self.c.tx_datagrams),
+            Err(_) => bump(&self.c.tx_errors),
+        }
+        self.pool.put(f);
+    }
+
+    /// The socket bound to source port `sport`, made on first use; `None` if the
+    /// datagram must leave from the main socket.
+    fn sender<'a>(
+        &'a self,
+        senders: &'a mut Vec<(u16, Option<UdpSocket>)>,
+        sport: u16,
+    ) -> Option<&'a UdpSocket> {
+        if !self.entropy || sport == self.port {
+            return None;
+        }
+        let i = match senders.iter().position(|(p, _)| *p == sport) {
+            Some(i) => i,
+            None => {
+                if senders.len() >= MAX_SOURCE_PORTS {
+                    return None;
+                }
+                let s = UdpSocket::bind(SocketAddrV4::new(self.addr, sport)).ok();
+                senders.push((sport, s));
+                senders.len() - 1
+            }
+        };
+        senders[i].1.as_ref()
+    }
+
+    /// Rebuilds the frame of a datagram from `src` that `recv` wrote at
+    /// `buf[ENCAP_LEN..ENCAP_LEN + n]` and queues it (or drops and counts it).
+    fn accept(&self, mut buf: Vec<u8>, n: usize, src: SocketAddr) {
+        bump(&self.c.rx_datagrams);
+        let SocketAddr::V4(src) = src else {
+            bump(&self.c.rx_not_ipv4);
+            self.pool.put(buf);
+            return;
+        };
+        if n < roce::MIN_LEN {
+            bump(&self.c.rx_too_short);
+            self.pool.put(buf);
+            return;
+        }
+        if n >= MAX_DATAGRAM {
+            // recvfrom filled the buffer: the datagram may have been cut.
+            bump(&self.c.rx_too_long);
+            self.pool.put(buf);
+            return;
+        }
+        let b = frame::ENCAP_LEN;
+        let bt = bth::Packet::new_unchecked(&buf[b..b + bth::HEADER_LEN]);
+        if bt.transport_version() != 0 {
+            bump(&self.c.rx_bad_version);
+            self.pool.put(buf);
+            return;
+        }
+        if Opcode::from_u8(bt.opcode_raw()).is_none() {
+            bump(&self.c.rx_unknown_opcode);
+            self.pool.put(buf);
+            return;
+        }
+        buf.truncate(b + n);
+        self.encapsulate(&mut buf, *src.ip(), src.port());
+        if let Some(p) = &self.pcap {
+            p.write(&buf);
+        }
+        match self.rx.push(buf) {
+            Ok(()) => bump(&self.c.rx_delivered),
+            Err(f) => {
+                bump(&self.c.rx_queue_full);
+                self.pool.put(f);
+            }
+        }
+    }
+
+    /// Writes the Ethernet header and the canonical IPv4 and UDP headers in front of
+    /// the datagram at `buf[ENCAP_LEN..]`.
+    fn encapsulate(&self, buf: &mut [u8], src: Ipv4Addr, sport: u16) {
+        let n = buf.len() - frame::ENCAP_LEN;
+        let eth = ethernet::Repr {
+            src_addr: ethernet::Address(mac_for(src)),
+            dst_addr: ethernet::Address(self.mac),
+            ethertype: ethernet::EtherType::IPV4,
+        };
+        // Lengths fit: n < MAX_DATAGRAM; the headers fit the buffer.
+        let _ = eth.emit(&mut ethernet::Packet::new_unchecked(
+            &mut buf[..frame::IPV4_OFFSET],
+        ));
+        let _ = ipv4::Repr::rocev2(src, self.addr).emit(
+            &mut ipv4::Packet::new_unchecked(&mut buf[frame::IPV4_OFFSET..frame::UDP_OFFSET]),
+            udp::HEADER_LEN + n,
+        );
+        let _ = udp::Repr::rocev2(sport).emit(
+            &mut udp::Packet::new_unchecked(&mut buf[frame::UDP_OFFSET..frame::BTH_OFFSET]),
+            n,
+        );
+    }
+
+    fn stats(&self) -> UdpStats {
+        let c = &self.c;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        UdpStats {
+            tx_datagrams: g(&c.tx_datagrams),
+            tx_bad_frame: g(&c.tx_bad_frame),
+            tx_port_fallback: g(&c.tx_port_fallback),
+            tx_errors: g(&c.tx_errors),
+            rx_datagrams: g(&c.rx_datagrams),
+            rx_too_short: g(&c.rx_too_short),
+            rx_too_long: g(&c.rx_too_long),
+            rx_bad_version: g(&c.rx_bad_version),
+            rx_unknown_opcode: g(&c.rx_unknown_opcode),
+            rx_not_ipv4: g(&c.rx_not_ipv4),
+            rx_queue_full: g(&c.rx_queue_full),
+            rx_delivered: g(&c.rx_delivered),
+            rx_errors: g(&c.rx_errors),
+        }
+    }
+}
+
+impl Uplink for Inner {
+    fn transmit(&self, frame: Vec<u8>) {
+        self.send(frame);
+    }
+}
+
+fn receive_loop(inner: Arc<Inner>) {
+    while !inner.stop.load(Ordering::Acquire) {
+        let mut buf = inner.pool.get();
+        buf.resize(MAX_FRAME, 0);
+        match inner.sock.recv_from(&mut buf[frame::ENCAP_LEN..]) {
+            Ok((n, src)) => inner.accept(buf, n, src),
+            Err(e) => {
+                if !matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) {
+                    bump(&inner.c.rx_errors);
+                }
+                inner.pool.put(buf);
+            }
+        }
+    }
+}
+
+/// A simulated NIC's RoCEv2 link over UDP. Dropping it stops its receive thread and
+/// disconnects the device.
+pub struct UdpLink {
+    inner: Arc<Inner>,
+    sim: WeakSim,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl core::fmt::Debug for UdpLink {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("UdpLink")
+            .field("local", &self.local_addr())
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl UdpLink {
+    /// Binds `cfg.addr:cfg.port`, connects port 1 of `sim` to it (the device transmits
+    /// into the link from now on) and starts the receive thread.
+    pub fn attach(sim: &Sim, cfg: UdpConfig) -> io::Result<UdpLink> {
+        let sock = UdpSocket::bind(SocketAddrV4::new(cfg.addr, cfg.port))?;
+        sock.set_read_timeout(Some(RX_POLL))?;
+        let port = sock.local_addr()?.port();
+        let pcap = match &cfg.pcap {
+            Some(p) => Some(PcapWriter::shared(p)?),
+            None => PcapWriter::from_env(),
+        };
+        let mac = sim
+            .port_macs()
+            .first()
+            .copied()
+            .unwrap_or(mac_for(cfg.addr));
+        let inner = Arc::new(Inner {
+            sock,
+            addr: cfg.addr,
+            port,
+            peer_port: cfg.peer_port(),
+            entropy: cfg.entropy_ports,
+            senders: Mutex::new(Vec::new()),
+            pool: FramePool::new(),
+            rx: sim.rx_queue(),
+            mac,
+            pcap,
+            stop: AtomicBool::new(false),
+            c: Counters::default(),
+        });
+        let uplink: Arc<dyn Uplink> = inner.clone();
+        sim.set_uplink(Some(uplink), inner.pool.clone());
+        let t = inner.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("ferroverbs-udp-{}", cfg.addr))
+            .spawn(move || receive_loop(t))?;
+        Ok(UdpLink {
+            inner,
+            sim: sim.downgrade(),
+            thread: Some(thread),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddrV4 {
+        SocketAddrV4::new(self.inner.addr, self.inner.port)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> UdpStats {
+        self.inner.stats()
+    }
+
+    /// The receive function of the link: handles `datagram` as if it had arrived from
+    /// `src` (checks, frame rebuilt, queued for the device, or dropped and counted).
+    /// For tests that drive the receive path without sockets.
+    pub fn deliver(&self, src: SocketAddrV4, datagram: &[u8]) {
+        let mut buf = self.inner.pool.get();
+        buf.resize(MAX_FRAME, 0);
+        let n = datagram.len().min(MAX_DATAGRAM);
+        buf[frame::ENCAP_LEN..frame::ENCAP_LEN + n].copy_from_slice(&datagram[..n]);
+        self.inner.accept(buf, n, SocketAddr::V4(src));
+    }
+
+    /// The pcap writer this link captures to, if any.
+    pub fn pcap(&self) -> Option<Arc<PcapWriter>> {
+        self.inner.pcap.clone()
+    }
+}
+
+impl Drop for UdpLink {
+    fn drop(&mut self) {
+        self.inner.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(s) = self.sim.upgrade() {
+            s.set_uplink(None, FramePool::new());
+        }
+        if let Some(p) = &self.inner.pcap {
+            let _ = p.flush();
+        }
+    }
+}
+
+/// The canonical headers (§ module documentation) of a datagram of `len` bytes from
+/// `src` to `dst`: what both ends compute the ICRC over.
+pub fn canonical_headers(
+    src: SocketAddrV4,
+    dst: Ipv4Addr,
+    len: usize,
+) -> Option<([u8; ipv4::HEADER_LEN], [u8; udp::HEADER_LEN])> {
+    let ip = ipv4::Repr::rocev2(*src.ip(), dst)
+        .header(udp::HEADER_LEN + len)
+        .ok()?;
+    let u = udp::Repr::rocev2(src.port()).header(len).ok()?;
+    Some((ip, u))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        let a = Ipv4Addr::new(127, 0, 0, 9);
+        assert_eq!(mac_for(a), [2, 0, 127, 0, 0, 9]);
+        assert_eq!(addr_of_gid(&gid_for(a)), Some(a));
+        assert_eq!(addr_of_gid(&[0; 16]), None);
+        assert_eq!(UdpConfig::new(a).peer_port(), 4791);
+        assert_eq!(UdpConfig::new(a).port(0).peer_port(), 4791);
+        assert_eq!(UdpConfig::new(a).port(5000).peer_port(), 5000);
+    }
+}
