@@ -147,8 +147,22 @@ pub struct DataPathStats {
     pub naks: u64,
     /// RNR NAKs sent.
     pub rnr_naks: u64,
-    /// Packets retransmitted (go-back-N after a NAK or an RNR NAK).
+    /// Packets retransmitted (go-back-N after a NAK, an RNR NAK, an implied NAK or a
+    /// local ACK timeout).
     pub retransmits: u64,
+    /// Local ACK timeouts that fired with PSNs outstanding.
+    pub ack_timeouts: u64,
+    /// Implied NAKs: a response or ACK past a READ/atomic still missing responses.
+    pub implied_naks: u64,
+    /// Sequence NAKs received.
+    pub seq_naks_received: u64,
+    /// RNR NAKs received.
+    pub rnr_naks_received: u64,
+    /// Retransmissions started (each costs one transport or RNR retry).
+    pub retries: u64,
+    /// Responses ignored: duplicate NAKs for a go-back-N already under way, stale or
+    /// ghost ACKs (a PSN never sent).
+    pub rx_stale: u64,
     /// READ response packets sent.
     pub read_responses: u64,
     /// Atomics executed.
@@ -304,6 +318,14 @@ pub struct Sq {
     pub rnr_left: u8,
     /// After an RNR NAK: no transmission before this device time.
     pub rnr_until: Option<u64>,
+    /// The PSN after the last one transmitted (the sent frontier; a retransmission
+    /// does not move it back).
+    pub psn_hi: Psn,
+    /// When the local ACK timer fires (armed while PSNs are outstanding).
+    pub ack_deadline: Option<u64>,
+    /// The PSN the last go-back-N restarted from: a further NAK or implied NAK for it
+    /// while it is still the oldest unacknowledged PSN is the same loss, not a new one.
+    pub retry_psn: Option<Psn>,
     /// A locally failed WQE is queued: nothing more is fetched.
     pub stalled: bool,
     /// Data of the WQE being transmitted.
@@ -392,9 +414,6 @@ pub struct Resp {
     pub ack_due: Option<Psn>,
 }
 
-/// Most READ/atomic requests remembered for duplicates.
-pub const MAX_RESOURCES: usize = 16;
-
 /// The data-path state of one QP.
 pub struct QpRt {
     /// Its context.
@@ -415,6 +434,7 @@ impl QpRt {
             sq: Sq {
                 next_psn: Psn::new(cfg.sq_psn),
                 una: Psn::new(cfg.sq_psn),
+                psn_hi: Psn::new(cfg.sq_psn),
                 retries_left: cfg.retry_count,
                 rnr_left: cfg.rnr_retry,
                 ..Sq::default()
@@ -493,6 +513,8 @@ impl QpRt {
         self.sq.reads_out = 0;
         self.sq.stalled = false;
         self.sq.rnr_until = None;
+        self.sq.ack_deadline = None;
+        self.sq.retry_psn = None;
         self.sq.txd.pos = None;
         self.sq.rxd.pos = None;
         self.flush_sq_ring(cx);
@@ -572,6 +594,14 @@ impl QpRt {
             );
             cx.post_cqe(self.cfg.cqn_rcv, &c);
             self.rq_ci = self.rq_ci.wrapping_add(1);
+        }
+    }
+
+    /// The device time of the QP's next timer (RNR back-off or local ACK timeout).
+    pub fn next_timer(&self) -> Option<u64> {
+        match (self.sq.rnr_until, self.sq.ack_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -747,6 +777,7 @@ impl Engine {
             (QpcState::Rtr, QpcState::Rts) => {
                 qp.sq.next_psn = Psn::new(qp.cfg.sq_psn);
                 qp.sq.una = qp.sq.next_psn;
+                qp.sq.psn_hi = qp.sq.next_psn;
                 qp.sq.retries_left = qp.cfg.retry_count;
                 qp.sq.rnr_left = qp.cfg.rnr_retry;
             }
@@ -870,7 +901,7 @@ impl Engine {
     }
 
     fn note_timers(&mut self, qpn: u32) {
-        let has = self.qps.get(&qpn).is_some_and(|q| q.sq.rnr_until.is_some());
+        let has = self.qps.get(&qpn).is_some_and(|q| q.next_timer().is_some());
         if has && !self.timer_qps.contains(&qpn) {
             self.timer_qps.push(qpn);
         }
@@ -981,18 +1012,20 @@ impl Engine {
                 let Some(qp) = qps.get_mut(qpn) else {
                     return false;
                 };
-                match qp.sq.rnr_until {
-                    Some(t) if t <= now => {
-                        qp.sq.rnr_until = None;
-                        work += 1;
-                        transport::requester::pump(qp, &mut cx);
-                        qp.sq.rnr_until.is_some()
-                    }
-                    Some(_) => true,
-                    None => false,
+                if qp.sq.rnr_until.is_some_and(|t| t <= now) {
+                    qp.sq.rnr_until = None;
+                    work += 1;
+                    transport::requester::pump(qp, &mut cx);
                 }
+                if qp.sq.ack_deadline.is_some_and(|t| t <= now) {
+                    work += 1;
+                    transport::completer::on_ack_timeout(qp, &mut cx);
+                }
+                qp.next_timer().is_some()
             });
-            for q in timers {
+            // Keep the list's buffer (no allocation in steady state).
+            let added = std::mem::replace(&mut self.timer_qps, timers);
+            for q in added {
                 if !self.timer_qps.contains(&q) {
                     self.timer_qps.push(q);
                 }
@@ -1027,7 +1060,7 @@ impl Engine {
     pub fn next_deadline(&self) -> Option<u64> {
         self.timer_qps
             .iter()
-            .filter_map(|q| self.qps.get(q).and_then(|qp| qp.sq.rnr_until))
+            .filter_map(|q| self.qps.get(q).and_then(QpRt::next_timer))
             .min()
     }
 }

@@ -131,6 +131,11 @@ pub struct QpCfg {
     pub retry_count: u8,
     /// RNR retry count (7 = infinite).
     pub rnr_retry: u8,
+    /// Local ACK timeout exponent: 4.096 µs × 2^`ack_timeout` (0: no timer).
+    pub ack_timeout: u8,
+    /// READ/atomic requests remembered as responder (`2^log_rra_max`,
+    /// max_dest_rd_atomic).
+    pub rra_max: u32,
     /// The resolved path, once the QP has one (INIT2RTR) and it is IPv4 RoCEv2.
     pub path: Option<Path>,
 }
@@ -188,6 +193,8 @@ impl QpCfg {
             min_rnr_nak: g(qpc::min_rnr_nak) as u8,
             retry_count: g(qpc::retry_count) as u8,
             rnr_retry: g(qpc::rnr_retry) as u8,
+            ack_timeout: g(pri(ads::ack_timeout)) as u8,
+            rra_max: 1u32 << g(qpc::log_rra_max).min(16),
             path: Self::path(fw, img, qpn),
         }
     }

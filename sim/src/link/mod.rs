@@ -32,9 +32,11 @@ use std::time::Duration;
 
 use crate::device::{Sim, WeakSim};
 
+pub mod faults;
 pub mod pcap;
 pub mod udp;
 
+pub use faults::{FaultStats, Impairments, Stage};
 pub use pcap::PcapWriter;
 
 /// The largest frame the simulator builds: Ethernet, IPv4, UDP, BTH, the largest
@@ -217,10 +219,20 @@ struct FabricInner {
     capture: Mutex<Option<(usize, Vec<Vec<u8>>)>>,
     pcap: RwLock<Option<Arc<PcapWriter>>>,
     seed: u64,
+    /// Link middleware (loss, duplication, reordering, delay, corruption, ...).
+    faults: faults::Faults,
 }
 
 impl FabricInner {
     fn forward(&self, frame: Vec<u8>) {
+        if self.faults.active() {
+            return self.faults.forward(frame, &mut |f| self.deliver(f));
+        }
+        self.deliver(frame);
+    }
+
+    /// Forwards a frame that passed the middleware.
+    fn deliver(&self, frame: Vec<u8>) {
         if frame.len() < 14 {
             self.counters.runt.fetch_add(1, Ordering::Relaxed);
             self.pool.put(frame);
@@ -313,6 +325,7 @@ impl Fabric {
                 capture: Mutex::new(None),
                 pcap: RwLock::new(PcapWriter::from_env()),
                 seed,
+                faults: faults::Faults::new(),
             }),
         }
     }
@@ -337,6 +350,7 @@ impl Fabric {
             }
         }
         lock(&self.inner.devices).push(sim.downgrade());
+        self.inner.faults.set_clock(sim.clock());
         let uplink: Arc<dyn Uplink> = self.inner.clone();
         sim.set_uplink(Some(uplink), self.inner.pool.clone());
     }
@@ -385,14 +399,17 @@ impl Fabric {
     /// frames waiting in its receive queue and its due timers. Returns the work done
     /// (frames processed, timers fired); 0 means the fabric is idle at this instant.
     pub fn step(&self) -> usize {
+        // Frames the link middleware delayed (now due) or held back go first.
+        let released = self.inner.faults.release(&mut |f| self.inner.deliver(f));
         // No allocation: the devices are visited under the list's lock (servicing a
         // device only takes its own lock, the routes' and receive queues' locks).
         let devices = lock(&self.inner.devices);
-        devices
-            .iter()
-            .filter_map(WeakSim::upgrade)
-            .map(|s| s.service())
-            .sum()
+        released
+            + devices
+                .iter()
+                .filter_map(WeakSim::upgrade)
+                .map(|s| s.service())
+                .sum::<usize>()
     }
 
     /// Steps until a round does nothing (at most [`MAX_STEPS`] rounds). Returns the
@@ -426,10 +443,15 @@ impl Fabric {
         let mut left = limit;
         loop {
             let sims = self.inner.sims();
+            let wire = self.inner.faults.next_release().and_then(|t| {
+                let now = sims.first()?.clock().now();
+                Some(Duration::from_nanos(t).saturating_sub(now))
+            });
             let next = sims
                 .iter()
                 .filter_map(|s| s.next_deadline().map(|t| (t, s.clock().now())))
                 .map(|(t, now)| t.saturating_sub(now))
+                .chain(wire)
                 .min();
             let Some(wait) = next else { break };
             if wait > left {

@@ -51,12 +51,40 @@ pub fn on_response(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     }
 }
 
+/// The local ACK timeout for the exponent `code` (QP attribute `timeout`, `ads.ack_timeout`):
+/// 4.096 µs × 2^code; 0 means no timer (IBTA 9.7.6.1.3, rocev2-wire.md §4.3).
+pub fn ack_timeout_ns(code: u8) -> Option<u64> {
+    (code != 0).then(|| 4096u64 << code.min(31))
+}
+
+/// Whether PSNs were transmitted and not yet acknowledged.
+fn outstanding(qp: &QpRt) -> bool {
+    qp.sq.una.distance(qp.sq.psn_hi) < 0
+}
+
+/// Restarts the local ACK timer if PSNs are outstanding (and no RNR back-off runs),
+/// stops it otherwise.
+fn rearm(qp: &mut QpRt, now: u64) {
+    qp.sq.ack_deadline = if outstanding(qp) && qp.sq.rnr_until.is_none() {
+        ack_timeout_ns(qp.cfg.ack_timeout).map(|t| now + t)
+    } else {
+        None
+    };
+}
+
+/// Whether `psn` lies in what was transmitted and is not yet acknowledged.
+fn in_flight(qp: &QpRt, psn: Psn) -> bool {
+    psn.distance(qp.sq.una) >= 0 && psn.distance(qp.sq.psn_hi) < 0
+}
+
 /// Marks every SEND/WRITE whose PSNs are all at or before `psn` as done and moves the
-/// oldest unacknowledged PSN. Returns `false` for a PSN outside what is outstanding.
-fn ack_to(qp: &mut QpRt, psn: Psn) -> bool {
+/// oldest unacknowledged PSN. Returns `None` for a PSN outside what is outstanding (a
+/// stale ACK, or a ghost: a PSN never sent), else whether the oldest unacknowledged
+/// PSN moved (progress: the retry counters are reset and the timer restarted).
+fn ack_to(qp: &mut QpRt, psn: Psn) -> Option<bool> {
     let sq = &mut qp.sq;
-    if psn.distance(sq.una) < -1 || psn.distance(sq.next_psn) >= 0 {
-        return false;
+    if psn.distance(sq.una) < -1 || psn.distance(sq.psn_hi) >= 0 {
+        return None;
     }
     let mut una = psn.next();
     for f in sq.wqes.iter_mut() {
@@ -83,13 +111,12 @@ fn ack_to(qp: &mut QpRt, psn: Psn) -> bool {
     }
     if una.distance(sq.una) > 0 {
         sq.una = una;
+        sq.retry_psn = None;
+        sq.retries_left = qp.cfg.retry_count;
+        sq.rnr_left = qp.cfg.rnr_retry;
+        return Some(true);
     }
-    true
-}
-
-fn progress(qp: &mut QpRt) {
-    qp.sq.retries_left = qp.cfg.retry_count;
-    qp.sq.rnr_left = qp.cfg.rnr_retry;
+    Some(false)
 }
 
 /// Completes the WQEs at the head of the send queue that are done (a CQE for the
@@ -135,10 +162,16 @@ fn report_error(qp: &mut QpRt, cx: &mut Ctx, f: &crate::engine::Flight, s: Synd)
     qp.to_error(cx);
 }
 
-/// Fails the flight holding `psn` now: completes what is done before it, reports it,
-/// and flushes the rest.
+/// Fails the flight holding `psn` (or, if none does, the oldest incomplete one) now:
+/// completes what is done before it, reports it, and flushes the rest.
 fn fail_at(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, s: Synd) {
-    let Some(i) = qp.sq.wqes.iter().position(|f| f.contains(psn)) else {
+    let i = qp
+        .sq
+        .wqes
+        .iter()
+        .position(|f| f.contains(psn))
+        .or_else(|| qp.sq.wqes.iter().position(|f| !f.done && f.npsn > 0));
+    let Some(i) = i else {
         cx.stats.rx_unexpected += 1;
         return;
     };
@@ -188,6 +221,65 @@ fn rewind(qp: &mut QpRt, cx: &mut Ctx, psn: Psn) {
     qp.sq.tx = i;
 }
 
+/// Go-back-N from `psn` after a sequence NAK, an implied NAK or a local ACK timeout:
+/// costs one transport retry (none left: the WQE holding `psn` completes with
+/// `TRANSPORT_RETRY_EXC_ERR`, IBV_WC_RETRY_EXC_ERR). A second NAK for the same PSN
+/// while it is still the oldest unacknowledged one is the same loss: ignored.
+fn go_back(qp: &mut QpRt, cx: &mut Ctx, psn: Psn) {
+    if qp.sq.retry_psn == Some(psn) && qp.sq.una == psn {
+        cx.stats.rx_stale += 1;
+        return;
+    }
+    if qp.sq.retries_left == 0 {
+        fail_at(
+            qp,
+            cx,
+            psn,
+            Synd::of(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR),
+        );
+        return;
+    }
+    qp.sq.retries_left -= 1;
+    cx.stats.retries += 1;
+    qp.sq.retry_psn = Some(psn);
+    rewind(qp, cx, psn);
+    qp.sq.ack_deadline = None;
+    requester::pump(qp, cx);
+    rearm(qp, cx.now);
+}
+
+/// The local ACK timer fired: go back to the oldest unacknowledged PSN (one transport
+/// retry), or fail with `TRANSPORT_RETRY_EXC_ERR` when none is left.
+pub fn on_ack_timeout(qp: &mut QpRt, cx: &mut Ctx) {
+    qp.sq.ack_deadline = None;
+    if !matches!(qp.state, QpcState::Rts | QpcState::Sqd)
+        || !outstanding(qp)
+        || qp.sq.rnr_until.is_some()
+    {
+        return;
+    }
+    cx.stats.ack_timeouts += 1;
+    qp.sq.retry_psn = None;
+    let una = qp.sq.una;
+    go_back(qp, cx, una);
+}
+
+/// The oldest READ/atomic still waiting for a response (its index).
+fn oldest_read(qp: &QpRt) -> Option<usize> {
+    qp.sq
+        .wqes
+        .iter()
+        .position(|f| !f.done && f.err.is_none() && f.w.op.is_some_and(Op::scatters))
+}
+
+/// An implied NAK: something past a READ/atomic still missing responses was answered,
+/// so those responses were lost; go back to the oldest unacknowledged PSN.
+fn implied_nak(qp: &mut QpRt, cx: &mut Ctx) {
+    cx.stats.implied_naks += 1;
+    let una = qp.sq.una;
+    go_back(qp, cx, una);
+}
+
 fn on_ack(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     let Some(a) = pkt.repr.aeth else {
         cx.stats.rx_unexpected += 1;
@@ -196,15 +288,31 @@ fn on_ack(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     let psn = pkt.repr.bth.psn;
     match a.syndrome {
         Syndrome::Ack { .. } => {
-            if ack_to(qp, psn) {
-                progress(qp);
-            } else {
-                cx.stats.rx_unexpected += 1;
+            match ack_to(qp, psn) {
+                Some(true) => rearm(qp, cx.now),
+                Some(false) => {}
+                None => cx.stats.rx_stale += 1,
             }
             complete_head(qp, cx);
+            if qp.state == QpcState::Err {
+                return;
+            }
+            // An ACK at or past a READ/atomic whose responses are missing: the
+            // responder executed it, its responses were lost.
+            if let Some(i) = oldest_read(qp) {
+                let f = qp.sq.wqes[i];
+                if f.sent > 0 && psn.distance(f.last_psn()) >= 0 && in_flight(qp, f.last_psn()) {
+                    return implied_nak(qp, cx);
+                }
+            }
             requester::pump(qp, cx);
         }
         Syndrome::RnrNak { timer } => {
+            if !in_flight(qp, psn) || qp.sq.rnr_until.is_some() {
+                cx.stats.rx_stale += 1;
+                return;
+            }
+            cx.stats.rnr_naks_received += 1;
             ack_to(qp, psn.sub(1));
             complete_head(qp, cx);
             if qp.state == QpcState::Err {
@@ -217,30 +325,37 @@ fn on_ack(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
             if qp.sq.rnr_left != 7 {
                 qp.sq.rnr_left -= 1;
             }
+            cx.stats.retries += 1;
             rewind(qp, cx, psn);
             let us = aeth::rnr_timer_micros(timer).unwrap_or(0);
             qp.sq.rnr_until = Some(cx.now + u64::from(us) * 1000);
+            // No local ACK timeout while backing off: the timer restarts with the
+            // retransmission.
+            qp.sq.ack_deadline = None;
         }
         Syndrome::Nak(NakCode::PsnSequenceError) => {
-            ack_to(qp, psn.sub(1));
+            if !in_flight(qp, psn) {
+                cx.stats.rx_stale += 1;
+                return;
+            }
+            cx.stats.seq_naks_received += 1;
+            if ack_to(qp, psn.sub(1)) == Some(true) {
+                rearm(qp, cx.now);
+            }
             complete_head(qp, cx);
             if qp.state == QpcState::Err {
                 return;
             }
-            if qp.sq.retries_left == 0 {
-                fail_at(
-                    qp,
-                    cx,
-                    psn,
-                    Synd::of(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR),
-                );
-                return;
-            }
-            qp.sq.retries_left -= 1;
-            rewind(qp, cx, psn);
-            requester::pump(qp, cx);
+            // The NAK acknowledges everything before its PSN, but not past a READ
+            // still missing responses: go back to the oldest unacknowledged PSN.
+            let una = qp.sq.una;
+            go_back(qp, cx, una);
         }
         Syndrome::Nak(code) => {
+            if !in_flight(qp, psn) {
+                cx.stats.rx_stale += 1;
+                return;
+            }
             ack_to(qp, psn.sub(1));
             let synd = match code {
                 NakCode::InvalidRequest => MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR,
@@ -252,20 +367,35 @@ fn on_ack(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     }
 }
 
+/// A READ response or atomic ACK moved the oldest unacknowledged PSN: the retry
+/// counters are reset and the timer restarted.
+fn progress(qp: &mut QpRt, now: u64) {
+    qp.sq.retries_left = qp.cfg.retry_count;
+    qp.sq.rnr_left = qp.cfg.rnr_retry;
+    qp.sq.retry_psn = None;
+    rearm(qp, now);
+}
+
 fn on_read_response(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     let psn = pkt.repr.bth.psn;
-    let Some(i) =
-        qp.sq.wqes.iter().position(|f| {
-            !f.done && f.err.is_none() && f.w.op == Some(Op::Read) && f.contains(psn)
-        })
-    else {
-        cx.stats.rx_unexpected += 1;
+    let Some(i) = oldest_read(qp) else {
+        cx.stats.rx_stale += 1;
         return;
     };
     let f = qp.sq.wqes[i];
-    if psn != f.first_psn.add(f.resp_pkts) {
-        // A duplicate or a gap: not what the READ waits for.
-        cx.stats.rx_unexpected += 1;
+    let expect = f.first_psn.add(f.resp_pkts);
+    if f.w.op != Some(Op::Read) || psn != expect {
+        if psn.distance(expect) > 0 && in_flight(qp, psn) {
+            // A response past the one awaited: those before it were lost.
+            ack_to(qp, psn.sub(1));
+            complete_head(qp, cx);
+            if qp.state != QpcState::Err {
+                implied_nak(qp, cx);
+            }
+        } else {
+            // A duplicate (or a response to nothing outstanding).
+            cx.stats.rx_stale += 1;
+        }
         return;
     }
     ack_to(qp, psn.sub(1));
@@ -320,22 +450,31 @@ fn on_read_response(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     if una.distance(qp.sq.una) > 0 {
         qp.sq.una = una;
     }
-    progress(qp);
+    progress(qp, cx.now);
     complete_head(qp, cx);
     requester::pump(qp, cx);
 }
 
 fn on_atomic_ack(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     let psn = pkt.repr.bth.psn;
-    let Some(i) = qp.sq.wqes.iter().position(|f| {
-        !f.done
-            && f.err.is_none()
-            && matches!(f.w.op, Some(Op::CmpSwap | Op::FetchAdd))
-            && f.first_psn == psn
-    }) else {
-        cx.stats.rx_unexpected += 1;
+    let Some(i) = oldest_read(qp) else {
+        cx.stats.rx_stale += 1;
         return;
     };
+    let f = qp.sq.wqes[i];
+    let expect = f.first_psn.add(f.resp_pkts);
+    if !matches!(f.w.op, Some(Op::CmpSwap | Op::FetchAdd)) || psn != f.first_psn {
+        if psn.distance(expect) > 0 && in_flight(qp, psn) {
+            ack_to(qp, psn.sub(1));
+            complete_head(qp, cx);
+            if qp.state != QpcState::Err {
+                implied_nak(qp, cx);
+            }
+        } else {
+            cx.stats.rx_stale += 1;
+        }
+        return;
+    }
     let Some(orig) = pkt.repr.atomic_ack_eth else {
         cx.stats.rx_unexpected += 1;
         return;
@@ -359,7 +498,7 @@ fn on_atomic_ack(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     if psn.next().distance(qp.sq.una) > 0 {
         qp.sq.una = psn.next();
     }
-    progress(qp);
+    progress(qp, cx.now);
     complete_head(qp, cx);
     requester::pump(qp, cx);
 }

@@ -25,9 +25,16 @@
 //!   times, 7 meaning forever). A sequence NAK makes the requester go back to the
 //!   NAK's PSN (`retry_count` times).
 //!
-//! Retransmission timers (`ack_timeout`) are not modelled yet: a lost packet stalls
-//! the QP until the peer's NAK (the in-process fabric does not lose packets unless a
-//! test injects faults).
+//! * Local ACK timeout: 4.096 µs × 2^`ack_timeout` (0: none) of device time after the
+//!   oldest unacknowledged packet was sent (restarted on progress); on expiry the
+//!   requester goes back to the oldest unacknowledged PSN (`retry_count` times, then
+//!   `TRANSPORT_RETRY_EXC_ERR`). An ACK or response past a READ/atomic still missing
+//!   responses is an implied NAK (the same go-back-N). Stale and ghost responses (a PSN
+//!   never sent) are ignored and counted; a repeated NAK for a go-back-N already under
+//!   way does not cost a second retry.
+//!
+//! Virtual time makes long timeouts instant to test: in deterministic mode the test
+//! moves time ([`crate::Fabric::run_timers`], [`crate::Fabric::advance`]).
 
 pub mod completer;
 pub mod requester;

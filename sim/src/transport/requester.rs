@@ -69,7 +69,9 @@ pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
             qp.sq.tx += 1;
             continue;
         }
-        if f.sent == 0 && f.w.fence && qp.sq.reads_out > 0 {
+        // A fenced WQE waits for every earlier READ/atomic (itself excluded, when a
+        // go-back-N resends it).
+        if f.sent == 0 && f.w.fence && qp.sq.reads_out > u32::from(f.counted) {
             break;
         }
         if op.is_read_atomic() && !f.counted && qp.sq.reads_out >= qp.cfg.sra_max {
@@ -86,6 +88,14 @@ pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
             qp.sq.wqes[i].err = Some(Synd::of_wqe(synd));
             qp.sq.stalled = true;
             break;
+        }
+        let f = &mut qp.sq.wqes[i];
+        let hi = f.first_psn.add(f.sent);
+        if hi.distance(qp.sq.psn_hi) > 0 {
+            qp.sq.psn_hi = hi;
+        }
+        if qp.sq.ack_deadline.is_none() {
+            qp.sq.ack_deadline = completer::ack_timeout_ns(qp.cfg.ack_timeout).map(|t| cx.now + t);
         }
         let f = &mut qp.sq.wqes[i];
         if op.is_read_atomic() && !f.counted {

@@ -22,7 +22,7 @@ use ferroverbs_hw::datapath::eqe::{
 use crate::engine::cq::CqeKind;
 use crate::engine::mem::{self, Need};
 use crate::engine::wqe::{self, RecvError};
-use crate::engine::{Ctx, InMsg, Pkt, QpRt, Resource, Synd, MAX_RESOURCES};
+use crate::engine::{Ctx, InMsg, Pkt, QpRt, Resource, Synd};
 use crate::wire::aeth::{self, NakCode, Syndrome};
 use crate::wire::opcode::{Operation, Position};
 use crate::wire::psn::PsnClass;
@@ -357,8 +357,12 @@ fn on_write(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
     }
 }
 
+/// Keeps a READ/atomic for replay to its duplicates: a ring of `max_dest_rd_atomic`
+/// (`2^log_rra_max`) responder resources, the oldest overwritten first (rxe keeps as
+/// many; a duplicate of a request no longer remembered is dropped, and the requester
+/// times out).
 fn remember(qp: &mut QpRt, r: Resource) {
-    if qp.resp.res.len() >= MAX_RESOURCES {
+    while qp.resp.res.len() >= qp.cfg.rra_max.max(1) as usize {
         qp.resp.res.pop_front();
     }
     qp.resp.res.push_back(r);

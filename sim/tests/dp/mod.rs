@@ -109,6 +109,12 @@ pub struct Conn {
     pub min_rnr: u8,
     /// RNR retry.
     pub rnr_retry: u8,
+    /// Transport retry count.
+    pub retry_count: u8,
+    /// Local ACK timeout exponent (4.096 µs × 2^n, 0 = none).
+    pub ack_timeout: u8,
+    /// log2 READ/atomic resources as responder.
+    pub log_rra: u8,
 }
 
 impl Default for Conn {
@@ -122,6 +128,9 @@ impl Default for Conn {
             log_sra: 4,
             min_rnr: 1,
             rnr_retry: 7,
+            retry_count: 7,
+            ack_timeout: 14,
+            log_rra: 4,
         }
     }
 }
@@ -387,7 +396,7 @@ impl Node {
         set(&mut i, f(qpc::remote_qpn), rqpn.into());
         set(&mut i, f(qpc::next_rcv_psn), rq_psn.into());
         set(&mut i, f(qpc::min_rnr_nak), c.min_rnr.into());
-        set(&mut i, f(qpc::log_rra_max), 4);
+        set(&mut i, f(qpc::log_rra_max), c.log_rra.into());
         set(&mut i, p(ads::vhca_port_num), 1);
         set(&mut i, p(ads::src_addr_index), 0);
         set(&mut i, p(ads::hop_limit), 64);
@@ -418,10 +427,14 @@ impl Node {
         let mut i = qpm::transition_input(t, qp.qpn, 0);
         let f = qpm::in_command;
         set(&mut i, f(qpc::next_send_psn), c.sq_psn.into());
-        set(&mut i, f(qpc::retry_count), 7);
+        set(&mut i, f(qpc::retry_count), c.retry_count.into());
         set(&mut i, f(qpc::rnr_retry), c.rnr_retry.into());
         set(&mut i, f(qpc::log_sra_max), c.log_sra.into());
-        set(&mut i, qpm::primary_path(ads::ack_timeout), 14);
+        set(
+            &mut i,
+            qpm::primary_path(ads::ack_timeout),
+            c.ack_timeout.into(),
+        );
         self.h.ok(&i, t.out_layout().size());
     }
 
