@@ -67,6 +67,7 @@ mod fastmem;
 pub mod fastpath;
 mod mr;
 mod pd;
+mod pool;
 mod qp;
 mod wc;
 mod wr;
@@ -75,6 +76,7 @@ pub use attr::{AddressVector, Attribute, QpAttr, QpInfo, QpState, RtrAttr, RtsAt
 pub use cq::CompletionQueue;
 pub use mr::{AccessFlags, MemoryRegion, RangeError};
 pub use pd::Pd;
+pub use pool::{BufferPool, PoolConfig, PoolError, Slot, MAX_SLOTS, MAX_SLOT_ALIGN, MAX_SLOT_SIZE};
 pub use qp::{BadWr, PostError, QpCap, QpInitAttr, QueuePair};
 pub use wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::RecvWr;
