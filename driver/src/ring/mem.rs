@@ -55,6 +55,23 @@ pub trait QueueMem {
         self.read(off, &mut b);
         u32::from_be_bytes(b)
     }
+
+    /// Copies one 16-byte WQE segment to `off` (the fast path's unit of store;
+    /// implementations may make it a single 16-byte store).
+    #[inline(always)]
+    fn write16(&self, off: usize, seg: &[u8; 16]) {
+        self.write(off, seg)
+    }
+
+    /// Calls `f` with the 64 bytes at `off` (a BlueFlame block of a WQE the driver
+    /// wrote and the device only reads). Implementations over plain memory may hand
+    /// out the ring bytes themselves instead of a copy.
+    #[inline(always)]
+    fn with_block64<R>(&self, off: usize, f: impl FnOnce(&[u8; 64]) -> R) -> R {
+        let mut b = [0u8; 64];
+        self.read(off, &mut b);
+        f(&b)
+    }
 }
 
 impl<B: Bus> QueueMem for DmaBuf<B> {
@@ -171,6 +188,14 @@ macro_rules! forward_queue_mem {
             fn load_be32(&self, off: usize) -> u32 {
                 (**self).load_be32(off)
             }
+            #[inline(always)]
+            fn write16(&self, off: usize, seg: &[u8; 16]) {
+                (**self).write16(off, seg)
+            }
+            #[inline(always)]
+            fn with_block64<R>(&self, off: usize, f: impl FnOnce(&[u8; 64]) -> R) -> R {
+                (**self).with_block64(off, f)
+            }
         }
     )*};
 }
@@ -226,6 +251,14 @@ impl<M: QueueMem> QueueMem for Region<M> {
     #[inline]
     fn load_be32(&self, off: usize) -> u32 {
         self.mem.load_be32(self.base + off)
+    }
+    #[inline(always)]
+    fn write16(&self, off: usize, seg: &[u8; 16]) {
+        self.mem.write16(self.base + off, seg)
+    }
+    #[inline(always)]
+    fn with_block64<R>(&self, off: usize, f: impl FnOnce(&[u8; 64]) -> R) -> R {
+        self.mem.with_block64(self.base + off, f)
     }
 }
 

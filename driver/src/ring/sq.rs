@@ -25,11 +25,11 @@ use super::mem::{DoorbellWord, QueueMem};
 use super::{GeometryError, PostError, Sge};
 use ferroverbs_hw::datapath::dbr::sq_counter;
 use ferroverbs_hw::datapath::wqe::{
-    inline_ds, wqebbs_for_ds, WqeAtomicSeg, WqeAv, WqeCtrlSeg, WqeDataSeg, WqeRaddrSeg, MAX_WQE_DS,
-    MLX5_INLINE_SEG, MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ,
-    MLX5_OPCODE_RDMA_WRITE, MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND, MLX5_OPCODE_SEND_IMM,
-    MLX5_OPCODE_SEND_INVAL, MLX5_SEND_WQE_BB, MLX5_SEND_WQE_DS, MLX5_WQE_CTRL_CQ_UPDATE,
-    MLX5_WQE_CTRL_FENCE, MLX5_WQE_CTRL_SOLICITED,
+    inline_ds, wqebbs_for_ds, WqeAv, MAX_WQE_DS, MLX5_INLINE_SEG, MLX5_OPCODE_ATOMIC_CS,
+    MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ, MLX5_OPCODE_RDMA_WRITE,
+    MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND, MLX5_OPCODE_SEND_IMM, MLX5_OPCODE_SEND_INVAL,
+    MLX5_SEND_WQE_BB, MLX5_SEND_WQE_DS, MLX5_WQE_CTRL_CQ_UPDATE, MLX5_WQE_CTRL_FENCE,
+    MLX5_WQE_CTRL_SOLICITED,
 };
 use ferroverbs_hw::Bus;
 
@@ -130,49 +130,46 @@ impl SendOp {
         }
     }
 
-    /// The control segment's `imm`: the immediate, the rkey to invalidate, or 0.
-    fn imm(&self) -> u32 {
-        match *self {
-            SendOp::SendImm { imm } | SendOp::RdmaWriteImm { imm, .. } => imm,
-            SendOp::SendInv { rkey } => rkey,
-            _ => 0,
+    /// Everything the writer needs of the operation, from one `match`.
+    #[inline(always)]
+    fn parts(&self) -> OpParts {
+        let (opcode, imm, remote, atomic, ud_ok) = match *self {
+            SendOp::Send => (MLX5_OPCODE_SEND, 0, None, false, true),
+            SendOp::SendImm { imm } => (MLX5_OPCODE_SEND_IMM, imm, None, false, true),
+            SendOp::SendInv { rkey } => (MLX5_OPCODE_SEND_INVAL, rkey, None, false, false),
+            SendOp::RdmaWrite { remote } => (MLX5_OPCODE_RDMA_WRITE, 0, Some(remote), false, false),
+            SendOp::RdmaWriteImm { remote, imm } => {
+                (MLX5_OPCODE_RDMA_WRITE_IMM, imm, Some(remote), false, false)
+            }
+            SendOp::RdmaRead { remote } => (MLX5_OPCODE_RDMA_READ, 0, Some(remote), false, false),
+            SendOp::AtomicCas { remote, .. } => {
+                (MLX5_OPCODE_ATOMIC_CS, 0, Some(remote), true, false)
+            }
+            SendOp::AtomicFa { remote, .. } => {
+                (MLX5_OPCODE_ATOMIC_FA, 0, Some(remote), true, false)
+            }
+        };
+        OpParts {
+            opcode,
+            imm,
+            remote,
+            atomic,
+            // READ and atomics write into the gather list; the rest are valid on UC.
+            writes_local: atomic || opcode == MLX5_OPCODE_RDMA_READ,
+            ud_ok,
         }
     }
+}
 
-    fn remote(&self) -> Option<RemoteAddr> {
-        match *self {
-            SendOp::RdmaWrite { remote }
-            | SendOp::RdmaWriteImm { remote, .. }
-            | SendOp::RdmaRead { remote }
-            | SendOp::AtomicCas { remote, .. }
-            | SendOp::AtomicFa { remote, .. } => Some(remote),
-            _ => None,
-        }
-    }
-
-    fn is_atomic(&self) -> bool {
-        matches!(self, SendOp::AtomicCas { .. } | SendOp::AtomicFa { .. })
-    }
-
-    /// Operations whose gather list receives data (READ, atomics).
-    fn writes_local(&self) -> bool {
-        matches!(self, SendOp::RdmaRead { .. }) || self.is_atomic()
-    }
-
-    fn valid_on(&self, qp_type: QpType) -> bool {
-        match qp_type {
-            QpType::Rc => true,
-            QpType::Uc => matches!(
-                self,
-                SendOp::Send
-                    | SendOp::SendImm { .. }
-                    | SendOp::SendInv { .. }
-                    | SendOp::RdmaWrite { .. }
-                    | SendOp::RdmaWriteImm { .. }
-            ),
-            QpType::Ud => matches!(self, SendOp::Send | SendOp::SendImm { .. }),
-        }
-    }
+/// [`SendOp::parts`].
+#[derive(Clone, Copy)]
+struct OpParts {
+    opcode: u8,
+    imm: u32,
+    remote: Option<RemoteAddr>,
+    atomic: bool,
+    writes_local: bool,
+    ud_ok: bool,
 }
 
 /// The data part of a send work request.
@@ -333,6 +330,8 @@ struct Pending {
     last_index: u16,
     last_ds: u8,
     last_inline: bool,
+    /// The first 8 bytes of its control segment, as [`Bus::write64`] takes them.
+    last_db: u64,
 }
 
 /// A send queue: the WQEBB ring, its doorbell record word and its BlueFlame register.
@@ -358,6 +357,10 @@ pub struct SendQueue<M: QueueMem, D: DoorbellWord> {
     pending: Pending,
     /// The BlueFlame half in use: 0 or `bf.buf_size`.
     bf_offset: usize,
+    /// Template of the control segment: `qpn << 8` (the DS is or-ed in per WQE).
+    qpn_ds: u32,
+    /// Template of the control segment: `fm_ce_se` of `sq_sig_all`.
+    fm_ce_se: u8,
 }
 
 impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
@@ -397,6 +400,12 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
             next_post: vec![0; n].into_boxed_slice(),
             pending: Pending::default(),
             bf_offset: 0,
+            qpn_ds: cfg.qpn << 8,
+            fm_ce_se: if cfg.sig_all {
+                MLX5_WQE_CTRL_CQ_UPDATE
+            } else {
+                0
+            },
         })
     }
 
@@ -439,46 +448,63 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     /// The WQE reaches the device at the next [`SendQueue::ring_doorbell`].
     ///
     /// Checks everything first and writes nothing on error. Does not allocate.
+    ///
+    /// The writer is template-based: the QPN part of `qpn_ds` and the signal-all bit
+    /// were computed at construction, the flags map to `fm_ce_se` through a table, and
+    /// each segment is built in registers and written with one 16-byte store
+    /// ([`QueueMem::write16`]). The ring end can only fall between 16-byte segments (it
+    /// is a multiple of 64), so the wrap test is one compare per segment.
+    #[inline(always)]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<PostedWqe, PostError> {
-        let op = wr.op;
-        let opcode = op.opcode();
+        let op = &wr.op;
+        let OpParts {
+            opcode,
+            imm,
+            remote,
+            atomic,
+            writes_local,
+            ud_ok,
+        } = op.parts();
         let qp_type = self.cfg.qp_type;
-        if !op.valid_on(qp_type) {
-            return Err(PostError::UnsupportedOp { opcode, qp_type });
+        let valid = match qp_type {
+            QpType::Rc => true,
+            QpType::Uc => !writes_local,
+            QpType::Ud => ud_ok,
+        };
+        if !valid {
+            return Err(unsupported(opcode, qp_type));
         }
         if (qp_type == QpType::Ud) != wr.ud.is_some() {
             return Err(PostError::AddressMismatch);
         }
 
         // The size, segment by segment (§2.4).
-        let mut ds = 1; // ctrl
+        let mut ds = 1 + usize::from(remote.is_some()) + usize::from(atomic);
         if wr.ud.is_some() {
             ds += WqeAv::SIZE / DS;
         }
-        if op.remote().is_some() {
-            ds += 1;
-        }
-        if op.is_atomic() {
-            ds += 1;
-        }
-        let (count, inline) = match wr.data {
-            SendData::Gather(sges) => (sges.len(), false),
-            SendData::Inline(parts) => (parts.len(), !parts.is_empty()),
-        };
-        if count > self.cfg.max_sge as usize {
-            return Err(PostError::TooManySges {
-                count,
-                max: self.cfg.max_sge,
-            });
-        }
         let mut inline_len = 0;
-        match wr.data {
-            SendData::Gather(sges) => ds += sges.iter().filter(|s| s.length != 0).count(),
+        let inline = match wr.data {
+            SendData::Gather(sges) => {
+                if sges.len() > self.cfg.max_sge as usize {
+                    return Err(self.too_many(sges.len()));
+                }
+                for s in sges {
+                    ds += usize::from(s.length != 0);
+                }
+                false
+            }
             SendData::Inline(parts) => {
-                if inline && op.writes_local() {
+                if parts.len() > self.cfg.max_sge as usize {
+                    return Err(self.too_many(parts.len()));
+                }
+                let inline = !parts.is_empty();
+                if inline && writes_local {
                     return Err(PostError::InlineNotAllowed { opcode });
                 }
-                inline_len = parts.iter().fold(0usize, |a, p| a.saturating_add(p.len()));
+                for p in parts {
+                    inline_len += p.len();
+                }
                 if inline_len > self.cfg.max_inline as usize {
                     return Err(PostError::InlineTooLarge {
                         len: inline_len,
@@ -486,17 +512,19 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
                     });
                 }
                 ds += inline_ds(inline_len);
+                inline
             }
-        }
+        };
         if ds > usize::from(MAX_WQE_DS) {
             return Err(PostError::WqeTooLarge { ds });
         }
         let ds = ds as u8;
         let wqebbs = wqebbs_for_ds(ds);
-        if u32::from(wqebbs) > self.free() {
+        let free = self.free();
+        if u32::from(wqebbs) > free {
             return Err(PostError::QueueFull {
                 needed: u32::from(wqebbs),
-                free: self.free(),
+                free,
             });
         }
 
@@ -516,17 +544,14 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
             // ctrl + AV fill the first WQEBB: the data part starts in the next one.
             off = wrap(off + WqeAv::SIZE, ring_len);
         }
-        if let Some(remote) = op.remote() {
-            let mut r = WqeRaddrSeg::zeroed();
-            r.set_raddr_seg(remote.addr, remote.rkey);
-            buf.write(off, r.as_bytes());
+        if let Some(remote) = remote {
+            // `struct mlx5_wqe_raddr_seg`: raddr, rkey, reserved.
+            buf.write16(off, &seg16(remote.addr, u64::from(remote.rkey) << 32));
             off = wrap(off + DS, ring_len);
         }
-        match op {
+        match *op {
             SendOp::AtomicCas { compare, swap, .. } => {
-                let mut a = WqeAtomicSeg::zeroed();
-                a.set_cas(swap, compare);
-                buf.write(off, a.as_bytes());
+                buf.write16(off, &seg16(swap, compare));
                 off = wrap(off + DS, ring_len);
             }
             SendOp::AtomicFa { add, .. } => {
@@ -538,15 +563,14 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         }
         match wr.data {
             SendData::Gather(sges) => {
-                for sge in sges.iter().filter(|s| s.length != 0) {
-                    let len = if op.is_atomic() {
-                        ATOMIC_SIZE
-                    } else {
-                        sge.length
-                    };
-                    let mut d = WqeDataSeg::zeroed();
-                    d.set_data_seg(len, sge.lkey, sge.addr);
-                    buf.write(off, d.as_bytes());
+                for sge in sges {
+                    if sge.length == 0 {
+                        continue;
+                    }
+                    let len = if atomic { ATOMIC_SIZE } else { sge.length };
+                    // `struct mlx5_wqe_data_seg`: byte_count, lkey, addr.
+                    let head = (u64::from(len) << 32) | u64::from(sge.lkey);
+                    buf.write16(off, &seg16(head, sge.addr));
                     off = wrap(off + DS, ring_len);
                 }
             }
@@ -555,37 +579,35 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
                 // end; the padding up to the next 16 bytes is left as it was.
                 buf.write(off, &(inline_len as u32 | MLX5_INLINE_SEG).to_be_bytes());
                 let mut d = off + 4;
-                for part in parts {
-                    let mut p: &[u8] = part;
-                    while !p.is_empty() {
-                        let n = p.len().min(ring_len - d);
-                        buf.write(d, &p[..n]);
-                        p = &p[n..];
-                        d = wrap(d + n, ring_len);
+                if d + inline_len <= ring_len {
+                    // The common case: the whole payload before the ring end.
+                    for part in parts {
+                        buf.write(d, part);
+                        d += part.len();
+                    }
+                } else {
+                    for part in parts {
+                        let mut p: &[u8] = part;
+                        while !p.is_empty() {
+                            let n = p.len().min(ring_len - d);
+                            buf.write(d, &p[..n]);
+                            p = &p[n..];
+                            d = wrap(d + n, ring_len);
+                        }
                     }
                 }
             }
             SendData::Inline(_) => {}
         }
 
-        // The control segment: bytes 8-11 zeroed and fm_ce_se set, as rdma-core does.
-        let mut fm_ce_se = if self.cfg.sig_all {
-            MLX5_WQE_CTRL_CQ_UPDATE
-        } else {
-            0
-        };
-        if wr.flags.contains(SendFlags::FENCE) {
-            fm_ce_se |= MLX5_WQE_CTRL_FENCE;
-        }
-        if wr.flags.contains(SendFlags::SIGNALED) {
-            fm_ce_se |= MLX5_WQE_CTRL_CQ_UPDATE;
-        }
-        if wr.flags.contains(SendFlags::SOLICITED) {
-            fm_ce_se |= MLX5_WQE_CTRL_SOLICITED;
-        }
-        let mut ctrl = WqeCtrlSeg::zeroed();
-        ctrl.set_ctrl_seg_x86(index, opcode, 0, self.cfg.qpn, fm_ce_se, ds, 0, op.imm());
-        buf.write(start, ctrl.as_bytes());
+        // The control segment (`mlx5dv_x86_set_ctrl_seg`): bytes 8-10 zero, fm_ce_se
+        // from the template and the flags.
+        let fm_ce_se = self.fm_ce_se | FM_CE_SE[usize::from(wr.flags.0 & 7)];
+        let w0 = (u32::from(index) << 8) | u32::from(opcode);
+        let w1 = self.qpn_ds | u32::from(ds);
+        let ctrl_head = (u64::from(w0) << 32) | u64::from(w1);
+        let ctrl_tail = (u64::from(fm_ce_se) << 32) | u64::from(imm);
+        buf.write16(start, &seg16(ctrl_head, ctrl_tail));
 
         let next = index.wrapping_add(wqebbs);
         self.wr_id[slot] = wr.wr_id;
@@ -596,6 +618,7 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
             last_index: index,
             last_ds: ds,
             last_inline: inline,
+            last_db: ctrl_head,
         };
         Ok(PostedWqe {
             index,
@@ -605,21 +628,29 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         })
     }
 
+    #[cold]
+    fn too_many(&self, count: usize) -> PostError {
+        PostError::TooManySges {
+            count,
+            max: self.cfg.max_sge,
+        }
+    }
+
     /// Publishes the WQEs posted since the last doorbell: doorbell record, then the
     /// 8-byte doorbell or BlueFlame copy of the last WQE (see the module
     /// documentation). Returns what was written, or `None` when nothing was pending.
+    #[inline]
     pub fn ring_doorbell<B: Bus + ?Sized>(&mut self, bus: &B) -> Option<Doorbell> {
         let p = self.pending;
         if p.nreq == 0 {
             return None;
         }
-        self.pending = Pending::default();
+        self.pending.nreq = 0;
         bus.wmb();
         self.dbr.store_be32(sq_counter(u32::from(self.cur_post)));
         bus.wmb();
 
         let offset = self.cfg.bf.reg + self.bf_offset;
-        let first = (u32::from(p.last_index) & self.mask) as usize;
         let db = if use_blueflame(
             self.cfg.shut_up_bf,
             p.nreq,
@@ -628,24 +659,26 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
             self.cfg.prefer_bf,
             p.last_ds,
         ) {
-            // Whole WQEBBs; the source wraps at the ring end, the destination does not.
+            // Whole WQEBBs, straight from the ring; the source wraps at the ring end,
+            // the destination does not.
+            let first = u32::from(p.last_index);
             let wqebbs = usize::from(wqebbs_for_ds(p.last_ds));
-            let mut block = [0u8; 64];
             for k in 0..wqebbs {
-                let s = ((first + k) & self.mask as usize) * BB;
-                self.buf.read(s, &mut block);
-                bus.write_block64(offset + k * BB, &block);
+                let s = ((first + k as u32) & self.mask) as usize * BB;
+                self.buf
+                    .with_block64(s, |block| bus.write_block64(offset + k * BB, block));
             }
             Doorbell::BlueFlame {
                 offset,
                 len: wqebbs * BB,
             }
         } else {
-            let mut first8 = [0u8; 8];
-            self.buf.read(first * BB, &mut first8);
-            let value = u64::from_be_bytes(first8);
-            bus.write64(offset, value);
-            Doorbell::Db { offset, value }
+            // The first 8 bytes of the last WQE, kept from its post.
+            bus.write64(offset, p.last_db);
+            Doorbell::Db {
+                offset,
+                value: p.last_db,
+            }
         };
         self.bf_offset ^= self.cfg.bf.buf_size;
         Some(db)
@@ -689,6 +722,39 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         self.tail = next;
         Some(self.wr_id[slot])
     }
+}
+
+/// `fm_ce_se` of each combination of [`SendFlags`] (bit 0 SIGNALED, 1 SOLICITED,
+/// 2 FENCE).
+const FM_CE_SE: [u8; 8] = {
+    let mut t = [0u8; 8];
+    let mut i = 0;
+    while i < 8 {
+        let mut v = 0;
+        if i & 1 != 0 {
+            v |= MLX5_WQE_CTRL_CQ_UPDATE;
+        }
+        if i & 2 != 0 {
+            v |= MLX5_WQE_CTRL_SOLICITED;
+        }
+        if i & 4 != 0 {
+            v |= MLX5_WQE_CTRL_FENCE;
+        }
+        t[i] = v;
+        i += 1;
+    }
+    t
+};
+
+/// A 16-byte segment of two big-endian 64-bit words, as it sits in memory.
+#[inline(always)]
+fn seg16(hi: u64, lo: u64) -> [u8; 16] {
+    ((u128::from(hi) << 64) | u128::from(lo)).to_be_bytes()
+}
+
+#[cold]
+fn unsupported(opcode: u8, qp_type: QpType) -> PostError {
+    PostError::UnsupportedOp { opcode, qp_type }
 }
 
 #[inline(always)]

@@ -125,4 +125,25 @@ impl<B: Bus> QueueMem for FastMem<B> {
             unsafe { AtomicU32::from_ptr(self.ptr.add(off) as *mut u32) }.load(Ordering::Relaxed),
         )
     }
+
+    #[inline(always)]
+    fn write16(&self, off: usize, seg: &[u8; 16]) {
+        self.check(off, 16);
+        // SAFETY: in bounds (checked) of a live allocation that no Rust reference
+        // points into; an unaligned 16-byte store (`[u8; 16]` has alignment 1); no
+        // device access to these bytes is concurrent (module doc).
+        unsafe { self.ptr.add(off).cast::<[u8; 16]>().write_unaligned(*seg) }
+    }
+
+    #[inline(always)]
+    fn with_block64<R>(&self, off: usize, f: impl FnOnce(&[u8; 64]) -> R) -> R {
+        self.check(off, 64);
+        // SAFETY: in bounds (checked) of an allocation that lives as long as `self`;
+        // `[u8; 64]` has alignment 1. The block belongs to a WQE the driver finished
+        // writing before the doorbell; while `f` runs nothing writes it: the device
+        // only reads send queue memory, and the driver's own writes go through the
+        // ring that is borrowed by this call (module doc). So a shared reference for
+        // the duration of `f` aliases no write.
+        f(unsafe { &*self.ptr.add(off).cast::<[u8; 64]>() })
+    }
 }

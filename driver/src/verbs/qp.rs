@@ -645,8 +645,7 @@ impl<B: Bus> Queues<B> {
             }
             let posted = match self.sq.post(wr) {
                 Ok(p) => Ok(p),
-                Err(ring::PostError::QueueFull { .. }) if self.sync_sq() => self.sq.post(wr),
-                Err(e) => Err(e),
+                Err(e) => self.post_send_retry(wr, e),
             };
             match posted {
                 Ok(p) => self.shared.sq_wr_id[(u32::from(p.index) & self.shared.sq_mask) as usize]
@@ -662,6 +661,21 @@ impl<B: Bus> Queues<B> {
         }
         self.sq.ring_doorbell(&*self.bus);
         res
+    }
+
+    /// A send request the ring refused: when the ring was full and completions
+    /// published since free slots, posts it again; otherwise returns the error.
+    #[cold]
+    #[inline(never)]
+    fn post_send_retry(
+        &mut self,
+        wr: &SendWr<'_>,
+        e: ring::PostError,
+    ) -> std::result::Result<ring::PostedWqe, ring::PostError> {
+        match e {
+            ring::PostError::QueueFull { .. } if self.sync_sq() => self.sq.post(wr),
+            e => Err(e),
+        }
     }
 
     /// See [`QueuePair::post_recv`].
