@@ -12,7 +12,7 @@ BIN=target/release/examples/fastpath_icount
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 printf '%-8s %12s %10s %s\n' case Ir iterations Ir/op
-for c in inline send list16 poll empty; do
+for c in inline inline_db send send_db list16 poll empty; do
     fn='*icount_post_send*'
     case $c in poll|empty) fn='*icount_poll*' ;; esac
     valgrind --tool=callgrind --toggle-collect="$fn" \

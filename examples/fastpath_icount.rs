@@ -9,7 +9,10 @@
 //!
 //! * `inline`: `post_send` of one signaled 64-byte inline SEND with its doorbell
 //!   (BlueFlame);
+//! * `inline_db`: the same on a QP without BlueFlame (`MLX5_SHUT_UP_BF`): the 8-byte
+//!   doorbell;
 //! * `send`: `post_send` of one signaled one-SGE SEND (BlueFlame, 64 bytes);
+//! * `send_db`: the same with the 8-byte doorbell;
 //! * `list16`: `post_send` of a list of 16 one-SGE SENDs with one doorbell;
 //! * `poll`: `poll` of one CQE into a one-entry array;
 //! * `empty`: `poll` of an empty CQ.
@@ -47,7 +50,11 @@ fn main() {
         max_inline_data: 64,
     };
     let mut cq = DetachedCq::new(&bus, 4095).expect("cq");
-    let mut qp = DetachedQp::new(&bus, 0x77, &cap, false).expect("qp");
+    let mut qp = if case.ends_with("_db") {
+        DetachedQp::new_db_only(&bus, 0x77, &cap, false).expect("qp")
+    } else {
+        DetachedQp::new(&bus, 0x77, &cap, false).expect("qp")
+    };
     cq.attach(&qp);
     qp.set_state(QpState::Rts);
     let mut wc = [WorkCompletion::default(); 16];
@@ -60,10 +67,14 @@ fn main() {
     }];
 
     match case.as_str() {
-        "inline" | "send" => {
+        "inline" | "send" | "inline_db" | "send_db" => {
             let inline = [SendWr::send_inline(1, &parts).signaled()];
             let gather = [SendWr::send(1, &sge).signaled()];
-            let wrs: &[SendWr<'_>] = if case == "inline" { &inline } else { &gather };
+            let wrs: &[SendWr<'_>] = if case.starts_with("inline") {
+                &inline
+            } else {
+                &gather
+            };
             for i in 0..iters {
                 let idx = qp.next_send_index();
                 icount_post_send(&mut qp, wrs);
@@ -109,7 +120,9 @@ fn main() {
             }
         }
         other => {
-            eprintln!("unknown case {other}: inline, send, list16, poll, empty");
+            eprintln!(
+                "unknown case {other}: inline, inline_db, send, send_db, list16, poll, empty"
+            );
             std::process::exit(2);
         }
     }

@@ -88,6 +88,7 @@ impl<M: QueueMem, D: DoorbellWord> CompletionQueue<M, D> {
     }
 
     /// The software consumer index (32 bits; the device sees its low 24).
+    #[inline(always)]
     pub fn consumer_index(&self) -> u32 {
         self.cons_index
     }
@@ -102,6 +103,7 @@ impl<M: QueueMem, D: DoorbellWord> CompletionQueue<M, D> {
     }
 
     /// Byte offset of the [`Cqe64`] of consumer index `n`.
+    #[inline(always)]
     fn cqe64_offset(&self, n: u32) -> usize {
         ((n & self.mask) as usize + 1) * self.cfg.cqe_size - Cqe64::SIZE
     }
@@ -110,16 +112,32 @@ impl<M: QueueMem, D: DoorbellWord> CompletionQueue<M, D> {
     /// of the entry, and the consumer index advanced. Does not write the doorbell
     /// record (see [`CompletionQueue::update_ci`]).
     pub fn poll<B: Bus + ?Sized>(&mut self, bus: &B) -> Option<Cqe64> {
+        let off = self.take(bus)?;
+        let mut bytes = [0u8; Cqe64::SIZE];
+        self.buf.read(off, &mut bytes);
+        Some(zerocopy::transmute!(bytes))
+    }
+
+    /// Takes the next CQE if software owns it, without copying it: the owner check,
+    /// [`Bus::rmb`], and the consumer index advanced. Returns the byte offset of its
+    /// [`Cqe64`] in the ring memory ([`CompletionQueue::mem`]), for the caller to read
+    /// only the fields it needs before it polls again.
+    #[inline(always)]
+    pub fn take<B: Bus + ?Sized>(&mut self, bus: &B) -> Option<usize> {
         let off = self.cqe64_offset(self.cons_index);
         let op_own = self.buf.load_u8(off + Cqe64::SIZE - 1);
         if !sw_owned(op_own, self.cons_index, self.cfg.ncqe) {
             return None;
         }
         bus.rmb();
-        let mut bytes = [0u8; Cqe64::SIZE];
-        self.buf.read(off, &mut bytes);
         self.cons_index = self.cons_index.wrapping_add(1);
-        Some(zerocopy::transmute!(bytes))
+        Some(off)
+    }
+
+    /// The ring memory.
+    #[inline(always)]
+    pub fn mem(&self) -> &M {
+        &self.buf
     }
 
     /// Polls up to `out.len()` CQEs into `out`, then writes the consumer index to the
@@ -141,6 +159,7 @@ impl<M: QueueMem, D: DoorbellWord> CompletionQueue<M, D> {
     }
 
     /// Writes the consumer index to the doorbell record: BE32(`ci & 0xffffff`).
+    #[inline(always)]
     pub fn update_ci(&mut self) {
         self.set_ci.store_be32(cq_set_ci(self.cons_index));
     }

@@ -190,11 +190,11 @@ impl<B: Bus> Poller<B> {
         let mut n = 0;
         let mut consumed = false;
         while n < wc.len() {
-            let Some(cqe) = self.ring.poll(bus) else {
+            let Some(off) = self.ring.take(bus) else {
                 break;
             };
             consumed = true;
-            if decode(&cqe, qps, &mut self.last, &mut wc[n]) {
+            if decode(self.ring.mem(), off, qps, &mut self.last, &mut wc[n]) {
                 n += 1;
             } else {
                 self.unknown += 1;
@@ -356,34 +356,72 @@ fn find<'q>(qps: &'q [Arc<WqShared>], qpn: u32, last: &mut usize) -> Option<&'q 
     Some(&qps[i])
 }
 
-/// Writes the work completion of one CQE into `wc`, retiring its work request at its
-/// QP; `false` (and `wc` unspecified) for a CQE of an unknown QP or of a kind verbs
-/// does not report (resize, signature).
-#[inline]
-fn decode(cqe: &Cqe64, qps: &[Arc<WqShared>], last: &mut usize, wc: &mut WorkCompletion) -> bool {
-    let qpn = cqe.qpn();
+/// Writes the work completion of the CQE at byte `off` of the ring `mem` into `wc`,
+/// retiring its work request at its QP; `false` (and `wc` unspecified) for a CQE of an
+/// unknown QP or of a kind verbs does not report (resize, signature).
+///
+/// Reads only the last 32 bytes of the entry (`imm_inval_pkey` .. `op_own`) for the
+/// common requester completion; every other kind copies the whole entry.
+#[inline(always)]
+fn decode(
+    mem: &FastMem<impl Bus>,
+    off: usize,
+    qps: &[Arc<WqShared>],
+    last: &mut usize,
+    wc: &mut WorkCompletion,
+) -> bool {
+    let mut t = [0u8; 32];
+    mem.read(off + 32, &mut t);
+    let be32 = |i: usize| u32::from_be_bytes([t[i], t[i + 1], t[i + 2], t[i + 3]]);
+    // `struct mlx5_cqe64` from byte 32: byte_cnt at 44, sop_drop_qpn at 56,
+    // wqe_counter at 60, op_own at 63.
+    let sop_drop_qpn = be32(56 - 32);
+    let qpn = sop_drop_qpn & 0x00ff_ffff;
     let Some(qp) = find(qps, qpn, last) else {
         return false;
     };
-    let counter = cqe.wqe_counter();
+    let counter = u16::from_be_bytes([t[60 - 32], t[61 - 32]]);
+    if t[63 - 32] >> 4 != MLX5_CQE_REQ {
+        return decode_other(mem, off, qp, qpn, counter, wc);
+    }
+    let op = (sop_drop_qpn >> 24) as u8;
+    *wc = WorkCompletion {
+        wr_id: qp.sq_retire(counter),
+        opcode: WcOpcode::of_send(op),
+        byte_len: match op {
+            MLX5_OPCODE_RDMA_READ => be32(44 - 32),
+            MLX5_OPCODE_ATOMIC_CS | MLX5_OPCODE_ATOMIC_FA => 8,
+            _ => 0,
+        },
+        wc_flags: if WcOpcode::send_has_imm(op) {
+            WcFlags::WITH_IMM
+        } else {
+            WcFlags::empty()
+        },
+        qp_num: qpn,
+        ..WorkCompletion::default()
+    };
+    true
+}
+
+/// [`decode`] of the CQEs other than successful requester completions.
+#[inline(never)]
+fn decode_other(
+    mem: &FastMem<impl Bus>,
+    off: usize,
+    qp: &WqShared,
+    qpn: u32,
+    counter: u16,
+    wc: &mut WorkCompletion,
+) -> bool {
+    let mut bytes = [0u8; Cqe64::SIZE];
+    mem.read(off, &mut bytes);
+    let cqe: Cqe64 = zerocopy::transmute!(bytes);
     *wc = WorkCompletion {
         qp_num: qpn,
         ..WorkCompletion::default()
     };
     match cqe.opcode() {
-        MLX5_CQE_REQ => {
-            wc.wr_id = qp.sq_retire(counter);
-            let op = cqe.sop_opcode();
-            wc.opcode = WcOpcode::of_send(op);
-            wc.byte_len = match op {
-                MLX5_OPCODE_RDMA_READ => cqe.byte_cnt(),
-                MLX5_OPCODE_ATOMIC_CS | MLX5_OPCODE_ATOMIC_FA => 8,
-                _ => 0,
-            };
-            if WcOpcode::send_has_imm(op) {
-                wc.wc_flags = WcFlags::WITH_IMM;
-            }
-        }
         op @ (MLX5_CQE_RESP_SEND
         | MLX5_CQE_RESP_SEND_IMM
         | MLX5_CQE_RESP_SEND_INV

@@ -65,6 +65,21 @@ impl<B: Bus> DetachedQp<B> {
         Ok(DetachedQp { q })
     }
 
+    /// Like [`DetachedQp::new`], but on a register without BlueFlame (rdma-core's
+    /// `MLX5_SHUT_UP_BF`): every doorbell is the 8-byte write of the last WQE's first
+    /// 8 bytes.
+    pub fn new_db_only(bus: &Arc<B>, qpn: u32, cap: &QpCap, sq_sig_all: bool) -> Result<Self> {
+        let geo = geometry(&Limits::CX5, cap)?;
+        let buf = Arc::new(DmaBuf::new(bus, geo.dbr_offset() + 64, DmaPerm::RW)?);
+        let bf = BlueFlameReg {
+            reg: uar_bar_offset(DETACHED_UAR) + bfreg_offset(0, 512),
+            buf_size: bf_buf_size(512),
+            index: 1,
+        };
+        let q = Queues::new(buf, geo, qpn, bf, sq_sig_all, true, true, Arc::clone(bus))?;
+        Ok(DetachedQp { q })
+    }
+
     /// Sets the state (no firmware: only what the post paths check).
     pub fn set_state(&mut self, state: QpState) {
         self.q.state = state;
