@@ -452,6 +452,7 @@ impl Device {
             caps,
             fw_ver,
             closed: false,
+            events: Default::default(),
         })
     }
 }
@@ -491,6 +492,7 @@ pub struct Context<B: Bus> {
     caps: Caps,
     fw_ver: FwVersion,
     closed: bool,
+    events: crate::verbs::EventState,
 }
 
 impl<B: Bus> fmt::Debug for Context<B> {
@@ -512,6 +514,11 @@ impl<B: Bus> Context<B> {
 
     fn lock_any(&self) -> MutexGuard<'_, Hca<B>> {
         self.hca.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Event bookkeeping of the verbs layer (async events, completion vectors).
+    pub(crate) fn event_state(&self) -> &crate::verbs::EventState {
+        &self.events
     }
 
     /// The bus.
@@ -598,6 +605,12 @@ impl<B: Bus> Context<B> {
         let now = hca.now();
         hca.health.tick(&*bus, now).map_err(Error::DeviceFailed)?;
         r
+    }
+
+    /// Consumes the async EQ even when the device has failed (the ring is host
+    /// memory), so that events written before the failure are still reported.
+    pub(crate) fn drain_async_eq(&self) {
+        self.lock_any().poll_eq();
     }
 
     /// The oldest async event not yet taken (see [`Context::process_events`]).

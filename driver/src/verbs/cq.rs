@@ -225,6 +225,12 @@ impl<B: Bus> Context<B> {
     /// Creates a CQ with room for at least `cqe` completions (`CREATE_CQ`; the ring
     /// holds the next power of two above `cqe`, as rdma-core sizes it).
     pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue<'_, B>> {
+        self.create_cq_on(cqe, None)
+    }
+
+    /// [`Context::create_cq`] with its completion events on EQ `eqn` (a completion
+    /// channel's) instead of the async EQ.
+    pub(crate) fn create_cq_on(&self, cqe: u32, eqn: Option<u8>) -> Result<CompletionQueue<'_, B>> {
         use ferroverbs_hw::control::caps::cmd_hca_cap as g;
         let max_log = self.cap(g::log_max_cq_sz).min(24);
         let max = (1u64 << max_log) - 1;
@@ -240,7 +246,7 @@ impl<B: Bus> Context<B> {
         let uar = self.uar_index().ok_or(Error::InvalidArgument(
             "the context has no UAR (bring-up incomplete)",
         ))?;
-        let eqn = self.async_eqn().ok_or(Error::InvalidArgument(
+        let eqn = eqn.or(self.async_eqn()).ok_or(Error::InvalidArgument(
             "the context has no EQ (bring-up incomplete)",
         ))?;
         let mut p = Poller::new(self.bus(), ncqe, 0, uar)?;
@@ -320,6 +326,12 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
             CqArmCmd::NextCompletion
         };
         self.p.arm(cmd);
+    }
+
+    /// Counts one completion event: the arm sequence number advances (rdma-core
+    /// `mlx5_cq_event`).
+    pub(crate) fn count_event(&mut self) {
+        self.p.ring.ack_event();
     }
 
     /// Destroys the CQ now (`DESTROY_CQ`). Refused with [`Error::CqInUse`] while

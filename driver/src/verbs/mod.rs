@@ -61,7 +61,9 @@
 //! counting global allocator; `docs/performance.md` records the audit for locks and
 //! system calls and the measured costs.
 
+mod async_event;
 mod attr;
+mod channel;
 mod cq;
 mod fastmem;
 pub mod fastpath;
@@ -72,7 +74,10 @@ mod qp;
 mod wc;
 mod wr;
 
+pub(crate) use async_event::EventState;
+pub use async_event::{AsyncEvent, CQ_ERR_SYNDROME_ACCESS_VIOLATION, CQ_ERR_SYNDROME_OVERRUN};
 pub use attr::{AddressVector, Attribute, QpAttr, QpInfo, QpState, RtrAttr, RtsAttr, Transition};
+pub use channel::{CompletionChannel, CqEvent};
 pub use cq::CompletionQueue;
 pub use mr::{AccessFlags, MemoryRegion, RangeError};
 pub use pd::Pd;

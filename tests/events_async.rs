@@ -1,0 +1,236 @@
+//! Asynchronous events through `Context::get_async_event` / `poll_async_events`, each
+//! produced by an injected cause on the simulator (deterministic mode): a CQ overrun,
+//! a remote access error, the link going down and up, and a fatal health syndrome.
+
+mod verbs_support;
+use verbs_support::*;
+
+use std::time::Duration;
+
+use ferroverbs::verbs::{
+    AccessFlags as A, AsyncEvent, Mtu, QpCap, QpInitAttr, QpState, RemoteAddr, SendWr, WcStatus,
+    WorkCompletion, CQ_ERR_SYNDROME_OVERRUN,
+};
+use ferroverbs::Failure;
+use ferroverbs_sim::fault::FatalHealth;
+
+fn cap() -> QpCap {
+    QpCap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    }
+}
+
+fn readable(fd: i32, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, ms) == 1 }
+}
+
+fn all_events<B: ferroverbs_hw::Bus>(ctx: &ferroverbs::Context<B>) -> Vec<AsyncEvent> {
+    let mut buf = [AsyncEvent::Other {
+        event_type: 0,
+        sub_type: 0,
+    }; 8];
+    let mut out = Vec::new();
+    loop {
+        let n = ctx.poll_async_events(&mut buf);
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[test]
+fn a_cq_overrun_raises_a_cq_error_event() {
+    let net = Net::new(false);
+    let (ca, ga) = open_nic(&net.a, 1);
+    let (cb, gb) = open_nic(&net.b, 2);
+    let pa = ca.alloc_pd().unwrap();
+    let pb = cb.alloc_pd().unwrap();
+    // Two entries: the third completion overruns.
+    let mut small = ca.create_cq(1).unwrap();
+    assert_eq!(small.capacity(), 1);
+    let cqb = cb.create_cq(16).unwrap();
+    let mut qa = pa
+        .create_qp(&QpInitAttr::new(&small, &small, cap()))
+        .unwrap();
+    let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap())).unwrap();
+    connect(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024);
+    let src = pa.alloc_mr(64, A::empty()).unwrap();
+    let dst = pb.alloc_mr(64, A::LOCAL_WRITE | A::REMOTE_WRITE).unwrap();
+    assert_eq!(ca.get_async_event(), None);
+    for i in 0..4 {
+        qa.post_send(&[
+            SendWr::rdma_write(i, &[src.sge(0, 64).unwrap()], dst.remote(0)).signaled(),
+        ])
+        .unwrap();
+        net.settle();
+    }
+    let evs = all_events(&ca);
+    assert!(
+        evs.contains(&AsyncEvent::CqError {
+            cqn: small.cqn(),
+            syndrome: CQ_ERR_SYNDROME_OVERRUN
+        }),
+        "{evs:?}"
+    );
+    assert_eq!(evs[0].ibv_name(), "IBV_EVENT_CQ_ERR");
+    // Nothing is reported twice.
+    assert_eq!(ca.get_async_event(), None);
+    let mut wc = [WorkCompletion::default(); 4];
+    let _ = small.poll(&mut wc);
+    assert_eq!(net.a.stats().data_path.qp_errors.min(1), 1);
+}
+
+#[test]
+fn a_remote_access_error_puts_the_responder_qp_in_error_with_its_event() {
+    let net = Net::new(false);
+    let (ca, ga) = open_nic(&net.a, 1);
+    let (cb, gb) = open_nic(&net.b, 2);
+    let pa = ca.alloc_pd().unwrap();
+    let pb = cb.alloc_pd().unwrap();
+    let mut cqa = ca.create_cq(16).unwrap();
+    let cqb = cb.create_cq(16).unwrap();
+    let mut qa = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, cap())).unwrap();
+    let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap())).unwrap();
+    connect(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024);
+    let src = pa.alloc_mr(64, A::empty()).unwrap();
+    let dst = pb.alloc_mr(64, A::LOCAL_WRITE).unwrap(); // no remote write
+    assert_eq!(cb.get_async_event(), None);
+    let fd = cb
+        .async_event_fd()
+        .expect("the simulator offers MSI-X eventfds");
+    while readable(fd, 0) {
+        cb.get_async_event();
+    }
+    qa.post_send(&[SendWr::rdma_write(7, &[src.sge(0, 64).unwrap()], dst.remote(0)).signaled()])
+        .unwrap();
+    let wc = wait(&net, &mut cqa, 1)[0];
+    assert_eq!(wc.status, WcStatus::RemAccessErr);
+    assert!(readable(fd, 1000), "the async EQ's vector fired");
+    let ev = cb.get_async_event().expect("an event");
+    assert_eq!(ev, AsyncEvent::QpAccessError { qpn: qb.qp_num() });
+    assert!(ev.is_qp_error());
+    assert_eq!(ev.qpn(), Some(qb.qp_num()));
+    assert_eq!(ev.ibv_name(), "IBV_EVENT_QP_ACCESS_ERR");
+    assert!(!readable(fd, 0), "taking the event cleared the descriptor");
+    assert_eq!(qb.query().unwrap().state, QpState::Err);
+    assert_eq!(cb.get_async_event(), None);
+
+    // An invalid key of another kind: a WRITE out of bounds on a fresh pair gives
+    // the same event for the new responder QP.
+    let bad = RemoteAddr {
+        addr: dst.addr() + 4096,
+        rkey: dst.rkey(),
+    };
+    let mut qa2 = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, cap())).unwrap();
+    let mut qb2 = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap())).unwrap();
+    connect(&mut qa2, &ga, &mut qb2, &gb, Mtu::Mtu1024);
+    qa2.post_send(&[SendWr::rdma_write(8, &[src.sge(0, 64).unwrap()], bad).signaled()])
+        .unwrap();
+    let wc = wait(&net, &mut cqa, 1)[0];
+    assert_eq!(wc.status, WcStatus::RemAccessErr);
+    assert_eq!(
+        cb.get_async_event(),
+        Some(AsyncEvent::QpAccessError { qpn: qb2.qp_num() })
+    );
+}
+
+#[test]
+fn link_down_and_up_give_port_events() {
+    let sim = sim();
+    let ctx = open(&sim, 1);
+    assert_eq!(ctx.get_async_event(), None);
+    let fd = ctx.async_event_fd().unwrap();
+    assert!(sim.set_link(1, false));
+    assert!(readable(fd, 1000));
+    assert_eq!(
+        ctx.get_async_event(),
+        Some(AsyncEvent::PortError { port: 1 })
+    );
+    assert_eq!(ctx.get_async_event(), None);
+    assert!(sim.set_link(1, true));
+    assert!(readable(fd, 1000));
+    assert_eq!(
+        ctx.get_async_event(),
+        Some(AsyncEvent::PortActive { port: 1 })
+    );
+    // Several at once, in order.
+    sim.set_link(1, false);
+    sim.set_link(1, true);
+    sim.set_link(1, false);
+    let evs = all_events(&ctx);
+    assert_eq!(
+        evs,
+        vec![
+            AsyncEvent::PortError { port: 1 },
+            AsyncEvent::PortActive { port: 1 },
+            AsyncEvent::PortError { port: 1 },
+        ]
+    );
+    assert_eq!(evs[1].ibv_name(), "IBV_EVENT_PORT_ACTIVE");
+}
+
+#[test]
+fn a_fatal_health_syndrome_gives_device_fatal_once() {
+    let sim = sim();
+    let ctx = open(&sim, 1);
+    sim.set_link(1, false);
+    sim.advance(Duration::from_millis(10));
+    assert_eq!(ctx.failure(), None);
+    sim.raise_fatal(Some(FatalHealth {
+        synd: 1,
+        ext_synd: 0x42,
+        rfr: false,
+    }));
+    let failure = Failure::FatalSyndrome {
+        synd: 1,
+        ext_synd: 0x42,
+    };
+    // What was queued before the failure comes first, then the failure, once.
+    let evs = all_events(&ctx);
+    assert_eq!(
+        evs,
+        vec![
+            AsyncEvent::PortError { port: 1 },
+            AsyncEvent::DeviceFatal { failure }
+        ]
+    );
+    assert_eq!(evs[1].ibv_name(), "IBV_EVENT_DEVICE_FATAL");
+    assert_eq!(ctx.failure(), Some(failure));
+    assert_eq!(ctx.get_async_event(), None);
+    assert!(ctx.alloc_pd().is_err());
+}
+
+#[test]
+fn a_stalled_health_counter_gives_device_fatal() {
+    let sim = sim();
+    let ctx = open(&sim, 1);
+    sim.stall_health(true);
+    let mut got = None;
+    for _ in 0..10 {
+        sim.advance(Duration::from_millis(600));
+        if let Some(ev) = ctx.get_async_event() {
+            got = Some(ev);
+            break;
+        }
+    }
+    assert!(
+        matches!(
+            got,
+            Some(AsyncEvent::DeviceFatal {
+                failure: Failure::CounterStalled { .. }
+            })
+        ),
+        "{got:?}"
+    );
+}
