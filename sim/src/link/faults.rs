@@ -78,6 +78,15 @@ pub enum Stage {
         /// End of the outage.
         until: Duration,
     },
+    /// Drop `count` frames starting with the `from`-th frame to enter the link
+    /// (counted from 0 since the link's impairments were set): targeted, schedule-free
+    /// loss for scenarios ("lose the second packet of this WRITE").
+    DropFrames {
+        /// Index of the first frame dropped.
+        from: u64,
+        /// Frames dropped.
+        count: u64,
+    },
     /// Serialize frames at `bytes_per_sec`; a frame that would wait more than
     /// `backlog` behind earlier ones is dropped.
     RateLimit {
@@ -145,6 +154,11 @@ impl Impairments {
     /// Appends [`Stage::Outage`].
     pub fn outage(self, from: Duration, until: Duration) -> Self {
         self.then(Stage::Outage { from, until })
+    }
+
+    /// Appends [`Stage::DropFrames`].
+    pub fn drop_frames(self, from: u64, count: u64) -> Self {
+        self.then(Stage::DropFrames { from, count })
     }
 
     /// Appends [`Stage::RateLimit`].
@@ -234,6 +248,8 @@ struct Link {
     free_at: u64,
     /// Cut by [`Fabric::partition`].
     cut: bool,
+    /// Frames that entered the link since its stages were set.
+    seen: u64,
 }
 
 impl Link {
@@ -248,6 +264,7 @@ impl Link {
             held: None,
             free_at: 0,
             cut: false,
+            seen: 0,
         }
     }
 }
@@ -398,6 +415,8 @@ impl Faults {
             return;
         }
         work.push_back((frame, now));
+        let index = link.seen;
+        link.seen += 1;
         let c = &self.counters;
         for stage in link.stages.iter().copied() {
             let n = work.len();
@@ -449,6 +468,12 @@ impl Faults {
                         let (a, b) = (from.as_nanos() as u64, until.as_nanos() as u64);
                         if (a..b).contains(&at) {
                             bump(&c.partitioned);
+                            continue;
+                        }
+                    }
+                    Stage::DropFrames { from, count } => {
+                        if index >= from && index - from < count {
+                            bump(&c.lost);
                             continue;
                         }
                     }
@@ -544,6 +569,7 @@ impl Fabric {
         let seed = imp.seed.unwrap_or(self.inner.seed);
         self.inner.faults.with_link(seed, from, to, |l| {
             l.rng = Link::new(seed, from, to).rng;
+            l.seen = 0;
             l.stages = imp.stages;
         });
     }
