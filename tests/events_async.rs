@@ -8,8 +8,8 @@ use verbs_support::*;
 use std::time::Duration;
 
 use ferroverbs::verbs::{
-    AccessFlags as A, AsyncEvent, Mtu, QpCap, QpInitAttr, QpState, RemoteAddr, SendWr, WcStatus,
-    WorkCompletion, CQ_ERR_SYNDROME_OVERRUN,
+    AccessFlags as A, AsyncEvent, CqOptions, Mtu, QpCap, QpInitAttr, QpState, RemoteAddr, SendWr,
+    WcStatus, WorkCompletion, CQ_ERR_SYNDROME_OVERRUN,
 };
 use ferroverbs::Failure;
 use ferroverbs_sim::fault::FatalHealth;
@@ -89,6 +89,44 @@ fn a_cq_overrun_raises_a_cq_error_event() {
     let mut wc = [WorkCompletion::default(); 4];
     let _ = small.poll(&mut wc);
     assert_eq!(net.a.stats().data_path.qp_errors.min(1), 1);
+}
+
+#[test]
+fn a_cq_ignoring_overrun_stays_usable_and_raises_nothing() {
+    let net = Net::new(false);
+    let (ca, ga) = open_nic(&net.a, 1);
+    let (cb, gb) = open_nic(&net.b, 2);
+    let pa = ca.alloc_pd().unwrap();
+    let pb = cb.alloc_pd().unwrap();
+    let opts = CqOptions {
+        ignore_overrun: true,
+    };
+    let mut small = ca.create_cq_with(1, opts).unwrap();
+    let cqb = cb.create_cq(16).unwrap();
+    let mut qa = pa
+        .create_qp(&QpInitAttr::new(&small, &small, cap()))
+        .unwrap();
+    let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap())).unwrap();
+    connect(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024);
+    let src = pa.alloc_mr(64, A::empty()).unwrap();
+    let dst = pb.alloc_mr(64, A::LOCAL_WRITE | A::REMOTE_WRITE).unwrap();
+    for i in 0..4 {
+        qa.post_send(&[
+            SendWr::rdma_write(i, &[src.sge(0, 64).unwrap()], dst.remote(0)).signaled(),
+        ])
+        .unwrap();
+        net.settle();
+    }
+    assert_eq!(all_events(&ca), vec![], "no CQ error with oi");
+    assert_eq!(qa.query().unwrap().state, QpState::Rts);
+    assert_eq!(net.a.stats().data_path.qp_errors, 0);
+    // Still working: the next completions are polled as usual.
+    let mut wc = [WorkCompletion::default(); 4];
+    while small.poll(&mut wc) > 0 {}
+    qa.post_send(&[SendWr::rdma_write(9, &[src.sge(0, 64).unwrap()], dst.remote(0)).signaled()])
+        .unwrap();
+    let w = wait(&net, &mut small, 1)[0];
+    assert_eq!((w.wr_id, w.status), (9, WcStatus::Success));
 }
 
 #[test]

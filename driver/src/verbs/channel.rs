@@ -71,6 +71,18 @@ pub struct CqEvent {
     pub cqn: u32,
 }
 
+/// How to create a CQ beyond its size ([`Context::create_cq_with`],
+/// [`CompletionChannel::create_cq_with`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CqOptions {
+    /// Ignore overrun (`cqc.oi`): the device keeps writing CQEs over ones the
+    /// application has not polled instead of putting the CQ in error and raising a
+    /// CQ error event. For a CQ sized so that it cannot overrun, or one whose
+    /// application tolerates lost completions under load; the QPs of a CQ in error
+    /// would otherwise stop.
+    pub ignore_overrun: bool,
+}
+
 /// Events handed out and acknowledged for one CQ.
 #[derive(Clone, Copy, Debug, Default)]
 struct Counts {
@@ -107,6 +119,13 @@ impl<B: Bus> std::fmt::Debug for CompletionChannel<'_, B> {
 }
 
 impl<B: Bus> Context<B> {
+    /// [`Context::create_cq`] with options (e.g. overrun ignored); its completion
+    /// events, if armed, go to the async EQ and are dropped (use a channel's
+    /// [`CompletionChannel::create_cq_with`] to receive them).
+    pub fn create_cq_with(&self, cqe: u32, opts: CqOptions) -> Result<CompletionQueue<'_, B>> {
+        self.create_cq_on(cqe, None, opts.ignore_overrun)
+    }
+
     /// Creates a completion channel (`ibv_create_comp_channel`): a completion EQ on a
     /// free MSI-X vector (`CREATE_EQ`), armed, and its descriptor.
     pub fn create_comp_channel(&self) -> Result<CompletionChannel<'_, B>> {
@@ -210,7 +229,13 @@ impl<'ctx, B: Bus> CompletionChannel<'ctx, B> {
     /// (`ibv_create_cq` with a channel). The CQ borrows the channel, so the channel
     /// outlives it (its EQ cannot be destroyed under the CQ).
     pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue<'_, B>> {
-        self.ctx.create_cq_on(cqe, Some(self.eqn))
+        self.create_cq_with(cqe, CqOptions::default())
+    }
+
+    /// [`CompletionChannel::create_cq`] with options.
+    pub fn create_cq_with(&self, cqe: u32, opts: CqOptions) -> Result<CompletionQueue<'_, B>> {
+        self.ctx
+            .create_cq_on(cqe, Some(self.eqn), opts.ignore_overrun)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner<B>> {

@@ -225,12 +225,17 @@ impl<B: Bus> Context<B> {
     /// Creates a CQ with room for at least `cqe` completions (`CREATE_CQ`; the ring
     /// holds the next power of two above `cqe`, as rdma-core sizes it).
     pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue<'_, B>> {
-        self.create_cq_on(cqe, None)
+        self.create_cq_on(cqe, None, false)
     }
 
     /// [`Context::create_cq`] with its completion events on EQ `eqn` (a completion
-    /// channel's) instead of the async EQ.
-    pub(crate) fn create_cq_on(&self, cqe: u32, eqn: Option<u8>) -> Result<CompletionQueue<'_, B>> {
+    /// channel's) instead of the async EQ, and overrun ignored (`cqc.oi`) if asked.
+    pub(crate) fn create_cq_on(
+        &self,
+        cqe: u32,
+        eqn: Option<u8>,
+        ignore_overrun: bool,
+    ) -> Result<CompletionQueue<'_, B>> {
         use ferroverbs_hw::control::caps::cmd_hca_cap as g;
         let max_log = self.cap(g::log_max_cq_sz).min(24);
         let max = (1u64 << max_log) - 1;
@@ -254,7 +259,11 @@ impl<B: Bus> Context<B> {
         let pas: Vec<u64> = (0..ring_len.div_ceil(PAGE_SIZE) as u64)
             .map(|i| p.buf.iova() + i * PAGE_SIZE as u64)
             .collect();
-        let input = create_cq_input(log_size, uar, u32::from(eqn), p.dbr_iova(), 0, &pas);
+        let mut input = create_cq_input(log_size, uar, u32::from(eqn), p.dbr_iova(), 0, &pas);
+        if ignore_overrun {
+            use ferroverbs_hw::control::cq::{cqc, in_command};
+            in_command(cqc::oi).set(&mut input, 1);
+        }
         let out = exec(self, &input, create_cq_out::SIZE)?;
         let cqn = create_cq_out::cqn.get(&out) as u32;
         p.set_cqn(cqn, uar)?;

@@ -37,6 +37,18 @@
 //! `DESTROY_CQ` happens when the last QP goes. [`CompletionQueue::destroy`] makes the
 //! same situation an error ([`Error::CqInUse`]) for code that wants to know.
 //!
+//! # Events and buffer pools
+//!
+//! * Completion events: a [`CompletionChannel`] (`Context::create_comp_channel`) owns
+//!   a completion EQ on its own MSI-X vector; CQs created through it report armed
+//!   completions ([`CompletionQueue::req_notify`]) there, and its descriptor works
+//!   with `poll(2)`/`epoll` ([`channel`] module docs: the two
+//!   simulator modes, get/ack semantics).
+//! * Asynchronous events: [`Context::get_async_event`](crate::Context::get_async_event)
+//!   and [`Context::poll_async_events`](crate::Context::poll_async_events) give typed
+//!   [`AsyncEvent`]s (QP errors, CQ errors, SRQ limit, port changes, device fatal).
+//! * A [`BufferPool`] carves one registered region into fixed-size [`Slot`]s.
+//!
 //! # Memory regions and safety
 //!
 //! Memory the device may write (a registered buffer) is never exposed as a Rust
@@ -61,15 +73,15 @@
 //! counting global allocator; `docs/performance.md` records the audit for locks and
 //! system calls and the measured costs.
 
-mod async_event;
+pub mod async_event;
 mod attr;
-mod channel;
+pub mod channel;
 mod cq;
 mod fastmem;
 pub mod fastpath;
 mod mr;
 mod pd;
-mod pool;
+pub mod pool;
 mod qp;
 mod wc;
 mod wr;
@@ -77,7 +89,7 @@ mod wr;
 pub(crate) use async_event::EventState;
 pub use async_event::{AsyncEvent, CQ_ERR_SYNDROME_ACCESS_VIOLATION, CQ_ERR_SYNDROME_OVERRUN};
 pub use attr::{AddressVector, Attribute, QpAttr, QpInfo, QpState, RtrAttr, RtsAttr, Transition};
-pub use channel::{CompletionChannel, CqEvent};
+pub use channel::{CompletionChannel, CqEvent, CqOptions};
 pub use cq::CompletionQueue;
 pub use mr::{AccessFlags, MemoryRegion, RangeError};
 pub use pd::Pd;
