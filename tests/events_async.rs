@@ -184,6 +184,34 @@ fn a_remote_access_error_puts_the_responder_qp_in_error_with_its_event() {
 }
 
 #[test]
+fn an_operation_the_responder_does_not_enable_raises_a_request_error_event() {
+    let net = Net::new(false);
+    let (ca, ga) = open_nic(&net.a, 1);
+    let (cb, gb) = open_nic(&net.b, 2);
+    let pa = ca.alloc_pd().unwrap();
+    let pb = cb.alloc_pd().unwrap();
+    let mut cqa = ca.create_cq(16).unwrap();
+    let cqb = cb.create_cq(16).unwrap();
+    let mut qa = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, cap())).unwrap();
+    let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap())).unwrap();
+    // No remote access enabled on either QP.
+    connect_with(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024, A::empty());
+    let src = pa.alloc_mr(64, A::empty()).unwrap();
+    let all = A::LOCAL_WRITE | A::REMOTE_WRITE;
+    let dst = pb.alloc_mr(64, all).unwrap();
+    qa.post_send(&[SendWr::rdma_write(1, &[src.sge(0, 64).unwrap()], dst.remote(0)).signaled()])
+        .unwrap();
+    let wc = wait(&net, &mut cqa, 1)[0];
+    assert_eq!(wc.status, WcStatus::RemInvReqErr);
+    let ev = cb.get_async_event().expect("an event");
+    assert_eq!(ev, AsyncEvent::QpRequestError { qpn: qb.qp_num() });
+    assert_eq!(ev.ibv_name(), "IBV_EVENT_QP_REQ_ERR");
+    assert_eq!(qb.query().unwrap().state, QpState::Err);
+    // The requester gets an error completion, not an async event.
+    assert_eq!(ca.get_async_event(), None);
+}
+
+#[test]
 fn link_down_and_up_give_port_events() {
     let sim = sim();
     let ctx = open(&sim, 1);
