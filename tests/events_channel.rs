@@ -302,7 +302,10 @@ fn threaded_mode_the_device_makes_the_descriptor_readable() {
     unsafe { libc::close(ep) };
     // Every message was found after an epoll wake-up (one wake-up may serve both
     // sides when their events coincide).
-    assert!(wakeups > 0 && wakeups <= 4 * ROUNDS as usize, "{wakeups} wake-ups");
+    assert!(
+        wakeups > 0 && wakeups <= 4 * ROUNDS as usize,
+        "{wakeups} wake-ups"
+    );
 }
 
 #[test]
