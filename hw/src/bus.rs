@@ -36,7 +36,7 @@
 //! # Interrupts
 //! Optionally, an eventfd per MSI-X vector, signalled when an armed EQ gets an event.
 
-use core::sync::atomic::{compiler_fence, fence, AtomicU32, Ordering};
+use core::sync::atomic::{compiler_fence, fence, AtomicU64, Ordering};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -162,16 +162,18 @@ pub trait Bus: Send + Sync {
 /// For unit tests and fast-path benchmarks: a doorbell is one relaxed store per dword,
 /// and the test can read back what the driver wrote. No device is behind it.
 pub struct MemBus {
-    bar: Box<[AtomicU32]>,
+    /// BAR0's bytes as the device sees them, eight at a time (each word holds the
+    /// memory image of 8 bytes, so a doorbell or BlueFlame chunk is plain stores).
+    bar: Box<[AtomicU64]>,
     maps: Mutex<BTreeMap<u64, (usize, DmaPerm)>>,
 }
 
 impl MemBus {
-    /// A bus whose BAR0 is `bar0_len` bytes of zeroes.
+    /// A bus whose BAR0 is `bar0_len` bytes (rounded up to 8) of zeroes.
     pub fn new(bar0_len: usize) -> Self {
-        let words = bar0_len.div_ceil(4);
+        let words = bar0_len.div_ceil(8);
         MemBus {
-            bar: (0..words).map(|_| AtomicU32::new(0)).collect(),
+            bar: (0..words).map(|_| AtomicU64::new(0)).collect(),
             maps: Mutex::new(BTreeMap::new()),
         }
     }
@@ -180,8 +182,9 @@ impl MemBus {
     pub fn bar_bytes(&self, off: usize, len: usize) -> Vec<u8> {
         (off..off + len)
             .map(|i| {
-                let w = self.read32(i & !3).to_be_bytes();
-                w[i & 3]
+                self.bar
+                    .get(i / 8)
+                    .map_or(0xff, |w| w.load(Ordering::Relaxed).to_ne_bytes()[i % 8])
             })
             .collect()
     }
@@ -194,33 +197,63 @@ impl MemBus {
 
 impl Bus for MemBus {
     fn bar0_len(&self) -> usize {
-        self.bar.len() * 4
+        self.bar.len() * 8
     }
 
     #[inline]
     fn read32(&self, off: usize) -> u32 {
-        self.bar
-            .get(off / 4)
-            .map_or(u32::MAX, |w| w.load(Ordering::Relaxed))
+        let off = off & !3;
+        match self.bar.get(off / 8) {
+            Some(w) => {
+                let b = w.load(Ordering::Relaxed).to_ne_bytes();
+                let at = off % 8;
+                u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+            }
+            None => u32::MAX,
+        }
     }
 
     #[inline]
     fn write32(&self, off: usize, value: u32) {
-        if let Some(w) = self.bar.get(off / 4) {
-            w.store(value, Ordering::Relaxed);
+        let off = off & !3;
+        if let Some(w) = self.bar.get(off / 8) {
+            let at = off % 8;
+            // A read-modify-write of the 8-byte word; the other half is kept.
+            let _ = w.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                let mut b = old.to_ne_bytes();
+                b[at..at + 4].copy_from_slice(&value.to_be_bytes());
+                Some(u64::from_ne_bytes(b))
+            });
         }
     }
 
     #[inline]
     fn write64(&self, off: usize, value: u64) {
-        self.write32(off, (value >> 32) as u32);
-        self.write32(off + 4, value as u32);
+        if off.is_multiple_of(8) {
+            if let Some(w) = self.bar.get(off / 8) {
+                w.store(u64::from_ne_bytes(value.to_be_bytes()), Ordering::Relaxed);
+            }
+        } else {
+            self.write32(off, (value >> 32) as u32);
+            self.write32(off + 4, value as u32);
+        }
     }
 
     #[inline]
     fn write_block64(&self, off: usize, block: &Block64) {
-        for (i, c) in block.chunks_exact(4).enumerate() {
-            self.write32(off + i * 4, u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+        match self.bar.get(off / 8..off / 8 + 8) {
+            Some(words) if off.is_multiple_of(8) => {
+                for (w, c) in words.iter().zip(block.chunks_exact(8)) {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(c);
+                    w.store(u64::from_ne_bytes(b), Ordering::Relaxed);
+                }
+            }
+            _ => {
+                for (i, c) in block.chunks_exact(4).enumerate() {
+                    self.write32(off + i * 4, u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+                }
+            }
         }
     }
 
@@ -271,6 +304,29 @@ mod tests {
             bus.read32(1 << 20),
             u32::MAX,
             "outside BAR0 reads as all ones"
+        );
+    }
+
+    #[test]
+    fn narrow_writes_keep_their_neighbours_and_odd_blocks_work() {
+        let bus = MemBus::new(8192);
+        bus.write64(0x800, 0x1122_3344_5566_7788);
+        bus.write32(0x804, 0xaabb_ccdd);
+        assert_eq!(bus.read32(0x800), 0x1122_3344);
+        assert_eq!(
+            bus.bar_bytes(0x800, 8),
+            [0x11, 0x22, 0x33, 0x44, 0xaa, 0xbb, 0xcc, 0xdd]
+        );
+        // A 4-byte-aligned (not 8-byte-aligned) 64-bit write and block write.
+        bus.write64(0x904, 0x0102_0304_0506_0708);
+        assert_eq!(bus.bar_bytes(0x904, 8), [1, 2, 3, 4, 5, 6, 7, 8]);
+        let blk: Block64 = core::array::from_fn(|i| 0x80 | i as u8);
+        bus.write_block64(0xa04, &blk);
+        assert_eq!(bus.bar_bytes(0xa04, 64), blk);
+        assert_eq!(
+            bus.read32(0xa00),
+            0,
+            "the dword before the block is untouched"
         );
     }
 
