@@ -656,3 +656,59 @@ fn psn_wrap_under_loss() {
         rel::run(0x3a9, 2_000, imp, rel::Mix::default(), conn).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(r.messages, 2_000);
 }
+
+#[test]
+fn a_write_across_the_psn_wrap_loses_its_packet_at_zero() {
+    // PSNs 0xfffffe, 0xffffff, 0x000000: the last one is lost and resent.
+    let mut p = pair(|c| c.sq_psn = 0xff_fffe);
+    let qpn = p.qa.qpn;
+    let src = p.a.reg_mr(4096, ALL);
+    let remote = p.b.reg_mr(4096, ALL);
+    let data = rel::payload(3, 3000);
+    p.a.mr_write(&src, 0, &data);
+    let (am, bm) = (p.a.mac, p.b.mac);
+    p.fabric
+        .impair(am, bm, Impairments::new().drop_frames(2, 1));
+    p.fabric.capture(Some(16));
+    let idx = p.a.post(
+        &mut p.qa,
+        &rdma_wqe(
+            qpn,
+            false,
+            remote.va,
+            remote.key,
+            &[sge(&src, 0, 3000)],
+            None,
+            SIG,
+        ),
+    );
+    p.fabric.run_timers(Duration::from_secs(1));
+    ok(&cqes(&p.a, &mut p.acq.0)[0], idx);
+    assert_eq!(p.b.mr_read(&remote, 0, 3000), data);
+    // Nothing after the lost LAST tells B a packet is missing: the ACK timeout does.
+    let sa = p.a.h.sim.stats().data_path;
+    assert_eq!((sa.ack_timeouts, sa.retransmits), (1, 3));
+    // FIRST and MIDDLE, then (LAST lost) the whole message again from 0xfffffe.
+    let sent: Vec<(u8, u32)> = p
+        .fabric
+        .take_captured()
+        .iter()
+        .filter(|f| f[6..12] == am)
+        .map(|f| (f[42], psn_of(f)))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            (0x06, 0xff_fffe),
+            (0x07, 0xff_ffff),
+            (0x06, 0xff_fffe),
+            (0x07, 0xff_ffff),
+            (0x08, 0)
+        ]
+    );
+    // The next message starts at PSN 1.
+    assert_eq!(
+        ferroverbs_hw::control::qp::qpc::next_send_psn.get(&p.a.h.query_qp(p.qa.qpn)),
+        1
+    );
+}

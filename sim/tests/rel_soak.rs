@@ -23,7 +23,13 @@ fn a_million_messages_at_one_percent_loss() {
         ..rel::Mix::default()
     };
     let t = std::time::Instant::now();
-    let r = rel::check(0x50a4, n, Impairments::new().loss(0.01), mix);
+    let r = rel::check(
+        0x50a4,
+        n,
+        Impairments::new().loss(0.01),
+        mix,
+        "cargo test -p ferroverbs-sim --test rel_soak",
+    );
     eprintln!("{n} messages in {:?}: {r:?}", t.elapsed());
     assert_eq!(r.messages, n);
     assert!(r.faults.lost > n / 200, "{r:?}");

@@ -310,11 +310,14 @@ pub fn conn() -> Conn {
     }
 }
 
-/// Runs, and on failure panics with the seed and how to replay it.
+/// Runs, and on failure panics with the seed and how to replay it (`replay`: the
+/// command that reruns this case).
 #[track_caller]
-pub fn check(seed: u64, n: u64, imp: Impairments, mix: Mix) -> Report {
+pub fn check(seed: u64, n: u64, imp: Impairments, mix: Mix, replay: &str) -> Report {
     match run(seed, n, imp.clone(), mix, conn()) {
         Ok(r) => r,
-        Err(e) => panic!("seed {seed:#x} failed: {e}\n  impairments {imp:?}\n  replay: REL_SEED={seed:#x} cargo test -p ferroverbs-sim --test rel_faults replay -- --nocapture"),
+        Err(e) => panic!(
+            "seed {seed:#x} failed: {e}\n  impairments {imp:?}\n  mix {mix:?}\n  replay: {replay}"
+        ),
     }
 }
