@@ -774,7 +774,11 @@ impl Service for Shared {
             self.service_due(false);
         }
         // An idle device takes no lock: spinning threads leave it to the application.
-        if self.rx.is_empty() && !self.periodic.load(Ordering::Acquire) {
+        // A running timer (ACK timeout, RNR back-off) is work only once it is due.
+        if self.rx.is_empty()
+            && !self.periodic.load(Ordering::Acquire)
+            && self.deadline.load(Ordering::Acquire) > self.clock.now_ns()
+        {
             return 0;
         }
         self.service_data_path()

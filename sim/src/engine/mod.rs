@@ -1050,10 +1050,11 @@ impl Engine {
         work
     }
 
-    /// Whether [`Engine::poll`] has anything to do besides received frames: queued
-    /// doorbells, running timers, QPs in error whose receive queue is watched.
+    /// Whether [`Engine::poll`] has anything to do besides received frames and timers
+    /// (see [`Engine::next_deadline`]): queued doorbells, QPs in error whose receive
+    /// queue is watched.
     pub fn has_periodic(&self) -> bool {
-        !self.doorbells.is_empty() || !self.timer_qps.is_empty() || !self.err_qps.is_empty()
+        !self.doorbells.is_empty() || !self.err_qps.is_empty()
     }
 
     /// The earliest device time at which a timer expires.
