@@ -203,7 +203,12 @@ fn rnr_retry_exhaustion_and_infinite_rnr() {
 }
 
 /// A seeded lossy workload through the verbs API.
-fn lossy_workload(threaded: bool, seed: u64, n: u64, imp: Impairments) {
+fn lossy_workload(
+    threaded: bool,
+    seed: u64,
+    n: u64,
+    imp: Impairments,
+) -> ferroverbs_sim::link::FaultStats {
     let net = Net::new(threaded);
     let (ca, ga) = open_nic(&net.a, 1);
     let (cb, gb) = open_nic(&net.b, 2);
@@ -330,11 +335,12 @@ fn lossy_workload(threaded: bool, seed: u64, n: u64, imp: Impairments) {
     ctr.read(0, &mut b);
     assert!(u64::from_le_bytes(b) == fa || u64::from_be_bytes(b) == fa);
     let _ = next_recv;
+    net.fabric.fault_stats()
 }
 
 #[test]
 fn a_lossy_link_through_the_verbs_api_deterministic() {
-    lossy_workload(
+    let s = lossy_workload(
         false,
         0x7e57,
         2_000,
@@ -344,15 +350,23 @@ fn a_lossy_link_through_the_verbs_api_deterministic() {
             .reorder(0.02)
             .corrupt(0.02),
     );
+    assert!(s.lost > 0 && s.corrupted > 0 && s.duplicated > 0, "{s:?}");
 }
 
 #[test]
 fn a_lossy_link_through_the_verbs_api_threaded() {
-    // Real time: the 1 ms ACK timeout is wall-clock time on the device threads.
-    lossy_workload(
+    // Real time: the 1 ms ACK timeout is wall-clock time on the device threads, and
+    // the fabric's wire thread releases delayed and reordered frames.
+    let s = lossy_workload(
         true,
         0x7e58,
         300,
-        Impairments::new().loss(0.03).duplicate(0.02).corrupt(0.02),
+        Impairments::new()
+            .loss(0.03)
+            .duplicate(0.02)
+            .reorder(0.02)
+            .corrupt(0.02)
+            .delay(Duration::from_micros(20), Duration::from_micros(50)),
     );
+    assert!(s.delayed > 0 && s.lost > 0 && s.reordered > 0, "{s:?}");
 }

@@ -16,9 +16,9 @@
 //!   clock of the first device attached to the fabric (virtual time in deterministic
 //!   mode, so a 100 ms delay costs nothing; [`Fabric::advance`] and
 //!   [`Fabric::run_timers`] release delayed frames). Delayed frames are released by
-//!   [`Fabric::step`] and by any frame the fabric forwards; in threaded mode, where
-//!   nothing steps the fabric, a delayed frame waits for the next frame on the fabric
-//!   (a retransmission at the latest) or a call to [`Fabric::step`].
+//!   [`Fabric::step`] and by any frame the fabric forwards; a fabric with threaded
+//!   devices (real time, nothing steps it) has a wire thread that releases them when
+//!   due (and frames held for reordering within a millisecond).
 //! * **Corruption** flips one bit after the UDP header (BTH, extension headers,
 //!   payload, pad or ICRC), never in the BTH byte the ICRC masks (FECN/BECN), so every
 //!   corrupted frame fails the receiver's ICRC check (or, if the flipped bit makes the
@@ -36,10 +36,11 @@
 
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::thread::Thread;
 use std::time::Duration;
 
-use super::{lock, Fabric};
+use super::{lock, Fabric, FabricInner};
 use crate::clock::Clock;
 
 /// A MAC address, naming one end of a link.
@@ -313,6 +314,8 @@ pub(crate) struct Faults {
     /// Earliest release time of a delayed frame (`u64::MAX`: none).
     next_release: AtomicU64,
     counters: Counters,
+    /// The wire thread of a fabric of threaded devices (releases delayed frames).
+    wire: OnceLock<Thread>,
 }
 
 impl Faults {
@@ -376,6 +379,9 @@ impl Faults {
                             if at <= now {
                                 out.push(f);
                             } else {
+                                if let Some(t) = self.wire.get() {
+                                    t.unpark();
+                                }
                                 bump(&self.counters.delayed);
                                 *seq += 1;
                                 delayed.push(Delayed {
@@ -558,6 +564,41 @@ impl Faults {
             rate_dropped: g(&c.rate_dropped),
             delivered: g(&c.delivered),
         }
+    }
+}
+
+/// Longest sleep of the wire thread when nothing is delayed.
+const WIRE_IDLE: Duration = Duration::from_millis(100);
+
+/// Starts (once) the wire thread of a fabric with threaded devices: nothing steps such
+/// a fabric, so this thread releases delayed frames when they are due and frames held
+/// back for reordering (at most [`WIRE_IDLE`] later). It holds the fabric weakly and
+/// ends once the fabric is dropped.
+pub(super) fn start_wire_thread(inner: &Arc<FabricInner>) {
+    if inner.faults.wire.get().is_some() {
+        return;
+    }
+    let weak: Weak<FabricInner> = Arc::downgrade(inner);
+    let spawned = std::thread::Builder::new()
+        .name("ferroverbs-wire".into())
+        .spawn(move || wire_thread(weak));
+    if let Ok(h) = spawned {
+        let _ = inner.faults.wire.set(h.thread().clone());
+    }
+}
+
+fn wire_thread(fabric: Weak<FabricInner>) {
+    loop {
+        let wait = {
+            let Some(f) = fabric.upgrade() else { return };
+            f.faults.release(&mut |fr| f.deliver(fr));
+            match f.faults.next_release() {
+                Some(t) => Duration::from_nanos(t.saturating_sub(f.faults.now())),
+                None if f.faults.active() => Duration::from_millis(1),
+                None => WIRE_IDLE,
+            }
+        };
+        std::thread::park_timeout(wait.min(WIRE_IDLE));
     }
 }
 

@@ -351,6 +351,9 @@ impl Fabric {
         }
         lock(&self.inner.devices).push(sim.downgrade());
         self.inner.faults.set_clock(sim.clock());
+        if sim.threaded() {
+            faults::start_wire_thread(&self.inner);
+        }
         let uplink: Arc<dyn Uplink> = self.inner.clone();
         sim.set_uplink(Some(uplink), self.inner.pool.clone());
     }
