@@ -37,9 +37,11 @@
 //!   version other than 0, or with an opcode outside the table. Nothing in this path
 //!   panics on any input ([`UdpLink::deliver`] is the receive function, usable by
 //!   tests without a socket).
-//! * **Threads.** In threaded mode the link's receive thread queues frames and wakes
-//!   the device thread, which processes them and transmits responses and ACKs from its
-//!   own thread: the application thread only posts and polls. In deterministic mode
+//! * **Threads.** In threaded mode the link's receive thread queues each frame and
+//!   then services the device itself (received frames, responses, ACKs, timers),
+//!   which saves the wake-up of the device thread; the device thread keeps handling
+//!   timers and whatever the receive thread has not. The application thread only
+//!   posts and polls. In deterministic mode
 //!   received frames wait until the test steps the device.
 //! * **Capture.** [`UdpConfig::pcap`] or `FERROVERBS_PCAP` ([`super::pcap`]) writes
 //!   every transmitted frame (as sent) and every received frame (as rebuilt).
@@ -218,6 +220,9 @@ struct Inner {
     rx: Arc<RxQueue>,
     mac: [u8; 6],
     pcap: Option<Arc<PcapWriter>>,
+    /// A threaded device: the receive thread services it right after queueing a
+    /// frame (saving the wake-up of the device thread).
+    service: Option<WeakSim>,
     stop: AtomicBool,
     c: Counters,
 }
@@ -391,7 +396,12 @@ fn receive_loop(inner: Arc<Inner>) {
         let mut buf = inner.pool.get();
         buf.resize(MAX_FRAME, 0);
         match inner.sock.recv_from(&mut buf[frame::ENCAP_LEN..]) {
-            Ok((n, src)) => inner.accept(buf, n, src),
+            Ok((n, src)) => {
+                inner.accept(buf, n, src);
+                if let Some(sim) = inner.service.as_ref().and_then(WeakSim::upgrade) {
+                    sim.service();
+                }
+            }
             Err(e) => {
                 if !matches!(
                     e.kind(),
@@ -451,6 +461,7 @@ impl UdpLink {
             rx: sim.rx_queue(),
             mac,
             pcap,
+            service: sim.threaded().then(|| sim.downgrade()),
             stop: AtomicBool::new(false),
             c: Counters::default(),
         });

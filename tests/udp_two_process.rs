@@ -1,0 +1,111 @@
+//! The `rc_udp` example as two OS processes: a server and a client, each with its own
+//! simulated NIC on the UDP link (127.0.31.1 and 127.0.31.2), connected over TCP as
+//! `ibv_rc_pingpong` connects, then RC SEND ping-pong over UDP with every message
+//! verified by its receiver (the server checks each ping, the client each pong).
+//!
+//! The processes are this test binary re-executed in the role of the example (its code
+//! is included from `examples/rc_udp.rs`), so the test needs no separately built
+//! example. `FERROVERBS_UDP_ROUND_TRIPS` overrides the number of round trips
+//! (default 50,000: 100,000 messages, each verified).
+
+#[allow(dead_code)]
+#[path = "../examples/rc_udp.rs"]
+mod rc_udp;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CHILD_ENV: &str = "FERROVERBS_RC_UDP_CHILD";
+
+/// The entry point of the child processes (does nothing in a normal test run).
+#[test]
+fn child() {
+    let Ok(args) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let a = rc_udp::Args::parse(args.split_whitespace().map(String::from)).unwrap();
+    let r = rc_udp::run(&a).unwrap();
+    println!("CHILD-VERIFIED {}", r.verified);
+}
+
+fn spawn(args: &str) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish(name: &str, mut c: std::process::Child, mut out: String) -> String {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = c.try_wait().unwrap() {
+            if let Some(mut so) = c.stdout.take() {
+                so.read_to_string(&mut out).unwrap();
+            }
+            let mut err = String::new();
+            c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            println!("--- {name} ---\n{out}{err}");
+            assert!(status.success(), "{name} failed: {status}\n{out}\n{err}");
+            return out;
+        }
+        if start.elapsed() > Duration::from_secs(600) {
+            let _ = c.kill();
+            panic!("{name} did not finish in 600 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn two_processes_ping_pong_over_udp() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    let n: u64 = std::env::var("FERROVERBS_UDP_ROUND_TRIPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50_000);
+    let mut server = spawn(&format!(
+        "--server --ip 127.0.31.1 --tcp 127.0.31.1:0 --iters {n} --size 64"
+    ));
+    // The server prints where it listens before it waits.
+    let mut so = BufReader::new(server.stdout.take().unwrap());
+    let mut seen = String::new();
+    let tcp = loop {
+        let mut line = String::new();
+        if so.read_line(&mut line).unwrap() == 0 {
+            let _ = server.wait();
+            panic!("the server exited before listening: {seen}");
+        }
+        seen.push_str(&line);
+        // libtest may print "test child ... " in front of it.
+        if let Some(i) = line.find("tcp: ") {
+            break line[i + 5..].trim().to_string();
+        }
+    };
+    let client = spawn(&format!(
+        "--ip 127.0.31.2 --connect {tcp} --iters {n} --size 64"
+    ));
+    let start = Instant::now();
+    // Drain the server's stdout on a thread (the pipe must not fill).
+    let reader = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = so.read_to_string(&mut rest);
+        rest
+    });
+    let c_out = finish("client", client, String::new());
+    let rest = reader.join().unwrap();
+    let s_out = finish("server", server, seen + &rest);
+    println!("{n} round trips in {:.1} s", start.elapsed().as_secs_f64());
+    for (name, out) in [("server", &s_out), ("client", &c_out)] {
+        assert!(
+            out.contains(&format!("CHILD-VERIFIED {n}")),
+            "{name} did not verify {n} messages:\n{out}"
+        );
+        assert!(out.contains("bad ICRC 0, malformed 0"), "{name}:\n{out}");
+    }
+}
