@@ -63,6 +63,16 @@ pub trait QueueMem {
         self.write(off, seg)
     }
 
+    /// Copies `N` consecutive 16-byte segments to `off` (a WQE's leading segments,
+    /// which never cross the ring end): implementations may check the whole span
+    /// once and store without further checks.
+    #[inline(always)]
+    fn write_segs<const N: usize>(&self, off: usize, segs: &[[u8; 16]; N]) {
+        for (k, seg) in segs.iter().enumerate() {
+            self.write16(off + 16 * k, seg);
+        }
+    }
+
     /// Calls `f` with the 64 bytes at `off` (a BlueFlame block of a WQE the driver
     /// wrote and the device only reads). Implementations over plain memory may hand
     /// out the ring bytes themselves instead of a copy.
@@ -193,6 +203,10 @@ macro_rules! forward_queue_mem {
                 (**self).write16(off, seg)
             }
             #[inline(always)]
+            fn write_segs<const N: usize>(&self, off: usize, segs: &[[u8; 16]; N]) {
+                (**self).write_segs(off, segs)
+            }
+            #[inline(always)]
             fn with_block64<R>(&self, off: usize, f: impl FnOnce(&[u8; 64]) -> R) -> R {
                 (**self).with_block64(off, f)
             }
@@ -255,6 +269,10 @@ impl<M: QueueMem> QueueMem for Region<M> {
     #[inline(always)]
     fn write16(&self, off: usize, seg: &[u8; 16]) {
         self.mem.write16(self.base + off, seg)
+    }
+    #[inline(always)]
+    fn write_segs<const N: usize>(&self, off: usize, segs: &[[u8; 16]; N]) {
+        self.mem.write_segs(self.base + off, segs)
     }
     #[inline(always)]
     fn with_block64<R>(&self, off: usize, f: impl FnOnce(&[u8; 64]) -> R) -> R {

@@ -16,6 +16,8 @@ use super::{GeometryError, PostError, Sge};
 use ferroverbs_hw::datapath::dbr::rq_counter;
 use ferroverbs_hw::datapath::wqe::WqeDataSeg;
 use ferroverbs_hw::Bus;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Largest RQ in WQEs for which 16-bit counter differences stay unambiguous.
 pub const MAX_RQ_WQES: u32 = 1 << 15;
@@ -43,13 +45,30 @@ pub struct ReceiveQueue<M: QueueMem, D: DoorbellWord> {
     mask: u32,
     head: u16,
     tail: u16,
-    wr_id: Box<[u64]>,
+    /// Per slot: the `wr_id` (possibly shared with a completion path, see
+    /// [`ReceiveQueue::with_wr_ids`]).
+    wr_id: Arc<[AtomicU64]>,
     pending: u32,
 }
 
 impl<M: QueueMem, D: DoorbellWord> ReceiveQueue<M, D> {
     /// A receive queue over `buf` and the doorbell record word `dbr`.
     pub fn new(buf: M, dbr: D, cfg: RqConfig) -> Result<Self, GeometryError> {
+        let table = (0..cfg.wqe_cnt.min(MAX_RQ_WQES))
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        Self::with_wr_ids(buf, dbr, cfg, table)
+    }
+
+    /// Like [`ReceiveQueue::new`], with the per-slot `wr_id` table given (`wqe_cnt`
+    /// entries): a table the caller shares with its completion path, so that each WR
+    /// is recorded once, at post.
+    pub fn with_wr_ids(
+        buf: M,
+        dbr: D,
+        cfg: RqConfig,
+        wr_id: Arc<[AtomicU64]>,
+    ) -> Result<Self, GeometryError> {
         if !cfg.wqe_cnt.is_power_of_two() || cfg.wqe_cnt > MAX_RQ_WQES {
             return Err(GeometryError::BadCount {
                 what: "RQ size in WQEs",
@@ -72,6 +91,12 @@ impl<M: QueueMem, D: DoorbellWord> ReceiveQueue<M, D> {
                 need,
             });
         }
+        if wr_id.len() != cfg.wqe_cnt as usize {
+            return Err(GeometryError::BadSize {
+                what: "wr_id table length",
+                value: wr_id.len(),
+            });
+        }
         Ok(ReceiveQueue {
             buf,
             dbr,
@@ -81,7 +106,7 @@ impl<M: QueueMem, D: DoorbellWord> ReceiveQueue<M, D> {
             mask: cfg.wqe_cnt - 1,
             head: 0,
             tail: 0,
-            wr_id: vec![0; cfg.wqe_cnt as usize].into_boxed_slice(),
+            wr_id,
             pending: 0,
         })
     }
@@ -109,6 +134,11 @@ impl<M: QueueMem, D: DoorbellWord> ReceiveQueue<M, D> {
     /// The ring memory.
     pub fn mem(&self) -> &M {
         &self.buf
+    }
+
+    /// The per-slot `wr_id` table (see [`ReceiveQueue::with_wr_ids`]).
+    pub fn wr_ids(&self) -> &Arc<[AtomicU64]> {
+        &self.wr_id
     }
 
     /// Bytes of the ring: `wqe_cnt << wqe_shift`.
@@ -146,7 +176,7 @@ impl<M: QueueMem, D: DoorbellWord> ReceiveQueue<M, D> {
             self.buf
                 .write(start + written * WqeDataSeg::SIZE, d.as_bytes());
         }
-        self.wr_id[slot] = wr_id;
+        self.wr_id[slot].store(wr_id, Ordering::Relaxed);
         self.head = index.wrapping_add(1);
         self.pending += 1;
         Ok(index)
@@ -172,6 +202,6 @@ impl<M: QueueMem, D: DoorbellWord> ReceiveQueue<M, D> {
             return None;
         }
         self.tail = self.tail.wrapping_add(1);
-        Some(self.wr_id[(u32::from(wqe_counter) & self.mask) as usize])
+        Some(self.wr_id[(u32::from(wqe_counter) & self.mask) as usize].load(Ordering::Relaxed))
     }
 }

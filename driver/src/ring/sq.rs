@@ -32,6 +32,8 @@ use ferroverbs_hw::datapath::wqe::{
     MLX5_WQE_CTRL_SOLICITED,
 };
 use ferroverbs_hw::Bus;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Largest SQ in WQEBBs for which 16-bit counter differences stay unambiguous
 /// (`qpc.log_sq_size` cannot describe a larger one anyway).
@@ -129,47 +131,6 @@ impl SendOp {
             SendOp::AtomicFa { .. } => MLX5_OPCODE_ATOMIC_FA,
         }
     }
-
-    /// Everything the writer needs of the operation, from one `match`.
-    #[inline(always)]
-    fn parts(&self) -> OpParts {
-        let (opcode, imm, remote, atomic, ud_ok) = match *self {
-            SendOp::Send => (MLX5_OPCODE_SEND, 0, None, false, true),
-            SendOp::SendImm { imm } => (MLX5_OPCODE_SEND_IMM, imm, None, false, true),
-            SendOp::SendInv { rkey } => (MLX5_OPCODE_SEND_INVAL, rkey, None, false, false),
-            SendOp::RdmaWrite { remote } => (MLX5_OPCODE_RDMA_WRITE, 0, Some(remote), false, false),
-            SendOp::RdmaWriteImm { remote, imm } => {
-                (MLX5_OPCODE_RDMA_WRITE_IMM, imm, Some(remote), false, false)
-            }
-            SendOp::RdmaRead { remote } => (MLX5_OPCODE_RDMA_READ, 0, Some(remote), false, false),
-            SendOp::AtomicCas { remote, .. } => {
-                (MLX5_OPCODE_ATOMIC_CS, 0, Some(remote), true, false)
-            }
-            SendOp::AtomicFa { remote, .. } => {
-                (MLX5_OPCODE_ATOMIC_FA, 0, Some(remote), true, false)
-            }
-        };
-        OpParts {
-            opcode,
-            imm,
-            remote,
-            atomic,
-            // READ and atomics write into the gather list; the rest are valid on UC.
-            writes_local: atomic || opcode == MLX5_OPCODE_RDMA_READ,
-            ud_ok,
-        }
-    }
-}
-
-/// [`SendOp::parts`].
-#[derive(Clone, Copy)]
-struct OpParts {
-    opcode: u8,
-    imm: u32,
-    remote: Option<RemoteAddr>,
-    atomic: bool,
-    writes_local: bool,
-    ud_ok: bool,
 }
 
 /// The data part of a send work request.
@@ -327,11 +288,7 @@ pub fn use_blueflame(
 #[derive(Clone, Copy, Debug, Default)]
 struct Pending {
     nreq: u32,
-    last_index: u16,
-    last_ds: u8,
-    last_inline: bool,
-    /// The first 8 bytes of its control segment, as [`Bus::write64`] takes them.
-    last_db: u64,
+    last: LastWqe,
 }
 
 /// A send queue: the WQEBB ring, its doorbell record word and its BlueFlame register.
@@ -350,10 +307,11 @@ pub struct SendQueue<M: QueueMem, D: DoorbellWord> {
     cur_post: u16,
     /// WQEBB counter up to which WQEs have completed.
     tail: u16,
-    /// Per slot: the `wr_id` of the WQE starting there.
-    wr_id: Box<[u64]>,
-    /// Per slot: `cur_post` after the WQE starting there (rdma-core `wqe_head`).
-    next_post: Box<[u16]>,
+    /// Per slot: the `wr_id` of the WQE starting there: the one per-WR record. It may
+    /// be shared with a completion queue consumer ([`SendQueue::with_wr_ids`]), which
+    /// reads it when the WQE completes; where the WQE ends is read back from its own
+    /// control segment by [`SendQueue::complete`] (the device never writes the SQ).
+    wr_id: Arc<[AtomicU64]>,
     pending: Pending,
     /// The BlueFlame half in use: 0 or `bf.buf_size`.
     bf_offset: usize,
@@ -361,12 +319,31 @@ pub struct SendQueue<M: QueueMem, D: DoorbellWord> {
     qpn_ds: u32,
     /// Template of the control segment: `fm_ce_se` of `sq_sig_all`.
     fm_ce_se: u8,
+    /// Whether the lean writer of [`SendQueue::write_wqe`] applies: an RC queue (every
+    /// operation valid, no address vector) that takes at least one gather entry.
+    lean: bool,
 }
 
 impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     /// A send queue over `buf` and the doorbell record word `dbr`, which should be zero
     /// (as the QP's creation leaves them).
     pub fn new(buf: M, dbr: D, cfg: SqConfig) -> Result<Self, GeometryError> {
+        let table = (0..cfg.wqe_cnt.min(MAX_SQ_WQEBBS))
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        Self::with_wr_ids(buf, dbr, cfg, table)
+    }
+
+    /// Like [`SendQueue::new`], with the per-slot `wr_id` table given (`wqe_cnt`
+    /// entries): a table the caller shares with its completion path, so that each WR
+    /// is recorded once, at post. The table survives a rebuild of the queue (e.g.
+    /// after a QP reset).
+    pub fn with_wr_ids(
+        buf: M,
+        dbr: D,
+        cfg: SqConfig,
+        wr_id: Arc<[AtomicU64]>,
+    ) -> Result<Self, GeometryError> {
         if !cfg.wqe_cnt.is_power_of_two() || cfg.wqe_cnt > MAX_SQ_WQEBBS {
             return Err(GeometryError::BadCount {
                 what: "SQ size in WQEBBs",
@@ -387,7 +364,12 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
                 value: cfg.bf.buf_size,
             });
         }
-        let n = cfg.wqe_cnt as usize;
+        if wr_id.len() != cfg.wqe_cnt as usize {
+            return Err(GeometryError::BadSize {
+                what: "wr_id table length",
+                value: wr_id.len(),
+            });
+        }
         Ok(SendQueue {
             buf,
             dbr,
@@ -396,8 +378,7 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
             mask: cfg.wqe_cnt - 1,
             cur_post: 0,
             tail: 0,
-            wr_id: vec![0; n].into_boxed_slice(),
-            next_post: vec![0; n].into_boxed_slice(),
+            wr_id,
             pending: Pending::default(),
             bf_offset: 0,
             qpn_ds: cfg.qpn << 8,
@@ -406,6 +387,7 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
             } else {
                 0
             },
+            lean: cfg.qp_type == QpType::Rc && cfg.max_sge >= 1,
         })
     }
 
@@ -434,6 +416,11 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         &self.buf
     }
 
+    /// The per-slot `wr_id` table (see [`SendQueue::with_wr_ids`]).
+    pub fn wr_ids(&self) -> &Arc<[AtomicU64]> {
+        &self.wr_id
+    }
+
     /// Bytes of the ring: `wqe_cnt * 64`.
     pub fn ring_len(&self) -> usize {
         self.ring_len
@@ -448,23 +435,206 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     /// The WQE reaches the device at the next [`SendQueue::ring_doorbell`].
     ///
     /// Checks everything first and writes nothing on error. Does not allocate.
-    ///
-    /// The writer is template-based: the QPN part of `qpn_ds` and the signal-all bit
-    /// were computed at construction, the flags map to `fm_ce_se` through a table, and
-    /// each segment is built in registers and written with one 16-byte store
-    /// ([`QueueMem::write16`]). The ring end can only fall between 16-byte segments (it
-    /// is a multiple of 64), so the wrap test is one compare per segment.
     #[inline(always)]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<PostedWqe, PostError> {
-        let op = &wr.op;
-        let OpParts {
-            opcode,
-            imm,
-            remote,
-            atomic,
-            writes_local,
-            ud_ok,
-        } = op.parts();
+        let w = self.write_wqe(wr)?;
+        self.pending = Pending {
+            nreq: self.pending.nreq + 1,
+            last: w,
+        };
+        Ok(PostedWqe {
+            index: w.index,
+            ds: w.ds,
+            wqebbs: wqebbs_for_ds(w.ds),
+            inline: w.inline,
+        })
+    }
+
+    /// [`SendQueue::post`] without the pending-doorbell record: builds the WQE, records
+    /// its `wr_id` (the one per-WR store of bookkeeping) and advances `cur_post`; the
+    /// caller keeps the returned [`LastWqe`] of the last WQE of a list and passes it to
+    /// [`SendQueue::doorbell`].
+    ///
+    /// The writer is template-based: one `match` decodes the operation (opcode,
+    /// immediate, remote address, atomic segment), the QPN part of `qpn_ds` and the
+    /// signal-all bit were computed at construction, the flags map to `fm_ce_se`
+    /// through a table, and each segment is built in registers and written with one
+    /// 16-byte store ([`QueueMem::write16`]). The ring end can only fall between
+    /// 16-byte segments (it is a multiple of 64), so the wrap test is one compare per
+    /// segment. A one-part inline payload (the common case) is measured and copied
+    /// without a loop.
+    ///
+    /// The common shapes on an RC queue take a lean path with the same bytes: SEND,
+    /// SEND with immediate, RDMA WRITE (with immediate) of one non-empty gather entry
+    /// (one WQEBB, so no wrap test and one bounds-checked store of all its segments),
+    /// or of one inline part of at most `max_inline` bytes whose WQEBBs do not cross
+    /// the ring end. Everything else (and every error) goes through the general
+    /// writer, out of line.
+    #[inline(always)]
+    pub fn write_wqe(&mut self, wr: &SendWr<'_>) -> Result<LastWqe, PostError> {
+        match self.write_lean(wr) {
+            Some(w) => Ok(w),
+            None => self.write_wqe_general(wr),
+        }
+    }
+
+    /// The lean path of [`SendQueue::write_wqe`] alone: writes the WQE and returns
+    /// `Some` when `wr` has one of the common shapes and fits (see there); `None`,
+    /// with nothing written, otherwise (then [`SendQueue::write_wqe`] decides, and
+    /// reports any error).
+    #[inline(always)]
+    pub fn write_lean(&mut self, wr: &SendWr<'_>) -> Option<LastWqe> {
+        if self.lean && wr.ud.is_none() {
+            let (opcode, imm, remote) = match wr.op {
+                SendOp::Send => (MLX5_OPCODE_SEND, 0, None),
+                SendOp::SendImm { imm } => (MLX5_OPCODE_SEND_IMM, imm, None),
+                SendOp::RdmaWrite { remote } => (MLX5_OPCODE_RDMA_WRITE, 0, Some(remote)),
+                SendOp::RdmaWriteImm { remote, imm } => {
+                    (MLX5_OPCODE_RDMA_WRITE_IMM, imm, Some(remote))
+                }
+                _ => return None,
+            };
+            let index = self.cur_post;
+            let slot = (u32::from(index) & self.mask) as usize;
+            let start = slot * BB;
+            match wr.data {
+                SendData::Gather([sge])
+                    if sge.length != 0 && self.outstanding() < self.cfg.wqe_cnt =>
+                {
+                    // `struct mlx5_wqe_data_seg`: byte_count, lkey, addr.
+                    let data = seg16(
+                        (u64::from(sge.length) << 32) | u64::from(sge.lkey),
+                        sge.addr,
+                    );
+                    let (ds, ctrl_head) = match remote {
+                        None => {
+                            let (head, ctrl) = self.ctrl(index, opcode, 2, wr.flags, imm);
+                            self.buf.write_segs(start, &[ctrl, data]);
+                            (2, head)
+                        }
+                        Some(r) => {
+                            let (head, ctrl) = self.ctrl(index, opcode, 3, wr.flags, imm);
+                            let raddr = seg16(r.addr, u64::from(r.rkey) << 32);
+                            self.buf.write_segs(start, &[ctrl, raddr, data]);
+                            (3, head)
+                        }
+                    };
+                    return Some(self.finish(slot, wr.wr_id, index, ds, false, ctrl_head));
+                }
+                SendData::Inline([p])
+                    if !p.is_empty() && p.len() <= self.cfg.max_inline as usize =>
+                {
+                    let len = p.len();
+                    let hds = 1 + usize::from(remote.is_some());
+                    let ds = hds + inline_ds(len);
+                    let wqebbs = usize::from(wqebbs_for_ds(ds as u8));
+                    if ds <= usize::from(MAX_WQE_DS)
+                        && wqebbs as u32 <= self.free()
+                        && start + wqebbs * BB <= self.ring_len
+                    {
+                        let ds = ds as u8;
+                        let (ctrl_head, ctrl) = self.ctrl(index, opcode, ds, wr.flags, imm);
+                        match remote {
+                            None => self.buf.write_segs(start, &[ctrl]),
+                            Some(r) => {
+                                let raddr = seg16(r.addr, u64::from(r.rkey) << 32);
+                                self.buf.write_segs(start, &[ctrl, raddr]);
+                            }
+                        }
+                        // The header, then the payload from byte 4; the padding up to
+                        // the next 16 bytes is left as it was.
+                        let off = start + DS * hds;
+                        self.buf
+                            .write(off, &(len as u32 | MLX5_INLINE_SEG).to_be_bytes());
+                        self.buf.write(off + 4, p);
+                        return Some(self.finish(slot, wr.wr_id, index, ds, true, ctrl_head));
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// The control segment (`mlx5dv_x86_set_ctrl_seg`) of the WQE at `index`: bytes
+    /// 8-10 zero, `fm_ce_se` from the template and the flags. Returns its first 8
+    /// bytes as [`Bus::write64`] takes them, and its 16 bytes.
+    #[inline(always)]
+    fn ctrl(&self, index: u16, opcode: u8, ds: u8, flags: SendFlags, imm: u32) -> (u64, [u8; 16]) {
+        let fm_ce_se = self.fm_ce_se | FM_CE_SE[usize::from(flags.0 & 7)];
+        let w0 = (u32::from(index) << 8) | u32::from(opcode);
+        let w1 = self.qpn_ds | u32::from(ds);
+        let ctrl_head = (u64::from(w0) << 32) | u64::from(w1);
+        let ctrl_tail = (u64::from(fm_ce_se) << 32) | u64::from(imm);
+        (ctrl_head, seg16(ctrl_head, ctrl_tail))
+    }
+
+    /// Records the WQE just written at `slot`: its `wr_id` (the one per-WR record,
+    /// read by the completion path through a shared table and by `complete`; the
+    /// WQE's end is its control segment's DS) and the new `cur_post`.
+    #[inline(always)]
+    fn finish(
+        &mut self,
+        slot: usize,
+        wr_id: u64,
+        index: u16,
+        ds: u8,
+        inline: bool,
+        ctrl_head: u64,
+    ) -> LastWqe {
+        self.wr_id[slot].store(wr_id, Ordering::Relaxed);
+        self.cur_post = index.wrapping_add(wqebbs_for_ds(ds));
+        LastWqe {
+            index,
+            ds,
+            inline,
+            ctrl_head,
+        }
+    }
+
+    /// [`SendQueue::write_wqe`] without its lean path, for every request: all operations, gather lists,
+    /// multi-part inline data, address vectors, wrap-around, and the errors.
+    #[inline(never)]
+    pub fn write_wqe_general(&mut self, wr: &SendWr<'_>) -> Result<LastWqe, PostError> {
+        // 0: no atomic segment, 1: compare-and-swap (16 bytes), 2: fetch-and-add (the
+        // first 8 bytes only: rdma-core leaves `compare` as it was).
+        let (opcode, imm, remote, atom, a, b, ud_ok) = match wr.op {
+            SendOp::Send => (MLX5_OPCODE_SEND, 0, None, 0u8, 0, 0, true),
+            SendOp::SendImm { imm } => (MLX5_OPCODE_SEND_IMM, imm, None, 0, 0, 0, true),
+            SendOp::SendInv { rkey } => (MLX5_OPCODE_SEND_INVAL, rkey, None, 0, 0, 0, false),
+            SendOp::RdmaWrite { remote } => {
+                (MLX5_OPCODE_RDMA_WRITE, 0, Some(remote), 0, 0, 0, false)
+            }
+            SendOp::RdmaWriteImm { remote, imm } => (
+                MLX5_OPCODE_RDMA_WRITE_IMM,
+                imm,
+                Some(remote),
+                0,
+                0,
+                0,
+                false,
+            ),
+            SendOp::RdmaRead { remote } => (MLX5_OPCODE_RDMA_READ, 0, Some(remote), 0, 0, 0, false),
+            SendOp::AtomicCas {
+                remote,
+                compare,
+                swap,
+            } => (
+                MLX5_OPCODE_ATOMIC_CS,
+                0,
+                Some(remote),
+                1,
+                swap,
+                compare,
+                false,
+            ),
+            SendOp::AtomicFa { remote, add } => {
+                (MLX5_OPCODE_ATOMIC_FA, 0, Some(remote), 2, add, 0, false)
+            }
+        };
+        let atomic = atom != 0;
+        // READ and atomics write into the gather list; the rest are valid on UC.
+        let writes_local = atomic || opcode == MLX5_OPCODE_RDMA_READ;
         let qp_type = self.cfg.qp_type;
         let valid = match qp_type {
             QpType::Rc => true,
@@ -502,9 +672,10 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
                 if inline && writes_local {
                     return Err(PostError::InlineNotAllowed { opcode });
                 }
-                for p in parts {
-                    inline_len += p.len();
-                }
+                inline_len = match parts {
+                    [p] => p.len(),
+                    _ => parts.iter().map(|p| p.len()).sum(),
+                };
                 if inline_len > self.cfg.max_inline as usize {
                     return Err(PostError::InlineTooLarge {
                         len: inline_len,
@@ -548,18 +719,13 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
             // `struct mlx5_wqe_raddr_seg`: raddr, rkey, reserved.
             buf.write16(off, &seg16(remote.addr, u64::from(remote.rkey) << 32));
             off = wrap(off + DS, ring_len);
-        }
-        match *op {
-            SendOp::AtomicCas { compare, swap, .. } => {
-                buf.write16(off, &seg16(swap, compare));
+            if atom == 1 {
+                buf.write16(off, &seg16(a, b));
+                off = wrap(off + DS, ring_len);
+            } else if atom == 2 {
+                buf.write(off, &a.to_be_bytes());
                 off = wrap(off + DS, ring_len);
             }
-            SendOp::AtomicFa { add, .. } => {
-                // `swap_add` only: rdma-core leaves `compare` as it was.
-                buf.write(off, &add.to_be_bytes());
-                off = wrap(off + DS, ring_len);
-            }
-            _ => {}
         }
         match wr.data {
             SendData::Gather(sges) => {
@@ -581,9 +747,13 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
                 let mut d = off + 4;
                 if d + inline_len <= ring_len {
                     // The common case: the whole payload before the ring end.
-                    for part in parts {
-                        buf.write(d, part);
-                        d += part.len();
+                    if let [p] = parts {
+                        buf.write(d, p);
+                    } else {
+                        for part in parts {
+                            buf.write(d, part);
+                            d += part.len();
+                        }
                     }
                 } else {
                     for part in parts {
@@ -600,32 +770,9 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
             SendData::Inline(_) => {}
         }
 
-        // The control segment (`mlx5dv_x86_set_ctrl_seg`): bytes 8-10 zero, fm_ce_se
-        // from the template and the flags.
-        let fm_ce_se = self.fm_ce_se | FM_CE_SE[usize::from(wr.flags.0 & 7)];
-        let w0 = (u32::from(index) << 8) | u32::from(opcode);
-        let w1 = self.qpn_ds | u32::from(ds);
-        let ctrl_head = (u64::from(w0) << 32) | u64::from(w1);
-        let ctrl_tail = (u64::from(fm_ce_se) << 32) | u64::from(imm);
-        buf.write16(start, &seg16(ctrl_head, ctrl_tail));
-
-        let next = index.wrapping_add(wqebbs);
-        self.wr_id[slot] = wr.wr_id;
-        self.next_post[slot] = next;
-        self.cur_post = next;
-        self.pending = Pending {
-            nreq: self.pending.nreq + 1,
-            last_index: index,
-            last_ds: ds,
-            last_inline: inline,
-            last_db: ctrl_head,
-        };
-        Ok(PostedWqe {
-            index,
-            ds,
-            wqebbs,
-            inline,
-        })
+        let (ctrl_head, ctrl) = self.ctrl(index, opcode, ds, wr.flags, imm);
+        buf.write16(start, &ctrl);
+        Ok(self.finish(slot, wr.wr_id, index, ds, inline, ctrl_head))
     }
 
     #[cold]
@@ -646,6 +793,16 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
             return None;
         }
         self.pending.nreq = 0;
+        Some(self.doorbell(bus, p.nreq, &p.last))
+    }
+
+    /// Publishes `nreq` WQEs written by [`SendQueue::write_wqe`], the last of which is
+    /// `last`: doorbell record, then the 8-byte doorbell or BlueFlame copy of `last`
+    /// (see the module documentation). WQEs posted with [`SendQueue::post`] and not
+    /// yet published are published too (the record carries `cur_post`), but their
+    /// pending count is not reset: use one of the two styles per queue.
+    #[inline(always)]
+    pub fn doorbell<B: Bus + ?Sized>(&mut self, bus: &B, nreq: u32, last: &LastWqe) -> Doorbell {
         bus.wmb();
         self.dbr.store_be32(sq_counter(u32::from(self.cur_post)));
         bus.wmb();
@@ -653,16 +810,16 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         let offset = self.cfg.bf.reg + self.bf_offset;
         let db = if use_blueflame(
             self.cfg.shut_up_bf,
-            p.nreq,
+            nreq,
             &self.cfg.bf,
-            p.last_inline,
+            last.inline,
             self.cfg.prefer_bf,
-            p.last_ds,
+            last.ds,
         ) {
             // Whole WQEBBs, straight from the ring; the source wraps at the ring end,
             // the destination does not.
-            let first = u32::from(p.last_index);
-            let wqebbs = usize::from(wqebbs_for_ds(p.last_ds));
+            let first = u32::from(last.index);
+            let wqebbs = usize::from(wqebbs_for_ds(last.ds));
             for k in 0..wqebbs {
                 let s = ((first + k as u32) & self.mask) as usize * BB;
                 self.buf
@@ -674,14 +831,14 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
             }
         } else {
             // The first 8 bytes of the last WQE, kept from its post.
-            bus.write64(offset, p.last_db);
+            bus.write64(offset, last.ctrl_head);
             Doorbell::Db {
                 offset,
-                value: p.last_db,
+                value: last.ctrl_head,
             }
         };
         self.bf_offset ^= self.cfg.bf.buf_size;
-        Some(db)
+        db
     }
 
     /// Posts `wrs` in order and rings one doorbell for those posted, as rdma-core's
@@ -707,20 +864,52 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     /// up to and including it is complete, signaled or not (rdma-core sets `sq.tail`
     /// from `wqe_head`). Returns its `wr_id`, or `None` when `wqe_counter` names no
     /// outstanding WQE (a device bug; nothing changes).
+    ///
+    /// Where the WQE ends is read back from its control segment (the device only reads
+    /// the SQ, and an outstanding WQE's slots are not rewritten): its index must be
+    /// `wqe_counter`, and its DS gives its WQEBBs.
     pub fn complete(&mut self, wqe_counter: u16) -> Option<u64> {
         let outstanding = self.cur_post.wrapping_sub(self.tail);
         if wqe_counter.wrapping_sub(self.tail) >= outstanding {
             return None;
         }
         let slot = (u32::from(wqe_counter) & self.mask) as usize;
-        let next = self.next_post[slot];
+        let start = slot * BB;
+        let w0 = self.buf.load_be32(start);
+        let w1 = self.buf.load_be32(start + 4);
+        if (w0 >> 8) as u16 != wqe_counter {
+            return None;
+        }
+        let next = wqe_counter.wrapping_add(wqebbs_for_ds((w1 & 0x3f) as u8));
         // A WQE starts at `wqe_counter` only if its end lies within the outstanding
         // range too; anything else is a counter pointing into the middle of a WQE.
         if next.wrapping_sub(self.tail) > outstanding || next.wrapping_sub(wqe_counter) == 0 {
             return None;
         }
         self.tail = next;
-        Some(self.wr_id[slot])
+        Some(self.wr_id[slot].load(Ordering::Relaxed))
+    }
+}
+
+/// The last WQE written by [`SendQueue::write_wqe`]: what its doorbell needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LastWqe {
+    index: u16,
+    ds: u8,
+    inline: bool,
+    /// The first 8 bytes of its control segment, as [`Bus::write64`] takes them.
+    ctrl_head: u64,
+}
+
+impl LastWqe {
+    /// The WQE index (WQEBB counter of its first block).
+    pub fn index(&self) -> u16 {
+        self.index
+    }
+
+    /// Its size in 16-byte units.
+    pub fn ds(&self) -> u8 {
+        self.ds
     }
 }
 

@@ -17,17 +17,17 @@ use ferroverbs_hw::datapath::wqe::{
 };
 use ferroverbs_hw::{Bus, DmaPerm};
 
-use super::fastmem::FastMem;
+use super::fastmem::{FastMem, FastWord};
 use super::qp::WqShared;
 use super::{exec, Error, Result, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::dma::{DmaBuf, PAGE_SIZE};
-use crate::ring::{self, CqConfig, QueueMem, Word};
+use crate::ring::{self, CqConfig, QueueMem};
 use crate::Context;
 
 /// Bytes of one CQE (64-byte CQEs only).
 const CQE_BYTES: usize = 64;
 
-type CqRing<B> = ring::CompletionQueue<FastMem<B>, Word<FastMem<B>>>;
+type CqRing<B> = ring::CompletionQueue<FastMem<B>, FastWord<B>>;
 
 /// The firmware CQ and its memory, shared by the [`CompletionQueue`] handle and every
 /// QP that uses the CQ: `DESTROY_CQ` happens when the last of them goes, and the
@@ -122,16 +122,11 @@ impl<B: Bus> Poller<B> {
         let ring_len = ncqe as usize * CQE_BYTES;
         let window =
             |off, len| FastMem::new(buf, off, len).ok_or(Error::InvalidArgument("CQ geometry"));
+        let word = |off| FastWord::new(buf, off).ok_or(Error::InvalidArgument("CQ geometry"));
         CqRing::new(
             window(0, ring_len)?,
-            Word {
-                mem: window(ring_len, 8)?,
-                off: 4 * MLX5_CQ_SET_CI,
-            },
-            Word {
-                mem: window(ring_len, 8)?,
-                off: 4 * MLX5_CQ_ARM_DB,
-            },
+            word(ring_len + 4 * MLX5_CQ_SET_CI)?,
+            word(ring_len + 4 * MLX5_CQ_ARM_DB)?,
             CqConfig {
                 cqn,
                 ncqe,

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use ferroverbs_hw::Bus;
 
 use crate::dma::DmaBuf;
-use crate::ring::QueueMem;
+use crate::ring::{DoorbellWord, QueueMem};
 
 /// `len` bytes at `off` of a DMA buffer, which the window keeps alive.
 pub(crate) struct FastMem<B: Bus> {
@@ -142,6 +142,24 @@ impl<B: Bus> QueueMem for FastMem<B> {
     }
 
     #[inline(always)]
+    fn write_segs<const N: usize>(&self, off: usize, segs: &[[u8; 16]; N]) {
+        // One bounds check for the whole span (a WQE's leading segments), then plain
+        // stores.
+        self.check(off, 16 * N);
+        // SAFETY: the `16 * N` bytes at `off` are in bounds (checked just above) of a
+        // live allocation that no Rust reference points into; `[[u8; 16]; N]` has
+        // alignment 1, so the unaligned store is valid at any offset; no device access
+        // to these bytes is concurrent (module doc: the slots belong to the driver
+        // until the doorbell).
+        unsafe {
+            self.ptr
+                .add(off)
+                .cast::<[[u8; 16]; N]>()
+                .write_unaligned(*segs)
+        }
+    }
+
+    #[inline(always)]
     fn with_block64<R>(&self, off: usize, f: impl FnOnce(&[u8; 64]) -> R) -> R {
         self.check(off, 64);
         // SAFETY: in bounds (checked) of an allocation that lives as long as `self`;
@@ -151,5 +169,55 @@ impl<B: Bus> QueueMem for FastMem<B> {
         // ring that is borrowed by this call (module doc). So a shared reference for
         // the duration of `f` aliases no write.
         f(unsafe { &*self.ptr.add(off).cast::<[u8; 64]>() })
+    }
+}
+
+/// One 32-bit doorbell record word of a DMA buffer (which the word keeps alive), with
+/// its bounds and alignment checked once, at construction: a store is one byte swap
+/// and one release store, with no check on the fast path.
+pub(crate) struct FastWord<B: Bus> {
+    ptr: *mut u32,
+    _buf: Arc<DmaBuf<B>>,
+}
+
+// SAFETY: as for `FastMem`: the word owns a reference to its allocation, and the
+// device's concurrent accesses to it are matched by atomic accesses here.
+unsafe impl<B: Bus> Send for FastWord<B> {}
+// SAFETY: every access is atomic (`AtomicU32` loads and stores), so shared use from
+// several threads is data-race free.
+unsafe impl<B: Bus> Sync for FastWord<B> {}
+
+impl<B: Bus> FastWord<B> {
+    /// The word at byte `off` of `buf`; `None` unless it lies inside the buffer and
+    /// is 4-byte aligned.
+    pub(crate) fn new(buf: &Arc<DmaBuf<B>>, off: usize) -> Option<Self> {
+        let end = off.checked_add(4)?;
+        let ptr = buf.as_ptr().wrapping_add(off);
+        if end > buf.len() || !(ptr as usize).is_multiple_of(4) {
+            return None;
+        }
+        Some(FastWord {
+            ptr: ptr.cast::<u32>(),
+            _buf: Arc::clone(buf),
+        })
+    }
+
+    #[inline(always)]
+    fn atomic(&self) -> &AtomicU32 {
+        // SAFETY: in bounds and 4-byte aligned (checked at construction) of an
+        // allocation that lives as long as `self`; the word is only ever accessed
+        // atomically (a doorbell record word the device reads concurrently).
+        unsafe { AtomicU32::from_ptr(self.ptr) }
+    }
+}
+
+impl<B: Bus> DoorbellWord for FastWord<B> {
+    #[inline(always)]
+    fn store_be32(&self, value: u32) {
+        self.atomic().store(value.to_be(), Ordering::Release)
+    }
+
+    fn load_be32(&self) -> u32 {
+        u32::from_be(self.atomic().load(Ordering::Relaxed))
     }
 }

@@ -25,13 +25,13 @@ use ferroverbs_hw::{Bus, DmaPerm};
 
 use super::attr::{ceil_log2, mtu_from_qpc};
 use super::cq::CqCore;
-use super::fastmem::FastMem;
+use super::fastmem::{FastMem, FastWord};
 use super::{
     exec, AccessFlags, AddressVector, CompletionQueue, Error, Pd, QpAttr, QpInfo, QpState, RecvWr,
     Result, RtrAttr, RtsAttr, SendOp, SendWr, Transition,
 };
 use crate::dma::{DmaBuf, PAGE_SIZE};
-use crate::ring::{self, BlueFlameReg, QpType, RqConfig, SqConfig, Word};
+use crate::ring::{self, BlueFlameReg, QpType, RqConfig, SqConfig};
 use crate::Context;
 
 /// The WQE overhead of an RC QP before its data part: control, remote address and
@@ -193,11 +193,13 @@ pub(crate) struct WqShared {
     pub(crate) qpn: u32,
     alive: AtomicBool,
     sq_mask: u32,
-    sq_wr_id: Box<[AtomicU64]>,
+    /// The send ring's own per-slot `wr_id` table (written once per WR, at post).
+    sq_wr_id: Arc<[AtomicU64]>,
     /// `DONE | wqe_counter` of the latest requester completion, 0 for none.
     sq_done: AtomicU32,
     rq_mask: u32,
-    rq_wr_id: Box<[AtomicU64]>,
+    /// The receive ring's own per-slot `wr_id` table.
+    rq_wr_id: Arc<[AtomicU64]>,
     /// `DONE | tail` (the RQ counter after the latest receive completion).
     rq_done: AtomicU32,
 }
@@ -235,8 +237,8 @@ impl WqShared {
 }
 
 type Mem<B> = Arc<DmaBuf<B>>;
-type SqRing<B> = ring::SendQueue<FastMem<B>, Word<FastMem<B>>>;
-type RqRing<B> = ring::ReceiveQueue<FastMem<B>, Word<FastMem<B>>>;
+type SqRing<B> = ring::SendQueue<FastMem<B>, FastWord<B>>;
+type RqRing<B> = ring::ReceiveQueue<FastMem<B>, FastWord<B>>;
 
 /// The layout of a QP's buffer and queues, from the caps (`mlx5_calc_sq_size`,
 /// `mlx5_calc_rq_size`).
@@ -556,15 +558,17 @@ impl<B: Bus> Queues<B> {
             shut_up_bf,
             prefer_bf: true,
         };
-        let (sq, rq) = rings(&buf, &geo, sq_cfg)?;
+        let sq_wr_id: Arc<[AtomicU64]> = (0..geo.sq_wqebbs).map(|_| AtomicU64::new(0)).collect();
+        let rq_wr_id: Arc<[AtomicU64]> = (0..geo.rq_wqes).map(|_| AtomicU64::new(0)).collect();
+        let (sq, rq) = rings(&buf, &geo, sq_cfg, &sq_wr_id, &rq_wr_id)?;
         let shared = Arc::new(WqShared {
             qpn,
             alive: AtomicBool::new(true),
             sq_mask: geo.sq_wqebbs - 1,
-            sq_wr_id: (0..geo.sq_wqebbs).map(|_| AtomicU64::new(0)).collect(),
+            sq_wr_id,
             sq_done: AtomicU32::new(0),
             rq_mask: geo.rq_wqes - 1,
-            rq_wr_id: (0..geo.rq_wqes).map(|_| AtomicU64::new(0)).collect(),
+            rq_wr_id,
             rq_done: AtomicU32::new(0),
         });
         Ok(Queues {
@@ -631,50 +635,52 @@ impl<B: Bus> Queues<B> {
                 error: PostError::InvalidState { state: self.state },
             });
         }
+        // The WQEs are written and their `wr_id`s recorded by the ring (one table,
+        // shared with the CQs); the last one's doorbell data stays in registers. The
+        // common shapes take the ring's lean writer inline; anything else (and every
+        // error) goes out of line.
         let mut res = Ok(());
+        let mut nreq = 0u32;
+        let mut last = ring::LastWqe::default();
         for (index, wr) in wrs.iter().enumerate() {
-            if !self.atomics && matches!(wr.op, SendOp::AtomicCas { .. } | SendOp::AtomicFa { .. })
-            {
-                res = Err(BadWr {
-                    index,
-                    error: PostError::UnsupportedOp {
-                        opcode: wr.op.opcode(),
-                    },
-                });
-                break;
+            if let Some(w) = self.sq.write_lean(wr) {
+                last = w;
+                nreq += 1;
+                continue;
             }
-            let posted = match self.sq.post(wr) {
-                Ok(p) => Ok(p),
-                Err(e) => self.post_send_retry(wr, e),
-            };
-            match posted {
-                Ok(p) => self.shared.sq_wr_id[(u32::from(p.index) & self.shared.sq_mask) as usize]
-                    .store(wr.wr_id, Ordering::Relaxed),
-                Err(e) => {
-                    res = Err(BadWr {
-                        index,
-                        error: e.into(),
-                    });
+            match self.post_send_slow(wr) {
+                Ok(w) => {
+                    last = w;
+                    nreq += 1;
+                }
+                Err(error) => {
+                    res = Err(BadWr { index, error });
                     break;
                 }
             }
         }
-        self.sq.ring_doorbell(&*self.bus);
+        if nreq != 0 {
+            self.sq.doorbell(&*self.bus, nreq, &last);
+        }
         res
     }
 
-    /// A send request the ring refused: when the ring was full and completions
-    /// published since free slots, posts it again; otherwise returns the error.
-    #[cold]
+    /// A send request outside the lean shapes, or one the lean writer could not take:
+    /// the atomics check, the general writer, and when the ring was full and
+    /// completions published since free slots, a second try.
     #[inline(never)]
-    fn post_send_retry(
-        &mut self,
-        wr: &SendWr<'_>,
-        e: ring::PostError,
-    ) -> std::result::Result<ring::PostedWqe, ring::PostError> {
-        match e {
-            ring::PostError::QueueFull { .. } if self.sync_sq() => self.sq.post(wr),
-            e => Err(e),
+    fn post_send_slow(&mut self, wr: &SendWr<'_>) -> std::result::Result<ring::LastWqe, PostError> {
+        if !self.atomics && matches!(wr.op, SendOp::AtomicCas { .. } | SendOp::AtomicFa { .. }) {
+            return Err(PostError::UnsupportedOp {
+                opcode: wr.op.opcode(),
+            });
+        }
+        match self.sq.write_wqe_general(wr) {
+            Ok(w) => Ok(w),
+            Err(ring::PostError::QueueFull { .. }) if self.sync_sq() => {
+                self.sq.write_wqe(wr).map_err(PostError::from)
+            }
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -697,8 +703,7 @@ impl<B: Bus> Queues<B> {
                 Err(e) => Err(e),
             };
             match posted {
-                Ok(i) => self.shared.rq_wr_id[(u32::from(i) & self.shared.rq_mask) as usize]
-                    .store(wr.wr_id, Ordering::Relaxed),
+                Ok(_) => {}
                 Err(e) => {
                     res = Err(BadWr {
                         index,
@@ -717,7 +722,13 @@ impl<B: Bus> Queues<B> {
         let dbr = self.geo.dbr_offset();
         self.buf.write_be32(dbr, 0);
         self.buf.write_be32(dbr + 4, 0);
-        let (sq, rq) = rings(&self.buf, &self.geo, self.sq_cfg)?;
+        let (sq, rq) = rings(
+            &self.buf,
+            &self.geo,
+            self.sq_cfg,
+            &self.shared.sq_wr_id,
+            &self.shared.rq_wr_id,
+        )?;
         self.sq = sq;
         self.rq = rq;
         self.shared.sq_done.store(0, Ordering::Release);
@@ -729,31 +740,36 @@ impl<B: Bus> Queues<B> {
 }
 
 /// The send and receive rings over a QP buffer.
-fn rings<B: Bus>(buf: &Mem<B>, geo: &Geometry, sq_cfg: SqConfig) -> Result<(SqRing<B>, RqRing<B>)> {
+/// Both write their WQEs' `wr_id`s into the given tables, which the QP shares with
+/// its CQs.
+fn rings<B: Bus>(
+    buf: &Mem<B>,
+    geo: &Geometry,
+    sq_cfg: SqConfig,
+    sq_wr_id: &Arc<[AtomicU64]>,
+    rq_wr_id: &Arc<[AtomicU64]>,
+) -> Result<(SqRing<B>, RqRing<B>)> {
     let rq_bytes = geo.rq_bytes();
     let dbr = geo.dbr_offset();
     let bad = |_| Error::InvalidArgument("QP geometry");
     let window =
         |off, len| FastMem::new(buf, off, len).ok_or(Error::InvalidArgument("QP geometry"));
-    let sq = SqRing::new(
+    let word = |off| FastWord::new(buf, off).ok_or(Error::InvalidArgument("QP geometry"));
+    let sq = SqRing::with_wr_ids(
         window(rq_bytes, geo.sq_bytes())?,
-        Word {
-            mem: window(dbr, 8)?,
-            off: 4 * MLX5_SND_DBR,
-        },
+        word(dbr + 4 * MLX5_SND_DBR)?,
         sq_cfg,
+        Arc::clone(sq_wr_id),
     )
     .map_err(bad)?;
-    let rq = RqRing::new(
+    let rq = RqRing::with_wr_ids(
         window(0, rq_bytes)?,
-        Word {
-            mem: window(dbr, 8)?,
-            off: 4 * MLX5_RCV_DBR,
-        },
+        word(dbr + 4 * MLX5_RCV_DBR)?,
         RqConfig {
             wqe_cnt: geo.rq_wqes,
             wqe_shift: geo.rq_shift,
         },
+        Arc::clone(rq_wr_id),
     )
     .map_err(bad)?;
     Ok((sq, rq))
@@ -798,18 +814,14 @@ impl<'a, B: Bus> QueuePair<'a, B> {
     /// Bytes of host memory the QP uses: the DMA buffer (RQ ring, SQ ring and
     /// doorbell record, rounded to pages), the bytes the hardware format requires
     /// (rings plus the 8-byte record), and the driver's bookkeeping (this handle,
-    /// the shared `wr_id` tables, the ring writers' tables).
+    /// the per-slot `wr_id` tables).
     pub fn footprint(&self) -> QpFootprint {
         let geo = &self.q.geo;
         let hw = geo.rq_bytes() + geo.sq_bytes() + 8;
         let dma = (geo.dbr_offset() + 64).div_ceil(PAGE_SIZE) * PAGE_SIZE;
         let sq = geo.sq_wqebbs as usize;
         let rq = geo.rq_wqes as usize;
-        let book = std::mem::size_of::<Self>()
-            + std::mem::size_of::<WqShared>()
-            + (sq + rq) * 8 // shared wr_id tables
-            + sq * (8 + 2) // SendQueue wr_id + next_post
-            + rq * 8; // ReceiveQueue wr_id
+        let book = std::mem::size_of::<Self>() + std::mem::size_of::<WqShared>() + (sq + rq) * 8; // the wr_id tables (the rings' own, shared with the CQs)
         QpFootprint {
             dma_bytes: dma,
             hw_bytes: hw,
