@@ -24,16 +24,6 @@ fn cap() -> QpCap {
     }
 }
 
-fn readable(fd: i32, ms: i32) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the duration of the call.
-    unsafe { libc::poll(&mut p, 1, ms) == 1 }
-}
-
 fn all_events<B: ferroverbs_hw::Bus>(ctx: &ferroverbs::Context<B>) -> Vec<AsyncEvent> {
     let mut buf = [AsyncEvent::Other {
         event_type: 0,

@@ -26,16 +26,6 @@ fn cap() -> QpCap {
     }
 }
 
-fn readable(fd: i32, ms: i32) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the duration of the call.
-    unsafe { libc::poll(&mut p, 1, ms) == 1 }
-}
-
 fn drain(cq: &mut CompletionQueue<'_, SimBus>) -> Vec<WorkCompletion> {
     let mut wc = [WorkCompletion::default(); 16];
     let n = cq.poll(&mut wc);
