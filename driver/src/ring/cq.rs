@@ -134,6 +134,23 @@ impl<M: QueueMem, D: DoorbellWord> CompletionQueue<M, D> {
         Some(off)
     }
 
+    /// Takes the next CQE after the caller saw software own it (its own test of the
+    /// `op_own` byte at [`CompletionQueue::owner_offset`]): [`Bus::rmb`] and the
+    /// consumer index advanced; returns the byte offset of its [`Cqe64`].
+    #[inline(always)]
+    pub fn take_owned<B: Bus + ?Sized>(&mut self, bus: &B) -> usize {
+        let off = self.cqe64_offset(self.cons_index);
+        bus.rmb();
+        self.cons_index = self.cons_index.wrapping_add(1);
+        off
+    }
+
+    /// Byte offset of the `op_own` byte of the entry the next poll looks at.
+    #[inline(always)]
+    pub fn owner_offset(&self) -> usize {
+        self.cqe64_offset(self.cons_index) + Cqe64::SIZE - 1
+    }
+
     /// The ring memory.
     #[inline(always)]
     pub fn mem(&self) -> &M {

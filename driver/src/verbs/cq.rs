@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use ferroverbs_hw::control::cmd::{new_input, Opcode};
 use ferroverbs_hw::control::cq::{create_cq_input, create_cq_out, destroy_cq_in, destroy_cq_out};
 use ferroverbs_hw::datapath::cqe::{
-    sw_owned, Cqe64, MLX5_CQE_REQ, MLX5_CQE_REQ_ERR, MLX5_CQE_RESP_ERR, MLX5_CQE_RESP_SEND,
+    Cqe64, MLX5_CQE_REQ, MLX5_CQE_REQ_ERR, MLX5_CQE_RESP_ERR, MLX5_CQE_RESP_SEND,
     MLX5_CQE_RESP_SEND_IMM, MLX5_CQE_RESP_SEND_INV, MLX5_CQE_RESP_WR_IMM,
 };
 use ferroverbs_hw::datapath::dbr::{CqArmCmd, MLX5_CQ_ARM_DB, MLX5_CQ_SET_CI};
@@ -92,6 +92,11 @@ pub(crate) struct Poller<B: Bus> {
     pub(crate) buf: Arc<DmaBuf<B>>,
     /// The ring, for the owner-byte test of an empty poll.
     owners: FastMem<B>,
+    /// Offset in `owners` of the `op_own` byte the next poll tests.
+    next_owner: usize,
+    /// The owner bit that entry has once software owns it (wrap parity of the
+    /// consumer index).
+    next_parity: u8,
 }
 
 impl<B: Bus> Poller<B> {
@@ -106,8 +111,11 @@ impl<B: Bus> Poller<B> {
         ring.init_entries();
         let owners =
             FastMem::new(&buf, 0, ring_len).ok_or(Error::InvalidArgument("CQ geometry"))?;
+        let next_owner = ring.owner_offset();
         Ok(Poller {
             owners,
+            next_owner,
+            next_parity: 0,
             ring,
             bus: Arc::clone(bus),
             qps: Mutex::new(Vec::new()),
@@ -166,11 +174,10 @@ impl<B: Bus> Poller<B> {
     #[inline(always)]
     pub(crate) fn poll(&mut self, wc: &mut [WorkCompletion]) -> usize {
         // The common empty case first, without entering the ring: the owner byte of
-        // the next entry (the ring repeats the test, with the read barrier, when the
-        // entry is ours).
-        let ci = self.ring.consumer_index();
-        let owner_at = ((ci & (self.ncqe - 1)) as usize) * CQE_BYTES + CQE_BYTES - 1;
-        if !sw_owned(self.owners.load_u8(owner_at), ci, self.ncqe) {
+        // the next entry, whose offset and expected owner bit were computed when the
+        // last poll ended (`sw_owned`: opcode not INVALID, owner bit = wrap parity).
+        let op_own = self.owners.load_u8(self.next_owner);
+        if op_own >= 0xf0 || (op_own & 1) != self.next_parity {
             return 0;
         }
         self.poll_owned(wc)
@@ -178,26 +185,34 @@ impl<B: Bus> Poller<B> {
 
     /// The rest of [`Poller::poll`] once the next entry is ours: kept out of line so
     /// that an empty poll costs only the test above (no register saves of the loop).
+    /// The first entry is not tested again; the read barrier comes with it.
     #[inline(never)]
     fn poll_owned(&mut self, wc: &mut [WorkCompletion]) -> usize {
+        if wc.is_empty() {
+            return 0;
+        }
         let bus = &*self.bus;
         let qps = self.qps.get_mut().unwrap_or_else(|p| p.into_inner());
         let mut n = 0;
-        let mut consumed = false;
-        while n < wc.len() {
-            let Some(off) = self.ring.take(bus) else {
-                break;
-            };
-            consumed = true;
+        let mut off = self.ring.take_owned(bus);
+        loop {
             if decode(self.ring.mem(), off, qps, &mut self.last, &mut wc[n]) {
                 n += 1;
             } else {
                 self.unknown += 1;
             }
+            if n >= wc.len() {
+                break;
+            }
+            match self.ring.take(bus) {
+                Some(o) => off = o,
+                None => break,
+            }
         }
-        if consumed {
-            self.ring.update_ci();
-        }
+        self.ring.update_ci();
+        let ci = self.ring.consumer_index();
+        self.next_owner = self.ring.owner_offset();
+        self.next_parity = u8::from(ci & self.ncqe != 0);
         n
     }
 
@@ -400,25 +415,65 @@ fn decode(
     if t[63 - 32] >> 4 != MLX5_CQE_REQ {
         return decode_other(mem, off, qp, qpn, counter, wc);
     }
-    let op = (sop_drop_qpn >> 24) as u8;
+    let op = (sop_drop_qpn >> 24) as usize;
+    let d = REQ_DECODE[op];
     *wc = WorkCompletion {
         wr_id: qp.sq_retire(counter),
-        opcode: WcOpcode::of_send(op),
-        byte_len: match op {
-            MLX5_OPCODE_RDMA_READ => be32(44 - 32),
-            MLX5_OPCODE_ATOMIC_CS | MLX5_OPCODE_ATOMIC_FA => 8,
-            _ => 0,
-        },
-        wc_flags: if WcOpcode::send_has_imm(op) {
-            WcFlags::WITH_IMM
-        } else {
-            WcFlags::empty()
-        },
+        opcode: d.opcode,
+        byte_len: (be32(44 - 32) & d.len_mask) | d.len_const,
+        wc_flags: d.flags,
         qp_num: qpn,
         ..WorkCompletion::default()
     };
     true
 }
+
+/// What a successful requester CQE of a send opcode reports (rdma-core
+/// `handle_good_req`): the completion opcode, the flags, and the byte count as
+/// `(byte_cnt & len_mask) | len_const` (READ: the CQE's byte count; atomics: 8;
+/// otherwise 0).
+#[derive(Clone, Copy)]
+struct ReqDecode {
+    opcode: WcOpcode,
+    flags: WcFlags,
+    len_mask: u32,
+    len_const: u32,
+}
+
+/// [`ReqDecode`] of every send opcode byte, built from [`WcOpcode::of_send`] and
+/// [`WcOpcode::send_has_imm`]: one indexed load instead of a chain of compares.
+const REQ_DECODE: [ReqDecode; 256] = {
+    let mut t = [ReqDecode {
+        opcode: WcOpcode::Send,
+        flags: WcFlags::empty(),
+        len_mask: 0,
+        len_const: 0,
+    }; 256];
+    let mut op = 0;
+    while op < 256 {
+        let o = op as u8;
+        t[op] = ReqDecode {
+            opcode: WcOpcode::of_send(o),
+            flags: if WcOpcode::send_has_imm(o) {
+                WcFlags::WITH_IMM
+            } else {
+                WcFlags::empty()
+            },
+            len_mask: if o == MLX5_OPCODE_RDMA_READ {
+                u32::MAX
+            } else {
+                0
+            },
+            len_const: if o == MLX5_OPCODE_ATOMIC_CS || o == MLX5_OPCODE_ATOMIC_FA {
+                8
+            } else {
+                0
+            },
+        };
+        op += 1;
+    }
+    t
+};
 
 /// [`decode`] of the CQEs other than successful requester completions.
 #[inline(never)]

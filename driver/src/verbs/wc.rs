@@ -107,7 +107,7 @@ pub enum WcOpcode {
 impl WcOpcode {
     /// The completion opcode of a requester CQE for send opcode `op` (rdma-core
     /// `handle_good_req`).
-    pub(crate) fn of_send(op: u8) -> WcOpcode {
+    pub(crate) const fn of_send(op: u8) -> WcOpcode {
         match op {
             MLX5_OPCODE_RDMA_WRITE | MLX5_OPCODE_RDMA_WRITE_IMM => WcOpcode::RdmaWrite,
             MLX5_OPCODE_RDMA_READ => WcOpcode::RdmaRead,
@@ -118,7 +118,7 @@ impl WcOpcode {
     }
 
     /// Whether a send opcode carries an immediate.
-    pub(crate) fn send_has_imm(op: u8) -> bool {
+    pub(crate) const fn send_has_imm(op: u8) -> bool {
         op == MLX5_OPCODE_SEND_IMM || op == MLX5_OPCODE_RDMA_WRITE_IMM
     }
 }
