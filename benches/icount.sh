@@ -12,9 +12,9 @@ BIN=target/release/examples/fastpath_icount
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 printf '%-8s %12s %10s %s\n' case Ir iterations Ir/op
-for c in inline inline_db send send_db list16 poll empty; do
+for c in inline inline_db send send_db list16 recv poll empty; do
     fn='*icount_post_send*'
-    case $c in poll|empty) fn='*icount_poll*' ;; esac
+    case $c in poll|empty) fn='*icount_poll*' ;; recv) fn='*icount_post_recv*' ;; esac
     valgrind --tool=callgrind --toggle-collect="$fn" \
         --callgrind-out-file="$OUT/$c.out" "$BIN" "$c" "$N" >/dev/null 2>"$OUT/$c.log"
     ir=$(awk '/^summary:/ {print $2}' "$OUT/$c.out")

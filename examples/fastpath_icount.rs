@@ -14,19 +14,27 @@
 //! * `send`: `post_send` of one signaled one-SGE SEND (BlueFlame, 64 bytes);
 //! * `send_db`: the same with the 8-byte doorbell;
 //! * `list16`: `post_send` of a list of 16 one-SGE SENDs with one doorbell;
+//! * `recv`: `post_recv` of one one-SGE receive request (doorbell record only);
 //! * `poll`: `poll` of one CQE into a one-entry array;
 //! * `empty`: `poll` of an empty CQ.
 use std::hint::black_box;
 use std::sync::Arc;
 
 use ferroverbs::verbs::fastpath::{DetachedCq, DetachedQp};
-use ferroverbs::verbs::{QpCap, QpState, SendWr, Sge, WorkCompletion};
+use ferroverbs::verbs::{QpCap, QpState, RecvWr, SendWr, Sge, WorkCompletion};
 use ferroverbs_hw::datapath::wqe::MLX5_OPCODE_SEND;
 use ferroverbs_hw::MemBus;
 
 #[inline(never)]
 fn icount_post_send(qp: &mut DetachedQp<MemBus>, wrs: &[SendWr<'_>]) {
     let r = qp.post_send(black_box(wrs));
+    debug_assert!(r.is_ok());
+    black_box(r).ok();
+}
+
+#[inline(never)]
+fn icount_post_recv(qp: &mut DetachedQp<MemBus>, wrs: &[RecvWr<'_>]) {
+    let r = qp.post_recv(black_box(wrs));
     debug_assert!(r.is_ok());
     black_box(r).ok();
 }
@@ -102,6 +110,16 @@ fn main() {
                 assert_eq!(cq.poll(&mut wc), 1);
             }
         }
+        "recv" => {
+            let one = [RecvWr::new(1, &sge)];
+            for _ in 0..iters {
+                let idx = qp.next_recv_index();
+                icount_post_recv(&mut qp, &one);
+                // Retire it as the device would (not measured).
+                cq.produce_recv(0x77, idx, 64);
+                assert_eq!(cq.poll(&mut wc), 1);
+            }
+        }
         "poll" => {
             let one = [SendWr::send(1, &sge).signaled()];
             for _ in 0..iters {
@@ -121,7 +139,7 @@ fn main() {
         }
         other => {
             eprintln!(
-                "unknown case {other}: inline, inline_db, send, send_db, list16, poll, empty"
+                "unknown case {other}: inline, inline_db, send, send_db, list16, recv, poll, empty"
             );
             std::process::exit(2);
         }
