@@ -235,28 +235,59 @@ macro_rules! opcodes {
             /// Every opcode of the table, in increasing value.
             pub const ALL: &'static [Opcode] = &[$(Opcode::$variant),*];
 
-            /// The opcode of a BTH opcode byte, if it is one of the table.
+            /// The opcode of a BTH opcode byte, if it is one of the table (one load
+            /// from a table indexed by the byte).
             pub const fn from_u8(value: u8) -> Option<Opcode> {
-                match value {
-                    $( $value => Some(Opcode::$variant), )*
-                    _ => None,
-                }
+                BY_BYTE[value as usize]
             }
 
-            /// The table row of this opcode.
+            /// The table row of this opcode (one load from a table indexed by the
+            /// opcode byte: the packet path asks for it several times per packet).
             pub const fn info(self) -> OpcodeInfo {
-                match self {
-                    $( Opcode::$variant => OpcodeInfo {
-                        name: $name,
-                        transport: Transport::$transport,
-                        operation: Operation::$operation,
-                        position: Position::$position,
-                        headers: HeaderSet::NONE$(.with(HeaderSet::$header))*,
-                        payload: PayloadRule::$payload,
-                    }, )*
-                }
+                INFO[self as usize]
             }
         }
+
+        /// [`Opcode::from_u8`] as a table indexed by the byte.
+        const BY_BYTE: [Option<Opcode>; 256] = {
+            let mut t = [None; 256];
+            $( t[$value] = Some(Opcode::$variant); )*
+            t
+        };
+
+        /// [`Opcode::info`] as a table indexed by the opcode byte. Rows of bytes that
+        /// are not opcodes hold a placeholder and are never read (an [`Opcode`] is
+        /// always one of the table).
+        const INFO: [OpcodeInfo; 256] = {
+            let mut t = [OpcodeInfo {
+                name: "",
+                transport: Transport::Rc,
+                operation: Operation::Send,
+                position: Position::Only,
+                headers: HeaderSet::NONE,
+                payload: PayloadRule::None,
+            }; 256];
+            $( t[$value] = OpcodeInfo {
+                name: $name,
+                transport: Transport::$transport,
+                operation: Operation::$operation,
+                position: Position::$position,
+                headers: HeaderSet::NONE$(.with(HeaderSet::$header))*,
+                payload: PayloadRule::$payload,
+            }; )*
+            t
+        };
+
+        /// [`Opcode::headers_len`] as a table indexed by the opcode byte.
+        const HEADERS_LEN: [u8; 256] = {
+            let mut t = [0u8; 256];
+            let mut i = 0;
+            while i < 256 {
+                t[i] = INFO[i].headers.len() as u8;
+                i += 1;
+            }
+            t
+        };
     };
 }
 
@@ -370,7 +401,7 @@ impl Opcode {
 
     /// The size of the extension headers after the BTH.
     pub const fn headers_len(self) -> usize {
-        self.info().headers.len()
+        HEADERS_LEN[self as usize] as usize
     }
 
     /// The payload rule.
