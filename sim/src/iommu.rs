@@ -144,9 +144,27 @@ impl IovaAllocator {
 
 #[derive(Debug)]
 struct Maps {
-    /// Mappings by their first IOVA (`span + page offset of host`).
-    by_iova: BTreeMap<u64, Mapping>,
+    /// Mappings sorted by their first IOVA (`span + page offset of host`); they never
+    /// overlap. A sorted vector rather than a tree: every device access looks its
+    /// address up (a binary search over contiguous entries), mapping and unmapping
+    /// are rare.
+    by_iova: Vec<(u64, Mapping)>,
     alloc: IovaAllocator,
+}
+
+impl Maps {
+    /// Index in `by_iova` of the mapping with the largest first IOVA `<= at`.
+    fn floor(&self, at: u64) -> Option<usize> {
+        self.by_iova
+            .partition_point(|&(start, _)| start <= at)
+            .checked_sub(1)
+    }
+
+    /// Index of the mapping that starts exactly at `iova`.
+    fn exact(&self, iova: u64) -> Result<usize, usize> {
+        self.by_iova
+            .binary_search_by_key(&iova, |&(start, _)| start)
+    }
 }
 
 /// The IOVA map table and the checked accessors of host memory.
@@ -167,7 +185,7 @@ impl Iommu {
     pub fn new() -> Self {
         Iommu {
             maps: RwLock::new(Maps {
-                by_iova: BTreeMap::new(),
+                by_iova: Vec::new(),
                 alloc: IovaAllocator::new(),
             }),
             faults: AtomicU64::new(0),
@@ -208,27 +226,26 @@ impl Iommu {
             .alloc(span_len, align)
             .ok_or(BusError::NoIovaSpace { len })?;
         let iova = span + page_off;
-        maps.by_iova.insert(
-            iova,
-            Mapping {
-                host: vaddr,
-                len,
-                perm,
-                span,
-                span_len,
-            },
-        );
+        let m = Mapping {
+            host: vaddr,
+            len,
+            perm,
+            span,
+            span_len,
+        };
+        // The allocator never hands out a span twice, so `iova` is not present.
+        let at = maps.exact(iova).unwrap_or_else(|at| at);
+        maps.by_iova.insert(at, (iova, m));
         Ok(iova)
     }
 
     /// Removes the mapping that starts at `iova` with length `len`.
     pub fn unmap(&self, iova: u64, len: usize) -> Result<(), BusError> {
         let mut maps = self.write_maps();
-        match maps.by_iova.get(&iova) {
-            Some(m) if m.len == len => {
-                let (span, span_len) = (m.span, m.span_len);
-                maps.by_iova.remove(&iova);
-                maps.alloc.release(span, span_len);
+        match maps.exact(iova) {
+            Ok(i) if maps.by_iova[i].1.len == len => {
+                let (_, m) = maps.by_iova.remove(i);
+                maps.alloc.release(m.span, m.span_len);
                 Ok(())
             }
             _ => Err(BusError::NotMapped { iova, len }),
@@ -244,8 +261,8 @@ impl Iommu {
     pub fn mapped_bytes(&self) -> u64 {
         self.read_maps()
             .by_iova
-            .values()
-            .map(|m| m.len as u64)
+            .iter()
+            .map(|(_, m)| m.len as u64)
             .sum()
     }
 
@@ -277,6 +294,25 @@ impl Iommu {
         if iova.checked_add(len as u64).is_none() {
             return Err(not_mapped(iova));
         }
+        let allowed = |m: &Mapping| match access {
+            Access::Read => m.perm.read,
+            Access::Write => m.perm.write,
+        };
+        if len == 0 {
+            return Ok(());
+        }
+        // The common case: the whole access inside one mapping.
+        if let Some(i) = maps.floor(iova) {
+            let (start, m) = &maps.by_iova[i];
+            let off = iova - start;
+            if off < m.len as u64 && len <= m.len - off as usize {
+                if !allowed(m) {
+                    return Err(IommuFault::Permission { iova, len, access });
+                }
+                f(m.host + off as usize, 0, len);
+                return Ok(());
+            }
+        }
         // First pass: validate, collecting the pieces.
         let mut pieces: [(usize, usize, usize); 4] = [(0, 0, 0); 4];
         let mut more: Vec<(usize, usize, usize)> = Vec::new();
@@ -284,20 +320,12 @@ impl Iommu {
         let mut done = 0usize;
         while done < len {
             let at = iova + done as u64;
-            let (&start, m) = maps
-                .by_iova
-                .range(..=at)
-                .next_back()
-                .ok_or_else(|| not_mapped(at))?;
+            let (start, m) = &maps.by_iova[maps.floor(at).ok_or_else(|| not_mapped(at))?];
             let off = (at - start) as usize;
             if off >= m.len {
                 return Err(not_mapped(at));
             }
-            let allowed = match access {
-                Access::Read => m.perm.read,
-                Access::Write => m.perm.write,
-            };
-            if !allowed {
+            if !allowed(m) {
                 return Err(IommuFault::Permission {
                     iova: at,
                     len,
