@@ -191,6 +191,12 @@ impl Repr {
     /// and ICRC.
     pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>) -> Result<Repr> {
         frame.check()?;
+        Repr::parse_checked(frame)
+    }
+
+    /// [`Repr::parse`] of a frame that passed [`Frame::check`] (the structure is not
+    /// checked again).
+    fn parse_checked<T: AsRef<[u8]>>(frame: &Frame<T>) -> Result<Repr> {
         let ip = frame.ipv4();
         let ipv4 = ipv4::Repr::parse(&ip)?;
         let udp = udp::Repr::parse(&frame.udp(), ip.src_addr(), ip.dst_addr())?;
@@ -199,7 +205,7 @@ impl Repr {
             ethernet: ethernet::Repr::parse(&frame.ethernet())?,
             ipv4,
             udp,
-            roce: roce::Repr::parse_without_icrc(&frame.roce())?,
+            roce: roce::Repr::parse_checked(&frame.roce())?,
         })
     }
 
@@ -280,8 +286,9 @@ impl Repr {
 /// Parses a frame from bytes (see [`Repr::parse`]) and returns its headers and its
 /// payload (pad excluded).
 pub fn parse(bytes: &[u8]) -> Result<(Repr, &[u8])> {
+    // One structural check (`new_checked`); the rest of the parse relies on it.
     let frame = Frame::new_checked(bytes)?;
-    let repr = Repr::parse(&frame)?;
+    let repr = Repr::parse_checked(&frame)?;
     let range = frame.roce().payload_range();
     Ok((
         repr,

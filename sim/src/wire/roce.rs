@@ -353,27 +353,58 @@ impl Repr {
     /// was checked against its frame, or for tools).
     pub fn parse_without_icrc<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr> {
         packet.check()?;
+        Repr::parse_checked(packet)
+    }
+
+    /// [`Repr::parse_without_icrc`] of a packet that passed [`Packet::check`]: the
+    /// extension headers are read in one pass in wire order (their presence and
+    /// lengths were checked against the opcode).
+    pub(crate) fn parse_checked<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr> {
+        let b = packet.as_bytes();
         let mut repr = Repr::new(bth::Repr::parse(&packet.bth())?);
-        if let Some(p) = packet.deth() {
-            repr.deth = Some(deth::Repr::parse(&p)?);
+        let headers = repr.bth.opcode.headers();
+        let mut at = bth::HEADER_LEN;
+        // The header at `at` of `len` bytes (present: `check` measured it).
+        let mut next = |len: usize| -> Result<&[u8]> {
+            let h = b.get(at..at + len).ok_or(Error::Truncated {
+                header: Header::Bth,
+                need: at + len,
+                have: b.len(),
+            })?;
+            at += len;
+            Ok(h)
+        };
+        if headers.contains(HeaderSet::DETH) {
+            let h = next(deth::HEADER_LEN)?;
+            repr.deth = Some(deth::Repr::parse(&deth::Packet::new_unchecked(h))?);
         }
-        if let Some(p) = packet.reth() {
-            repr.reth = Some(reth::Repr::parse(&p)?);
+        if headers.contains(HeaderSet::RETH) {
+            let h = next(reth::HEADER_LEN)?;
+            repr.reth = Some(reth::Repr::parse(&reth::Packet::new_unchecked(h))?);
         }
-        if let Some(p) = packet.atomic_eth() {
-            repr.atomic_eth = Some(atomic_eth::Repr::parse(&p)?);
+        if headers.contains(HeaderSet::ATOMIC_ETH) {
+            let h = next(atomic_eth::HEADER_LEN)?;
+            repr.atomic_eth = Some(atomic_eth::Repr::parse(
+                &atomic_eth::Packet::new_unchecked(h),
+            )?);
         }
-        if let Some(p) = packet.aeth() {
-            repr.aeth = Some(aeth::Repr::parse(&p)?);
+        if headers.contains(HeaderSet::AETH) {
+            let h = next(aeth::HEADER_LEN)?;
+            repr.aeth = Some(aeth::Repr::parse(&aeth::Packet::new_unchecked(h))?);
         }
-        if let Some(p) = packet.atomic_ack_eth() {
-            repr.atomic_ack_eth = Some(atomic_ack_eth::Repr::parse(&p)?);
+        if headers.contains(HeaderSet::ATOMIC_ACK_ETH) {
+            let h = next(atomic_ack_eth::HEADER_LEN)?;
+            repr.atomic_ack_eth = Some(atomic_ack_eth::Repr::parse(
+                &atomic_ack_eth::Packet::new_unchecked(h),
+            )?);
         }
-        if let Some(p) = packet.immdt() {
-            repr.immdt = Some(immdt::Repr::parse(&p)?);
+        if headers.contains(HeaderSet::IMM_DT) {
+            let h = next(immdt::HEADER_LEN)?;
+            repr.immdt = Some(immdt::Repr::parse(&immdt::Packet::new_unchecked(h))?);
         }
-        if let Some(p) = packet.ieth() {
-            repr.ieth = Some(ieth::Repr::parse(&p)?);
+        if headers.contains(HeaderSet::IETH) {
+            let h = next(ieth::HEADER_LEN)?;
+            repr.ieth = Some(ieth::Repr::parse(&ieth::Packet::new_unchecked(h))?);
         }
         Ok(repr)
     }
