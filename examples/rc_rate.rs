@@ -1,0 +1,172 @@
+//! RC message rate between two simulated ConnectX NICs on an in-process fabric: one QP
+//! streams 64-byte inline SENDs (lists of `--batch`, the last signaled) to a peer that
+//! keeps its receive queue full; prints messages per second.
+//!
+//! ```text
+//! cargo run --release --example rc_rate -- [--msgs N] [--batch B] [--size BYTES] [--threaded]
+//! ```
+//!
+//! Deterministic mode (the default) runs everything on this thread: the send doorbell
+//! is serviced while `post_send` runs, and the example steps the fabric (the receiver's
+//! packet processing, its ACKs, the sender's completions). With `--threaded` each NIC
+//! has its own device thread and this thread only posts and polls. This is also the
+//! workload profiled for `docs/performance.md` (valgrind `--tool=callgrind`).
+
+use std::time::Instant;
+
+use ferroverbs::verbs::{
+    AccessFlags, AddressVector, Mtu, QpCap, QpInitAttr, QueuePair, RecvWr, RtrAttr, RtsAttr,
+    SendWr, Sge, WorkCompletion,
+};
+use ferroverbs::{Context, Device, DeviceConfig, GidEntry};
+use ferroverbs_sim::{Fabric, Sim, SimBus, SimConfig};
+
+struct Args {
+    msgs: u64,
+    batch: usize,
+    size: usize,
+    threaded: bool,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        msgs: 2_000_000,
+        batch: 64,
+        size: 64,
+        threaded: false,
+    };
+    let mut it = std::env::args().skip(1);
+    let num = |it: &mut std::iter::Skip<std::env::Args>, what: &str| -> u64 {
+        it.next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{what} N"))
+    };
+    while let Some(x) = it.next() {
+        match x.as_str() {
+            "--msgs" => a.msgs = num(&mut it, "--msgs"),
+            "--batch" => a.batch = num(&mut it, "--batch").clamp(1, 64) as usize,
+            "--size" => a.size = num(&mut it, "--size").min(64) as usize,
+            "--threaded" => a.threaded = true,
+            _ => {
+                eprintln!(
+                    "usage: rc_rate [--msgs N] [--batch B (1-64)] [--size BYTES (0-64)] [--threaded]"
+                );
+                std::process::exit(2);
+            }
+        }
+    }
+    a
+}
+
+fn open(sim: &Sim, n: u8) -> (Context<SimBus>, GidEntry) {
+    let gid = GidEntry::ipv4(0, [10, 0, 0, n], sim.port_macs()[0]);
+    let clock = sim.clock().clone();
+    let cfg = DeviceConfig::default()
+        .with_clock(std::sync::Arc::new(move || clock.now()))
+        .with_gid(gid);
+    (Device::open(sim.bus(), cfg).expect("bring-up"), gid)
+}
+
+fn connect(qp: &mut QueuePair<'_, SimBus>, peer: &GidEntry, peer_qpn: u32, psn: (u32, u32)) {
+    qp.to_init(1, AccessFlags::empty()).expect("INIT");
+    qp.to_rtr(&RtrAttr {
+        av: AddressVector::new(peer.gid, peer.mac, 0),
+        path_mtu: Mtu::Mtu1024,
+        dest_qpn: peer_qpn,
+        rq_psn: psn.0,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 1,
+    })
+    .expect("RTR");
+    qp.to_rts(&RtsAttr::new(psn.1)).expect("RTS");
+}
+
+fn main() {
+    let a = args();
+    let cfg = |seed| {
+        if a.threaded {
+            SimConfig::threaded(seed, 1)
+        } else {
+            SimConfig::deterministic(seed, 1)
+        }
+    };
+    let fabric = Fabric::new(1);
+    let (sa, sb) = (Sim::new(cfg(11)), Sim::new(cfg(22)));
+    fabric.attach(&sa);
+    fabric.attach(&sb);
+    let (ca, ga) = open(&sa, 1);
+    let (cb, gb) = open(&sb, 2);
+    let (pa, pb) = (ca.alloc_pd().expect("pd"), cb.alloc_pd().expect("pd"));
+    let cap = QpCap {
+        max_send_wr: 128,
+        max_recv_wr: 128,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let (mut cqa, mut cqb) = (
+        ca.create_cq(255).expect("cq"),
+        cb.create_cq(255).expect("cq"),
+    );
+    let mut qa = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, cap)).expect("qp");
+    let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap)).expect("qp");
+    let (na, nb) = (qa.qp_num(), qb.qp_num());
+    connect(&mut qa, &gb, nb, (0x200, 0x100));
+    connect(&mut qb, &ga, na, (0x100, 0x200));
+    let rb = pb.alloc_mr(64 * 128, AccessFlags::LOCAL_WRITE).expect("mr");
+    let payload = vec![0x5au8; a.size];
+    let parts: [&[u8]; 1] = [&payload];
+    let batch = a.batch;
+    let sgs: Vec<[Sge; 1]> = (0..batch)
+        .map(|i| [rb.sge(i * 64, 64).expect("sge")])
+        .collect();
+    let recvs: Vec<RecvWr<'_>> = sgs.iter().map(|s| RecvWr::new(0, s)).collect();
+    let sends: Vec<SendWr<'_>> = (0..batch)
+        .map(|i| {
+            let w = SendWr::send_inline(i as u64, &parts);
+            if i == batch - 1 {
+                w.signaled()
+            } else {
+                w
+            }
+        })
+        .collect();
+    let mut wc = [WorkCompletion::default(); 128];
+    let mut round = || {
+        qb.post_recv(&recvs).expect("post_recv");
+        qa.post_send(&sends).expect("post_send");
+        let (mut got_rx, mut got_tx) = (0, 0);
+        while got_rx < batch || got_tx < 1 {
+            if !a.threaded {
+                fabric.run_until_idle();
+            }
+            let r = cqb.poll(&mut wc);
+            assert!(wc[..r].iter().all(|c| c.is_ok()), "{:?}", &wc[..r]);
+            let t = cqa.poll(&mut wc);
+            assert!(wc[..t].iter().all(|c| c.is_ok()), "{:?}", &wc[..t]);
+            got_rx += r;
+            got_tx += t;
+            if a.threaded && r + t == 0 {
+                std::hint::spin_loop();
+            }
+        }
+    };
+    let rounds = a.msgs.div_ceil(batch as u64);
+    for _ in 0..(rounds / 10).min(1000) {
+        round();
+    }
+    let t = Instant::now();
+    for _ in 0..rounds {
+        round();
+    }
+    let el = t.elapsed();
+    let n = rounds * batch as u64;
+    println!(
+        "rc_rate: {} mode, {} bytes inline, lists of {batch}: {n} SENDs in {:.3} s = {:.3} M SENDs/s ({:.0} ns each)",
+        if a.threaded { "threaded" } else { "deterministic" },
+        a.size,
+        el.as_secs_f64(),
+        n as f64 / el.as_secs_f64() / 1e6,
+        el.as_nanos() as f64 / n as f64
+    );
+}
