@@ -1,12 +1,13 @@
-//! QP states, transitions and attributes, and which attributes each RC transition
-//! requires and accepts (IB spec 1.4 §11.2.5, as `ibv_modify_qp` and Linux's
-//! `ib_modify_qp_is_ok` table state them for RC), and how they map onto the qpc
-//! fields and `opt_param_mask` bits of the mlx5 modify commands
+//! QP states, transitions and attributes, and which attributes each RC and UD
+//! transition requires and accepts (IB spec 1.4 §11.2.5, as `ibv_modify_qp` and Linux's
+//! `ib_modify_qp_is_ok` table state them; `rocev2-wire.md` §5.1), and how they map onto
+//! the qpc fields and `opt_param_mask` bits of the mlx5 modify commands
 //! (`mlx5-controlpath.md` §4.6-4.7).
 
 use std::fmt;
 
 use super::{AccessFlags, Error, QpCap, Result};
+use crate::ring::QpType;
 use crate::Mtu;
 
 /// A QP state (`ibv_qp_state`).
@@ -122,6 +123,30 @@ impl Transition {
         }
     }
 
+    /// The attributes the transition requires on a QP of type `ty` (RC or UD).
+    pub fn required_for(self, ty: QpType) -> &'static [Attribute] {
+        use Attribute::*;
+        match (ty, self) {
+            (QpType::Ud, Transition::ResetToInit) => &[PkeyIndex, Port, Qkey],
+            (QpType::Ud, Transition::RtrToRts) => &[SqPsn],
+            (QpType::Ud, _) => &[],
+            _ => self.required(),
+        }
+    }
+
+    /// The attributes the transition accepts besides the required ones on a QP of
+    /// type `ty` (UD: the Q_Key and the P_Key index where the mlx5 commands take them).
+    pub fn optional_for(self, ty: QpType) -> &'static [Attribute] {
+        use Attribute::*;
+        match (ty, self) {
+            (QpType::Ud, Transition::InitToInit) => &[PkeyIndex, Port, Qkey],
+            (QpType::Ud, Transition::InitToRtr | Transition::SqdToRts) => &[PkeyIndex, Qkey],
+            (QpType::Ud, Transition::RtrToRts | Transition::RtsToRts) => &[Qkey],
+            (QpType::Ud, _) => &[],
+            _ => self.optional(),
+        }
+    }
+
     /// The attributes the transition requires (RC).
     pub fn required(self) -> &'static [Attribute] {
         use Attribute::*;
@@ -195,6 +220,8 @@ pub enum Attribute {
     RnrRetry,
     /// `IBV_QP_MAX_QP_RD_ATOMIC`.
     MaxRdAtomic,
+    /// `IBV_QP_QKEY` (UD).
+    Qkey,
 }
 
 impl fmt::Display for Attribute {
@@ -214,6 +241,7 @@ impl fmt::Display for Attribute {
             Attribute::RetryCnt => "retry_cnt",
             Attribute::RnrRetry => "rnr_retry",
             Attribute::MaxRdAtomic => "max_rd_atomic",
+            Attribute::Qkey => "qkey",
         })
     }
 }
@@ -290,6 +318,8 @@ pub struct QpAttr {
     pub rnr_retry: Option<u8>,
     /// RDMA READs and atomics this QP may have outstanding as requester.
     pub max_rd_atomic: Option<u8>,
+    /// The Q_Key (UD): incoming datagrams must carry it.
+    pub qkey: Option<u32>,
 }
 
 impl QpAttr {
@@ -369,6 +399,12 @@ impl QpAttr {
         self
     }
 
+    /// Sets the Q_Key (UD).
+    pub fn qkey(mut self, v: u32) -> Self {
+        self.qkey = Some(v);
+        self
+    }
+
     /// Whether `a` is given.
     pub fn has(&self, a: Attribute) -> bool {
         match a {
@@ -386,14 +422,21 @@ impl QpAttr {
             Attribute::RetryCnt => self.retry_cnt.is_some(),
             Attribute::RnrRetry => self.rnr_retry.is_some(),
             Attribute::MaxRdAtomic => self.max_rd_atomic.is_some(),
+            Attribute::Qkey => self.qkey.is_some(),
         }
     }
 
-    /// Checks the attributes against what `t` requires and accepts, and the range of
-    /// each value given.
+    /// Checks the attributes against what `t` requires and accepts on an RC QP, and
+    /// the range of each value given.
     pub fn check(&self, t: Transition) -> Result<()> {
+        self.check_for(t, QpType::Rc)
+    }
+
+    /// Checks the attributes against what `t` requires and accepts on a QP of type
+    /// `ty`, and the range of each value given.
+    pub fn check_for(&self, t: Transition, ty: QpType) -> Result<()> {
         use Attribute::*;
-        for &a in t.required() {
+        for &a in t.required_for(ty) {
             if !self.has(a) {
                 return Err(Error::MissingAttribute {
                     transition: t,
@@ -401,7 +444,7 @@ impl QpAttr {
                 });
             }
         }
-        const ALL: [Attribute; 14] = [
+        const ALL: [Attribute; 15] = [
             PkeyIndex,
             Port,
             AccessFlags,
@@ -416,9 +459,10 @@ impl QpAttr {
             RetryCnt,
             RnrRetry,
             MaxRdAtomic,
+            Qkey,
         ];
         for a in ALL {
-            if self.has(a) && !t.required().contains(&a) && !t.optional().contains(&a) {
+            if self.has(a) && !t.required_for(ty).contains(&a) && !t.optional_for(ty).contains(&a) {
                 return Err(Error::UnexpectedAttribute {
                     transition: t,
                     attribute: a,
@@ -483,6 +527,37 @@ impl From<&RtrAttr> for QpAttr {
             .rq_psn(a.rq_psn)
             .max_dest_rd_atomic(a.max_dest_rd_atomic)
             .min_rnr_timer(a.min_rnr_timer)
+    }
+}
+
+/// Everything RESET→INIT needs for a UD QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdInitAttr {
+    /// The port (1-based).
+    pub port: u8,
+    /// The P_Key index (0: a RoCE port has one P_Key).
+    pub pkey_index: u16,
+    /// The Q_Key datagrams to this QP must carry.
+    pub qkey: u32,
+}
+
+impl UdInitAttr {
+    /// Port `port`, P_Key index 0, Q_Key `qkey`.
+    pub fn new(port: u8, qkey: u32) -> Self {
+        UdInitAttr {
+            port,
+            pkey_index: 0,
+            qkey,
+        }
+    }
+}
+
+impl From<&UdInitAttr> for QpAttr {
+    fn from(a: &UdInitAttr) -> QpAttr {
+        QpAttr::new()
+            .port(a.port)
+            .pkey_index(a.pkey_index)
+            .qkey(a.qkey)
     }
 }
 

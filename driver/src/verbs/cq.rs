@@ -500,6 +500,12 @@ fn decode_other(
             wc.wr_id = qp.rq_retire(counter);
             wc.byte_len = cqe.byte_cnt();
             wc.src_qp = cqe.src_qpn();
+            // "g" (rdma-core `handle_responder`): a GRH heads the buffer (UD).
+            let grh = if cqe.grh_type() != 0 {
+                WcFlags::GRH
+            } else {
+                WcFlags::empty()
+            };
             match op {
                 MLX5_CQE_RESP_WR_IMM => {
                     wc.opcode = WcOpcode::RecvRdmaWithImm;
@@ -518,6 +524,7 @@ fn decode_other(
                 }
                 _ => wc.opcode = WcOpcode::Recv,
             }
+            wc.wc_flags = wc.wc_flags | grh;
         }
         MLX5_CQE_REQ_ERR => {
             let e = cqe.as_err();

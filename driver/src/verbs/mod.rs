@@ -73,6 +73,7 @@
 //! counting global allocator; `docs/performance.md` records the audit for locks and
 //! system calls and the measured costs.
 
+mod ah;
 pub mod async_event;
 mod attr;
 pub mod channel;
@@ -86,9 +87,12 @@ mod qp;
 mod wc;
 mod wr;
 
+pub use ah::{udp_sport_from_flow_label, AddressHandle};
 pub(crate) use async_event::EventState;
 pub use async_event::{AsyncEvent, CQ_ERR_SYNDROME_ACCESS_VIOLATION, CQ_ERR_SYNDROME_OVERRUN};
-pub use attr::{AddressVector, Attribute, QpAttr, QpInfo, QpState, RtrAttr, RtsAttr, Transition};
+pub use attr::{
+    AddressVector, Attribute, QpAttr, QpInfo, QpState, RtrAttr, RtsAttr, Transition, UdInitAttr,
+};
 pub use channel::{CompletionChannel, CqEvent, CqOptions};
 pub use cq::CompletionQueue;
 pub use mr::{AccessFlags, MemoryRegion, RangeError};
@@ -98,7 +102,7 @@ pub use qp::{BadWr, PostError, QpCap, QpInitAttr, QueuePair};
 pub use wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::RecvWr;
 
-pub use crate::ring::{RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge};
+pub use crate::ring::{QpType, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge};
 pub use crate::Mtu;
 
 use crate::error::Error as CtrlError;

@@ -1,7 +1,15 @@
-//! Reliable-connected queue pairs: sizing (`mlx5-datapath.md` §1, §9), `CREATE_QP`
-//! over one DMA buffer (RQ first, then SQ, then the doorbell record), the state
-//! transitions with their attributes (`mlx5-controlpath.md` §4.6-4.7), `QUERY_QP`,
-//! and the post paths on top of the [`ring`](crate::ring) writers.
+//! Reliable-connected and unreliable-datagram queue pairs: sizing
+//! (`mlx5-datapath.md` §1, §9), `CREATE_QP` over one DMA buffer (RQ first, then SQ,
+//! then the doorbell record), the state transitions with their attributes
+//! (`mlx5-controlpath.md` §4.6-4.7), `QUERY_QP`, and the post paths on top of the
+//! [`ring`](crate::ring) writers.
+//!
+//! A UD QP ([`QpInitAttr::ud`]) goes RESET→INIT with a port, P_Key index and Q_Key
+//! ([`QueuePair::to_init_ud`]), INIT→RTR with nothing ([`QueuePair::to_rtr_ud`]) and
+//! RTR→RTS with its first PSN ([`QueuePair::to_rts_ud`]); every send names an
+//! [`AddressHandle`](super::AddressHandle), the remote QPN and the remote Q_Key
+//! ([`SendWr::ud`]) and carries at most the port MTU
+//! ([`PostError::MessageTooLong`]); every receive buffer starts with 40 bytes of GRH.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,7 +22,7 @@ use ferroverbs_hw::control::qp::{
 };
 use ferroverbs_hw::control::qp::{
     MLX5_QP_OPTPAR_ACK_TIMEOUT, MLX5_QP_OPTPAR_PKEY_INDEX, MLX5_QP_OPTPAR_PRIMARY_ADDR_PATH,
-    MLX5_QP_OPTPAR_PRI_PORT, MLX5_QP_OPTPAR_RAE, MLX5_QP_OPTPAR_RETRY_COUNT,
+    MLX5_QP_OPTPAR_PRI_PORT, MLX5_QP_OPTPAR_Q_KEY, MLX5_QP_OPTPAR_RAE, MLX5_QP_OPTPAR_RETRY_COUNT,
     MLX5_QP_OPTPAR_RNR_RETRY, MLX5_QP_OPTPAR_RNR_TIMEOUT, MLX5_QP_OPTPAR_RRA_MAX,
     MLX5_QP_OPTPAR_RRE, MLX5_QP_OPTPAR_RWE, MLX5_QP_OPTPAR_SRA_MAX,
 };
@@ -28,16 +36,20 @@ use super::cq::CqCore;
 use super::fastmem::{FastMem, FastWord};
 use super::{
     exec, AccessFlags, AddressVector, CompletionQueue, Error, Pd, QpAttr, QpInfo, QpState, RecvWr,
-    Result, RtrAttr, RtsAttr, SendOp, SendWr, Transition,
+    Result, RtrAttr, RtsAttr, SendOp, SendWr, Transition, UdInitAttr,
 };
 use crate::dma::{DmaBuf, PAGE_SIZE};
 use crate::ring::{self, BlueFlameReg, QpType, RqConfig, SqConfig};
 use crate::Context;
+use crate::Mtu;
 
 /// The WQE overhead of an RC QP before its data part: control, remote address and
 /// atomic segments (`sq_overhead` with RDMA and atomic operations; this driver has no
 /// memory-window or UMR operations, which would raise it to 192).
 const RC_SQ_OVERHEAD: u32 = 48;
+/// The WQE overhead of a UD QP before its data part: control segment and the 48-byte
+/// datagram segment (rdma-core `sq_overhead` for UD: 16 + 48).
+const UD_SQ_OVERHEAD: u32 = 64;
 /// Bytes of a send WQE basic block.
 const WQEBB: u32 = 64;
 /// The largest WQE the control segment's 6-bit DS can describe, in bytes.
@@ -85,6 +97,9 @@ pub struct QpInitAttr<'q, 'ctx, B: Bus> {
     /// Copy single-WQE posts through the BlueFlame register when the device has one
     /// (rdma-core's default); `false` always rings the 8-byte doorbell.
     pub blueflame: bool,
+    /// The transport: [`QpType::Rc`] ([`QpInitAttr::new`]) or [`QpType::Ud`]
+    /// ([`QpInitAttr::ud`]).
+    pub qp_type: QpType,
 }
 
 impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
@@ -100,6 +115,19 @@ impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
             cap,
             sq_sig_all: false,
             blueflame: true,
+            qp_type: QpType::Rc,
+        }
+    }
+
+    /// A UD QP on these CQs with these sizes, BlueFlame on, `sq_sig_all` off.
+    pub fn ud(
+        send_cq: &'q CompletionQueue<'ctx, B>,
+        recv_cq: &'q CompletionQueue<'ctx, B>,
+        cap: QpCap,
+    ) -> Self {
+        QpInitAttr {
+            qp_type: QpType::Ud,
+            ..Self::new(send_cq, recv_cq, cap)
         }
     }
 }
@@ -156,9 +184,17 @@ pub enum PostError {
         /// The send opcode.
         opcode: u8,
     },
-    /// A datagram address on a connected QP.
-    #[error("an RC QP takes no datagram address")]
+    /// A datagram address on a connected QP, or a UD send without one.
+    #[error("a UD send needs an address handle and a connected QP takes none")]
     AddressMismatch,
+    /// A UD message longer than the port MTU (UD messages are one packet).
+    #[error("a UD message of {len} bytes exceeds the port MTU of {max}")]
+    MessageTooLong {
+        /// Bytes of the message.
+        len: u64,
+        /// The port MTU in bytes.
+        max: u32,
+    },
 }
 
 impl From<ring::PostError> for PostError {
@@ -293,6 +329,11 @@ impl Limits {
 }
 
 pub(crate) fn geometry(limits: &Limits, cap: &QpCap) -> Result<Geometry> {
+    geometry_with(limits, cap, RC_SQ_OVERHEAD)
+}
+
+/// [`geometry`] for a QP whose send WQEs carry `ovh` bytes before their data part.
+pub(crate) fn geometry_with(limits: &Limits, cap: &QpCap, ovh: u32) -> Result<Geometry> {
     let max_wqe_sq = limits.max_wqe_sz_sq.min(MAX_WQE_BYTES.next_multiple_of(64));
     let max_wqe_rq = limits.max_wqe_sz_rq;
     let max_wqes = 1u64 << limits.log_max_qp_sz.min(15);
@@ -324,7 +365,6 @@ pub(crate) fn geometry(limits: &Limits, cap: &QpCap) -> Result<Geometry> {
         ));
     }
     // Send WQE size W (§9): the larger of the inline and the gather layouts.
-    let ovh = RC_SQ_OVERHEAD;
     let inl = if cap.max_inline_data > 0 {
         ovh + (4 + cap.max_inline_data).next_multiple_of(16)
     } else {
@@ -402,6 +442,8 @@ pub(crate) struct Queues<B: Bus> {
     pub(crate) geo: Geometry,
     sq_cfg: SqConfig,
     buf: Mem<B>,
+    /// UD: the largest message (the port MTU, from RESET→INIT); `u32::MAX` for RC.
+    max_msg: u32,
 }
 
 impl<B: Bus> std::fmt::Debug for QueuePair<'_, B> {
@@ -443,7 +485,12 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
     /// BlueFlame register is its alone and needs no lock).
     pub fn create_qp<'q>(&self, init: &QpInitAttr<'q, 'ctx, B>) -> Result<QueuePair<'_, B>> {
         let ctx = self.context();
-        let geo = geometry(&Limits::of(ctx), &init.cap)?;
+        let ovh = match init.qp_type {
+            QpType::Rc => RC_SQ_OVERHEAD,
+            QpType::Ud => UD_SQ_OVERHEAD,
+            QpType::Uc => return Err(Error::InvalidArgument("UC queue pairs are not supported")),
+        };
+        let geo = geometry_with(&Limits::of(ctx), &init.cap, ovh)?;
         let uar = alloc_uar(ctx)?;
         match self.create_qp_on(init, geo, uar) {
             Ok(qp) => Ok(qp),
@@ -475,7 +522,12 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             .ok_or(Error::InvalidArgument("QP buffer too large"))?;
         let mut input = new_input(Opcode::CreateQp, 0, len);
         let q = |f| in_command(f);
-        q(qpc::st).set(&mut input, 0); // RC
+        // MLX5_QP_ST_RC 0, MLX5_QP_ST_UD 2.
+        let st = match init.qp_type {
+            QpType::Ud => 2,
+            _ => 0,
+        };
+        q(qpc::st).set(&mut input, st);
         q(qpc::pm_state).set(&mut input, 3); // migrated
         q(qpc::pd).set(&mut input, self.pdn().into());
         q(qpc::uar_page).set(&mut input, uar.into());
@@ -506,7 +558,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
                 index: 0,
             }
         };
-        let q = Queues::new(
+        let mut q = Queues::new(
             buf,
             geo,
             qpn,
@@ -516,6 +568,10 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             ctx.cap(g::atomic) == 1,
             Arc::clone(ctx.bus()),
         )?;
+        if init.qp_type != QpType::Rc {
+            q.sq_cfg.qp_type = init.qp_type;
+            q.restart()?;
+        }
         init.send_cq.attach(Arc::clone(&q.shared));
         if !Arc::ptr_eq(init.send_cq.core(), init.recv_cq.core()) {
             init.recv_cq.attach(Arc::clone(&q.shared));
@@ -583,6 +639,7 @@ impl<B: Bus> Queues<B> {
             geo,
             sq_cfg,
             buf,
+            max_msg: u32::MAX,
         })
     }
 
@@ -674,6 +731,18 @@ impl<B: Bus> Queues<B> {
             return Err(PostError::UnsupportedOp {
                 opcode: wr.op.opcode(),
             });
+        }
+        if self.sq_cfg.qp_type == QpType::Ud {
+            let len: u64 = match wr.data {
+                ring::SendData::Gather(sges) => sges.iter().map(|s| u64::from(s.length)).sum(),
+                ring::SendData::Inline(parts) => parts.iter().map(|p| p.len() as u64).sum(),
+            };
+            if len > u64::from(self.max_msg) {
+                return Err(PostError::MessageTooLong {
+                    len,
+                    max: self.max_msg,
+                });
+            }
         }
         match self.sq.write_wqe_general(wr) {
             Ok(w) => Ok(w),
@@ -861,6 +930,31 @@ impl<'a, B: Bus> QueuePair<'a, B> {
         )
     }
 
+    /// UD RESET→INIT: port, P_Key index and Q_Key.
+    pub fn to_init_ud(&mut self, attr: &UdInitAttr) -> Result<()> {
+        self.modify(QpState::Init, &attr.into())
+    }
+
+    /// UD INIT→RTR (no attribute is required).
+    pub fn to_rtr_ud(&mut self) -> Result<()> {
+        self.modify(QpState::Rtr, &QpAttr::new())
+    }
+
+    /// UD RTR→RTS with the first PSN sent.
+    pub fn to_rts_ud(&mut self, sq_psn: u32) -> Result<()> {
+        self.modify(QpState::Rts, &QpAttr::new().sq_psn(sq_psn))
+    }
+
+    /// The transport of the QP.
+    pub fn qp_type(&self) -> QpType {
+        self.q.sq_cfg.qp_type
+    }
+
+    /// UD: the largest message a send may carry (the port MTU); `u32::MAX` on RC.
+    pub fn max_message(&self) -> u32 {
+        self.q.max_msg
+    }
+
     /// INIT→RTR.
     pub fn to_rtr(&mut self, attr: &RtrAttr) -> Result<()> {
         self.modify(QpState::Rtr, &attr.into())
@@ -892,7 +986,8 @@ impl<'a, B: Bus> QueuePair<'a, B> {
             from: self.q.state,
             to,
         })?;
-        attr.check(t)?;
+        let ty = self.q.sq_cfg.qp_type;
+        attr.check_for(t, ty)?;
         let port = attr.port.unwrap_or(self.port);
         if attr.port.is_some() {
             let n = ctx.cap(g::num_ports).max(1);
@@ -944,9 +1039,18 @@ impl<'a, B: Bus> QueuePair<'a, B> {
                 });
             }
         }
+        // UD messages are one packet: at most the port's active MTU.
+        let ud_mtu = if ty == QpType::Ud && (t == Transition::ResetToInit || attr.port.is_some()) {
+            Some(ctx.query_port(port)?.active_mtu.bytes())
+        } else {
+            None
+        };
         let input = self.modify_input(t, attr, port);
         let hw = hw_transition(t);
         exec(ctx, &input, hw.out_layout().size())?;
+        if let Some(m) = ud_mtu {
+            self.q.max_msg = m;
+        }
         if let Some(p) = attr.port {
             self.port = p;
         }
@@ -1039,6 +1143,41 @@ impl<'a, B: Bus> QueuePair<'a, B> {
         if let Some(v) = attr.max_rd_atomic {
             set(&mut input, q(qpc::log_sra_max), ceil_log2(v).into());
             opt |= MLX5_QP_OPTPAR_SRA_MAX;
+        }
+        if self.q.sq_cfg.qp_type == QpType::Ud {
+            // UD (Linux `__mlx5_ib_modify_qp`): the Q_Key, the P_Key index and the port
+            // where the transition takes them; the context's MTU is 4096 with
+            // log_msg_max 12 ("MTU at the UD QP is actually the port's MTU").
+            if let Some(k) = attr.qkey {
+                set(&mut input, q(qpc::q_key), k.into());
+            }
+            set(&mut input, q(qpc::mtu), Mtu::Mtu4096 as u64);
+            set(&mut input, q(qpc::log_msg_max), 12);
+            let qkey = if attr.qkey.is_some() {
+                MLX5_QP_OPTPAR_Q_KEY
+            } else {
+                0
+            };
+            let pkey = if attr.pkey_index.is_some() {
+                MLX5_QP_OPTPAR_PKEY_INDEX
+            } else {
+                0
+            };
+            let opt = match t {
+                Transition::InitToInit => {
+                    qkey | pkey
+                        | if attr.port.is_some() {
+                            MLX5_QP_OPTPAR_PRI_PORT
+                        } else {
+                            0
+                        }
+                }
+                Transition::InitToRtr | Transition::SqdToRts => qkey | pkey,
+                Transition::RtrToRts | Transition::RtsToRts => qkey,
+                _ => 0,
+            };
+            ferroverbs_hw::control::qp::rst2init_qp_in::opt_param_mask.set(&mut input, opt.into());
+            return input;
         }
         match t {
             Transition::ResetToInit => {

@@ -128,7 +128,8 @@ impl WcOpcode {
 pub struct WcFlags(u32);
 
 impl WcFlags {
-    /// A GRH is present (never on RoCE RC).
+    /// A GRH heads the receive buffer (UD receives; on RoCE v2 its last 20 bytes are
+    /// the IPv4 header).
     pub const GRH: WcFlags = WcFlags(1);
     /// `imm_data` is valid.
     pub const WITH_IMM: WcFlags = WcFlags(2);

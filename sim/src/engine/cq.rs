@@ -82,7 +82,17 @@ pub struct Completion {
     pub se: bool,
     /// Device time stamp.
     pub timestamp: u64,
+    /// A GRH (for RoCEv2: the IPv4 header) was received and written to the receive
+    /// buffer (UD responder completions): `flags_rqpn` gets "g" and the RoCE L3 header
+    /// type.
+    pub grh: bool,
 }
+
+/// `MLX5_CQE_ROCE_L3_HEADER_TYPE_IPV4` (Linux `device.h`): the RoCE L3 header type
+/// in bits 25..24 of `flags_rqpn` (the SL field of an IB CQE) that mlx5 reports on
+/// Ethernet ports, read by Linux `mlx5_ib` `handle_responder` as the network header
+/// type of the completion.
+pub const ROCE_L3_HEADER_TYPE_IPV4: u8 = 2;
 
 impl Completion {
     /// Whether a solicited-only arm fires for this completion.
@@ -126,7 +136,11 @@ impl Completion {
             }
             CqeKind::Resp { opcode } => {
                 let mut c = Cqe64::zeroed();
-                c.set_flags_rqpn(0, 0, self.rqpn);
+                if self.grh {
+                    c.set_flags_rqpn(1, ROCE_L3_HEADER_TYPE_IPV4, self.rqpn);
+                } else {
+                    c.set_flags_rqpn(0, 0, self.rqpn);
+                }
                 // RoCEv2 over IPv4: L3 header type IPv4.
                 c.l4_hdr_type_etc = ferroverbs_hw::datapath::cqe::MLX5_CQE_L3_HDR_TYPE_IPV4 << 2;
                 c.srqn_uidx = U32::new(self.uidx & MASK24);
@@ -380,6 +394,7 @@ mod tests {
             uidx: 0x55,
             se: false,
             timestamp: 9,
+            grh: false,
         };
         let b = c.encode(1);
         let v = Cqe64::read_from(&b).unwrap();
@@ -402,6 +417,12 @@ mod tests {
             (v.opcode(), v.se(), v.src_qpn(), v.owner()),
             (2, true, 0x42, 0)
         );
+        assert_eq!(v.grh_type(), 0);
+        // UD: "g" and the RoCE L3 header type IPv4 in bits 25..24.
+        let u = Completion { grh: true, ..r };
+        let v = Cqe64::read_from(&u.encode(0)).unwrap();
+        assert_eq!(v.grh_type(), 1);
+        assert_eq!(v.flags_rqpn.get(), (1 << 28) | (2 << 24) | 0x42);
         let e = Completion {
             kind: CqeKind::Err {
                 req: true,

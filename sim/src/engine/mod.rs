@@ -127,7 +127,8 @@ pub struct DataPathStats {
     pub rx_malformed: u64,
     /// Dropped: not addressed to a port of this device.
     pub rx_not_mine: u64,
-    /// Dropped: a transport other than RC.
+    /// Dropped: a transport other than RC and UD, or a UD packet for a QP that is
+    /// not UD.
     pub rx_unsupported: u64,
     /// Dropped: no such QP (or not RC).
     pub rx_no_qp: u64,
@@ -137,6 +138,10 @@ pub struct DataPathStats {
     pub rx_bad_addr: u64,
     /// Dropped: P_Key mismatch.
     pub rx_bad_pkey: u64,
+    /// Dropped: a UD packet whose DETH Q_Key is not the destination QP's.
+    pub rx_bad_qkey: u64,
+    /// Dropped: a UD packet for a QP with no receive WQE posted (UD has no RNR NAK).
+    pub rx_no_recv_wqe: u64,
     /// Dropped: a response matching no outstanding request (or out of order).
     pub rx_unexpected: u64,
     /// Dropped: duplicate requests answered or ignored.
@@ -461,6 +466,7 @@ impl QpRt {
             uidx: self.cfg.user_index,
             se: false,
             timestamp: now,
+            grh: false,
         }
     }
 
@@ -482,6 +488,7 @@ impl QpRt {
             uidx: self.cfg.user_index,
             se: false,
             timestamp: now,
+            grh: false,
         }
     }
 
@@ -564,6 +571,7 @@ impl QpRt {
                 uidx: self.cfg.user_index,
                 se: false,
                 timestamp: cx.now,
+                grh: false,
             };
             cx.post_cqe(self.cfg.cqn_snd, &c);
             self.sq.fetched = self.sq.fetched.wrapping_add(wqebbs);
@@ -791,7 +799,7 @@ impl Engine {
             QpcState::Rts => {
                 qp.state = to;
                 // WQEs posted while the QP could not send go now.
-                transport::requester::pump(qp, &mut cx);
+                transport::pump(qp, &mut cx);
             }
             _ => qp.state = to,
         }
@@ -821,14 +829,14 @@ impl Engine {
             cx.stats.stray_doorbells += 1;
             return;
         };
-        if qp.cfg.uar != uar || qp.cfg.st != ServiceType::Rc {
+        if qp.cfg.uar != uar || !matches!(qp.cfg.st, ServiceType::Rc | ServiceType::Ud) {
             cx.stats.stray_doorbells += 1;
             return;
         }
         match qp.state {
             QpcState::Rts | QpcState::Sqd => {
                 cx.stats.doorbells += 1;
-                transport::requester::pump(qp, &mut cx);
+                transport::pump(qp, &mut cx);
             }
             QpcState::Err => {
                 cx.stats.doorbells += 1;
@@ -933,6 +941,11 @@ impl Engine {
             return;
         }
         let op = repr.roce.opcode();
+        if op.transport() == wire::Transport::Ud {
+            let ip_header = frame.get(wire::frame::IPV4_OFFSET..wire::frame::IPV4_OFFSET + 20);
+            self.receive_ud(fw, io, irqs, now, &repr, payload, ip_header.unwrap_or(&[]));
+            return;
+        }
         if op.transport() != wire::Transport::Rc {
             self.stats.rx_unsupported += 1;
             return;
@@ -979,6 +992,41 @@ impl Engine {
         if self.since_acks >= ACK_BATCH {
             self.flush_acks(fw, io, irqs, now);
         }
+    }
+
+    /// A checked UD frame: to a UD QP, P_Key checked, then the UD responder.
+    #[allow(clippy::too_many_arguments)]
+    fn receive_ud(
+        &mut self,
+        fw: &mut Firmware,
+        io: &Iommu,
+        irqs: &Irqs,
+        now: u64,
+        repr: &wire::frame::Repr,
+        payload: &[u8],
+        ip_header: &[u8],
+    ) {
+        let qpn = repr.roce.bth.dest_qp;
+        let mut cx = ctx!(self, fw, io, irqs, now);
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            cx.stats.rx_no_qp += 1;
+            return;
+        };
+        if qp.cfg.st != ServiceType::Ud {
+            cx.stats.rx_unsupported += 1;
+            return;
+        }
+        if repr.roce.bth.pkey & 0x7fff != 0x7fff {
+            cx.stats.rx_bad_pkey += 1;
+            return;
+        }
+        let pkt = transport::ud::UdPkt {
+            roce: &repr.roce,
+            payload,
+            ip_header,
+        };
+        transport::ud::on_packet(qp, &mut cx, &pkt);
+        self.note_errors(qpn);
     }
 
     /// Sends the ACKs owed (call when a batch of received frames is done).

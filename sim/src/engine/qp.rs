@@ -138,6 +138,25 @@ pub struct QpCfg {
     pub rra_max: u32,
     /// The resolved path, once the QP has one (INIT2RTR) and it is IPv4 RoCEv2.
     pub path: Option<Path>,
+    /// The local port (1-based; from RST2INIT).
+    pub port: u8,
+    /// UD: the QP's Q_Key (`qpc.q_key`).
+    pub qkey: u32,
+}
+
+/// The IB MTU (bytes) of RoCE packets on a port whose NIC vport MTU (the hardware
+/// MTU: Ethernet payload plus Ethernet header, VLAN tag and FCS) is `vport_mtu`: the
+/// largest of 4096..256 leaving room for the headers, as Linux `iboe_get_mtu` computes
+/// it (GRH 40, UDP 8, BTH 12, XRC 4, AtomicETH 28, ICRC 4) from the netdev MTU
+/// (vport MTU less 14 + 4 + 4). The MTU of UD QPs ("UD uses the port MTU",
+/// `rocev2-wire.md` §1.4); the driver's `Mtu::for_ethernet` applies the same rule.
+pub fn port_ib_mtu(vport_mtu: u16) -> u32 {
+    let eth = u32::from(vport_mtu).saturating_sub(14 + 4 + 4);
+    let room = eth.saturating_sub(40 + 8 + 12 + 4 + 28 + 4);
+    [4096u32, 2048, 1024, 512]
+        .into_iter()
+        .find(|&m| m <= room)
+        .unwrap_or(256)
 }
 
 impl QpCfg {
@@ -158,7 +177,14 @@ impl QpCfg {
             1u32 << g(qpc::log_sq_size).min(24)
         };
         let mtu = g(qpc::mtu);
-        let pmtu = if (1..=5).contains(&mtu) {
+        let port = g(pri(ads::vhca_port_num)) as u8;
+        let pmtu = if qp.st == ServiceType::Ud {
+            // UD ignores the context's MTU: its messages are bounded by the port's.
+            usize::from(port)
+                .checked_sub(1)
+                .and_then(|i| fw.ports().get(i))
+                .map_or(0, |p| port_ib_mtu(p.mtu))
+        } else if (1..=5).contains(&mtu) {
             128u32 << mtu
         } else {
             0
@@ -182,7 +208,11 @@ impl QpCfg {
             rq_stride,
             dbr: qp.dbr,
             pmtu,
-            max_msg: 1u64 << g(qpc::log_msg_max).min(31),
+            max_msg: if qp.st == ServiceType::Ud {
+                u64::from(pmtu)
+            } else {
+                1u64 << g(qpc::log_msg_max).min(31)
+            },
             remote_qpn: g(qpc::remote_qpn) as u32,
             sq_psn: g(qpc::next_send_psn) as u32,
             rq_psn: g(qpc::next_rcv_psn) as u32,
@@ -196,6 +226,8 @@ impl QpCfg {
             ack_timeout: g(pri(ads::ack_timeout)) as u8,
             rra_max: 1u32 << g(qpc::log_rra_max).min(16),
             path: Self::path(fw, img, qpn),
+            port,
+            qkey: g(qpc::q_key) as u32,
         }
     }
 

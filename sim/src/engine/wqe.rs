@@ -18,14 +18,14 @@
 //! is a local length error.
 
 use ferroverbs_hw::datapath::wqe::{
-    WqeCtrlSeg, WqeDataSeg, MLX5_INLINE_SEG, MLX5_INVALID_LKEY, MLX5_OPCODE_ATOMIC_CS,
+    WqeAv, WqeCtrlSeg, WqeDataSeg, MLX5_INLINE_SEG, MLX5_INVALID_LKEY, MLX5_OPCODE_ATOMIC_CS,
     MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_NOP, MLX5_OPCODE_RDMA_READ, MLX5_OPCODE_RDMA_WRITE,
     MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND, MLX5_OPCODE_SEND_IMM,
 };
 
 use super::mem::{self, Need, Sge};
 use super::qp::QpCfg;
-use crate::firmware::Firmware;
+use crate::firmware::{Firmware, ServiceType};
 use crate::iommu::Iommu;
 
 /// Largest send WQE: 63 DS (the 6-bit field), 16 WQEBBs of buffer.
@@ -138,6 +138,9 @@ pub struct SendWqe {
     pub inline: bool,
     /// Validation result.
     pub error: Option<WqeError>,
+    /// UD: the address vector of the datagram segment (`struct mlx5_wqe_av`, right
+    /// after the control segment).
+    pub av: Option<WqeAv>,
 }
 
 /// The data part of a WQE: its gather list, or its inline bytes.
@@ -201,6 +204,7 @@ pub fn parse_send(
         len: 0,
         inline: false,
         error: Some(WqeError::QpOp),
+        av: None,
     };
     if !read_wqebb(io, cfg, pos, &mut raw[..64]) {
         return w;
@@ -238,9 +242,26 @@ pub fn parse_send(
         return w;
     };
     w.op = Some(op);
-    let base = op.base_ds();
+    // UD (`mlx5-datapath.md` §2.3-2.4): SEND only, the 48-byte address vector between
+    // the control segment and the data part.
+    let ud = cfg.st == ServiceType::Ud;
+    if ud && !matches!(op, Op::Nop | Op::Send { .. }) {
+        return w;
+    }
+    let av_ds = if ud && op != Op::Nop {
+        WqeAv::SIZE / 16
+    } else {
+        0
+    };
+    let base = op.base_ds() + av_ds;
     if ds < base {
         return w;
+    }
+    if av_ds != 0 {
+        match WqeAv::read_from(&raw[16..16 + WqeAv::SIZE]) {
+            Ok(av) => w.av = Some(av),
+            Err(_) => return w,
+        }
     }
     if matches!(op, Op::Write { .. } | Op::Read | Op::CmpSwap | Op::FetchAdd) {
         w.raddr = be64(&raw[16..24]);

@@ -1,5 +1,6 @@
-//! The RC transport: the requester that turns send WQEs into packets, the responder
-//! that executes requests, and the completer that turns responses into completions.
+//! The transports: RC (the requester that turns send WQEs into packets, the responder
+//! that executes requests, and the completer that turns responses into completions)
+//! and UD ([`ud`]: one packet per message, no acknowledgement).
 //!
 //! Facts from `shared/reference/rocev2-wire.md` §3-4 (Linux rxe/rdmavt behaviour and
 //! the IBTA rules they implement):
@@ -39,6 +40,7 @@
 pub mod completer;
 pub mod requester;
 pub mod responder;
+pub mod ud;
 
 use crate::engine::mem::KeyError;
 use crate::engine::qp::Path;
@@ -96,6 +98,15 @@ pub fn send_packet(
     frame::Frame::new_unchecked(&mut buf[..n]).fill_icrc();
     cx.net.send(buf, cx.stats);
     Ok(())
+}
+
+/// Fetches and transmits what QP `qp` may send now: the RC requester, or the UD one
+/// ([`ud::pump`]).
+pub fn pump(qp: &mut crate::engine::QpRt, cx: &mut Ctx) {
+    match qp.cfg.st {
+        crate::firmware::ServiceType::Ud => ud::pump(qp, cx),
+        _ => requester::pump(qp, cx),
+    }
 }
 
 /// A BTH for `opcode` to `dest_qp` at `psn`.
