@@ -9,10 +9,12 @@
 //! ACKNOWLEDGE, and ACKNOWLEDGE as ACK, RNR NAK (a SEND before its receive WQE, then
 //! retransmitted after the RNR timer), NAK PSN sequence error (a middle packet taken
 //! off the receive queue: the requester goes back N and retransmits) and NAK remote
-//! access error (a WRITE with a wrong rkey). The opcodes the data path does not
-//! implement (SEND with invalidate, UC, UD) are injected into the fabric as hand-built
-//! frames (built with the simulator's codecs from a captured frame) to a QP that does
-//! not exist, so that tshark sees every opcode of the table too.
+//! access error (a WRITE with a wrong rkey). UD traffic between two UD QPs: UD
+//! SEND_ONLY and SEND_ONLY_WITH_IMMEDIATE (BTH, DETH, ImmDt), whose DETH tshark must
+//! decode with the Q_Key and the source QP the run used. The opcodes the data path
+//! does not implement (SEND with invalidate, UC) are injected into the fabric as
+//! hand-built frames (built with the simulator's codecs from a captured frame) to a QP
+//! that does not exist, so that tshark sees every opcode of the table too.
 //!
 //! tshark is optional on a developer machine: without it the test checks the capture
 //! itself and prints a note; with `FERROVERBS_REQUIRE_TSHARK=1` (set by `.ci/run`) a
@@ -26,12 +28,26 @@ use std::process::Command;
 use std::time::Duration;
 
 use ferroverbs::verbs::{
-    AccessFlags as A, Mtu, QpCap, QpInitAttr, RecvWr, RemoteAddr, SendWr, WcStatus,
+    AccessFlags as A, AddressVector, Mtu, QpCap, QpInitAttr, RecvWr, RemoteAddr, SendWr,
+    UdInitAttr, WcFlags, WcStatus,
 };
 use ferroverbs_sim::link::{pcap, PcapWriter};
 use ferroverbs_sim::wire::{self, frame, Opcode};
 
 const MTU: usize = 1024;
+
+/// The Q_Key of the run's UD QPs.
+const UD_QKEY: u32 = 0x0bad_cafe;
+
+/// What [`run`] reports besides the capture.
+struct RunInfo {
+    /// Frames injected by hand.
+    injected: usize,
+    /// The sending UD QP.
+    ud_src_qp: u32,
+    /// UD messages sent.
+    ud_sent: usize,
+}
 
 fn cap() -> QpCap {
     QpCap {
@@ -44,8 +60,7 @@ fn cap() -> QpCap {
 }
 
 /// Runs the traffic described in the module comment on a fabric capturing to `path`.
-/// Returns the number of frames injected by hand.
-fn run(path: &std::path::Path) -> usize {
+fn run(path: &std::path::Path) -> RunInfo {
     let net = Net::new(false);
     let writer = PcapWriter::create(path).unwrap();
     net.fabric.set_pcap(Some(writer.clone()));
@@ -132,6 +147,53 @@ fn run(path: &std::path::Path) -> usize {
         .unwrap();
     ok(&wait(&net, &mut cqa, 1));
 
+    // UD: SEND_ONLY (with and without immediate, empty to a full MTU) between two UD
+    // QPs, each checked at the receiver after its 40-byte GRH.
+    let mut ua = pa.create_qp(&QpInitAttr::ud(&cqa, &cqa, cap())).unwrap();
+    let mut ub = pb.create_qp(&QpInitAttr::ud(&cqb, &cqb, cap())).unwrap();
+    for q in [&mut ua, &mut ub] {
+        q.to_init_ud(&UdInitAttr::new(1, UD_QKEY)).unwrap();
+        q.to_rtr_ud().unwrap();
+        q.to_rts_ud(0x77).unwrap();
+    }
+    let ah = pa
+        .create_ah(1, &AddressVector::new(gb.gid, gb.mac, 0))
+        .unwrap();
+    let ud_msgs = [
+        (0usize, None),
+        (10, Some(0x1234)),
+        (MTU, None),
+        (333, Some(5)),
+    ];
+    for (k, &(n, imm)) in ud_msgs.iter().enumerate() {
+        let id = 100 + k as u64;
+        ub.post_recv(&[RecvWr::new(
+            id,
+            &[lb.sge(32768, (40 + MTU) as u32).unwrap()],
+        )])
+        .unwrap();
+        let sg = if n == 0 {
+            vec![]
+        } else {
+            vec![la.sge(0, n as u32).unwrap()]
+        };
+        let wr = match imm {
+            None => SendWr::send(id, &sg),
+            Some(i) => SendWr::send_with_imm(id, &sg, i),
+        };
+        ua.post_send(&[wr.ud(&ah, ub.qp_num(), UD_QKEY).signaled()])
+            .unwrap();
+        ok(&wait(&net, &mut cqa, 1));
+        let r = wait(&net, &mut cqb, 1);
+        ok(&r);
+        assert_eq!((r[0].src_qp, r[0].byte_len as usize), (ua.qp_num(), 40 + n));
+        assert!(r[0].wc_flags.contains(WcFlags::GRH));
+        let mut got = vec![0; n];
+        lb.read(32768 + 40, &mut got);
+        assert_eq!(got, data[..n]);
+    }
+    let ud_src_qp = ua.qp_num();
+
     // RNR NAK: a SEND before its receive WQE; retransmitted after the RNR timer.
     let sg = [la.sge(0, 10).unwrap()];
     qa.post_send(&[SendWr::send(13, &sg).signaled()]).unwrap();
@@ -182,7 +244,8 @@ fn run(path: &std::path::Path) -> usize {
         .expect("a SEND_ONLY frame");
     let mut injected = 0;
     for &op in Opcode::ALL {
-        let implemented = op.transport() == wire::Transport::Rc && !op.has_invalidate();
+        let implemented = (op.transport() == wire::Transport::Rc && !op.has_invalidate())
+            || op.transport() == wire::Transport::Ud;
         if implemented {
             continue;
         }
@@ -220,7 +283,11 @@ fn run(path: &std::path::Path) -> usize {
     let sb = net.b.stats().data_path;
     assert_eq!(sb.rx_bad_icrc + sb.rx_malformed, 0, "{sb:?}");
     writer.flush().unwrap();
-    injected
+    RunInfo {
+        injected,
+        ud_src_qp,
+        ud_sent: ud_msgs.len(),
+    }
 }
 
 fn tshark() -> Option<String> {
@@ -237,7 +304,9 @@ fn tshark() -> Option<String> {
 }
 
 /// The tshark command line of the reference §7.1: the RoCEv2 port and no RPC-over-RDMA
-/// heuristic on SEND payloads.
+/// heuristic on SEND payloads; and no Mellanox EoIB heuristic on UD payloads (tshark
+/// 4.0.17's reads past the end of an empty UD SEND_ONLY payload and reports
+/// "[Malformed Packet: Mellanox EoIB]" on a valid frame).
 fn tshark_args(path: &std::path::Path) -> Vec<String> {
     vec![
         "-n".into(),
@@ -247,18 +316,22 @@ fn tshark_args(path: &std::path::Path) -> Vec<String> {
         "infiniband.rroce.port:4791".into(),
         "--disable-heuristic".into(),
         "rpcrdma_infiniband".into(),
+        "--disable-heuristic".into(),
+        "mellanox_eoib".into(),
     ]
 }
 
 #[test]
 fn every_frame_has_a_good_icrc_and_decodes_in_tshark() {
     let path = std::env::temp_dir().join(format!("ferroverbs-tshark-{}.pcap", std::process::id()));
-    let injected = run(&path);
+    let info = run(&path);
+    let injected = info.injected;
     let recs = pcap::read(&path).unwrap();
 
     // Our own checks: every frame well-formed, its ICRC right; the opcode set.
     let mut ops = BTreeSet::new();
     let mut syndromes = BTreeSet::new();
+    let mut ud_frames = 0;
     for (i, r) in recs.iter().enumerate() {
         assert_eq!(r.orig_len as usize, r.data.len());
         let f = frame::Frame::new_checked(&r.data[..]).unwrap_or_else(|e| panic!("frame {i}: {e}"));
@@ -269,7 +342,20 @@ fn every_frame_has_a_good_icrc_and_decodes_in_tshark() {
         if let Some(a) = f.roce().aeth() {
             syndromes.insert(a.syndrome_raw() >> 5);
         }
+        if op.transport() == wire::Transport::Ud {
+            let roce = f.roce();
+            let d = roce
+                .deth()
+                .unwrap_or_else(|| panic!("frame {i}: UD without DETH"));
+            assert_eq!(
+                (d.qkey(), d.src_qp()),
+                (UD_QKEY, info.ud_src_qp),
+                "frame {i}"
+            );
+            ud_frames += 1;
+        }
     }
+    assert_eq!(ud_frames, info.ud_sent, "one frame per UD message");
     let all: BTreeSet<u8> = Opcode::ALL.iter().map(|o| o.value()).collect();
     assert_eq!(ops, all, "every opcode of the table is in the capture");
     // AETH syndrome classes: 0 ACK, 1 RNR NAK, 3 NAK.
@@ -318,7 +404,12 @@ fn every_frame_has_a_good_icrc_and_decodes_in_tshark() {
     assert!(text.contains("Remote Access Error"));
     assert!(text.contains("RNR Nak"));
 
-    // Per frame: the protocol column and the opcode tshark read equal ours.
+    assert!(text.contains("Unreliable Datagram (UD) - SEND only (100)"));
+    assert!(text.contains("Unreliable Datagram (UD) - SEND only with Immediate (101)"));
+    assert!(text.contains("DETH - Datagram Extended Transport Header"));
+
+    // Per frame: the protocol column and the opcode tshark read equal ours; UD frames
+    // carry the DETH (Q_Key, source QP) of the run.
     let out = Command::new("tshark")
         .args(tshark_args(&path))
         .args([
@@ -328,6 +419,10 @@ fn every_frame_has_a_good_icrc_and_decodes_in_tshark() {
             "_ws.col.Protocol",
             "-e",
             "infiniband.bth.opcode",
+            "-e",
+            "infiniband.deth.q_key",
+            "-e",
+            "infiniband.deth.srcqp",
         ])
         .output()
         .unwrap();
@@ -342,6 +437,23 @@ fn every_frame_has_a_good_icrc_and_decodes_in_tshark() {
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("frame {i}: no opcode in {row:?}"));
         assert_eq!(op, r.data[frame::BTH_OFFSET], "frame {i}");
+        if op == Opcode::UdSendOnly.value() || op == Opcode::UdSendOnlyWithImmediate.value() {
+            let num = |v: Option<&str>| {
+                v.and_then(|v| {
+                    let v = v.trim();
+                    match v.strip_prefix("0x") {
+                        Some(h) => u32::from_str_radix(h, 16).ok(),
+                        None => v.parse().ok(),
+                    }
+                })
+            };
+            let (qkey, src) = (num(cols.next()), num(cols.next()));
+            assert_eq!(
+                (qkey, src),
+                (Some(UD_QKEY), Some(info.ud_src_qp)),
+                "frame {i}: DETH as tshark reads it: {row}"
+            );
+        }
     }
     let _ = std::fs::remove_file(&path);
 }
