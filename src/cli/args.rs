@@ -193,19 +193,33 @@ pub struct PerfArgs {
     #[arg(short = 'A', long = "atomic-type", value_name = "TYPE", value_enum)]
     pub atomic_type: Option<AtomicType>,
     /// How the simulated NICs make progress (`--device sim`): stepped by the tool on
-    /// its thread, or each on a device thread.
-    #[arg(long = "sim-mode", value_name = "MODE", value_enum, default_value_t = SimMode::default())]
-    pub sim_mode: SimMode,
+    /// its thread, or each on a device thread [default: deterministic in one process,
+    /// threaded across processes].
+    #[arg(long = "sim-mode", value_name = "MODE", value_enum)]
+    pub sim_mode: Option<SimMode>,
     /// Be the server side of a cross-process test (waits for a client).
     #[arg(long, conflicts_with = "client")]
     pub server: bool,
     /// Be the client side of a cross-process test, connecting to HOST.
     #[arg(long, value_name = "HOST")]
     pub client: Option<String>,
-    /// TCP/UDP port of the cross-process test's connection.
+    /// TCP port of the cross-process test's rendezvous (the server listens on it).
     #[arg(short = 'p', long, value_name = "PORT", default_value_t = 18515,
           value_parser = value_parser!(u16).range(1..))]
     pub port: u16,
+    /// Server: the address the rendezvous listens on [default: 0.0.0.0].
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Option<std::net::IpAddr>,
+    /// Cross-process test: the IPv4 address this process's simulated NIC binds for
+    /// RoCEv2 over UDP (its GID 0) [default: 127.0.0.1 for the server, 127.0.0.2 for
+    /// the client].
+    #[arg(long, value_name = "ADDR")]
+    pub ip: Option<std::net::Ipv4Addr>,
+    /// Cross-process test: the UDP port both simulated NICs use (the same on both
+    /// sides).
+    #[arg(long = "udp-port", value_name = "PORT", default_value_t = 4791,
+          value_parser = value_parser!(u16).range(1..))]
+    pub udp_port: u16,
 }
 
 /// Parses a message size as perftest does: a number with an optional `K` (1024) or

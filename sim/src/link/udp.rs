@@ -46,9 +46,9 @@
 //! * **Capture.** [`UdpConfig::pcap`] or `FERROVERBS_PCAP` ([`super::pcap`]) writes
 //!   every transmitted frame (as sent) and every received frame (as rebuilt).
 //!
-//! Only port 1 of a device is carried. The kernel's socket buffer is the link's queue:
-//! datagrams it drops are lost (the transport recovers through NAKs; see
-//! `docs/simulator.md`).
+//! Only port 1 of a device is carried. The kernel's socket buffer is the link's queue
+//! ([`SOCKET_RECEIVE_BUFFER`] asked for): datagrams it drops are lost (the transport
+//! recovers through NAKs; see `docs/simulator.md`).
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
@@ -67,6 +67,38 @@ pub const ROCEV2_PORT: u16 = udp::ROCEV2_PORT;
 
 /// Most per-source-port sending sockets a link opens.
 pub const MAX_SOURCE_PORTS: usize = 256;
+
+/// The receive buffer a link asks for on its socket: room for the full PSN window
+/// (256 packets of up to 4 KiB, with the kernel's per-datagram overhead) of a few
+/// QPs sending at once, where the default (`net.core.rmem_default`, usually 208 KiB,
+/// about 90 datagrams on loopback) drops the tail of every burst.
+pub const SOCKET_RECEIVE_BUFFER: usize = 8 << 20;
+
+/// Asks for a receive buffer of `bytes` on `sock`: `SO_RCVBUFFORCE` (privileged; it
+/// ignores `net.core.rmem_max`), else `SO_RCVBUF` (capped by `net.core.rmem_max`).
+/// Best effort: a smaller buffer only means more drops under load, which the
+/// transport recovers from.
+#[allow(unsafe_code)]
+fn set_receive_buffer(sock: &UdpSocket, bytes: usize) {
+    use std::os::fd::AsRawFd;
+    let v: libc::c_int = bytes.min(libc::c_int::MAX as usize) as libc::c_int;
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // SAFETY: setsockopt(2) reads `size_of::<c_int>()` bytes from a pointer to a
+        // live local `c_int`; the descriptor is the open socket `sock` borrows.
+        let r = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            return;
+        }
+    }
+}
 
 /// How often the receive thread checks whether its link was dropped.
 const RX_POLL: Duration = Duration::from_millis(50);
@@ -440,6 +472,7 @@ impl UdpLink {
     pub fn attach(sim: &Sim, cfg: UdpConfig) -> io::Result<UdpLink> {
         let sock = UdpSocket::bind(SocketAddrV4::new(cfg.addr, cfg.port))?;
         sock.set_read_timeout(Some(RX_POLL))?;
+        set_receive_buffer(&sock, SOCKET_RECEIVE_BUFFER);
         let port = sock.local_addr()?.port();
         let pcap = match &cfg.pcap {
             Some(p) => Some(PcapWriter::shared(p)?),

@@ -2,6 +2,8 @@
 //! combinations of options (`force_dependecies` and the option parser in perftest's
 //! `src/perftest_parameters.c`), each violation a usage error naming the option.
 
+use std::net::{IpAddr, Ipv4Addr};
+
 use ferroverbs::DeviceSpec;
 
 pub use crate::cli::args::SimMode;
@@ -164,6 +166,22 @@ pub enum Role {
     },
 }
 
+/// The addresses of a cross-process test (`--server`, `--client`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NetConfig {
+    /// Where the server's rendezvous listens.
+    pub bind: IpAddr,
+    /// The IPv4 address of this process's simulated NIC.
+    pub ip: Ipv4Addr,
+    /// The UDP port of both NICs.
+    pub udp_port: u16,
+}
+
+/// The default NIC address of a cross-process server.
+pub const DEFAULT_SERVER_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
+/// The default NIC address of a cross-process client.
+pub const DEFAULT_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+
 /// The inline size: perftest's default (capped by what the QP grants) or a value the
 /// user asked for (an error if the QP cannot grant it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,6 +238,8 @@ pub struct PerfConfig {
     pub role: Role,
     /// How the simulated NICs make progress.
     pub sim_mode: SimMode,
+    /// The cross-process test's addresses.
+    pub net: NetConfig,
     /// perftest's notices about adjusted options, printed before the test.
     pub notes: Vec<String>,
 }
@@ -382,6 +402,22 @@ impl PerfConfig {
             (None, true) => Role::Server { port: a.port },
             (None, false) => Role::Local,
         };
+        if a.bind.is_some() && !matches!(role, Role::Server { .. }) {
+            return usage("--bind: only the server (--server) listens");
+        }
+        if role == Role::Local && (a.ip.is_some() || a.udp_port != 4791) {
+            return usage(
+                "--ip and --udp-port set up a cross-process test; add --server or --client HOST",
+            );
+        }
+        let net = NetConfig {
+            bind: a.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+            ip: a.ip.unwrap_or(match role {
+                Role::Client { .. } => DEFAULT_CLIENT_IP,
+                _ => DEFAULT_SERVER_IP,
+            }),
+            udp_port: a.udp_port,
+        };
 
         Ok(PerfConfig {
             test,
@@ -399,8 +435,13 @@ impl PerfConfig {
             cpu: a.cpu,
             histogram: a.report_histogram,
             atomic: a.atomic_type.unwrap_or_default(),
-            role,
-            sim_mode: a.sim_mode,
+            role: role.clone(),
+            sim_mode: a.sim_mode.unwrap_or(if role == Role::Local {
+                SimMode::Deterministic
+            } else {
+                SimMode::Threaded
+            }),
+            net,
             notes,
         })
     }

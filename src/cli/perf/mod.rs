@@ -6,11 +6,13 @@
 //! * [`report`]: perftest's headers, columns and lines,
 //! * [`histogram`]: the table of `--report-histogram`,
 //! * [`progress`]: progress lines on long runs,
-//! * [`runner`]: the measurements, on two simulated NICs (or two QPs of one device).
+//! * [`runner`]: the measurements, on two simulated NICs (or two QPs of one device),
+//! * [`remote`]: the cross-process tests (`--server`, `--client`) over the UDP link.
 
 pub mod config;
 pub mod histogram;
 pub mod progress;
+pub mod remote;
 pub mod report;
 pub mod runner;
 pub mod stats;
@@ -21,23 +23,6 @@ use super::error::CliError;
 
 /// Runs a validated test.
 pub fn run(cfg: &PerfConfig) -> Result<(), CliError> {
-    match &cfg.role {
-        Role::Local => {}
-        Role::Server { .. } => {
-            return Err(CliError::unsupported(
-                "--server (the cross-process test)",
-                "it needs the UDP link between processes, which is not built yet; run both \
-                 sides in this process by leaving out --server/--client",
-            ))
-        }
-        Role::Client { host, .. } => {
-            return Err(CliError::unsupported(
-                format!("--client {host} (the cross-process test)"),
-                "it needs the UDP link between processes, which is not built yet; run both \
-                 sides in this process by leaving out --server/--client",
-            ))
-        }
-    }
     if cfg.events {
         return Err(CliError::unsupported(
             "-e/--events (completions by event)",
@@ -50,5 +35,8 @@ pub fn run(cfg: &PerfConfig) -> Result<(), CliError> {
             CliError::setup(format!("cannot pin the polling thread to CPU {cpu}"), e)
         })?;
     }
-    runner::run(cfg)
+    match &cfg.role {
+        Role::Local => runner::run(cfg),
+        Role::Server { .. } | Role::Client { .. } => remote::run(cfg),
+    }
 }

@@ -59,10 +59,10 @@ pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
 const STALL_CHECK_MASK: u64 = 0xffff;
 
 /// Completions taken per poll.
-const POLL_BATCH: usize = 16;
+pub(super) const POLL_BATCH: usize = 16;
 
 /// Bits of a `wr_id` below the QP index.
-const WR_QP_SHIFT: u32 = 40;
+pub(super) const WR_QP_SHIFT: u32 = 40;
 
 /// What the peer needs to reach one endpoint.
 #[derive(Clone, Copy, Debug)]
@@ -81,9 +81,11 @@ pub struct Endpoint {
 
 /// What the test-information block shows about the setup.
 #[derive(Clone, Debug)]
-struct Setup {
-    device: String,
-    exchange: String,
+pub(super) struct Setup {
+    /// The device name shown.
+    pub(super) device: String,
+    /// How the sides are connected (perftest's "Data ex. method").
+    pub(super) exchange: String,
 }
 
 /// Runs the test on the device of `cfg`.
@@ -184,38 +186,36 @@ fn run_sim(cfg: &PerfConfig) -> Result<(), CliError> {
     r.and(ca).and(cb)
 }
 
-fn setup_err<E: std::error::Error + Send + Sync + 'static>(
+pub(super) fn setup_err<E: std::error::Error + Send + Sync + 'static>(
     what: &str,
 ) -> impl FnOnce(E) -> CliError + '_ {
     move |e| CliError::setup(what.to_string(), e)
 }
 
 /// One side's objects.
-struct Side<'s, 'c, 'p, B: Bus> {
-    name: &'static str,
-    qps: &'s mut [QueuePair<'p, B>],
-    cq: &'s mut CompletionQueue<'c, B>,
-    mr: &'s MemoryRegion<'p, B>,
+pub(super) struct Side<'s, 'c, 'p, B: Bus> {
+    pub(super) name: &'static str,
+    pub(super) qps: &'s mut [QueuePair<'p, B>],
+    pub(super) cq: &'s mut CompletionQueue<'c, B>,
+    pub(super) mr: &'s MemoryRegion<'p, B>,
     /// Bytes of each half of the region: `[0, half)` is sent from, `[half, 2 half)`
     /// is received into and is the peer's RDMA target.
-    half: usize,
+    pub(super) half: usize,
+    /// The peer's receive half: the target of this side's RDMA requests.
+    pub(super) peer: RemoteAddr,
 }
 
 impl<B: Bus> Side<'_, '_, '_, B> {
-    fn send_sge(&self, size: u64) -> Sge {
+    pub(super) fn send_sge(&self, size: u64) -> Sge {
         self.mr
             .sge(0, size as u32)
             .expect("the send half holds the largest message")
     }
 
-    fn recv_sge(&self) -> Sge {
+    pub(super) fn recv_sge(&self) -> Sge {
         self.mr
             .sge(self.half, self.half as u32)
             .expect("the receive half is in the region")
-    }
-
-    fn target(&self) -> RemoteAddr {
-        self.mr.remote(self.half)
     }
 }
 
@@ -279,7 +279,7 @@ fn wc_error(side: &str, wc: &WorkCompletion) -> CliError {
     ))
 }
 
-fn post_error(
+pub(super) fn post_error(
     side: &str,
     what: &str,
     e: impl std::error::Error + Send + Sync + 'static,
@@ -288,11 +288,11 @@ fn post_error(
 }
 
 /// The PSN a QP starts with (perftest draws a random 24-bit one; any value works).
-fn initial_psn(qpn: u32) -> u32 {
+pub(super) fn initial_psn(qpn: u32) -> u32 {
     qpn.wrapping_mul(0x9e37_79b1) >> 8
 }
 
-fn alloc_mr<'p, B: Bus>(
+pub(super) fn alloc_mr<'p, B: Bus>(
     pd: &'p Pd<'_, B>,
     len: usize,
     access: AccessFlags,
@@ -309,6 +309,200 @@ fn create_qp<'p, 'c, B: Bus>(
     pd.create_qp(&QpInitAttr::new(cq, cq, cap))
 }
 
+/// The RDMA READ/atomic depth both sides of a connection use (`max_rd_atomic`).
+pub(super) fn rd_atom_depth(dev: &ferroverbs::DeviceAttr) -> u8 {
+    dev.max_qp_rd_atom
+        .min(dev.max_qp_init_rd_atom)
+        .clamp(1, 255) as u8
+}
+
+/// The access rights of every test's memory region and QPs.
+pub(super) fn test_access() -> AccessFlags {
+    AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC
+}
+
+/// Sizes of one side's queues and buffers, the same on both sides of a test.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Dims {
+    /// Receive requests kept posted per QP.
+    pub(super) recv_depth: u32,
+    /// Send queue depth per QP.
+    pub(super) send_depth: u32,
+    /// CQ entries.
+    pub(super) cqe: u32,
+    /// Bytes of each half of the memory region.
+    pub(super) half: usize,
+}
+
+impl Dims {
+    /// The sizes for `cfg` on a device with attributes `dev`; fails if a message
+    /// cannot fit.
+    pub(super) fn new(cfg: &PerfConfig, dev: &ferroverbs::DeviceAttr) -> Result<Dims, CliError> {
+        let max_size = cfg.max_size();
+        if max_size > dev.max_msg_sz {
+            return Err(CliError::setup_msg(format!(
+                "a message of {max_size} bytes exceeds the device's max_msg_sz of {}",
+                dev.max_msg_sz
+            )));
+        }
+        let recv_depth = if cfg.test.has_recv() { cfg.rx_depth } else { 1 };
+        // The SQ holds the TX depth plus room for completions not yet polled.
+        let send_depth = cfg.tx_depth.max(16);
+        let cqe = (cfg.qps as u64 * u64::from(send_depth + recv_depth) + 64)
+            .min(u64::from(dev.max_cqe)) as u32;
+        Ok(Dims {
+            recv_depth,
+            send_depth,
+            cqe,
+            half: (max_size as usize).max(64).next_multiple_of(64),
+        })
+    }
+
+    /// The QP capabilities asked for (the inline size before the device's answer).
+    pub(super) fn cap(&self, cfg: &PerfConfig) -> QpCap {
+        QpCap {
+            max_send_wr: self.send_depth,
+            max_recv_wr: self.recv_depth,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: cfg.inline.bytes(),
+        }
+    }
+}
+
+/// Creates `cfg.qps` QPs on `pd` and `cq`; perftest's default inline size is turned
+/// off where the device has none. Returns the QPs and the inline size granted.
+pub(super) fn create_qps<'p, 'c, B: Bus>(
+    cfg: &PerfConfig,
+    pd: &'p Pd<'c, B>,
+    cq: &CompletionQueue<'c, B>,
+    mut cap: QpCap,
+) -> Result<(Vec<QueuePair<'p, B>>, u32), CliError> {
+    let mut qps = Vec::with_capacity(cfg.qps as usize);
+    for _ in 0..cfg.qps {
+        let q = match create_qp(pd, cq, cap) {
+            Ok(q) => q,
+            Err(_) if matches!(cfg.inline, Inline::Default(n) if n > 0) && qps.is_empty() => {
+                cap.max_inline_data = 0;
+                create_qp(pd, cq, cap).map_err(setup_err("creating a QP"))?
+            }
+            Err(e) => {
+                return Err(CliError::setup(
+                    format!(
+                        "creating QP {} of {} (TX depth {}, inline {})",
+                        qps.len() + 1,
+                        cfg.qps,
+                        cap.max_send_wr,
+                        cap.max_inline_data
+                    ),
+                    e,
+                ))
+            }
+        };
+        qps.push(q);
+    }
+    Ok((qps, cap.max_inline_data))
+}
+
+/// What one QP needs to know about its peer QP.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PeerQp {
+    /// The peer's endpoint (GID, MAC).
+    pub(super) ep: Endpoint,
+    /// Its QP number.
+    pub(super) qpn: u32,
+    /// Its first PSN.
+    pub(super) psn: u32,
+}
+
+/// Moves `q` (first PSN `my_psn`) through INIT, RTR and RTS towards `peer`.
+pub(super) fn connect_qp<B: Bus>(
+    q: &mut QueuePair<'_, B>,
+    me: &Endpoint,
+    peer: &PeerQp,
+    my_psn: u32,
+    mtu: Mtu,
+    rd_atom: u8,
+) -> Result<(), CliError> {
+    q.to_init(1, test_access())
+        .map_err(setup_err("QP RESET->INIT"))?;
+    q.to_rtr(&RtrAttr {
+        av: AddressVector::new(peer.ep.gid, peer.ep.mac, me.gid_index),
+        path_mtu: mtu,
+        dest_qpn: peer.qpn,
+        rq_psn: peer.psn,
+        max_dest_rd_atomic: rd_atom,
+        min_rnr_timer: 12,
+    })
+    .map_err(setup_err("QP INIT->RTR"))?;
+    q.to_rts(&RtsAttr {
+        max_rd_atomic: rd_atom,
+        ..RtsAttr::new(my_psn)
+    })
+    .map_err(setup_err("QP RTR->RTS"))?;
+    Ok(())
+}
+
+/// Prints perftest's notes, the test-information block, the address lines and (with
+/// `columns`) the column header.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn print_header(
+    cfg: &PerfConfig,
+    setup: &Setup,
+    ep: &Endpoint,
+    mtu: Mtu,
+    inline: u32,
+    rd_atom: u8,
+    addrs: &str,
+    columns: bool,
+) {
+    for n in &cfg.notes {
+        println!("{RESULT_LINE}");
+        println!("{n}");
+    }
+    let info = TestInfo {
+        device: setup.device.clone(),
+        link_type: match ep.link {
+            LinkLayer::Ethernet => "Ethernet".into(),
+            LinkLayer::InfiniBand => "IB".into(),
+        },
+        mtu: mtu.bytes(),
+        inline,
+        gid_index: u16::from(ep.gid_index),
+        out_reads: u32::from(rd_atom),
+        exchange: setup.exchange.clone(),
+    };
+    print!("{}", report::test_info(cfg, &info));
+    print!("{addrs}");
+    println!("{RESULT_LINE}");
+    if columns {
+        print!("{}", report::header(cfg.test.mode));
+    }
+    flush();
+}
+
+/// Posts the receive requests every QP of `side` keeps (SEND tests).
+pub(super) fn post_initial_recvs<B: Bus>(
+    cfg: &PerfConfig,
+    side: &mut Side<'_, '_, '_, B>,
+    depth: u32,
+) -> Result<(), CliError> {
+    if !cfg.test.has_recv() {
+        return Ok(());
+    }
+    let sge = [side.recv_sge()];
+    for (q, qp) in side.qps.iter_mut().enumerate() {
+        for _ in 0..depth {
+            qp.post_recv(&[RecvWr::new((q as u64) << WR_QP_SHIFT, &sge)])
+                .map_err(|e| CliError::setup("posting receive requests", e))?;
+        }
+    }
+    Ok(())
+}
+
 /// Creates both sides, connects the QP pairs, prints the header and runs every size.
 fn bench<B: Bus>(
     cfg: &PerfConfig,
@@ -320,93 +514,44 @@ fn bench<B: Bus>(
     let dev = ctx_a
         .query_device()
         .map_err(setup_err("querying the device"))?;
-    let qps = cfg.qps as usize;
-    let rd_atom = dev
-        .max_qp_rd_atom
-        .min(dev.max_qp_init_rd_atom)
-        .clamp(1, 255) as u8;
+    let rd_atom = rd_atom_depth(&dev);
     let mtu = ep_a.mtu.min(ep_b.mtu);
-    let max_size = cfg.max_size();
-    if max_size > dev.max_msg_sz {
-        return Err(CliError::setup_msg(format!(
-            "a message of {max_size} bytes exceeds the device's max_msg_sz of {}",
-            dev.max_msg_sz
-        )));
-    }
+    let dims = Dims::new(cfg, &dev)?;
+    let half = dims.half;
 
     let pd_a = ctx_a.alloc_pd().map_err(setup_err("allocating a PD"))?;
     let pd_b = ctx_b.alloc_pd().map_err(setup_err("allocating a PD"))?;
-    let recv_depth = if cfg.test.has_recv() { cfg.rx_depth } else { 1 };
-    // The SQ holds the TX depth plus room for completions not yet polled.
-    let send_depth = cfg.tx_depth.max(16);
-    let cqe = (cfg.qps as u64 * u64::from(send_depth + recv_depth) + 64).min(u64::from(dev.max_cqe))
-        as u32;
-    let mut cq_a = ctx_a.create_cq(cqe).map_err(setup_err("creating a CQ"))?;
-    let mut cq_b = ctx_b.create_cq(cqe).map_err(setup_err("creating a CQ"))?;
-    let half = (max_size as usize).max(64).next_multiple_of(64);
-    let access = AccessFlags::LOCAL_WRITE
-        | AccessFlags::REMOTE_WRITE
-        | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_ATOMIC;
-    let mr_a = alloc_mr(&pd_a, 2 * half, access)?;
-    let mr_b = alloc_mr(&pd_b, 2 * half, access)?;
+    let mut cq_a = ctx_a
+        .create_cq(dims.cqe)
+        .map_err(setup_err("creating a CQ"))?;
+    let mut cq_b = ctx_b
+        .create_cq(dims.cqe)
+        .map_err(setup_err("creating a CQ"))?;
+    let mr_a = alloc_mr(&pd_a, 2 * half, test_access())?;
+    let mr_b = alloc_mr(&pd_b, 2 * half, test_access())?;
 
-    let mut cap = QpCap {
-        max_send_wr: send_depth,
-        max_recv_wr: recv_depth,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: cfg.inline.bytes(),
+    let (mut qps_a, inline) = create_qps(cfg, &pd_a, &cq_a, dims.cap(cfg))?;
+    let cap_b = QpCap {
+        max_inline_data: inline,
+        ..dims.cap(cfg)
     };
-    let mut qps_a = Vec::with_capacity(qps);
-    let mut qps_b = Vec::with_capacity(qps);
-    for _ in 0..qps {
-        let qa = match create_qp(&pd_a, &cq_a, cap) {
-            Ok(q) => q,
-            // perftest's default inline size is turned off where the device has none.
-            Err(_) if matches!(cfg.inline, Inline::Default(n) if n > 0) && qps_a.is_empty() => {
-                cap.max_inline_data = 0;
-                create_qp(&pd_a, &cq_a, cap).map_err(setup_err("creating a QP"))?
-            }
-            Err(e) => {
-                return Err(CliError::setup(
-                    format!(
-                        "creating a QP (TX depth {send_depth}, inline {})",
-                        cap.max_inline_data
-                    ),
-                    e,
-                ))
-            }
-        };
-        let qb = create_qp(&pd_b, &cq_b, cap).map_err(setup_err("creating a QP"))?;
-        qps_a.push(qa);
-        qps_b.push(qb);
-    }
-    let inline = cap.max_inline_data;
+    let (mut qps_b, _) = create_qps(cfg, &pd_b, &cq_b, cap_b)?;
     let mut addrs = String::new();
     for (qa, qb) in qps_a.iter_mut().zip(qps_b.iter_mut()) {
         let (na, nb) = (qa.qp_num(), qb.qp_num());
         let (pa, pb) = (initial_psn(na), initial_psn(nb));
-        for (q, me, peer, peer_qpn, my_psn, peer_psn) in [
-            (&mut *qa, &ep_a, &ep_b, nb, pa, pb),
-            (&mut *qb, &ep_b, &ep_a, na, pb, pa),
-        ] {
-            q.to_init(1, access).map_err(setup_err("QP RESET->INIT"))?;
-            q.to_rtr(&RtrAttr {
-                av: AddressVector::new(peer.gid, peer.mac, me.gid_index),
-                path_mtu: mtu,
-                dest_qpn: peer_qpn,
-                rq_psn: peer_psn,
-                max_dest_rd_atomic: rd_atom,
-                min_rnr_timer: 12,
-            })
-            .map_err(setup_err("QP INIT->RTR"))?;
-            q.to_rts(&RtsAttr {
-                max_rd_atomic: rd_atom,
-                ..RtsAttr::new(my_psn)
-            })
-            .map_err(setup_err("QP RTR->RTS"))?;
-        }
+        let peer_a = PeerQp {
+            ep: ep_a,
+            qpn: na,
+            psn: pa,
+        };
+        let peer_b = PeerQp {
+            ep: ep_b,
+            qpn: nb,
+            psn: pb,
+        };
+        connect_qp(qa, &ep_a, &peer_b, pa, mtu, rd_atom)?;
+        connect_qp(qb, &ep_b, &peer_a, pb, mtu, rd_atom)?;
         let rdma = cfg.test.verb != Verb::Send;
         let out = cfg.test.one_sided_request().then_some(u32::from(rd_atom));
         let la = Address {
@@ -423,28 +568,7 @@ fn bench<B: Bus>(
         };
         addrs.push_str(&report::addresses(&la, &lb, out));
     }
-
-    for n in &cfg.notes {
-        println!("{RESULT_LINE}");
-        println!("{n}");
-    }
-    let info = TestInfo {
-        device: setup.device.clone(),
-        link_type: match ep_a.link {
-            LinkLayer::Ethernet => "Ethernet".into(),
-            LinkLayer::InfiniBand => "IB".into(),
-        },
-        mtu: mtu.bytes(),
-        inline,
-        gid_index: u16::from(ep_a.gid_index),
-        out_reads: u32::from(rd_atom),
-        exchange: setup.exchange.clone(),
-    };
-    print!("{}", report::test_info(cfg, &info));
-    print!("{addrs}");
-    println!("{RESULT_LINE}");
-    print!("{}", report::header(cfg.test.mode));
-    flush();
+    print_header(cfg, setup, &ep_a, mtu, inline, rd_atom, &addrs, true);
 
     let mut a = Side {
         name: "client",
@@ -452,6 +576,7 @@ fn bench<B: Bus>(
         cq: &mut cq_a,
         mr: &mr_a,
         half,
+        peer: mr_b.remote(half),
     };
     let mut b = Side {
         name: "server",
@@ -459,53 +584,97 @@ fn bench<B: Bus>(
         cq: &mut cq_b,
         mr: &mr_b,
         half,
+        peer: mr_a.remote(half),
     };
     // Receive requests stay posted across sizes (each the size of the largest).
-    if cfg.test.has_recv() {
-        for side in [&mut a, &mut b] {
-            let sge = [side.recv_sge()];
-            for (q, qp) in side.qps.iter_mut().enumerate() {
-                for _ in 0..recv_depth {
-                    qp.post_recv(&[RecvWr::new((q as u64) << WR_QP_SHIFT, &sge)])
-                        .map_err(|e| CliError::setup("posting receive requests", e))?;
-                }
-            }
-        }
-    }
+    post_initial_recvs(cfg, &mut a, dims.recv_depth)?;
+    post_initial_recvs(cfg, &mut b, dims.recv_depth)?;
+    run_sizes(cfg, inline, &mut a, Some(&mut b), pump, &mut |_| Ok(()))
+}
+
+/// Where a measurement stands, for the other process of a cross-process test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SyncPoint {
+    /// Both sides are ready for the next size (receive areas cleared).
+    Start,
+    /// The side has finished the size.
+    End,
+}
+
+/// Runs every size of the test with `a` measuring and `b` (if in this process)
+/// answering, prints one result line per size, the closing line and the histograms.
+/// `sync` keeps a peer in another process in step (called before and after each size).
+pub(super) fn run_sizes<B: Bus>(
+    cfg: &PerfConfig,
+    inline: u32,
+    a: &mut Side<'_, '_, '_, B>,
+    mut b: Option<&mut Side<'_, '_, '_, B>>,
+    pump: &dyn Fn(),
+    sync: &mut dyn FnMut(SyncPoint) -> Result<(), CliError>,
+) -> Result<(), CliError> {
     let mut histograms = Vec::new();
     for &size in &cfg.sizes {
+        if cfg.test.verb == Verb::Write && cfg.test.mode == Mode::Lat {
+            // Fresh receive areas: the byte polled starts at 0, and every value sent
+            // is not.
+            let last = size as usize - 1;
+            a.mr.fill(a.half + last, 1, 0);
+            if let Some(b) = b.as_deref() {
+                b.mr.fill(b.half + last, 1, 0);
+            }
+        }
+        sync(SyncPoint::Start)?;
         let line = match cfg.test.mode {
             Mode::Lat => {
                 let stamps = match cfg.test.verb {
-                    Verb::Send => send_lat(cfg, size, inline, &mut a, &mut b, pump)?,
-                    Verb::Write => write_lat(cfg, size, inline, &mut a, &mut b, pump)?,
-                    Verb::Read | Verb::Atomic => one_sided_lat(cfg, size, &mut a, &b, pump)?,
+                    Verb::Send => send_lat(cfg, size, inline, a, b.as_deref_mut(), pump)?,
+                    Verb::Write => write_lat(cfg, size, inline, a, b.as_deref_mut(), pump)?,
+                    Verb::Read | Verb::Atomic => one_sided_lat(cfg, size, a, pump)?,
                 };
-                let samples =
-                    LatencySamples::from_stamps(&stamps, rtt_factor(cfg.test.one_sided_request()))
-                        .map_err(|e| CliError::runtime("computing the latency", e))?;
-                let r = samples
-                    .report(size, cfg.iters)
-                    .map_err(|e| CliError::runtime("computing the latency", e))?;
-                if cfg.histogram {
-                    let mut h = Histogram::new();
-                    for &s in &samples.sorted_us {
-                        h.record_us(s);
-                    }
+                let (line, h) = lat_result(cfg, size, &stamps)?;
+                if let Some(h) = h {
                     histograms.push((size, h));
                 }
-                report::lat_line(&r)
+                line
             }
             Mode::Bw => {
-                let (p, c) = bw(cfg, size, inline, &mut a, &mut b, pump)?;
+                let (p, c) = bw(cfg, size, inline, a, b.as_deref_mut(), pump)?;
                 let r = bw_report(size, &p, &c, cfg.post_list as usize, cfg.cq_mod as usize)
                     .map_err(|e| CliError::runtime("computing the bandwidth", e))?;
                 report::bw_line(&r)
             }
         };
+        sync(SyncPoint::End)?;
         print!("{line}");
         flush();
     }
+    print_footer(cfg, histograms);
+    Ok(())
+}
+
+/// The latency line of `stamps` (and its histogram with `-H`).
+pub(super) fn lat_result(
+    cfg: &PerfConfig,
+    size: u64,
+    stamps: &[u64],
+) -> Result<(String, Option<Histogram>), CliError> {
+    let samples = LatencySamples::from_stamps(stamps, rtt_factor(cfg.test.one_sided_request()))
+        .map_err(|e| CliError::runtime("computing the latency", e))?;
+    let r = samples
+        .report(size, cfg.iters)
+        .map_err(|e| CliError::runtime("computing the latency", e))?;
+    let h = cfg.histogram.then(|| {
+        let mut h = Histogram::new();
+        for &s in &samples.sorted_us {
+            h.record_us(s);
+        }
+        h
+    });
+    Ok((report::lat_line(&r), h))
+}
+
+/// The closing line and the histograms.
+pub(super) fn print_footer(cfg: &PerfConfig, histograms: Vec<(u64, Histogram)>) {
     println!("{RESULT_LINE}");
     let title = if cfg.test.one_sided_request() {
         "round trip"
@@ -520,10 +689,9 @@ fn bench<B: Bus>(
         println!("{RESULT_LINE}");
     }
     flush();
-    Ok(())
 }
 
-fn flush() {
+pub(super) fn flush() {
     use std::io::Write;
     let _ = std::io::stdout().flush();
 }
@@ -531,7 +699,7 @@ fn flush() {
 /// Polls `side`'s CQ once: checks every completion, reposts a receive request for each
 /// receive, and calls `f` with each (successful) completion.
 #[inline]
-fn poll_side<B: Bus>(
+pub(super) fn poll_side<B: Bus>(
     side: &mut Side<'_, '_, '_, B>,
     wc: &mut [WorkCompletion; POLL_BATCH],
     recv_sge: &[Sge; 1],
@@ -563,14 +731,48 @@ fn send_wr<'a>(use_inline: bool, parts: &'a [&'a [u8]; 1], sge: &'a [Sge; 1]) ->
     }
 }
 
+/// The server's half of send-lat: polls `b` once and answers each message received
+/// with a SEND of `size` bytes, stamping each answer. Returns the completions seen
+/// and the messages answered.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn send_lat_answer<B: Bus>(
+    b: &mut Side<'_, '_, '_, B>,
+    wc: &mut [WorkCompletion; POLL_BATCH],
+    rb: &[Sge; 1],
+    sb: &[Sge; 1],
+    use_inline: bool,
+    parts: &[&[u8]; 1],
+    clock: Option<(&Stamp, &mut Vec<u64>)>,
+) -> Result<(usize, u64), CliError> {
+    let mut pongs = 0u64;
+    let nb = poll_side(b, wc, rb, |c| {
+        if c.opcode == WcOpcode::Recv {
+            pongs += 1;
+        }
+    })?;
+    if pongs > 0 {
+        if let Some((clock, stamps)) = clock {
+            stamps.push(clock.ns());
+        }
+    }
+    for _ in 0..pongs {
+        b.qps[0]
+            .post_send(&[send_wr(use_inline, parts, sb)])
+            .map_err(|e| post_error(b.name, "a SEND", e))?;
+    }
+    Ok((nb, pongs))
+}
+
 /// SEND ping-pong (ib_send_lat): the client sends, the server answers each message it
-/// receives with one of the same size; the client stamps each send.
+/// receives with one of the same size; the client stamps each send. `b` is the
+/// server when it runs in this process.
 fn send_lat<B: Bus>(
     cfg: &PerfConfig,
     size: u64,
     inline: u32,
     a: &mut Side<'_, '_, '_, B>,
-    b: &mut Side<'_, '_, '_, B>,
+    mut b: Option<&mut Side<'_, '_, '_, B>>,
     pump: &dyn Fn(),
 ) -> Result<Vec<u64>, CliError> {
     let iters = cfg.iters;
@@ -578,9 +780,9 @@ fn send_lat<B: Bus>(
     let payload = vec![0u8; size as usize];
     let parts: [&[u8]; 1] = [&payload];
     let use_inline = size <= u64::from(inline);
-    let (sa, sb) = ([a.send_sge(size)], [b.send_sge(size)]);
-    let (ra, rb) = ([a.recv_sge()], [b.recv_sge()]);
-    let wr = |sge| send_wr(use_inline, &parts, sge);
+    let sa = [a.send_sge(size)];
+    let ra = [a.recv_sge()];
+    let server_sges = b.as_deref().map(|b| ([b.send_sge(size)], [b.recv_sge()]));
     let clock = Stamp(Instant::now());
     let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), iters);
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
@@ -589,20 +791,15 @@ fn send_lat<B: Bus>(
     for i in 0..iters {
         stamps.push(clock.ns());
         a.qps[0]
-            .post_send(&[wr(&sa)])
+            .post_send(&[send_wr(use_inline, &parts, &sa)])
             .map_err(|e| post_error(a.name, "a SEND", e))?;
         loop {
-            let mut pongs = 0u64;
-            let nb = poll_side(b, &mut wc, &rb, |c| {
-                if c.opcode == WcOpcode::Recv {
-                    pongs += 1;
+            let nb = match (b.as_deref_mut(), &server_sges) {
+                (Some(b), Some((sb, rb))) => {
+                    send_lat_answer(b, &mut wc, rb, sb, use_inline, &parts, None)?.0
                 }
-            })?;
-            for _ in 0..pongs {
-                b.qps[0]
-                    .post_send(&[wr(&sb)])
-                    .map_err(|e| post_error(b.name, "a SEND", e))?;
-            }
+                _ => 0,
+            };
             let na = poll_side(a, &mut wc, &ra, |c| {
                 if c.opcode == WcOpcode::Recv {
                     received += 1;
@@ -625,15 +822,110 @@ fn send_lat<B: Bus>(
     Ok(stamps)
 }
 
+/// The server of send-lat in its own process: answers `cfg.iters` messages and
+/// returns the stamps of its answers.
+pub(super) fn serve_send_lat<B: Bus>(
+    cfg: &PerfConfig,
+    size: u64,
+    inline: u32,
+    b: &mut Side<'_, '_, '_, B>,
+    pump: &dyn Fn(),
+) -> Result<Vec<u64>, CliError> {
+    let iters = cfg.iters;
+    let mut stamps = Vec::with_capacity(iters as usize);
+    let payload = vec![0u8; size as usize];
+    let parts: [&[u8]; 1] = [&payload];
+    let use_inline = size <= u64::from(inline);
+    let (sb, rb) = ([b.send_sge(size)], [b.recv_sge()]);
+    let clock = Stamp(Instant::now());
+    let mut wc = [WorkCompletion::default(); POLL_BATCH];
+    let mut stall = Stall::new();
+    let mut answered = 0u64;
+    let mut sends = 0u64;
+    // Until every message is answered and every answer's completion reaped.
+    while answered < iters || sends > 0 {
+        let mut pongs = 0;
+        let n = {
+            let (n, p) = send_lat_answer(
+                b,
+                &mut wc,
+                &rb,
+                &sb,
+                use_inline,
+                &parts,
+                Some((&clock, &mut stamps)),
+            )?;
+            pongs += p;
+            n
+        };
+        answered += pongs;
+        sends += pongs;
+        sends -= wc[..n]
+            .iter()
+            .filter(|c| c.opcode != WcOpcode::Recv)
+            .count() as u64;
+        if n == 0 {
+            pump();
+            stall.idle(&|| format!("{answered} of {iters} SEND messages answered"))?;
+        } else {
+            stall.progress();
+        }
+    }
+    Ok(stamps)
+}
+
+/// The server's half of write-lat: if ping `seen` has arrived in `b`'s receive area,
+/// answers it with an RDMA WRITE of its own (and stamps the answer). Returns whether
+/// it answered.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn write_lat_answer<B: Bus>(
+    b: &mut Side<'_, '_, '_, B>,
+    seen: u64,
+    size: u64,
+    use_inline: bool,
+    payload: &mut [u8],
+    sb: &[Sge; 1],
+    clock: Option<(&Stamp, &mut Vec<u64>)>,
+) -> Result<bool, CliError> {
+    let last = size as usize - 1;
+    let mut byte = [0u8; 1];
+    b.mr.read(b.half + last, &mut byte);
+    let w = write_lat_value(seen);
+    if byte[0] != w {
+        return Ok(false);
+    }
+    if let Some((clock, stamps)) = clock {
+        stamps.push(clock.ns());
+    }
+    let target = b.peer;
+    if use_inline {
+        payload[last] = w;
+        let parts: [&[u8]; 1] = [payload];
+        b.qps[0].post_send(&[SendWr::rdma_write_inline(0, &parts, target).signaled()])
+    } else {
+        b.mr.write(last, &[w]);
+        b.qps[0].post_send(&[SendWr::rdma_write(0, sb, target).signaled()])
+    }
+    .map_err(|e| post_error(b.name, "an RDMA WRITE", e))?;
+    Ok(true)
+}
+
+/// The value write-lat's message `i` puts in the last byte (never 0).
+fn write_lat_value(i: u64) -> u8 {
+    (i % 255) as u8 + 1
+}
+
 /// RDMA WRITE ping-pong (ib_write_lat): each side polls the last byte of its receive
 /// area for the peer's write and answers with a write of its own; the client stamps
-/// each write. Both sides reap their (signaled) send completions as they go.
+/// each write. Both sides reap their (signaled) send completions as they go. The
+/// receive areas were cleared before (see [`run_sizes`]).
 fn write_lat<B: Bus>(
     cfg: &PerfConfig,
     size: u64,
     inline: u32,
     a: &mut Side<'_, '_, '_, B>,
-    b: &mut Side<'_, '_, '_, B>,
+    mut b: Option<&mut Side<'_, '_, '_, B>>,
     pump: &dyn Fn(),
 ) -> Result<Vec<u64>, CliError> {
     let iters = cfg.iters;
@@ -641,49 +933,39 @@ fn write_lat<B: Bus>(
     let mut stamps = Vec::with_capacity(iters as usize);
     let use_inline = size <= u64::from(inline);
     let mut payload = vec![0u8; size as usize];
-    // Fresh receive areas: the byte polled starts at 0, and every value sent is not.
-    a.mr.fill(a.half + last, 1, 0);
-    b.mr.fill(b.half + last, 1, 0);
-    let (sa, sb) = ([a.send_sge(size)], [b.send_sge(size)]);
-    let (ta, tb) = (a.target(), b.target());
+    let mut server_payload = vec![0u8; size as usize];
+    let sa = [a.send_sge(size)];
+    let sb = b.as_deref().map(|b| [b.send_sge(size)]);
+    let ta = a.peer;
     let clock = Stamp(Instant::now());
     let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), iters);
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
     let mut stall = Stall::new();
-    let value = |i: u64| (i % 255) as u8 + 1;
     let mut b_seen = 0u64; // pings the server has answered
     let mut byte = [0u8; 1];
     for i in 0..iters {
-        let v = value(i);
+        let v = write_lat_value(i);
         stamps.push(clock.ns());
         if use_inline {
             payload[last] = v;
             let parts: [&[u8]; 1] = [&payload];
-            a.qps[0].post_send(&[SendWr::rdma_write_inline(0, &parts, tb).signaled()])
+            a.qps[0].post_send(&[SendWr::rdma_write_inline(0, &parts, ta).signaled()])
         } else {
             a.mr.write(last, &[v]);
-            a.qps[0].post_send(&[SendWr::rdma_write(0, &sa, tb).signaled()])
+            a.qps[0].post_send(&[SendWr::rdma_write(0, &sa, ta).signaled()])
         }
         .map_err(|e| post_error(a.name, "an RDMA WRITE", e))?;
         loop {
             let mut moved = 0;
-            // The server: has ping `b_seen` arrived?
-            b.mr.read(b.half + last, &mut byte);
-            if b_seen <= i && byte[0] == value(b_seen) {
-                let w = value(b_seen);
-                if use_inline {
-                    payload[last] = w;
-                    let parts: [&[u8]; 1] = [&payload];
-                    b.qps[0].post_send(&[SendWr::rdma_write_inline(0, &parts, ta).signaled()])
-                } else {
-                    b.mr.write(last, &[w]);
-                    b.qps[0].post_send(&[SendWr::rdma_write(0, &sb, ta).signaled()])
+            if let (Some(b), Some(sb)) = (b.as_deref_mut(), &sb) {
+                if b_seen <= i
+                    && write_lat_answer(b, b_seen, size, use_inline, &mut server_payload, sb, None)?
+                {
+                    b_seen += 1;
+                    moved += 1;
                 }
-                .map_err(|e| post_error(b.name, "an RDMA WRITE", e))?;
-                b_seen += 1;
-                moved += 1;
+                moved += poll_side(b, &mut wc, sb, |_| {})?;
             }
-            moved += poll_side(b, &mut wc, &sb, |_| {})?;
             moved += poll_side(a, &mut wc, &sa, |_| {})?;
             a.mr.read(a.half + last, &mut byte);
             if byte[0] == v {
@@ -703,6 +985,77 @@ fn write_lat<B: Bus>(
     Ok(stamps)
 }
 
+/// The server of write-lat in its own process: answers `cfg.iters` writes and returns
+/// the stamps of its answers.
+pub(super) fn serve_write_lat<B: Bus>(
+    cfg: &PerfConfig,
+    size: u64,
+    inline: u32,
+    b: &mut Side<'_, '_, '_, B>,
+    pump: &dyn Fn(),
+) -> Result<Vec<u64>, CliError> {
+    let iters = cfg.iters;
+    let mut stamps = Vec::with_capacity(iters as usize);
+    let use_inline = size <= u64::from(inline);
+    let mut payload = vec![0u8; size as usize];
+    let sb = [b.send_sge(size)];
+    let clock = Stamp(Instant::now());
+    let mut wc = [WorkCompletion::default(); POLL_BATCH];
+    let mut stall = Stall::new();
+    let mut seen = 0u64;
+    while seen < iters {
+        let mut moved = 0;
+        if write_lat_answer(
+            b,
+            seen,
+            size,
+            use_inline,
+            &mut payload,
+            &sb,
+            Some((&clock, &mut stamps)),
+        )? {
+            seen += 1;
+            moved += 1;
+        }
+        moved += poll_side(b, &mut wc, &sb, |_| {})?;
+        if moved == 0 {
+            pump();
+            stall.idle(&|| format!("{seen} of {iters} RDMA WRITEs answered"))?;
+        } else {
+            stall.progress();
+        }
+    }
+    Ok(stamps)
+}
+
+/// The server of send-bw in its own process: takes (and reposts) `cfg.iters`
+/// receives on every QP.
+pub(super) fn serve_send_bw<B: Bus>(
+    cfg: &PerfConfig,
+    b: &mut Side<'_, '_, '_, B>,
+    pump: &dyn Fn(),
+) -> Result<(), CliError> {
+    let total = cfg.iters * u64::from(cfg.qps);
+    let rb = [b.recv_sge()];
+    let mut wc = [WorkCompletion::default(); POLL_BATCH];
+    let mut stall = Stall::new();
+    let mut got = 0u64;
+    while got < total {
+        let n = poll_side(b, &mut wc, &rb, |c| {
+            if c.opcode == WcOpcode::Recv {
+                got += 1;
+            }
+        })?;
+        if n == 0 {
+            pump();
+            stall.idle(&|| format!("{got} of {total} SEND messages received"))?;
+        } else {
+            stall.progress();
+        }
+    }
+    Ok(())
+}
+
 /// The work request of a one-sided test: an RDMA READ of `size` bytes, or the atomic.
 fn one_sided_wr<'a>(
     verb: Verb,
@@ -719,18 +1072,17 @@ fn one_sided_wr<'a>(
 }
 
 /// RDMA READ or atomic latency (ib_read_lat, ib_atomic_lat): one request at a time,
-/// each stamped when posted and waited for.
+/// each stamped when posted and waited for. The responder needs no help.
 fn one_sided_lat<B: Bus>(
     cfg: &PerfConfig,
     size: u64,
     a: &mut Side<'_, '_, '_, B>,
-    b: &Side<'_, '_, '_, B>,
     pump: &dyn Fn(),
 ) -> Result<Vec<u64>, CliError> {
     let iters = cfg.iters;
     let mut stamps = Vec::with_capacity(iters as usize);
     let sge = [a.send_sge(size)];
-    let target = b.target();
+    let target = a.peer;
     let clock = Stamp(Instant::now());
     let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), iters);
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
@@ -765,14 +1117,14 @@ fn one_sided_lat<B: Bus>(
 
 /// Bandwidth (ib_*_bw): the client keeps up to the TX depth of requests outstanding
 /// on every QP, posting post lists and signaling one request in `cq_mod`; the server
-/// (SEND) reposts receive requests. Returns the post and completion stamps, indexed by
-/// the request's rank over all QPs.
+/// (SEND), when in this process, reposts receive requests. Returns the post and
+/// completion stamps, indexed by the request's rank over all QPs.
 fn bw<B: Bus>(
     cfg: &PerfConfig,
     size: u64,
     inline: u32,
     a: &mut Side<'_, '_, '_, B>,
-    b: &mut Side<'_, '_, '_, B>,
+    mut b: Option<&mut Side<'_, '_, '_, B>>,
     pump: &dyn Fn(),
 ) -> Result<(Vec<u64>, Vec<u64>), CliError> {
     let qps = a.qps.len();
@@ -791,8 +1143,8 @@ fn bw<B: Bus>(
     let use_inline =
         cfg.test.verb != Verb::Read && cfg.test.verb != Verb::Atomic && size <= u64::from(inline);
     let sge = [a.send_sge(size)];
-    let rb = [b.recv_sge()];
-    let target = b.target();
+    let rb = b.as_deref().map(|b| [b.recv_sge()]);
+    let target = a.peer;
     let make = |wr_id: u64| match cfg.test.verb {
         Verb::Send if use_inline => SendWr::send_inline(wr_id, &parts),
         Verb::Send => SendWr::send(wr_id, &sge),
@@ -840,8 +1192,8 @@ fn bw<B: Bus>(
             }
         };
         moved += poll_side(a, &mut wc, &sge, &mut retire)?;
-        if cfg.test.has_recv() {
-            moved += poll_side(b, &mut wc, &rb, |_| {})?;
+        if let (Some(b), Some(rb), true) = (b.as_deref_mut(), &rb, cfg.test.has_recv()) {
+            moved += poll_side(b, &mut wc, rb, |_| {})?;
         }
         if moved == 0 {
             pump();

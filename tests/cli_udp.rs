@@ -1,0 +1,323 @@
+//! `ferroverbs perf --server` / `--client` as a user runs them: two OS processes, each
+//! with one simulated NIC bound to its own 127.x.y.z address, meeting over TCP as
+//! perftest's two sides do and then running the test as RoCEv2 over UDP. Every test
+//! with a few iterations: both processes exit 0 and the client prints perftest's
+//! information block, column header and result lines.
+//!
+//! Each run uses its own pair of loopback addresses, derived from this process's id
+//! and the test, so that tests (and concurrent test runs) do not share sockets.
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const RESULT_LINE: &str =
+    "---------------------------------------------------------------------------------------";
+const LAT_COLUMNS: &str = "#bytes #iterations t_min[usec] t_max[usec] t_typical[usec] \
+                           t_avg[usec] t_stdev[usec] 99% percentile[usec] 99.9% \
+                           percentile[usec]";
+const BW_COLUMNS: &str = "#bytes #iterations BW peak[MiB/sec] BW average[MiB/sec] MsgRate[Mpps]";
+
+/// A whole run must end within this (debug builds on a loaded machine are slow).
+const RUN_TIMEOUT: Duration = Duration::from_secs(180);
+
+struct Run {
+    code: Option<i32>,
+    out: String,
+    err: String,
+}
+
+fn spawn(args: &[String]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_ferroverbs"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the ferroverbs binary runs")
+}
+
+fn finish(mut c: Child, deadline: Instant) -> Run {
+    // Drain the pipes on threads so a chatty child never blocks.
+    let mut so = c.stdout.take().unwrap();
+    let mut se = c.stderr.take().unwrap();
+    let to = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        s
+    });
+    let te = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = se.read_to_string(&mut s);
+        s
+    });
+    let code = loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            break st.code();
+        }
+        if Instant::now() > deadline {
+            let _ = c.kill();
+            let _ = c.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        code,
+        out: to.join().unwrap(),
+        err: te.join().unwrap(),
+    }
+}
+
+/// The server's and the client's NIC addresses for test number `k`.
+fn addresses(k: u8) -> (String, String) {
+    let base = format!("127.{}.{k}", 150 + std::process::id() % 100);
+    (format!("{base}.1"), format!("{base}.2"))
+}
+
+/// Runs `perf <server args>` as the server and `perf <client args>` as the client.
+fn pair_with(k: u8, server_args: &[&str], client_args: &[&str]) -> (Run, Run) {
+    let (sip, cip) = addresses(k);
+    let mut s: Vec<String> = ["perf"]
+        .iter()
+        .chain(server_args)
+        .map(|x| x.to_string())
+        .collect();
+    s.extend(["--server", "--bind", &sip, "--ip", &sip].map(String::from));
+    let mut c: Vec<String> = ["perf"]
+        .iter()
+        .chain(client_args)
+        .map(|x| x.to_string())
+        .collect();
+    c.extend(["--client", &sip, "--ip", &cip].map(String::from));
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    let server = spawn(&s);
+    let client = spawn(&c);
+    let cr = finish(client, deadline);
+    let sr = finish(server, deadline);
+    (sr, cr)
+}
+
+fn pair(k: u8, args: &[&str]) -> (Run, Run) {
+    pair_with(k, args, args)
+}
+
+/// Checks a successful run and returns the client's result rows.
+fn check(k: u8, args: &[&str], title: &str, columns: &str) -> (Run, Run, Vec<Vec<f64>>) {
+    let (s, c) = pair(k, args);
+    let ctx = format!(
+        "{args:?}\n--- server ({:?}):\n{}\n{}\n--- client ({:?}):\n{}\n{}",
+        s.code, s.out, s.err, c.code, c.out, c.err
+    );
+    assert_eq!(c.code, Some(0), "{ctx}");
+    assert_eq!(s.code, Some(0), "{ctx}");
+    assert!(
+        s.out.contains("* Waiting for client to connect... *"),
+        "{ctx}"
+    );
+    for out in [&s.out, &c.out] {
+        assert!(out.lines().any(|l| l.trim() == title), "{ctx}");
+        assert!(out.contains("RoCEv2 over UDP"), "{ctx}");
+        assert!(out.contains(" local address: LID 0000 QPN "), "{ctx}");
+    }
+    // The client's report is the in-process one: header, rows, closing line.
+    assert!(c.out.starts_with(RESULT_LINE), "{ctx}");
+    let lines: Vec<&str> = c.out.lines().collect();
+    let h = lines
+        .iter()
+        .position(|l| l.split_whitespace().collect::<Vec<_>>().join(" ") == columns)
+        .unwrap_or_else(|| panic!("column header missing: {ctx}"));
+    let rows: Vec<Vec<f64>> = lines[h + 1..]
+        .iter()
+        .take_while(|l| **l != RESULT_LINE)
+        .map(|l| {
+            l.split_whitespace()
+                .map(|f| f.parse::<f64>().unwrap_or_else(|_| panic!("{l:?}: {ctx}")))
+                .collect()
+        })
+        .collect();
+    assert!(!rows.is_empty(), "{ctx}");
+    let width = if columns == LAT_COLUMNS { 9 } else { 5 };
+    for r in &rows {
+        assert_eq!(r.len(), width, "{r:?}: {ctx}");
+        // t_min and t_max, or the message rate.
+        assert!(r[2] > 0.0 && r[width - 1] > 0.0, "{r:?}: {ctx}");
+    }
+    // The wire summary on standard error: no datagram dropped by the link.
+    for err in [&s.err, &c.err] {
+        assert!(err.contains("ferroverbs: UDP link"), "{ctx}");
+        assert!(err.contains("(0 dropped by the link)"), "{ctx}");
+    }
+    (s, c, rows)
+}
+
+#[test]
+fn send_lat() {
+    let (s, _, rows) = check(
+        1,
+        &["send-lat", "-n", "20"],
+        "Send Latency Test",
+        LAT_COLUMNS,
+    );
+    assert_eq!((rows[0][0], rows[0][1]), (2.0, 20.0));
+    // The server reports its own latency, as perftest's does.
+    assert!(
+        s.out
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>().join(" ") == LAT_COLUMNS),
+        "{}",
+        s.out
+    );
+}
+
+#[test]
+fn send_bw() {
+    let (_, _, rows) = check(
+        2,
+        &["send-bw", "-n", "32", "-s", "2048"],
+        "Send BW Test",
+        BW_COLUMNS,
+    );
+    assert_eq!((rows[0][0], rows[0][1]), (2048.0, 32.0));
+}
+
+#[test]
+fn write_lat_inline_and_not() {
+    let (_, _, rows) = check(
+        3,
+        &["write-lat", "-n", "20", "-s", "64"],
+        "RDMA_Write Latency Test",
+        LAT_COLUMNS,
+    );
+    assert_eq!((rows[0][0], rows[0][1]), (64.0, 20.0));
+    let (_, c, rows) = check(
+        4,
+        &["write-lat", "-n", "10", "-s", "3000"],
+        "RDMA_Write Latency Test",
+        LAT_COLUMNS,
+    );
+    assert_eq!(rows[0][0], 3000.0);
+    assert!(c.out.contains(" RKey 0x"), "{}", c.out);
+}
+
+#[test]
+fn write_bw_on_several_qps() {
+    let (s, c, rows) = check(
+        5,
+        &["write-bw", "-n", "32", "-s", "4096", "-q", "3"],
+        "RDMA_Write BW Test",
+        BW_COLUMNS,
+    );
+    assert_eq!(rows[0][1], 96.0, "iterations times QPs");
+    assert_eq!(c.out.matches(" local address:").count(), 3);
+    // The passive server prints no result table.
+    assert!(!s.out.contains("#bytes"), "{}", s.out);
+}
+
+#[test]
+fn read_lat_and_bw() {
+    let (_, _, rows) = check(
+        6,
+        &["read-lat", "-n", "20"],
+        "RDMA_Read Latency Test",
+        LAT_COLUMNS,
+    );
+    assert_eq!(rows[0][1], 20.0);
+    let (_, _, rows) = check(
+        7,
+        &["read-bw", "-n", "32", "-s", "4096"],
+        "RDMA_Read BW Test",
+        BW_COLUMNS,
+    );
+    assert_eq!(rows[0][0], 4096.0);
+}
+
+#[test]
+fn atomic_lat_and_bw() {
+    check(
+        8,
+        &["atomic-lat", "-n", "20", "-A", "CMP_AND_SWAP"],
+        "Atomic CMP_AND_SWAP Latency Test",
+        LAT_COLUMNS,
+    );
+    let (_, _, rows) = check(
+        9,
+        &["atomic-bw", "-n", "32"],
+        "Atomic FETCH_AND_ADD BW Test",
+        BW_COLUMNS,
+    );
+    assert_eq!(rows[0][0], 8.0);
+}
+
+#[test]
+fn large_messages() {
+    let (_, _, rows) = check(
+        10,
+        &["send-lat", "-s", "4096", "-n", "10", "-H"],
+        "Send Latency Test",
+        LAT_COLUMNS,
+    );
+    assert_eq!(rows.len(), 1);
+    let (_, _, rows) = check(
+        11,
+        &["write-bw", "-s", "65536", "-n", "8", "-t", "2"],
+        "RDMA_Write BW Test",
+        BW_COLUMNS,
+    );
+    assert_eq!(rows[0][0], 65536.0);
+}
+
+#[test]
+fn deterministic_devices_stepped_by_each_process() {
+    check(
+        12,
+        &[
+            "write-bw",
+            "-n",
+            "32",
+            "-s",
+            "8192",
+            "--sim-mode",
+            "deterministic",
+        ],
+        "RDMA_Write BW Test",
+        BW_COLUMNS,
+    );
+    check(
+        13,
+        &["send-lat", "-n", "20", "--sim-mode", "deterministic"],
+        "Send Latency Test",
+        LAT_COLUMNS,
+    );
+}
+
+#[test]
+fn different_options_on_the_two_sides_are_refused() {
+    let (s, c) = pair_with(14, &["send-lat", "-n", "20"], &["send-lat", "-n", "30"]);
+    for r in [&s, &c] {
+        assert_eq!(r.code, Some(3), "{}\n{}", r.out, r.err);
+        assert!(r.err.contains("same options"), "{}", r.err);
+        assert!(
+            r.err.contains("server iters=20, client iters=30"),
+            "{}",
+            r.err
+        );
+    }
+}
+
+#[test]
+fn cross_process_options_without_a_side_are_usage_errors() {
+    for args in [
+        &["perf", "send-lat", "--ip", "127.0.0.5"][..],
+        &["perf", "send-lat", "--udp-port", "5000"],
+        &["perf", "send-lat", "--client", "h", "--bind", "127.0.0.1"],
+        &["perf", "send-lat", "--server", "--ip", "::1"],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_ferroverbs"))
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("error:"), "{args:?}: {err}");
+    }
+}
