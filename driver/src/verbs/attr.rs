@@ -123,19 +123,27 @@ impl Transition {
         }
     }
 
-    /// The attributes the transition requires on a QP of type `ty` (RC or UD).
+    /// The attributes the transition requires on a QP of type `ty` (`ibv_modify_qp(3)`,
+    /// Linux `qp_state_table`): RC as [`Transition::required`]; UC without the RC-only
+    /// ones (no `max_dest_rd_atomic` or `min_rnr_timer` at INIT→RTR, no `timeout`,
+    /// `retry_cnt`, `rnr_retry` or `max_rd_atomic` at RTR→RTS); UD with the Q_Key.
     pub fn required_for(self, ty: QpType) -> &'static [Attribute] {
         use Attribute::*;
         match (ty, self) {
             (QpType::Ud, Transition::ResetToInit) => &[PkeyIndex, Port, Qkey],
             (QpType::Ud, Transition::RtrToRts) => &[SqPsn],
             (QpType::Ud, _) => &[],
+            (QpType::Uc, Transition::InitToRtr) => &[AddressVector, PathMtu, DestQpn, RqPsn],
+            (QpType::Uc, Transition::RtrToRts) => &[SqPsn],
             _ => self.required(),
         }
     }
 
     /// The attributes the transition accepts besides the required ones on a QP of
-    /// type `ty` (UD: the Q_Key and the P_Key index where the mlx5 commands take them).
+    /// type `ty`: RC as [`Transition::optional`]; UD: the Q_Key and the P_Key index
+    /// where the mlx5 commands take them; UC without `min_rnr_timer` and the
+    /// READ/atomic depths, retry counts and timeout (SQD→RTS: access, P_Key index and
+    /// the address vector, Linux's UC row of `qp_state_table`).
     pub fn optional_for(self, ty: QpType) -> &'static [Attribute] {
         use Attribute::*;
         match (ty, self) {
@@ -143,6 +151,8 @@ impl Transition {
             (QpType::Ud, Transition::InitToRtr | Transition::SqdToRts) => &[PkeyIndex, Qkey],
             (QpType::Ud, Transition::RtrToRts | Transition::RtsToRts) => &[Qkey],
             (QpType::Ud, _) => &[],
+            (QpType::Uc, Transition::RtrToRts | Transition::RtsToRts) => &[AccessFlags],
+            (QpType::Uc, Transition::SqdToRts) => &[AccessFlags, PkeyIndex, AddressVector],
             _ => self.optional(),
         }
     }
@@ -433,9 +443,31 @@ impl QpAttr {
     }
 
     /// Checks the attributes against what `t` requires and accepts on a QP of type
-    /// `ty`, and the range of each value given.
+    /// `ty` ([`Transition::required_for`], [`Transition::optional_for`]), and the range
+    /// of each value given; a UC QP also refuses remote READ and atomic access rights,
+    /// which its transport cannot carry
+    /// ([`Error::AccessNotSupported`](super::Error::AccessNotSupported)).
     pub fn check_for(&self, t: Transition, ty: QpType) -> Result<()> {
         use Attribute::*;
+        if ty == QpType::Uc {
+            if let Some(a) = self.access {
+                let mut bad = super::AccessFlags::empty();
+                for f in [
+                    super::AccessFlags::REMOTE_READ,
+                    super::AccessFlags::REMOTE_ATOMIC,
+                ] {
+                    if a.contains(f) {
+                        bad |= f;
+                    }
+                }
+                if bad != super::AccessFlags::empty() {
+                    return Err(Error::AccessNotSupported {
+                        qp_type: ty,
+                        access: bad,
+                    });
+                }
+            }
+        }
         for &a in t.required_for(ty) {
             if !self.has(a) {
                 return Err(Error::MissingAttribute {

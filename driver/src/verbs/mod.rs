@@ -171,6 +171,15 @@ pub enum Error {
     /// write, as verbs forbids).
     #[error("invalid access flags {0:?}: remote write and remote atomic need LOCAL_WRITE")]
     InvalidAccess(AccessFlags),
+    /// Remote access rights the QP's transport cannot carry (REMOTE_READ or
+    /// REMOTE_ATOMIC on a UC QP: UC has only SEND and RDMA WRITE).
+    #[error("{qp_type:?} QPs do not support the access rights {access:?}")]
+    AccessNotSupported {
+        /// The QP's transport.
+        qp_type: QpType,
+        /// The rights refused.
+        access: AccessFlags,
+    },
     /// An argument is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),

@@ -97,7 +97,9 @@ pub struct QpInitAttr<'q, 'ctx, B: Bus> {
     /// Copy single-WQE posts through the BlueFlame register when the device has one
     /// (rdma-core's default); `false` always rings the 8-byte doorbell.
     pub blueflame: bool,
-    /// The transport: [`QpType::Rc`] ([`QpInitAttr::new`]) or [`QpType::Ud`]
+    /// The transport: [`QpType::Rc`] ([`QpInitAttr::new`]), [`QpType::Uc`]
+    /// ([`QpInitAttr::with_type`]: SEND and RDMA WRITE only, no acknowledgements;
+    /// posting a READ or an atomic is [`PostError::UnsupportedOp`]) or [`QpType::Ud`]
     /// ([`QpInitAttr::ud`]).
     pub qp_type: QpType,
 }
@@ -129,6 +131,12 @@ impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
             qp_type: QpType::Ud,
             ..Self::new(send_cq, recv_cq, cap)
         }
+    }
+
+    /// The same with transport `qp_type`.
+    pub fn with_type(mut self, qp_type: QpType) -> Self {
+        self.qp_type = qp_type;
+        self
     }
 }
 
@@ -488,7 +496,8 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         let ovh = match init.qp_type {
             QpType::Rc => RC_SQ_OVERHEAD,
             QpType::Ud => UD_SQ_OVERHEAD,
-            QpType::Uc => return Err(Error::InvalidArgument("UC queue pairs are not supported")),
+            // UC: control and remote address segments, as RC without atomics.
+            QpType::Uc => RC_SQ_OVERHEAD,
         };
         let geo = geometry_with(&Limits::of(ctx), &init.cap, ovh)?;
         let uar = alloc_uar(ctx)?;
@@ -522,10 +531,11 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             .ok_or(Error::InvalidArgument("QP buffer too large"))?;
         let mut input = new_input(Opcode::CreateQp, 0, len);
         let q = |f| in_command(f);
-        // MLX5_QP_ST_RC 0, MLX5_QP_ST_UD 2.
+        // MLX5_QP_ST_RC 0, MLX5_QP_ST_UC 1, MLX5_QP_ST_UD 2.
         let st = match init.qp_type {
+            QpType::Rc => 0,
+            QpType::Uc => 1,
             QpType::Ud => 2,
-            _ => 0,
         };
         q(qpc::st).set(&mut input, st);
         q(qpc::pm_state).set(&mut input, 3); // migrated
@@ -569,8 +579,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             Arc::clone(ctx.bus()),
         )?;
         if init.qp_type != QpType::Rc {
-            q.sq_cfg.qp_type = init.qp_type;
-            q.restart()?;
+            q.set_qp_type(init.qp_type)?;
         }
         init.send_cq.attach(Arc::clone(&q.shared));
         if !Arc::ptr_eq(init.send_cq.core(), init.recv_cq.core()) {
@@ -641,6 +650,17 @@ impl<B: Bus> Queues<B> {
             buf,
             max_msg: u32::MAX,
         })
+    }
+
+    /// Makes the send ring write WQEs for transport `ty` (before any post).
+    pub(crate) fn set_qp_type(&mut self, ty: QpType) -> Result<()> {
+        self.sq_cfg.qp_type = ty;
+        self.restart()
+    }
+
+    /// The transport.
+    pub(crate) fn qp_type(&self) -> QpType {
+        self.sq_cfg.qp_type
     }
 
     /// The WQE index the next send request gets.
@@ -986,7 +1006,7 @@ impl<'a, B: Bus> QueuePair<'a, B> {
             from: self.q.state,
             to,
         })?;
-        let ty = self.q.sq_cfg.qp_type;
+        let ty = self.q.qp_type();
         attr.check_for(t, ty)?;
         let port = attr.port.unwrap_or(self.port);
         if attr.port.is_some() {
@@ -1066,7 +1086,12 @@ impl<'a, B: Bus> QueuePair<'a, B> {
 
     fn modify_input(&self, t: Transition, attr: &QpAttr, port: u8) -> Vec<u8> {
         let mut opt = 0u32;
-        let access_mask = MLX5_QP_OPTPAR_RRE | MLX5_QP_OPTPAR_RAE | MLX5_QP_OPTPAR_RWE;
+        let access_mask = if self.q.qp_type() == QpType::Uc {
+            // UC carries no READ or atomic: only the write right is a parameter.
+            MLX5_QP_OPTPAR_RWE
+        } else {
+            MLX5_QP_OPTPAR_RRE | MLX5_QP_OPTPAR_RAE | MLX5_QP_OPTPAR_RWE
+        };
         let hw = hw_transition(t);
         let mut input = transition_input(hw, self.qpn, 0);
         if !hw.has_qpc() {

@@ -26,6 +26,7 @@
 pub mod cq;
 pub mod mem;
 pub mod qp;
+pub mod recv;
 pub mod wqe;
 
 use std::collections::{HashMap, VecDeque};
@@ -127,8 +128,8 @@ pub struct DataPathStats {
     pub rx_malformed: u64,
     /// Dropped: not addressed to a port of this device.
     pub rx_not_mine: u64,
-    /// Dropped: a transport other than RC and UD, or a UD packet for a QP that is
-    /// not UD.
+    /// Dropped: a transport other than RC, UC and UD, or a UD packet for a QP that
+    /// is not UD.
     pub rx_unsupported: u64,
     /// Dropped: no such QP (or not RC).
     pub rx_no_qp: u64,
@@ -172,6 +173,11 @@ pub struct DataPathStats {
     pub read_responses: u64,
     /// Atomics executed.
     pub atomics: u64,
+    /// UC messages dropped by the responder (a lost packet, no receive WQE, a bad
+    /// rkey or length: see [`transport::uc`]).
+    pub uc_msgs_dropped: u64,
+    /// UC packets dropped because they continued no message in progress.
+    pub uc_pkts_dropped: u64,
 }
 
 /// The device's ports as the data path sees them.
@@ -829,7 +835,12 @@ impl Engine {
             cx.stats.stray_doorbells += 1;
             return;
         };
-        if qp.cfg.uar != uar || !matches!(qp.cfg.st, ServiceType::Rc | ServiceType::Ud) {
+        if qp.cfg.uar != uar
+            || !matches!(
+                qp.cfg.st,
+                ServiceType::Rc | ServiceType::Uc | ServiceType::Ud
+            )
+        {
             cx.stats.stray_doorbells += 1;
             return;
         }
@@ -946,7 +957,7 @@ impl Engine {
             self.receive_ud(fw, io, irqs, now, &repr, payload, ip_header.unwrap_or(&[]));
             return;
         }
-        if op.transport() != wire::Transport::Rc {
+        if !matches!(op.transport(), wire::Transport::Rc | wire::Transport::Uc) {
             self.stats.rx_unsupported += 1;
             return;
         }
@@ -956,7 +967,13 @@ impl Engine {
             cx.stats.rx_no_qp += 1;
             return;
         };
-        if qp.cfg.st != ServiceType::Rc {
+        // The packet's transport must be the QP's (an RC opcode to a UC QP is not
+        // for it, and the reverse).
+        let st_ok = match op.transport() {
+            wire::Transport::Uc => qp.cfg.st == ServiceType::Uc,
+            _ => qp.cfg.st == ServiceType::Rc,
+        };
+        if !st_ok {
             cx.stats.rx_no_qp += 1;
             return;
         }

@@ -40,6 +40,7 @@
 pub mod completer;
 pub mod requester;
 pub mod responder;
+pub mod uc;
 pub mod ud;
 
 use crate::engine::mem::KeyError;
@@ -100,11 +101,12 @@ pub fn send_packet(
     Ok(())
 }
 
-/// Fetches and transmits what QP `qp` may send now: the RC requester, or the UD one
-/// ([`ud::pump`]).
+/// Fetches and transmits what QP `qp` may send now: the RC requester, the UC one
+/// ([`uc::pump`]) or the UD one ([`ud::pump`]).
 pub fn pump(qp: &mut crate::engine::QpRt, cx: &mut Ctx) {
     match qp.cfg.st {
         crate::firmware::ServiceType::Ud => ud::pump(qp, cx),
+        crate::firmware::ServiceType::Uc => uc::pump(qp, cx),
         _ => requester::pump(qp, cx),
     }
 }

@@ -21,7 +21,8 @@ use ferroverbs_hw::datapath::eqe::{
 
 use crate::engine::cq::CqeKind;
 use crate::engine::mem::{self, Need};
-use crate::engine::wqe::{self, RecvError};
+use crate::engine::recv::{self, TakeError};
+use crate::engine::wqe::RecvError;
 use crate::engine::{Ctx, InMsg, Pkt, QpRt, Resource, Synd};
 use crate::wire::aeth::{self, NakCode, Syndrome};
 use crate::wire::opcode::{Operation, Position};
@@ -36,6 +37,9 @@ const MASK24: u32 = 0x00ff_ffff;
 
 /// Handles a request packet for `qp`.
 pub fn on_request(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
+    if qp.cfg.st == crate::firmware::ServiceType::Uc {
+        return super::uc::on_request(qp, cx, pkt);
+    }
     if !matches!(qp.state, QpcState::Rtr | QpcState::Rts | QpcState::Sqd) {
         cx.stats.rx_bad_state += 1;
         return;
@@ -187,27 +191,13 @@ fn recv_error(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, syndrome: u8, code: NakCode
 
 /// Takes the next receive WQE. `Ok(false)`: none posted (RNR).
 fn take_rwqe(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, scatter: bool) -> Result<bool, ()> {
-    if qp.rq_posted(cx.io) == 0 {
-        rnr_nak(qp, cx, psn);
-        return Ok(false);
-    }
-    let counter = qp.rq_ci;
-    qp.rq_ci = qp.rq_ci.wrapping_add(1);
-    let rw = &mut qp.resp.rwqe;
-    rw.active = true;
-    rw.counter = counter;
-    rw.got = 0;
-    rw.total = 0;
-    rw.sges.clear();
-    if !scatter {
-        return Ok(true);
-    }
-    match wqe::parse_recv(cx.fw, cx.io, &qp.cfg, counter, &mut rw.sges) {
-        Ok(()) => {
-            rw.total = mem::total(&rw.sges);
-            Ok(true)
+    match recv::take(qp, cx, scatter) {
+        Ok(()) => Ok(true),
+        Err(TakeError::Empty) => {
+            rnr_nak(qp, cx, psn);
+            Ok(false)
         }
-        Err(e) => {
+        Err(TakeError::Bad(e)) => {
             let synd = match e {
                 RecvError::Prot => MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
                 RecvError::Unreadable => MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
