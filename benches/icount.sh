@@ -12,15 +12,23 @@ BIN=target/release/examples/fastpath_icount
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 printf '%-8s %12s %10s %s\n' case Ir iterations Ir/op
-for c in inline inline_db send send_db list16 recv poll empty; do
+CASES=${CASES:-inline inline_db send send_db list16 recv poll empty t_inline t_inline_db t_send t_send_db t_list16 t_poll t_empty}
+for c in $CASES; do
     fn='*icount_post_send*'
-    case $c in poll|empty) fn='*icount_poll*' ;; recv) fn='*icount_post_recv*' ;; esac
+    case $c in
+        poll|empty) fn='*icount_poll*' ;;
+        t_poll|t_empty) fn='*icount_take_one*' ;;
+        recv) fn='*icount_post_recv*' ;;
+        t_inline*) fn='*icount_post_typed_inline*' ;;
+        t_send*) fn='*icount_post_typed_send*' ;;
+        t_list16) fn='*icount_post_typed_list*' ;;
+    esac
     valgrind --tool=callgrind --toggle-collect="$fn" \
         --callgrind-out-file="$OUT/$c.out" "$BIN" "$c" "$N" >/dev/null 2>"$OUT/$c.log"
     ir=$(awk '/^summary:/ {print $2}' "$OUT/$c.out")
     per=$(awk -v a="$ir" -v b="$N" 'BEGIN { printf "%.1f", a / b }')
     extra=""
-    if [ "$c" = list16 ]; then
+    if [ "$c" = list16 ] || [ "$c" = t_list16 ]; then
         extra=$(awk -v a="$ir" -v b="$N" 'BEGIN { printf "  (%.1f per WR)", a / b / 16 }')
     fi
     printf '%-8s %12s %10s %s%s\n' "$c" "$ir" "$N" "$per" "$extra"

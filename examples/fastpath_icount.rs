@@ -17,11 +17,23 @@
 //! * `recv`: `post_recv` of one one-SGE receive request (doorbell record only);
 //! * `poll`: `poll` of one CQE into a one-entry array;
 //! * `empty`: `poll` of an empty CQ.
+//!
+//! The typed entries ([`SendBatch`](ferroverbs::verbs::SendBatch) and
+//! `CompletionQueue::poll_one`), same requests:
+//!
+//! * `t_inline`, `t_inline_db`: `qp.post()`, `send_inline` of 64 bytes (signaled),
+//!   `ring()` (BlueFlame; 8-byte doorbell);
+//! * `t_send`, `t_send_db`: the same with one gather entry;
+//! * `t_list16`: one batch of 16 `send`s (the last signaled), one doorbell;
+//! * `t_poll`: `poll_one` taking one CQE;
+//! * `t_empty`: `poll_one` of an empty CQ.
 use std::hint::black_box;
 use std::sync::Arc;
 
 use ferroverbs::verbs::fastpath::{DetachedCq, DetachedQp};
-use ferroverbs::verbs::{QpCap, QpState, RecvWr, SendWr, Sge, WorkCompletion};
+use ferroverbs::verbs::{
+    PostError, QpCap, QpState, RecvWr, SendFlags, SendWr, Sge, WorkCompletion,
+};
 use ferroverbs_hw::datapath::wqe::MLX5_OPCODE_SEND;
 use ferroverbs_hw::MemBus;
 
@@ -37,6 +49,53 @@ fn icount_post_recv(qp: &mut DetachedQp<MemBus>, wrs: &[RecvWr<'_>]) {
     let r = qp.post_recv(black_box(wrs));
     debug_assert!(r.is_ok());
     black_box(r).ok();
+}
+
+/// A typed post failed (never in these cases): out of line, so that the measured
+/// functions only test the result, as `?` would.
+#[cold]
+#[inline(never)]
+fn failed(e: PostError) -> ! {
+    panic!("post failed: {e}")
+}
+
+#[inline(never)]
+fn icount_post_typed_inline(qp: &mut DetachedQp<MemBus>, wr_id: u64, data: &[u8]) {
+    let Ok(mut b) = qp.post() else { return };
+    if let Err(e) = b.send_inline(wr_id, black_box(data), SendFlags::SIGNALED) {
+        failed(e);
+    }
+    b.ring();
+}
+
+#[inline(never)]
+fn icount_post_typed_send(qp: &mut DetachedQp<MemBus>, wr_id: u64, sge: &Sge) {
+    let Ok(mut b) = qp.post() else { return };
+    if let Err(e) = b.send(wr_id, black_box(sge), SendFlags::SIGNALED) {
+        failed(e);
+    }
+    b.ring();
+}
+
+#[inline(never)]
+fn icount_post_typed_list(qp: &mut DetachedQp<MemBus>, sges: &[Sge; 16]) {
+    let Ok(mut b) = qp.post() else { return };
+    for (i, sge) in sges.iter().enumerate() {
+        let flags = if i == 15 {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::NONE
+        };
+        if let Err(e) = b.send(i as u64, sge, flags) {
+            failed(e);
+        }
+    }
+    b.ring();
+}
+
+#[inline(never)]
+fn icount_take_one(cq: &mut DetachedCq<MemBus>) -> Option<WorkCompletion> {
+    cq.poll_one()
 }
 
 #[inline(never)]
@@ -137,9 +196,49 @@ fn main() {
                 assert_eq!(icount_poll(&mut cq, &mut wc), 0);
             }
         }
+        "t_inline" | "t_send" | "t_inline_db" | "t_send_db" => {
+            for i in 0..iters {
+                let idx = qp.next_send_index();
+                if case.starts_with("t_inline") {
+                    icount_post_typed_inline(&mut qp, 1, &payload);
+                } else {
+                    icount_post_typed_send(&mut qp, 1, &sge[0]);
+                }
+                cq.produce_send(0x77, idx, MLX5_OPCODE_SEND);
+                let n = cq.poll(&mut wc);
+                assert_eq!(n, 1, "iteration {i}");
+                assert_eq!(wc[0].wr_id, 1);
+            }
+        }
+        "t_list16" => {
+            let sges = [sge[0]; 16];
+            for _ in 0..iters {
+                icount_post_typed_list(&mut qp, black_box(&sges));
+                let last = qp.next_send_index().wrapping_sub(1);
+                cq.produce_send(0x77, last, MLX5_OPCODE_SEND);
+                assert_eq!(cq.poll(&mut wc), 1);
+                assert_eq!(wc[0].wr_id, 15);
+            }
+        }
+        "t_poll" => {
+            let one = [SendWr::send(1, &sge).signaled()];
+            for _ in 0..iters {
+                let idx = qp.next_send_index();
+                qp.post_send(&one).expect("post");
+                cq.produce_send(0x77, idx, MLX5_OPCODE_SEND);
+                let got = icount_take_one(&mut cq).expect("a completion");
+                assert_eq!(got.wr_id, 1);
+            }
+        }
+        "t_empty" => {
+            for _ in 0..iters {
+                assert!(icount_take_one(&mut cq).is_none());
+            }
+        }
         other => {
             eprintln!(
-                "unknown case {other}: inline, inline_db, send, send_db, list16, recv, poll, empty"
+                "unknown case {other}: inline, inline_db, send, send_db, list16, recv, poll, \
+                 empty, t_inline, t_inline_db, t_send, t_send_db, t_list16, t_poll, t_empty"
             );
             std::process::exit(2);
         }

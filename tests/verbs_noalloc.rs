@@ -1,6 +1,8 @@
 //! The fast path allocates nothing: a counting global allocator watches
 //! `post_send` (one inline SEND, a list of 16 gather SENDs, RDMA and atomic requests),
-//! `post_recv` and `poll` (hits and misses) of the verbs code over `MemBus`, with the
+//! `post_recv`, `poll` (hits and misses), and the typed entries (`QueuePair::post`
+//! batches: `send_inline`, `send`, `write_imm`, ... `ring`, a batch published on drop;
+//! `CompletionQueue::poll_one`) of the verbs code over `MemBus`, with the
 //! test playing the device (`verbs::fastpath`); and the same calls on real QPs and CQs
 //! of two simulated NICs (whose doorbells the simulator services on the posting
 //! thread, with its packet path allocating nothing in steady state). Allocations are
@@ -11,7 +13,9 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use ferroverbs::verbs::fastpath::{DetachedCq, DetachedQp};
-use ferroverbs::verbs::{QpCap, QpState, RecvWr, RemoteAddr, SendWr, Sge, WorkCompletion};
+use ferroverbs::verbs::{
+    QpCap, QpState, RecvWr, RemoteAddr, SendFlags, SendWr, Sge, WorkCompletion,
+};
 use ferroverbs_hw::datapath::wqe::MLX5_OPCODE_SEND;
 use ferroverbs_hw::MemBus;
 
@@ -134,6 +138,38 @@ fn post_and_poll_allocate_nothing() {
                 got += cq.poll(&mut wc);
             }
             assert_eq!(cq.poll(&mut wc), 0);
+            // The typed entries: one inline SEND (BlueFlame), then a batch of 16
+            // gather SENDs and an RDMA WRITE (one doorbell), a batch dropped without
+            // `ring` (published on drop), and `poll_one` for their completions.
+            let idx = qp.next_send_index();
+            let mut b = qp.post().unwrap();
+            b.send_inline(round, &payload, SendFlags::SIGNALED).unwrap();
+            b.ring();
+            cq.produce_send(7, idx, MLX5_OPCODE_SEND);
+            let mut b = qp.post().unwrap();
+            for i in 0..16 {
+                b.send(i, &sge[0], SendFlags::NONE).unwrap();
+            }
+            b.write_imm(17, &sge[0], remote, 5, SendFlags::SIGNALED)
+                .unwrap();
+            let last = b.next_index().wrapping_sub(1);
+            b.ring();
+            cq.produce_send(7, last, MLX5_OPCODE_SEND);
+            {
+                let mut b = qp.post().unwrap();
+                b.send_imm_inline(18, &payload[..9], 1, SendFlags::SIGNALED)
+                    .unwrap();
+                let last = b.next_index();
+                b.post(&SendWr::rdma_read(19, &sge, remote).signaled())
+                    .unwrap();
+                cq.produce_send(7, last, MLX5_OPCODE_SEND);
+            }
+            let last = qp.next_send_index().wrapping_sub(1);
+            cq.produce_send(7, last, MLX5_OPCODE_SEND);
+            for _ in 0..4 {
+                assert!(cq.poll_one().is_some());
+            }
+            assert!(cq.poll_one().is_none());
         }
     });
     assert_eq!(n, 0, "allocator calls on the fast path");
@@ -212,6 +248,25 @@ fn verbs_objects_on_the_simulator_allocate_nothing_in_steady_state() {
                 got.1 += cqa.poll(&mut wc);
             });
         }
+        // The same through the typed entries: a batch of one inline SEND, and
+        // `poll_one`.
+        run(&mut || qb.post_recv(&[RecvWr::new(3, &sg)]).unwrap());
+        run(&mut || {
+            let mut b = qa.post().unwrap();
+            b.send_inline(4, &payload, SendFlags::SIGNALED).unwrap();
+            b.ring();
+        });
+        let mut got = (None, None);
+        while got.0.is_none() || got.1.is_none() {
+            fabric.run_until_idle();
+            run(&mut || {
+                got.0 = got.0.or(cqb.poll_one());
+                got.1 = got.1.or(cqa.poll_one());
+            });
+        }
+        let (r, s) = (got.0.unwrap(), got.1.unwrap());
+        assert!(r.is_ok() && s.is_ok());
+        assert_eq!((r.wr_id, r.byte_len, s.wr_id), (3, 64, 4));
         n
     };
     // Warm up (the simulator's frame pool fills), then count.

@@ -35,6 +35,9 @@ use ferroverbs_hw::Bus;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+mod fast;
+pub use fast::SqCursor;
+
 /// Largest SQ in WQEBBs for which 16-bit counter differences stay unambiguous
 /// (`qpc.log_sq_size` cannot describe a larger one anyway).
 pub const MAX_SQ_WQEBBS: u32 = 1 << 15;
@@ -322,6 +325,10 @@ pub struct SendQueue<M: QueueMem, D: DoorbellWord> {
     /// Whether the lean writer of [`SendQueue::write_wqe`] applies: an RC queue (every
     /// operation valid, no address vector) that takes at least one gather entry.
     lean: bool,
+    /// The largest DS a BlueFlame copy takes: `buf_size / 16` (at most 63), or 0 when
+    /// the queue never uses BlueFlame (shut up, or register 0): the constant part of
+    /// [`use_blueflame`], computed once.
+    bf_max_ds: u8,
 }
 
 impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
@@ -388,6 +395,11 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
                 0
             },
             lean: cfg.qp_type == QpType::Rc && cfg.max_sge >= 1,
+            bf_max_ds: if cfg.shut_up_bf || cfg.bf.index == 0 {
+                0
+            } else {
+                (cfg.bf.buf_size / 16).min(usize::from(MAX_WQE_DS)) as u8
+            },
         })
     }
 
@@ -808,27 +820,24 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         bus.wmb();
 
         let offset = self.cfg.bf.reg + self.bf_offset;
-        let db = if use_blueflame(
-            self.cfg.shut_up_bf,
-            nreq,
-            &self.cfg.bf,
-            last.inline,
-            self.cfg.prefer_bf,
-            last.ds,
-        ) {
-            // Whole WQEBBs, straight from the ring; the source wraps at the ring end,
-            // the destination does not.
-            let first = u32::from(last.index);
-            let wqebbs = usize::from(wqebbs_for_ds(last.ds));
-            for k in 0..wqebbs {
-                let s = ((first + k as u32) & self.mask) as usize * BB;
-                self.buf
-                    .with_block64(s, |block| bus.write_block64(offset + k * BB, block));
-            }
-            Doorbell::BlueFlame {
-                offset,
-                len: wqebbs * BB,
-            }
+        // `use_blueflame` with its constant part precomputed (`bf_max_ds`).
+        let bf = nreq == 1
+            && last.ds > 1
+            && last.ds <= self.bf_max_ds
+            && (last.inline || self.cfg.prefer_bf);
+        debug_assert_eq!(
+            bf,
+            use_blueflame(
+                self.cfg.shut_up_bf,
+                nreq,
+                &self.cfg.bf,
+                last.inline,
+                self.cfg.prefer_bf,
+                last.ds,
+            )
+        );
+        let db = if bf {
+            self.blueflame(bus, offset, last)
         } else {
             // The first 8 bytes of the last WQE, kept from its post.
             bus.write64(offset, last.ctrl_head);
@@ -839,6 +848,24 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         };
         self.bf_offset ^= self.cfg.bf.buf_size;
         db
+    }
+
+    /// The BlueFlame copy of `last` to BAR0 `offset`: whole WQEBBs, straight from the
+    /// ring; the source wraps at the ring end, the destination does not. Out of line:
+    /// the 8-byte doorbell path stays short.
+    #[inline(never)]
+    fn blueflame<B: Bus + ?Sized>(&self, bus: &B, offset: usize, last: &LastWqe) -> Doorbell {
+        let first = u32::from(last.index);
+        let wqebbs = usize::from(wqebbs_for_ds(last.ds));
+        for k in 0..wqebbs {
+            let s = ((first + k as u32) & self.mask) as usize * BB;
+            self.buf
+                .with_block64(s, |block| bus.write_block64(offset + k * BB, block));
+        }
+        Doorbell::BlueFlame {
+            offset,
+            len: wqebbs * BB,
+        }
     }
 
     /// Posts `wrs` in order and rings one doorbell for those posted, as rdma-core's

@@ -85,7 +85,7 @@ pub(crate) struct Poller<B: Bus> {
     /// Index in `qps` of the last QP found.
     last: usize,
     /// CQEs of QPs this CQ does not know (destroyed QPs), skipped.
-    unknown: u64,
+    pub(crate) unknown: u64,
     /// Entries in the ring.
     pub(crate) ncqe: u32,
     /// The ring memory (and the doorbell record after it).
@@ -181,6 +181,87 @@ impl<B: Bus> Poller<B> {
             return 0;
         }
         self.poll_owned(wc)
+    }
+
+    /// See [`CompletionQueue::poll_one`]: the empty test of [`Poller::poll`], then,
+    /// out of line, one entry taken and decoded (no loop over a slice).
+    #[inline(always)]
+    pub(crate) fn poll_one(&mut self) -> Option<WorkCompletion> {
+        let op_own = self.owners.load_u8(self.next_owner);
+        if op_own >= 0xf0 || (op_own & 1) != self.next_parity {
+            return None;
+        }
+        self.take_one()
+    }
+
+    /// The rest of [`Poller::poll_one`] once the next entry is ours: take it, decode
+    /// it, publish the consumer index and move the owner test on by one entry (no
+    /// recomputation from the consumer index). A successful requester CQE is decoded
+    /// from one 20-byte read of the entry's tail (byte count .. `op_own`); every
+    /// other kind goes through [`decode`]. A CQE of an unknown QP (or of a kind verbs
+    /// does not report) is skipped, as `poll` skips it, and the next entry is tried.
+    #[inline(never)]
+    fn take_one(&mut self) -> Option<WorkCompletion> {
+        loop {
+            // The read barrier and the consumer index (the entry's offset is ours).
+            self.ring.take_owned(&*self.bus);
+            let own = self.next_owner;
+            // 64-byte entries: the `Cqe64` starts 63 bytes before its owner byte.
+            let base = own - (CQE_BYTES - 1);
+            let next = own + CQE_BYTES;
+            if next >= self.owners.len() {
+                self.next_owner = next - self.owners.len();
+                self.next_parity ^= 1;
+            } else {
+                self.next_owner = next;
+            }
+            // `struct mlx5_cqe64` bytes 44..64: byte_cnt, (8 bytes), sop_drop_qpn,
+            // wqe_counter, signature, op_own.
+            let mut t = [0u8; 20];
+            self.owners.read(base + 44, &mut t);
+            let sop_drop_qpn = u32::from_be_bytes([t[12], t[13], t[14], t[15]]);
+            let qpn = sop_drop_qpn & 0x00ff_ffff;
+            if t[19] >> 4 == MLX5_CQE_REQ {
+                let qps = self.qps.get_mut().unwrap_or_else(|p| p.into_inner());
+                if let Some(qp) = find(qps, qpn, &mut self.last) {
+                    let counter = u16::from_be_bytes([t[16], t[17]]);
+                    let d = REQ_DECODE[(sop_drop_qpn >> 24) as usize];
+                    let byte_cnt = u32::from_be_bytes([t[0], t[1], t[2], t[3]]);
+                    let wc = WorkCompletion {
+                        wr_id: qp.sq_retire(counter),
+                        opcode: d.opcode,
+                        byte_len: (byte_cnt & d.len_mask) | d.len_const,
+                        wc_flags: d.flags,
+                        qp_num: qpn,
+                        ..WorkCompletion::default()
+                    };
+                    self.ring.update_ci();
+                    return Some(wc);
+                }
+            } else if let Some(wc) = self.decode_one(base) {
+                return Some(wc);
+            }
+            self.ring.update_ci();
+            self.unknown += 1;
+            let op_own = self.owners.load_u8(self.next_owner);
+            if op_own >= 0xf0 || (op_own & 1) != self.next_parity {
+                return None;
+            }
+        }
+    }
+
+    /// [`decode`] of the entry at `base` (any kind), and on success the consumer
+    /// index published; out of line.
+    #[inline(never)]
+    fn decode_one(&mut self, base: usize) -> Option<WorkCompletion> {
+        let qps = self.qps.get_mut().unwrap_or_else(|p| p.into_inner());
+        let mut wc = WorkCompletion::default();
+        if decode(self.ring.mem(), base, qps, &mut self.last, &mut wc) {
+            self.ring.update_ci();
+            Some(wc)
+        } else {
+            None
+        }
     }
 
     /// The rest of [`Poller::poll`] once the next entry is ours: kept out of line so
@@ -334,6 +415,16 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
     #[inline]
     pub fn poll(&mut self, wc: &mut [WorkCompletion]) -> usize {
         self.p.poll(wc)
+    }
+
+    /// Polls one completion (the fast entry beside [`CompletionQueue::poll`], for
+    /// loops that handle completions one at a time): the same work completion `poll`
+    /// would write into a one-entry slice, and the same retiring of the work request
+    /// at its QP. `None` when the CQ is empty. Never blocks, allocates, locks or
+    /// makes a system call.
+    #[inline]
+    pub fn poll_one(&mut self) -> Option<WorkCompletion> {
+        self.p.poll_one()
     }
 
     /// Requests a completion event for the next completion (or the next solicited

@@ -112,6 +112,27 @@ impl<B: Bus> DetachedQp<B> {
         self.q.post_send(wrs)
     }
 
+    /// The QP's whole buffer (RQ, SQ, doorbell record), copied out: what the device
+    /// would read (for tests comparing the bytes two post paths write).
+    pub fn queue_bytes(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.q.buf.len()];
+        self.q.buf.read_bytes(0, &mut v);
+        v
+    }
+
+    /// The send doorbell record's value (what the device reads as the SQ producer
+    /// counter).
+    pub fn send_doorbell_record(&self) -> u32 {
+        let off = self.q.geo.dbr_offset() + 4 * ferroverbs_hw::datapath::dbr::MLX5_SND_DBR;
+        self.q.buf.read_be32(off)
+    }
+
+    /// [`QueuePair::post`](super::QueuePair::post): a batch of typed send requests.
+    #[inline(always)]
+    pub fn post(&mut self) -> std::result::Result<super::SendBatch<'_, B>, super::PostError> {
+        self.q.batch()
+    }
+
     /// [`QueuePair::post_recv`](super::QueuePair::post_recv).
     #[inline]
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), BadWr> {
@@ -145,6 +166,17 @@ impl<B: Bus> DetachedCq<B> {
     #[inline]
     pub fn poll(&mut self, wc: &mut [WorkCompletion]) -> usize {
         self.p.poll(wc)
+    }
+
+    /// [`CompletionQueue::skipped`](super::CompletionQueue::skipped).
+    pub fn skipped(&self) -> u64 {
+        self.p.unknown
+    }
+
+    /// [`CompletionQueue::poll_one`](super::CompletionQueue::poll_one).
+    #[inline]
+    pub fn poll_one(&mut self) -> Option<WorkCompletion> {
+        self.p.poll_one()
     }
 
     /// Writes `cqe` as the device would: at the producer index, body first, then

@@ -437,10 +437,10 @@ pub struct QueuePair<'a, B: Bus> {
 /// The queues of a QP: its buffer, the ring writers, the state shared with its CQs,
 /// and what posting needs. Everything the fast path touches lives here.
 pub(crate) struct Queues<B: Bus> {
-    sq: SqRing<B>,
+    pub(super) sq: SqRing<B>,
     rq: RqRing<B>,
     pub(crate) shared: Arc<WqShared>,
-    bus: Arc<B>,
+    pub(super) bus: Arc<B>,
     pub(crate) state: QpState,
     atomics: bool,
     /// The last `sq_done` value acted on.
@@ -449,7 +449,7 @@ pub(crate) struct Queues<B: Bus> {
     rq_tail: u16,
     pub(crate) geo: Geometry,
     sq_cfg: SqConfig,
-    buf: Mem<B>,
+    pub(crate) buf: Mem<B>,
     /// UD: the largest message (the port MTU, from RESET→INIT); `u32::MAX` for RC.
     max_msg: u32,
 }
@@ -746,7 +746,10 @@ impl<B: Bus> Queues<B> {
     /// the atomics check, the general writer, and when the ring was full and
     /// completions published since free slots, a second try.
     #[inline(never)]
-    fn post_send_slow(&mut self, wr: &SendWr<'_>) -> std::result::Result<ring::LastWqe, PostError> {
+    pub(super) fn post_send_slow(
+        &mut self,
+        wr: &SendWr<'_>,
+    ) -> std::result::Result<ring::LastWqe, PostError> {
         if !self.atomics && matches!(wr.op, SendOp::AtomicCas { .. } | SendOp::AtomicFa { .. }) {
             return Err(PostError::UnsupportedOp {
                 opcode: wr.op.opcode(),
@@ -919,6 +922,15 @@ impl<'a, B: Bus> QueuePair<'a, B> {
     }
 
     // ------------------------------------------------------------------ fast path
+
+    /// Opens a batch of typed send requests ([`SendBatch`](super::SendBatch): `send`,
+    /// `send_inline`, `write`, ... then one `ring`), the fast entry beside
+    /// [`QueuePair::post_send`]: same WQE bytes, no request decoding. Fails if the
+    /// state forbids sending.
+    #[inline(always)]
+    pub fn post(&mut self) -> std::result::Result<super::SendBatch<'_, B>, PostError> {
+        self.q.batch()
+    }
 
     /// Posts a list of send requests and rings one doorbell for them (the BlueFlame
     /// copy when the list is one WQE that fits). On an error the requests before the
