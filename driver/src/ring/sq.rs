@@ -851,9 +851,8 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     }
 
     /// The BlueFlame copy of `last` to BAR0 `offset`: whole WQEBBs, straight from the
-    /// ring; the source wraps at the ring end, the destination does not. Out of line:
-    /// the 8-byte doorbell path stays short.
-    #[inline(never)]
+    /// ring; the source wraps at the ring end, the destination does not.
+    #[inline(always)]
     fn blueflame<B: Bus + ?Sized>(&self, bus: &B, offset: usize, last: &LastWqe) -> Doorbell {
         let first = u32::from(last.index);
         let wqebbs = usize::from(wqebbs_for_ds(last.ds));
