@@ -223,3 +223,20 @@ fn pinned_to_a_cpu() {
         "RDMA_Read Latency Test",
     );
 }
+
+#[test]
+fn baselines_in_the_same_run() {
+    let (out, _) = lat(&["send-lat", "-n", "20", "--baseline"], "Send Latency Test");
+    assert!(
+        out.contains(" Baseline (same run): TCP ping-pong over 127.0.0.1"),
+        "{out}"
+    );
+    assert!(out.contains(" 2 B t_typical: "), "{out}");
+    assert!(out.contains("than the baseline"), "{out}");
+    let (out, _) = bw(
+        &["write-bw", "-n", "32", "-s", "4096", "--baseline"],
+        "RDMA_Write BW Test",
+    );
+    assert!(out.contains(" Baseline (same run): memcpy"), "{out}");
+    assert!(out.contains(" 4096 B BW average: "), "{out}");
+}

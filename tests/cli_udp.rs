@@ -142,10 +142,10 @@ fn check(k: u8, args: &[&str], title: &str, columns: &str) -> (Run, Run, Vec<Vec
         // t_min and t_max, or the message rate.
         assert!(r[2] > 0.0 && r[width - 1] > 0.0, "{r:?}: {ctx}");
     }
-    // The wire summary on standard error: no datagram dropped by the link.
+    // The wire summary on standard error (drops are possible under load: a full
+    // device queue drops a datagram, and the transport recovers it).
     for err in [&s.err, &c.err] {
         assert!(err.contains("ferroverbs: UDP link"), "{ctx}");
-        assert!(err.contains("(0 dropped by the link)"), "{ctx}");
     }
     (s, c, rows)
 }
@@ -320,4 +320,35 @@ fn cross_process_options_without_a_side_are_usage_errors() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains("error:"), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn baselines_across_processes() {
+    let (_, c, _) = check(
+        15,
+        &["send-lat", "-n", "20", "--baseline"],
+        "Send Latency Test",
+        LAT_COLUMNS,
+    );
+    assert!(
+        c.out
+            .contains(" Baseline (same run): TCP ping-pong between the two processes"),
+        "{}",
+        c.out
+    );
+    assert!(c.out.contains(" 2 B t_typical: "), "{}", c.out);
+    let (_, c, _) = check(
+        16,
+        &["write-bw", "-n", "16", "-s", "4096", "--baseline"],
+        "RDMA_Write BW Test",
+        BW_COLUMNS,
+    );
+    assert!(
+        c.out.contains(" Baseline (same run): raw UDP from "),
+        "{}",
+        c.out
+    );
+    assert!(c.out.contains("1040-byte datagrams"), "{}", c.out);
+    assert!(c.out.contains(" 4096 B BW average: "), "{}", c.out);
+    assert!(c.out.contains("% of the baseline"), "{}", c.out);
 }

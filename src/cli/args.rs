@@ -186,6 +186,12 @@ pub struct PerfArgs {
     /// Pin the polling thread to this CPU.
     #[arg(long, value_name = "CPU")]
     pub cpu: Option<usize>,
+    /// After the test, measure its baseline in the same run and print it in the same
+    /// columns with the ratio: a TCP ping-pong (latency tests), `memcpy` (bandwidth
+    /// tests in one process) or raw UDP between the two NIC addresses (bandwidth tests
+    /// across processes).
+    #[arg(long)]
+    pub baseline: bool,
     /// Print a histogram of the latency samples (latency tests).
     #[arg(short = 'H', long = "report-histogram")]
     pub report_histogram: bool,

@@ -79,7 +79,7 @@ pub const SOCKET_RECEIVE_BUFFER: usize = 8 << 20;
 /// Best effort: a smaller buffer only means more drops under load, which the
 /// transport recovers from.
 #[allow(unsafe_code)]
-fn set_receive_buffer(sock: &UdpSocket, bytes: usize) {
+pub fn set_receive_buffer(sock: &UdpSocket, bytes: usize) {
     use std::os::fd::AsRawFd;
     let v: libc::c_int = bytes.min(libc::c_int::MAX as usize) as libc::c_int;
     for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {

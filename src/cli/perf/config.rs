@@ -232,6 +232,8 @@ pub struct PerfConfig {
     pub cpu: Option<usize>,
     /// Print a histogram.
     pub histogram: bool,
+    /// Measure and print the baseline after the test.
+    pub baseline: bool,
     /// Atomic operation.
     pub atomic: AtomicType,
     /// Where the sides run.
@@ -434,6 +436,7 @@ impl PerfConfig {
             events: a.events,
             cpu: a.cpu,
             histogram: a.report_histogram,
+            baseline: a.baseline,
             atomic: a.atomic_type.unwrap_or_default(),
             role: role.clone(),
             sim_mode: a.sim_mode.unwrap_or(if role == Role::Local {

@@ -1,6 +1,7 @@
 //! `ferroverbs perf`: perftest's tests (`ib_send_lat`, `ib_write_bw`, ...) with its
 //! options, its statistics and its output layout.
 //!
+//! * [`baseline`]: the same-run baselines of `--baseline`,
 //! * [`config`]: the options, perftest's defaults and its checks,
 //! * [`stats`]: latency and bandwidth figures as perftest computes them,
 //! * [`report`]: perftest's headers, columns and lines,
@@ -9,6 +10,7 @@
 //! * [`runner`]: the measurements, on two simulated NICs (or two QPs of one device),
 //! * [`remote`]: the cross-process tests (`--server`, `--client`) over the UDP link.
 
+pub mod baseline;
 pub mod config;
 pub mod histogram;
 pub mod progress;

@@ -39,12 +39,14 @@ use ferroverbs::{Device, DeviceConfig, DeviceSpec, GidEntry, LinkLayer};
 use ferroverbs_sim::link::udp::{addr_of_gid, gid_for, mac_for, UdpConfig, UdpLink};
 use ferroverbs_sim::Sim;
 
+use super::baseline;
 use super::config::{Mode, PerfConfig, Role, SimMode, Verb};
 use super::report::{self, Address};
 use super::runner::{
-    alloc_mr, connect_qp, create_qps, flush, initial_psn, lat_result, post_initial_recvs,
-    print_footer, print_header, rd_atom_depth, run_sizes, serve_send_bw, serve_send_lat,
-    serve_write_lat, setup_err, test_access, Dims, Endpoint, PeerQp, Setup, Side, SyncPoint,
+    alloc_mr, connect_qp, create_qps, flush, initial_psn, lat_report, lat_result,
+    post_initial_recvs, print_baseline, print_footer, print_header, rd_atom_depth, run_sizes,
+    serve_send_bw, serve_send_lat, serve_write_lat, setup_err, test_access, Dims, Endpoint, Figure,
+    PeerQp, Setup, Side, SyncPoint,
 };
 use crate::cli::error::CliError;
 
@@ -127,6 +129,34 @@ impl Conn {
         }
     }
 
+    /// Runs `f` on the stream in blocking mode, for a baseline that uses it directly:
+    /// `f` reads what was already buffered first, then the stream.
+    fn with_stream<T>(
+        &mut self,
+        f: impl FnOnce(&mut dyn Read, &mut dyn Write) -> Result<T, CliError>,
+    ) -> Result<T, CliError> {
+        self.stream
+            .set_nonblocking(false)
+            .map_err(|e| CliError::runtime("configuring the rendezvous connection", e))?;
+        let pre = std::mem::take(&mut self.buf);
+        let s: &TcpStream = &self.stream;
+        let mut r = std::io::Cursor::new(pre).chain(s);
+        let mut w = s;
+        let out = f(&mut r, &mut w);
+        let (rest, _) = r.into_inner();
+        let pos = rest.position() as usize;
+        self.buf = rest.into_inner().split_off(pos);
+        self.restore()?;
+        out
+    }
+
+    /// Back to the mode of [`Conn::new`] after [`Conn::blocking_stream`].
+    fn restore(&mut self) -> Result<(), CliError> {
+        self.stream
+            .set_nonblocking(!self.blocking)
+            .map_err(|e| CliError::runtime("configuring the rendezvous connection", e))
+    }
+
     /// Sends `word` and waits for the peer's same word.
     fn sync(&mut self, word: &str, idle: &dyn Fn()) -> Result<(), CliError> {
         self.send(word)?;
@@ -152,7 +182,7 @@ fn options_line(cfg: &PerfConfig) -> String {
     let sizes: Vec<String> = cfg.sizes.iter().map(|s| s.to_string()).collect();
     format!(
         "{HELLO} test={} sizes={} iters={} qps={} tx_depth={} rx_depth={} post_list={} \
-         cq_mod={} inline={} atomic={} events={} udp_port={}",
+         cq_mod={} inline={} atomic={} events={} udp_port={} baseline={}",
         cfg.test.name(),
         sizes.join(","),
         cfg.iters,
@@ -165,6 +195,7 @@ fn options_line(cfg: &PerfConfig) -> String {
         cfg.atomic.name(),
         u8::from(cfg.events),
         cfg.net.udp_port,
+        u8::from(cfg.baseline),
     )
 }
 
@@ -471,7 +502,11 @@ fn side(
         SyncPoint::End => conn.sync("end", pump),
     };
     if !server {
-        return run_sizes(cfg, inline, &mut s, None, pump, &mut sync);
+        let figures = run_sizes(cfg, inline, &mut s, None, pump, &mut sync)?;
+        if cfg.baseline {
+            client_baseline(cfg, &mut conn, &figures, me.mtu.bytes(), pump)?;
+        }
+        return Ok(());
     }
     let mut histograms = Vec::new();
     for &size in &cfg.sizes {
@@ -501,6 +536,109 @@ fn side(
     }
     if server_reports {
         print_footer(cfg, histograms);
+    }
+    if cfg.baseline {
+        server_baseline(cfg, &mut conn, me.mtu.bytes(), pump)?;
+    }
+    Ok(())
+}
+
+/// The datagrams of the raw UDP baseline of one size: as many bytes as the test
+/// moved, one MTU of payload per datagram.
+fn udp_count(cfg: &PerfConfig, size: u64, mtu: u32) -> u64 {
+    (cfg.iters * u64::from(cfg.qps) * size).div_ceil(u64::from(mtu))
+}
+
+/// The client's baselines: a TCP ping-pong with the server over the rendezvous
+/// connection (latency), raw UDP to the server's NIC address (bandwidth).
+fn client_baseline(
+    cfg: &PerfConfig,
+    conn: &mut Conn,
+    figures: &[Figure],
+    mtu: u32,
+    pump: &dyn Fn(),
+) -> Result<(), CliError> {
+    let mut base = Vec::new();
+    for f in figures {
+        conn.sync("baseline", pump)?;
+        base.push(match f {
+            Figure::Lat(r) => {
+                let stamps = conn.with_stream(|rd, wr| {
+                    baseline::tcp_ping(rd, wr, r.bytes as usize, cfg.iters)
+                })?;
+                Figure::Lat(lat_report(cfg, r.bytes, &stamps)?)
+            }
+            Figure::Bw(r) => {
+                let line = conn.recv(pump)?;
+                let to: SocketAddr = line
+                    .strip_prefix("udp ")
+                    .and_then(|a| a.parse().ok())
+                    .ok_or_else(|| {
+                        CliError::runtime_msg(format!("baseline: the server sent {line:?}"))
+                    })?;
+                let size = baseline::roce_datagram(mtu);
+                baseline::udp_send(cfg.net.ip, to, size, udp_count(cfg, r.bytes, mtu))?;
+                let line = conn.recv(pump)?;
+                let got: Vec<u64> = line
+                    .strip_prefix("received ")
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                let [datagrams, span_ns] = got[..] else {
+                    return Err(CliError::runtime_msg(format!(
+                        "baseline: the server sent {line:?}"
+                    )));
+                };
+                Figure::Bw(baseline::udp_report(
+                    size,
+                    baseline::UdpReceived { datagrams, span_ns },
+                ))
+            }
+        });
+    }
+    let title = match cfg.test.mode {
+        Mode::Lat => format!(
+            "TCP ping-pong between the two processes over their rendezvous connection ({}, \
+             TCP_NODELAY), same sizes and iterations",
+            conn.peer
+        ),
+        Mode::Bw => format!(
+            "raw UDP from {} to the server's NIC address, {}-byte datagrams (BTH, {mtu} bytes \
+             of payload, ICRC), as many bytes as the test moved, counted at the receiver",
+            cfg.net.ip,
+            baseline::roce_datagram(mtu)
+        ),
+    };
+    print_baseline(cfg, &title, figures, &base);
+    Ok(())
+}
+
+/// The server's side of the baselines: echoes the TCP ping-pong, or receives the raw
+/// UDP stream and reports what arrived.
+fn server_baseline(
+    cfg: &PerfConfig,
+    conn: &mut Conn,
+    mtu: u32,
+    pump: &dyn Fn(),
+) -> Result<(), CliError> {
+    for &size in &cfg.sizes {
+        conn.sync("baseline", pump)?;
+        match cfg.test.mode {
+            Mode::Lat => {
+                conn.with_stream(|rd, wr| baseline::tcp_pong(rd, wr, size as usize, cfg.iters))?;
+            }
+            Mode::Bw => {
+                let sock = baseline::udp_receiver(cfg.net.ip)?;
+                let at = sock
+                    .local_addr()
+                    .map_err(|e| CliError::runtime("baseline: UDP address", e))?;
+                conn.send(&format!("udp {at}"))?;
+                let dsize = baseline::roce_datagram(mtu);
+                let r = baseline::udp_receive(&sock, dsize, udp_count(cfg, size, mtu))?;
+                conn.send(&format!("received {} {}", r.datagrams, r.span_ns))?;
+            }
+        }
     }
     Ok(())
 }

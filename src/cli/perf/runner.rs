@@ -43,11 +43,12 @@ use ferroverbs::{Context, DeviceSpec, GidEntry, LinkLayer, Mtu};
 use ferroverbs_hw::Bus;
 use ferroverbs_sim::{Fabric, SimConfig};
 
+use super::baseline;
 use super::config::{Inline, Mode, PerfConfig, SimMode, Verb};
 use super::histogram::Histogram;
 use super::progress::Progress;
 use super::report::{self, Address, TestInfo, RESULT_LINE};
-use super::stats::{bw_report, rtt_factor, LatencySamples};
+use super::stats::{bw_report, rtt_factor, BwReport, LatencyReport, LatencySamples};
 use crate::cli::args::AtomicType;
 use crate::cli::device::{link_local, open_sim_with, open_vfio, sim_config, SIM_IPV4_GID_INDEX};
 use crate::cli::error::CliError;
@@ -589,7 +590,11 @@ fn bench<B: Bus>(
     // Receive requests stay posted across sizes (each the size of the largest).
     post_initial_recvs(cfg, &mut a, dims.recv_depth)?;
     post_initial_recvs(cfg, &mut b, dims.recv_depth)?;
-    run_sizes(cfg, inline, &mut a, Some(&mut b), pump, &mut |_| Ok(()))
+    let figures = run_sizes(cfg, inline, &mut a, Some(&mut b), pump, &mut |_| Ok(()))?;
+    if cfg.baseline {
+        local_baseline(cfg, &figures)?;
+    }
+    Ok(())
 }
 
 /// Where a measurement stands, for the other process of a cross-process test.
@@ -611,8 +616,9 @@ pub(super) fn run_sizes<B: Bus>(
     mut b: Option<&mut Side<'_, '_, '_, B>>,
     pump: &dyn Fn(),
     sync: &mut dyn FnMut(SyncPoint) -> Result<(), CliError>,
-) -> Result<(), CliError> {
+) -> Result<Vec<Figure>, CliError> {
     let mut histograms = Vec::new();
+    let mut figures = Vec::new();
     for &size in &cfg.sizes {
         if cfg.test.verb == Verb::Write && cfg.test.mode == Mode::Lat {
             // Fresh receive areas: the byte polled starts at 0, and every value sent
@@ -635,12 +641,14 @@ pub(super) fn run_sizes<B: Bus>(
                 if let Some(h) = h {
                     histograms.push((size, h));
                 }
+                figures.push(Figure::Lat(lat_report(cfg, size, &stamps)?));
                 line
             }
             Mode::Bw => {
                 let (p, c) = bw(cfg, size, inline, a, b.as_deref_mut(), pump)?;
                 let r = bw_report(size, &p, &c, cfg.post_list as usize, cfg.cq_mod as usize)
                     .map_err(|e| CliError::runtime("computing the bandwidth", e))?;
+                figures.push(Figure::Bw(r));
                 report::bw_line(&r)
             }
         };
@@ -649,6 +657,86 @@ pub(super) fn run_sizes<B: Bus>(
         flush();
     }
     print_footer(cfg, histograms);
+    Ok(figures)
+}
+
+/// The headline result of one size, for the baseline comparison.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Figure {
+    /// A latency test's statistics.
+    Lat(LatencyReport),
+    /// A bandwidth test's line.
+    Bw(BwReport),
+}
+
+/// The latency statistics of `stamps`.
+pub(super) fn lat_report(
+    cfg: &PerfConfig,
+    size: u64,
+    stamps: &[u64],
+) -> Result<LatencyReport, CliError> {
+    LatencySamples::from_stamps(stamps, rtt_factor(cfg.test.one_sided_request()))
+        .and_then(|s| s.report(size, cfg.iters))
+        .map_err(|e| CliError::runtime("computing the latency", e))
+}
+
+/// Prints the baseline block: its title, the column header, its lines, and one line
+/// per size setting the test's figure beside the baseline's.
+pub(super) fn print_baseline(cfg: &PerfConfig, title: &str, figures: &[Figure], base: &[Figure]) {
+    println!(" Baseline (same run): {title}");
+    print!("{}", report::header(cfg.test.mode));
+    for b in base {
+        match b {
+            Figure::Lat(r) => print!("{}", report::lat_line(r)),
+            Figure::Bw(r) => print!("{}", report::bw_line(r)),
+        }
+    }
+    println!("{RESULT_LINE}");
+    for (f, b) in figures.iter().zip(base) {
+        let line = match (f, b) {
+            (Figure::Lat(f), Figure::Lat(b)) => baseline::ratio_line(
+                &format!("{} B t_typical", f.bytes),
+                f.t_typical,
+                b.t_typical,
+                "usec",
+                true,
+            ),
+            (Figure::Bw(f), Figure::Bw(b)) => baseline::ratio_line(
+                &format!("{} B BW average", f.bytes),
+                f.bw_avg,
+                b.bw_avg,
+                "MiB/sec",
+                false,
+            ),
+            _ => continue,
+        };
+        print!("{line}");
+    }
+    println!("{RESULT_LINE}");
+    flush();
+}
+
+/// The in-process baselines: a TCP ping-pong over loopback with an echo thread
+/// (latency), `memcpy` (bandwidth).
+fn local_baseline(cfg: &PerfConfig, figures: &[Figure]) -> Result<(), CliError> {
+    let mut base = Vec::new();
+    for f in figures {
+        base.push(match f {
+            Figure::Lat(r) => {
+                let stamps = baseline::tcp_loopback(r.bytes as usize, cfg.iters)?;
+                Figure::Lat(lat_report(cfg, r.bytes, &stamps)?)
+            }
+            Figure::Bw(r) => Figure::Bw(baseline::memcpy(r.bytes as usize, r.iterations)?),
+        });
+    }
+    let title = match cfg.test.mode {
+        Mode::Lat => {
+            "TCP ping-pong over 127.0.0.1 (TCP_NODELAY, echo thread in this process), same \
+             sizes and iterations"
+        }
+        Mode::Bw => "memcpy of each message between two buffers, same sizes and count",
+    };
+    print_baseline(cfg, title, figures, &base);
     Ok(())
 }
 
