@@ -24,12 +24,13 @@
 //! requester's first PSN, 2ERR flushes.
 
 pub mod cq;
+pub mod fastmap;
 pub mod mem;
 pub mod qp;
 pub mod recv;
 pub mod wqe;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -47,6 +48,7 @@ use crate::link::{FramePool, RxQueue, Uplink};
 use crate::transport;
 use crate::wire::{self, Psn};
 use cq::{Completion, CqRt, CqeKind, Pushed};
+use fastmap::NumMap;
 use mem::Sge;
 use qp::QpCfg;
 use wqe::{SendWqe, WqeData, WqeError};
@@ -225,7 +227,7 @@ pub struct Ctx<'a> {
     /// Device time (ns).
     pub now: u64,
     /// CQ runtimes.
-    pub cqs: &'a mut HashMap<u32, CqRt>,
+    pub cqs: &'a mut NumMap<u32, CqRt>,
     /// The ports.
     pub net: &'a mut Net,
     /// Counters.
@@ -658,8 +660,8 @@ macro_rules! ctx {
 
 /// The data-path state of a device.
 pub struct Engine {
-    qps: HashMap<u32, QpRt>,
-    cqs: HashMap<u32, CqRt>,
+    qps: NumMap<u32, QpRt>,
+    cqs: NumMap<u32, CqRt>,
     net: Net,
     stats: DataPathStats,
     /// QPs in error whose RQ is still watched for new posts.
@@ -682,8 +684,8 @@ impl Engine {
     /// An engine for a device with ports of these MACs, receiving into `rx`.
     pub fn new(macs: Vec<[u8; 6]>, rx: Arc<RxQueue>, pool: Arc<FramePool>) -> Engine {
         Engine {
-            qps: HashMap::new(),
-            cqs: HashMap::new(),
+            qps: NumMap::default(),
+            cqs: NumMap::default(),
             net: Net {
                 uplink: None,
                 pool,
