@@ -192,6 +192,10 @@ pub struct CqRt {
     oi: bool,
     /// Producer counter (CQEs written).
     pub pi: u32,
+    /// The consumer index last read from the doorbell record. It only moves towards
+    /// `pi`, so while `pi - ci_seen < ncqe` no overrun is possible and the record is
+    /// not read again (as a ConnectX caches it).
+    ci_seen: u32,
     arm: Option<Arm>,
     sn: u8,
     /// The producer index of the last solicited/error CQE, if any.
@@ -227,6 +231,7 @@ impl CqRt {
             uar: cq.uar,
             oi: g(cqc::oi) != 0,
             pi: 0,
+            ci_seen: 0,
             arm: None,
             sn: 0,
             last_solicited: None,
@@ -267,11 +272,12 @@ impl CqRt {
         if self.error {
             return Pushed::Failed;
         }
-        if !self.oi {
+        if !self.oi && (self.pi.wrapping_sub(self.ci_seen) & MASK24) >= self.ncqe() {
             let Some(ci) = self.consumer_index(io) else {
                 self.fail(fw, io, irqs, CqcStatus::CqWriteFail);
                 return Pushed::Failed;
             };
+            self.ci_seen = ci;
             if (self.pi.wrapping_sub(ci) & MASK24) >= self.ncqe() {
                 self.fail(fw, io, irqs, CqcStatus::CqOverflow);
                 return Pushed::Overrun;
@@ -282,8 +288,8 @@ impl CqRt {
             return Pushed::Failed;
         };
         let bytes = c.encode(hw_owner_bit(self.pi, self.ncqe()));
-        // Body first, then op_own (each iommu write is preceded by a release fence).
-        if io.write(iova, &bytes[..63]).is_err() || io.write(iova + 63, &bytes[63..]).is_err() {
+        // Body first, then op_own (a release fence between them).
+        if io.write_owner_last(iova, &bytes).is_err() {
             self.fail(fw, io, irqs, CqcStatus::CqWriteFail);
             return Pushed::Failed;
         }
