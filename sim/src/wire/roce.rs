@@ -320,6 +320,17 @@ impl Repr {
         let opcode = self.opcode();
         let required = opcode.headers();
         let present = self.headers();
+        if required == present {
+            // The common case (one compare): no header to name.
+            return if payload_len > 0 && !opcode.payload().any() {
+                Err(Error::UnexpectedPayload {
+                    opcode,
+                    len: payload_len,
+                })
+            } else {
+                Ok(())
+            };
+        }
         for (set, header, _) in HeaderSet::ORDER {
             if required.contains(set) != present.contains(set) {
                 return Err(Error::HeaderMismatch {
