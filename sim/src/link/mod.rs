@@ -25,7 +25,7 @@
 //! has a thread that the fabric wakes when it queues a frame for it.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::thread::Thread;
 use std::time::Duration;
@@ -218,6 +218,9 @@ struct FabricInner {
     counters: Counters,
     capture: Mutex<Option<(usize, Vec<Vec<u8>>)>>,
     pcap: RwLock<Option<Arc<PcapWriter>>>,
+    /// Whether `capture` or `pcap` is set: an untapped fabric forwards a frame without
+    /// taking their locks.
+    tapped: AtomicBool,
     seed: u64,
     /// Link middleware (loss, duplication, reordering, delay, corruption, ...).
     faults: faults::Faults,
@@ -238,16 +241,8 @@ impl FabricInner {
             self.pool.put(frame);
             return;
         }
-        if let Some(p) = &*self.pcap.read().unwrap_or_else(|e| e.into_inner()) {
-            p.write(&frame);
-        }
-        {
-            let mut cap = lock(&self.capture);
-            if let Some((limit, frames)) = cap.as_mut() {
-                if frames.len() < *limit {
-                    frames.push(frame.clone());
-                }
-            }
+        if self.tapped.load(Ordering::Acquire) {
+            self.tap(&frame);
         }
         let mut dst = [0u8; 6];
         dst.copy_from_slice(&frame[..6]);
@@ -268,6 +263,30 @@ impl FabricInner {
                 self.pool.put(frame);
             }
         }
+    }
+
+    /// Gives a forwarded frame to the pcap writer and the capture, if set.
+    fn tap(&self, frame: &[u8]) {
+        if let Some(p) = &*self.pcap.read().unwrap_or_else(|e| e.into_inner()) {
+            p.write(frame);
+        }
+        let mut cap = lock(&self.capture);
+        if let Some((limit, frames)) = cap.as_mut() {
+            if frames.len() < *limit {
+                frames.push(frame.to_vec());
+            }
+        }
+    }
+
+    /// Recomputes `tapped` after `capture` or `pcap` changed.
+    fn retap(&self) {
+        let pcap = self
+            .pcap
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        let capture = lock(&self.capture).is_some();
+        self.tapped.store(pcap || capture, Ordering::Release);
     }
 
     fn sims(&self) -> Vec<Sim> {
@@ -316,6 +335,7 @@ impl Fabric {
     /// An empty fabric. `seed` is recorded for the reproducibility of deterministic
     /// runs (future randomised middleware draws from it); print it when a test fails.
     pub fn new(seed: u64) -> Self {
+        let pcap = PcapWriter::from_env();
         Fabric {
             inner: Arc::new(FabricInner {
                 routes: RwLock::new(Vec::new()),
@@ -323,7 +343,8 @@ impl Fabric {
                 pool: FramePool::new(),
                 counters: Counters::default(),
                 capture: Mutex::new(None),
-                pcap: RwLock::new(PcapWriter::from_env()),
+                tapped: AtomicBool::new(pcap.is_some()),
+                pcap: RwLock::new(pcap),
                 seed,
                 faults: faults::Faults::new(),
             }),
@@ -371,6 +392,7 @@ impl Fabric {
     /// discards them).
     pub fn capture(&self, limit: Option<usize>) {
         *lock(&self.inner.capture) = limit.map(|l| (l, Vec::new()));
+        self.inner.retap();
     }
 
     /// Writes every forwarded or injected frame to `writer` (`None`: stops). A fabric
@@ -379,6 +401,7 @@ impl Fabric {
     /// captured.
     pub fn set_pcap(&self, writer: Option<Arc<PcapWriter>>) {
         *self.inner.pcap.write().unwrap_or_else(|e| e.into_inner()) = writer;
+        self.inner.retap();
     }
 
     /// The pcap writer this fabric captures to, if any.
