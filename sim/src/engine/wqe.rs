@@ -183,7 +183,10 @@ pub fn parse_send(
     avail: u32,
     data: &mut WqeData,
 ) -> SendWqe {
-    let mut raw = [0u8; MAX_WQE_BYTES];
+    // The WQE's bytes: most WQEs fit the small buffer; only a larger one pays for
+    // zeroing `MAX_WQE_BYTES` on the stack.
+    let mut small = [0u8; 256];
+    let mut big;
     data.sges.clear();
     data.inline.clear();
     data.pos = Some(pos);
@@ -206,10 +209,11 @@ pub fn parse_send(
         error: Some(WqeError::QpOp),
         av: None,
     };
-    if !read_wqebb(io, cfg, pos, &mut raw[..64]) {
+    let mut first = [0u8; 64];
+    if !read_wqebb(io, cfg, pos, &mut first) {
         return w;
     }
-    let Ok(ctrl) = WqeCtrlSeg::read_from(&raw[..16]) else {
+    let Ok(ctrl) = WqeCtrlSeg::read_from(&first[..16]) else {
         return w;
     };
     w.index = ctrl.wqe_index();
@@ -229,6 +233,13 @@ pub fn parse_send(
         return w;
     }
     w.wqebbs = wqebbs;
+    let raw: &mut [u8] = if wqebbs as usize * 64 <= small.len() {
+        &mut small
+    } else {
+        big = [0u8; MAX_WQE_BYTES];
+        &mut big
+    };
+    raw[..64].copy_from_slice(&first);
     for k in 1..wqebbs {
         let at = k as usize * 64;
         if !read_wqebb(io, cfg, pos.wrapping_add(k), &mut raw[at..at + 64]) {
@@ -357,8 +368,16 @@ pub fn parse_recv(
     if cfg.rq_size == 0 {
         return Err(RecvError::Unreadable);
     }
-    let mut raw = [0u8; MAX_RQ_STRIDE];
     let stride = (cfg.rq_stride as usize).min(MAX_RQ_STRIDE);
+    // Small strides (one to four SGEs) do not pay for zeroing `MAX_RQ_STRIDE` bytes.
+    let mut small = [0u8; 64];
+    let mut big;
+    let raw: &mut [u8] = if stride <= small.len() {
+        &mut small
+    } else {
+        big = [0u8; MAX_RQ_STRIDE];
+        &mut big
+    };
     let iova = cfg
         .rq_iova(counter & (cfg.rq_size - 1))
         .ok_or(RecvError::Unreadable)?;
