@@ -64,6 +64,11 @@ mod tests {
         // Consecutive keys land in different buckets and carry different top bits.
         let low: std::collections::HashSet<u64> = (0..64).map(|n| h(n) & 63).collect();
         let top: std::collections::HashSet<u64> = (0..64).map(|n| h(n) >> 57).collect();
-        assert!(low.len() > 32 && top.len() > 32, "{} {}", low.len(), top.len());
+        assert!(
+            low.len() > 32 && top.len() > 32,
+            "{} {}",
+            low.len(),
+            top.len()
+        );
     }
 }
