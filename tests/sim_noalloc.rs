@@ -15,10 +15,8 @@ use ferroverbs::verbs::{
     WorkCompletion,
 };
 
-#[path = "verbs_support/mod.rs"]
-#[allow(dead_code)]
-mod support;
-use support::{connect, open_nic, Net};
+mod verbs_support;
+use verbs_support::{connect, open_nic, Net};
 
 struct Counting;
 
