@@ -94,11 +94,22 @@ fn credits(qp: &QpRt, cx: &Ctx) -> u8 {
     if qp.cfg.rq_size == 0 {
         return aeth::CREDITS_UNLIMITED;
     }
-    let n = qp.rq_posted(cx.io);
-    (0..aeth::CREDITS_UNLIMITED)
-        .rev()
-        .find(|&c| aeth::credit_count(c).is_some_and(|v| v <= n))
-        .unwrap_or(0)
+    credit_code(qp.rq_posted(cx.io))
+}
+
+/// The largest credit code advertising at most `n` receive WQEs. The counts grow with
+/// the code, so a binary search finds it (code 0 advertises 0).
+fn credit_code(n: u32) -> u8 {
+    let (mut lo, mut hi) = (0u8, aeth::CREDITS_UNLIMITED);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if aeth::credit_count(mid).is_some_and(|v| v <= n) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 fn send_ack(qp: &QpRt, cx: &mut Ctx, psn: Psn, syndrome: Syndrome) {
@@ -559,5 +570,22 @@ fn duplicate(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credit_code_is_the_largest_code_not_above_the_count() {
+        for n in (0..70_000u32).chain([u32::MAX]) {
+            let linear = (0..aeth::CREDITS_UNLIMITED)
+                .rev()
+                .find(|&c| aeth::credit_count(c).is_some_and(|v| v <= n))
+                .unwrap_or(0);
+            assert_eq!(credit_code(n), linear, "{n}");
+        }
+        assert_eq!((credit_code(5), credit_code(6), credit_code(7)), (4, 5, 5));
     }
 }
