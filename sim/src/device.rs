@@ -205,6 +205,10 @@ struct Device {
     stray: u64,
     engine: Engine,
     doorbells: Doorbells,
+    /// Received frames being processed (taken from the receive queue in one go).
+    rx_batch: std::collections::VecDeque<Vec<u8>>,
+    /// Processed frames on their way back to the pool.
+    rx_spent: Vec<Vec<u8>>,
 }
 
 struct Shared {
@@ -293,6 +297,8 @@ impl Sim {
             stray: 0,
             engine: Engine::new(macs, rx.clone(), FramePool::new()),
             doorbells: cfg.doorbells,
+            rx_batch: std::collections::VecDeque::new(),
+            rx_spent: Vec::new(),
         };
         let shared = Arc::new(Shared {
             iommu: Iommu::new(),
@@ -638,11 +644,22 @@ impl Shared {
         let mut work = 0;
         let now = self.clock.now_ns();
         let mut d = self.lock();
-        let Device { fw, engine, .. } = &mut *d;
-        while let Some(frame) = self.rx.pop() {
-            engine.receive(fw, &self.iommu, &self.irqs, now, &frame);
-            engine.pool().put(frame);
-            work += 1;
+        let Device {
+            fw,
+            engine,
+            rx_batch,
+            rx_spent,
+            ..
+        } = &mut *d;
+        // The queue's frames in batches (one lock each way per batch, not per frame);
+        // frames queued meanwhile (loopback) make another batch.
+        while self.rx.take_all(rx_batch) > 0 {
+            while let Some(frame) = rx_batch.pop_front() {
+                engine.receive(fw, &self.iommu, &self.irqs, now, &frame);
+                rx_spent.push(frame);
+                work += 1;
+            }
+            engine.pool().put_all(rx_spent);
         }
         engine.flush_acks(fw, &self.iommu, &self.irqs, now);
         work += engine.poll(fw, &self.iommu, &self.irqs, now);

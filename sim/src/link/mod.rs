@@ -90,6 +90,18 @@ impl FramePool {
         }
     }
 
+    /// Gives every buffer of `bufs` back for reuse under one lock (`bufs` is left
+    /// empty with its capacity).
+    pub fn put_all(&self, bufs: &mut Vec<Vec<u8>>) {
+        let mut free = lock(&self.free);
+        for mut buf in bufs.drain(..) {
+            if buf.capacity() >= MAX_FRAME && free.len() < MAX_POOLED {
+                buf.clear();
+                free.push(buf);
+            }
+        }
+    }
+
     /// Buffers allocated since the pool was made (a steady state stops this count).
     pub fn allocated(&self) -> u64 {
         self.allocated.load(Ordering::Relaxed)
@@ -152,6 +164,24 @@ impl RxQueue {
             self.count.fetch_sub(1, Ordering::Release);
         }
         f
+    }
+
+    /// Moves every waiting frame, oldest first, to the end of `out` under one lock
+    /// (an empty `out` swaps buffers with the queue: no copy, no allocation). Returns
+    /// how many.
+    pub fn take_all(&self, out: &mut VecDeque<Vec<u8>>) -> usize {
+        if self.is_empty() {
+            return 0;
+        }
+        let mut q = lock(&self.frames);
+        let n = q.len();
+        if out.is_empty() {
+            std::mem::swap(&mut *q, out);
+        } else {
+            out.extend(q.drain(..));
+        }
+        self.count.fetch_sub(n, Ordering::Release);
+        n
     }
 
     /// Frames waiting.
@@ -525,6 +555,29 @@ mod tests {
         p.put(b);
         p.put(Vec::new());
         assert_eq!(p.free(), 1);
+    }
+
+    #[test]
+    fn batches_move_every_frame_in_order_and_recycle_under_one_lock() {
+        let q = RxQueue::new();
+        for i in 0..5u8 {
+            q.push(vec![i]).unwrap();
+        }
+        let mut out = VecDeque::new();
+        assert_eq!(q.take_all(&mut out), 5);
+        assert!(q.is_empty());
+        q.push(vec![9]).unwrap();
+        assert_eq!(q.take_all(&mut out), 1);
+        assert_eq!(
+            out.iter().map(|f| f[0]).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4, 9]
+        );
+        assert_eq!(q.take_all(&mut out), 0);
+        let p = FramePool::new();
+        let mut spent = vec![p.get(), p.get(), vec![1]];
+        p.put_all(&mut spent);
+        assert!(spent.is_empty());
+        assert_eq!(p.free(), 2, "short buffers are not kept");
     }
 
     #[test]
