@@ -166,20 +166,16 @@ impl RxQueue {
         f
     }
 
-    /// Moves every waiting frame, oldest first, to the end of `out` under one lock
-    /// (an empty `out` swaps buffers with the queue: no copy, no allocation). Returns
-    /// how many.
+    /// Moves every waiting frame, oldest first, to the end of `out` under one lock.
+    /// Returns how many. Both queues keep their capacity (no allocation once `out`
+    /// has grown to the largest batch).
     pub fn take_all(&self, out: &mut VecDeque<Vec<u8>>) -> usize {
         if self.is_empty() {
             return 0;
         }
         let mut q = lock(&self.frames);
         let n = q.len();
-        if out.is_empty() {
-            std::mem::swap(&mut *q, out);
-        } else {
-            out.extend(q.drain(..));
-        }
+        out.extend(q.drain(..));
         self.count.fetch_sub(n, Ordering::Release);
         n
     }
