@@ -240,3 +240,26 @@ fn baselines_in_the_same_run() {
     assert!(out.contains(" Baseline (same run): memcpy"), "{out}");
     assert!(out.contains(" 4096 B BW average: "), "{out}");
 }
+
+#[test]
+fn completions_by_event() {
+    for mode in ["deterministic", "threaded"] {
+        let (out, rows) = lat(
+            &["send-lat", "-n", "20", "-e", "--sim-mode", mode],
+            "Send Latency Test",
+        );
+        assert!(out.contains(" Test with events. Using "), "{out}");
+        assert_eq!(rows[0][1], 20.0);
+    }
+    lat(&["read-lat", "-n", "20", "-e"], "RDMA_Read Latency Test");
+    lat(
+        &["atomic-lat", "-n", "20", "-e"],
+        "Atomic FETCH_AND_ADD Latency Test",
+    );
+    let (out, _) = bw(&["send-bw", "-n", "64", "-s", "256", "-e"], "Send BW Test");
+    assert!(out.contains(" Test with events. Using "), "{out}");
+    bw(
+        &["write-bw", "-n", "32", "-s", "4096", "-e", "-q", "2"],
+        "RDMA_Write BW Test",
+    );
+}

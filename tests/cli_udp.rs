@@ -352,3 +352,22 @@ fn baselines_across_processes() {
     assert!(c.out.contains(" 4096 B BW average: "), "{}", c.out);
     assert!(c.out.contains("% of the baseline"), "{}", c.out);
 }
+
+#[test]
+fn completions_by_event_across_processes() {
+    let (s, c, _) = check(
+        17,
+        &["send-lat", "-n", "20", "-e"],
+        "Send Latency Test",
+        LAT_COLUMNS,
+    );
+    for out in [&s.out, &c.out] {
+        assert!(out.contains(" Test with events. Using sim@"), "{out}");
+    }
+    check(
+        18,
+        &["send-bw", "-n", "32", "-s", "4096", "-e"],
+        "Send BW Test",
+        BW_COLUMNS,
+    );
+}

@@ -5,6 +5,7 @@
 //! * [`config`]: the options, perftest's defaults and its checks,
 //! * [`stats`]: latency and bandwidth figures as perftest computes them,
 //! * [`report`]: perftest's headers, columns and lines,
+//! * [`events`]: `-e`, completions by event,
 //! * [`histogram`]: the table of `--report-histogram`,
 //! * [`progress`]: progress lines on long runs,
 //! * [`runner`]: the measurements, on two simulated NICs (or two QPs of one device),
@@ -12,6 +13,7 @@
 
 pub mod baseline;
 pub mod config;
+pub mod events;
 pub mod histogram;
 pub mod progress;
 pub mod remote;
@@ -25,13 +27,6 @@ use super::error::CliError;
 
 /// Runs a validated test.
 pub fn run(cfg: &PerfConfig) -> Result<(), CliError> {
-    if cfg.events {
-        return Err(CliError::unsupported(
-            "-e/--events (completions by event)",
-            "it needs completion events (CQ event channels), which the driver does not \
-             offer yet; leave out -e to poll",
-        ));
-    }
     if let Some(cpu) = cfg.cpu {
         super::affinity::pin_current_thread(cpu).map_err(|e| {
             CliError::setup(format!("cannot pin the polling thread to CPU {cpu}"), e)

@@ -37,16 +37,17 @@ use std::time::{Duration, Instant};
 use ferroverbs::verbs::RemoteAddr;
 use ferroverbs::{Device, DeviceConfig, DeviceSpec, GidEntry, LinkLayer};
 use ferroverbs_sim::link::udp::{addr_of_gid, gid_for, mac_for, UdpConfig, UdpLink};
-use ferroverbs_sim::Sim;
+use ferroverbs_sim::{Sim, SimBus};
 
 use super::baseline;
 use super::config::{Mode, PerfConfig, Role, SimMode, Verb};
+use super::events::EventChannel;
 use super::report::{self, Address};
 use super::runner::{
-    alloc_mr, connect_qp, create_qps, flush, initial_psn, lat_report, lat_result,
-    post_initial_recvs, print_baseline, print_footer, print_header, rd_atom_depth, run_sizes,
-    serve_send_bw, serve_send_lat, serve_write_lat, setup_err, test_access, Dims, Endpoint, Figure,
-    PeerQp, Setup, Side, SyncPoint,
+    alloc_mr, connect_qp, create_channel, create_cq, create_qps, event_wait, flush, initial_psn,
+    lat_report, lat_result, post_initial_recvs, print_baseline, print_footer, print_header,
+    rd_atom_depth, run_sizes, serve_send_bw, serve_send_lat, serve_write_lat, setup_err,
+    test_access, Dims, Endpoint, Figure, PeerQp, Setup, Side, SyncPoint,
 };
 use crate::cli::error::CliError;
 
@@ -378,7 +379,7 @@ pub fn run(cfg: &PerfConfig) -> Result<(), CliError> {
 fn side(
     cfg: &PerfConfig,
     server: bool,
-    ctx: &ferroverbs::Context<ferroverbs_sim::SimBus>,
+    ctx: &ferroverbs::Context<SimBus>,
     me: Endpoint,
     pump: &dyn Fn(),
     threaded: bool,
@@ -413,9 +414,12 @@ fn side(
 
     // 2. Objects, then the QP lines.
     let pd = ctx.alloc_pd().map_err(setup_err("allocating a PD"))?;
-    let mut cq = ctx
-        .create_cq(dims.cqe)
-        .map_err(setup_err("creating a CQ"))?;
+    let channel = if cfg.events {
+        Some(create_channel(ctx)?)
+    } else {
+        None
+    };
+    let mut cq = create_cq(ctx, channel.as_ref(), dims.cqe)?;
     let mr = alloc_mr(&pd, 2 * half, test_access())?;
     let (mut qps, inline) = create_qps(cfg, &pd, &cq, dims.cap(cfg))?;
     let mine_remote = mr.remote(half);
@@ -493,6 +497,8 @@ fn side(
         mr: &mr,
         half,
         peer: peers[0].2,
+        events: channel.as_ref().map(|c| c as &dyn EventChannel<SimBus>),
+        event_wait: event_wait(threaded),
     };
     post_initial_recvs(cfg, &mut s, dims.recv_depth)?;
 

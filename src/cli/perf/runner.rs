@@ -36,8 +36,9 @@
 use std::time::{Duration, Instant};
 
 use ferroverbs::verbs::{
-    AccessFlags, AddressVector, CompletionQueue, MemoryRegion, Pd, QpCap, QpInitAttr, QueuePair,
-    RecvWr, RemoteAddr, RtrAttr, RtsAttr, SendWr, Sge, WcOpcode, WorkCompletion,
+    AccessFlags, AddressVector, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap,
+    QpInitAttr, QueuePair, RecvWr, RemoteAddr, RtrAttr, RtsAttr, SendWr, Sge, WcOpcode,
+    WorkCompletion,
 };
 use ferroverbs::{Context, DeviceSpec, GidEntry, LinkLayer, Mtu};
 use ferroverbs_hw::Bus;
@@ -45,6 +46,7 @@ use ferroverbs_sim::{Fabric, SimConfig};
 
 use super::baseline;
 use super::config::{Inline, Mode, PerfConfig, SimMode, Verb};
+use super::events::{wait_readable, EventChannel, EVENT_WAIT};
 use super::histogram::Histogram;
 use super::progress::Progress;
 use super::report::{self, Address, TestInfo, RESULT_LINE};
@@ -204,6 +206,47 @@ pub(super) struct Side<'s, 'c, 'p, B: Bus> {
     pub(super) half: usize,
     /// The peer's receive half: the target of this side's RDMA requests.
     pub(super) peer: RemoteAddr,
+    /// The completion channel of the CQ (`-e`).
+    pub(super) events: Option<&'s dyn EventChannel<B>>,
+    /// How long to sleep for an event: [`EVENT_WAIT`] when device threads make
+    /// progress, zero when only `pump` does (deterministic simulator).
+    pub(super) event_wait: Duration,
+}
+
+/// The event sleep of a side whose devices run `threaded` or not.
+pub(super) fn event_wait(threaded: bool) -> Duration {
+    if threaded {
+        EVENT_WAIT
+    } else {
+        Duration::ZERO
+    }
+}
+
+/// Nothing moved: with polling, let the devices progress (`pump`); with events, arm
+/// the CQs, let the devices progress, and sleep until a completion event (see
+/// [`super::events`]).
+fn wait<B: Bus>(
+    a: &mut Side<'_, '_, '_, B>,
+    mut b: Option<&mut Side<'_, '_, '_, B>>,
+    pump: &dyn Fn(),
+) {
+    let Some(ea) = a.events else {
+        pump();
+        return;
+    };
+    let eb = b.as_deref().and_then(|b| b.events);
+    a.cq.req_notify(false);
+    if let (Some(b), Some(_)) = (b.as_deref_mut(), eb) {
+        b.cq.req_notify(false);
+    }
+    pump();
+    let mut fds = vec![ea.event_fd()];
+    fds.extend(eb.map(|e| e.event_fd()));
+    wait_readable(&fds, a.event_wait);
+    ea.take_events(a.cq);
+    if let (Some(b), Some(eb)) = (b, eb) {
+        eb.take_events(b.cq);
+    }
 }
 
 impl<B: Bus> Side<'_, '_, '_, B> {
@@ -234,13 +277,18 @@ impl Stamp {
 struct Stall {
     empty: u64,
     since: Option<Instant>,
+    /// Empty rounds between two looks at the clock, minus one.
+    mask: u64,
 }
 
 impl Stall {
-    fn new() -> Self {
+    /// A stall detector; in event mode each empty round sleeps, so the clock is read
+    /// every time.
+    fn new(events: bool) -> Self {
         Stall {
             empty: 0,
             since: None,
+            mask: if events { 0 } else { STALL_CHECK_MASK },
         }
     }
 
@@ -253,7 +301,7 @@ impl Stall {
     #[inline]
     fn idle(&mut self, what: &dyn Fn() -> String) -> Result<(), CliError> {
         self.empty += 1;
-        if self.empty & STALL_CHECK_MASK != 0 {
+        if self.empty & self.mask != 0 {
             return Ok(());
         }
         let now = Instant::now();
@@ -504,6 +552,27 @@ pub(super) fn post_initial_recvs<B: Bus>(
     Ok(())
 }
 
+/// Creates a completion channel (`-e`).
+pub(super) fn create_channel<B: Bus>(
+    ctx: &Context<B>,
+) -> Result<CompletionChannel<'_, B>, CliError> {
+    ctx.create_comp_channel()
+        .map_err(setup_err("creating a completion channel (-e)"))
+}
+
+/// Creates the test's CQ, on `channel` if there is one (`-e`).
+pub(super) fn create_cq<'c, B: Bus>(
+    ctx: &'c Context<B>,
+    channel: Option<&'c CompletionChannel<'c, B>>,
+    cqe: u32,
+) -> Result<CompletionQueue<'c, B>, CliError> {
+    match channel {
+        Some(ch) => ch.create_cq(cqe),
+        None => ctx.create_cq(cqe),
+    }
+    .map_err(setup_err("creating a CQ"))
+}
+
 /// Creates both sides, connects the QP pairs, prints the header and runs every size.
 fn bench<B: Bus>(
     cfg: &PerfConfig,
@@ -512,6 +581,8 @@ fn bench<B: Bus>(
     (ctx_b, ep_b): (&Context<B>, Endpoint),
     pump: &dyn Fn(),
 ) -> Result<(), CliError> {
+    // Whether devices progress without `pump` (hardware, threaded simulator).
+    let threaded = !(cfg.device == DeviceSpec::Sim && cfg.sim_mode == SimMode::Deterministic);
     let dev = ctx_a
         .query_device()
         .map_err(setup_err("querying the device"))?;
@@ -522,12 +593,13 @@ fn bench<B: Bus>(
 
     let pd_a = ctx_a.alloc_pd().map_err(setup_err("allocating a PD"))?;
     let pd_b = ctx_b.alloc_pd().map_err(setup_err("allocating a PD"))?;
-    let mut cq_a = ctx_a
-        .create_cq(dims.cqe)
-        .map_err(setup_err("creating a CQ"))?;
-    let mut cq_b = ctx_b
-        .create_cq(dims.cqe)
-        .map_err(setup_err("creating a CQ"))?;
+    let (ch_a, ch_b) = if cfg.events {
+        (Some(create_channel(ctx_a)?), Some(create_channel(ctx_b)?))
+    } else {
+        (None, None)
+    };
+    let mut cq_a = create_cq(ctx_a, ch_a.as_ref(), dims.cqe)?;
+    let mut cq_b = create_cq(ctx_b, ch_b.as_ref(), dims.cqe)?;
     let mr_a = alloc_mr(&pd_a, 2 * half, test_access())?;
     let mr_b = alloc_mr(&pd_b, 2 * half, test_access())?;
 
@@ -578,6 +650,8 @@ fn bench<B: Bus>(
         mr: &mr_a,
         half,
         peer: mr_b.remote(half),
+        events: ch_a.as_ref().map(|c| c as &dyn EventChannel<B>),
+        event_wait: event_wait(threaded),
     };
     let mut b = Side {
         name: "server",
@@ -586,6 +660,8 @@ fn bench<B: Bus>(
         mr: &mr_b,
         half,
         peer: mr_a.remote(half),
+        events: ch_b.as_ref().map(|c| c as &dyn EventChannel<B>),
+        event_wait: event_wait(threaded),
     };
     // Receive requests stay posted across sizes (each the size of the largest).
     post_initial_recvs(cfg, &mut a, dims.recv_depth)?;
@@ -874,7 +950,7 @@ fn send_lat<B: Bus>(
     let clock = Stamp(Instant::now());
     let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), iters);
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
-    let mut stall = Stall::new();
+    let mut stall = Stall::new(cfg.events);
     let mut received = 0u64;
     for i in 0..iters {
         stamps.push(clock.ns());
@@ -898,7 +974,7 @@ fn send_lat<B: Bus>(
                 break;
             }
             if na + nb == 0 {
-                pump();
+                wait(a, b.as_deref_mut(), pump);
                 stall.idle(&|| format!("{i} of {iters} SEND round trips completed"))?;
             } else {
                 stall.progress();
@@ -927,7 +1003,7 @@ pub(super) fn serve_send_lat<B: Bus>(
     let (sb, rb) = ([b.send_sge(size)], [b.recv_sge()]);
     let clock = Stamp(Instant::now());
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
-    let mut stall = Stall::new();
+    let mut stall = Stall::new(cfg.events);
     let mut answered = 0u64;
     let mut sends = 0u64;
     // Until every message is answered and every answer's completion reaped.
@@ -953,7 +1029,7 @@ pub(super) fn serve_send_lat<B: Bus>(
             .filter(|c| c.opcode != WcOpcode::Recv)
             .count() as u64;
         if n == 0 {
-            pump();
+            wait(b, None, pump);
             stall.idle(&|| format!("{answered} of {iters} SEND messages answered"))?;
         } else {
             stall.progress();
@@ -1028,7 +1104,7 @@ fn write_lat<B: Bus>(
     let clock = Stamp(Instant::now());
     let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), iters);
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
-    let mut stall = Stall::new();
+    let mut stall = Stall::new(cfg.events);
     let mut b_seen = 0u64; // pings the server has answered
     let mut byte = [0u8; 1];
     for i in 0..iters {
@@ -1089,7 +1165,7 @@ pub(super) fn serve_write_lat<B: Bus>(
     let sb = [b.send_sge(size)];
     let clock = Stamp(Instant::now());
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
-    let mut stall = Stall::new();
+    let mut stall = Stall::new(cfg.events);
     let mut seen = 0u64;
     while seen < iters {
         let mut moved = 0;
@@ -1126,7 +1202,7 @@ pub(super) fn serve_send_bw<B: Bus>(
     let total = cfg.iters * u64::from(cfg.qps);
     let rb = [b.recv_sge()];
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
-    let mut stall = Stall::new();
+    let mut stall = Stall::new(cfg.events);
     let mut got = 0u64;
     while got < total {
         let n = poll_side(b, &mut wc, &rb, |c| {
@@ -1135,7 +1211,7 @@ pub(super) fn serve_send_bw<B: Bus>(
             }
         })?;
         if n == 0 {
-            pump();
+            wait(b, None, pump);
             stall.idle(&|| format!("{got} of {total} SEND messages received"))?;
         } else {
             stall.progress();
@@ -1174,7 +1250,7 @@ fn one_sided_lat<B: Bus>(
     let clock = Stamp(Instant::now());
     let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), iters);
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
-    let mut stall = Stall::new();
+    let mut stall = Stall::new(cfg.events);
     let what = if cfg.test.verb == Verb::Read {
         "an RDMA READ"
     } else {
@@ -1193,7 +1269,7 @@ fn one_sided_lat<B: Bus>(
                 break;
             }
             if n == 0 {
-                pump();
+                wait(a, None, pump);
                 stall.idle(&|| format!("{i} of {iters} requests completed"))?;
             }
         }
@@ -1244,7 +1320,7 @@ fn bw<B: Bus>(
     let clock = Stamp(Instant::now());
     let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), total as u64);
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
-    let mut stall = Stall::new();
+    let mut stall = Stall::new(cfg.events);
     while totccnt < total {
         let mut moved = 0usize;
         for q in 0..qps {
@@ -1284,7 +1360,7 @@ fn bw<B: Bus>(
             moved += poll_side(b, &mut wc, rb, |_| {})?;
         }
         if moved == 0 {
-            pump();
+            wait(a, b.as_deref_mut(), pump);
             stall.idle(&|| format!("{totccnt} of {total} requests completed"))?;
         } else {
             stall.progress();
