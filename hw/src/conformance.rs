@@ -99,6 +99,22 @@ pub const DEVIATIONS: &[Deviation] = &[
                   fields (status, syndrome) coincide with those of every 6.1 *_out layout, \
                   which control::cmd's tests check",
     },
+    Deviation {
+        header: Header::Mlx5Ifc,
+        item: "ferroverbs_q_counter_ext",
+        follows: "the simulator (control::counters): counters the PRM does not define (RNR \
+                  NAKs received, retransmissions, retransmitted packets), reported in the \
+                  reserved tail of query_q_counter_out (reserved_at_6e0), which real \
+                  firmware returns as zero",
+    },
+    Deviation {
+        header: Header::Mlx5Ifc,
+        item: "ferroverbs_vport_counter_ext",
+        follows: "the simulator (control::counters): device counters the PRM does not define \
+                  (doorbells, WQE fetches, DMA bytes, drops by reason), reported in the \
+                  reserved tail of query_vport_counter_out (reserved_at_680), which real \
+                  firmware returns as zero",
+    },
 ];
 
 /// Every PRM layout the crate defines.

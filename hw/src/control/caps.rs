@@ -127,6 +127,10 @@ prm_layout! {
         cache_line_128byte: 0x164, 1;
         /// GID table entries per port.
         gid_table_size: 0x170, 0x10;
+        /// QUERY_VPORT_COUNTER supported.
+        vport_counters: 0x181, 1;
+        /// Number of Q counter sets (ALLOC_Q_COUNTER).
+        max_qp_cnt: 0x186, 0xa;
         /// P_Key table size code.
         pkey_table_size: 0x190, 0x10;
         /// Vport group manager.

@@ -135,10 +135,14 @@ header_enum! {
         QueryHcaVportContext = 0x762 => "MLX5_CMD_OP_QUERY_HCA_VPORT_CONTEXT",
         /// Query the HCA vport GID table.
         QueryHcaVportGid = 0x764 => "MLX5_CMD_OP_QUERY_HCA_VPORT_GID",
+        /// Read a vport's traffic counters.
+        QueryVportCounter = 0x770 => "MLX5_CMD_OP_QUERY_VPORT_COUNTER",
         /// Allocate a queue counter set.
         AllocQCounter = 0x771 => "MLX5_CMD_OP_ALLOC_Q_COUNTER",
         /// Free a queue counter set.
         DeallocQCounter = 0x772 => "MLX5_CMD_OP_DEALLOC_Q_COUNTER",
+        /// Read a queue counter set.
+        QueryQCounter = 0x773 => "MLX5_CMD_OP_QUERY_Q_COUNTER",
         /// Allocate a protection domain.
         AllocPd = 0x800 => "MLX5_CMD_OP_ALLOC_PD",
         /// Free a protection domain.
@@ -218,7 +222,8 @@ impl Opcode {
     /// The input and output layouts of the command, for the commands this crate
     /// describes; `None` for the others.
     pub const fn layouts(self) -> Option<(&'static Layout, &'static Layout)> {
-        use super::{caps, cq, eq, hca, mkey, pages, qp, reg, roce, uar_pd_td as u, vport};
+        use super::{caps, counters as cnt, cq, eq, hca, mkey, pages, qp, reg, roce};
+        use super::{uar_pd_td as u, vport};
         Some(match self {
             Opcode::QueryHcaCap => (
                 &caps::query_hca_cap_in::LAYOUT,
@@ -290,6 +295,22 @@ impl Opcode {
             Opcode::ModifyNicVportContext => (
                 &vport::modify_nic_vport_context_in::LAYOUT,
                 &vport::modify_nic_vport_context_out::LAYOUT,
+            ),
+            Opcode::AllocQCounter => (
+                &cnt::alloc_q_counter_in::LAYOUT,
+                &cnt::alloc_q_counter_out::LAYOUT,
+            ),
+            Opcode::DeallocQCounter => (
+                &cnt::dealloc_q_counter_in::LAYOUT,
+                &cnt::dealloc_q_counter_out::LAYOUT,
+            ),
+            Opcode::QueryQCounter => (
+                &cnt::query_q_counter_in::LAYOUT,
+                &cnt::query_q_counter_out::LAYOUT,
+            ),
+            Opcode::QueryVportCounter => (
+                &cnt::query_vport_counter_in::LAYOUT,
+                &cnt::query_vport_counter_out::LAYOUT,
             ),
             Opcode::SetRoceAddress => (
                 &roce::set_roce_address_in::LAYOUT,
@@ -629,7 +650,7 @@ mod tests {
             assert!(i.size() >= 16 && o.size() >= 12, "{op}");
             assert_eq!(command_input(*op, 3).len(), i.size());
         }
-        assert_eq!(n, 43);
+        assert_eq!(n, 47);
         assert_eq!(command_input(Opcode::Nop, 0).len(), 16);
         assert_eq!(
             Opcode::CreateQp.in_layout().map(|l| l.name),

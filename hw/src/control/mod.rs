@@ -19,7 +19,8 @@
 //! * [`cq`]: completion queues and the CQ context;
 //! * [`qp`]: queue pairs, their state transitions, the QP context and address path;
 //! * [`vport`]: vport state and the NIC vport context (RoCE enable, MAC, MTU);
-//! * [`roce`]: the RoCE GID table.
+//! * [`roce`]: the RoCE GID table;
+//! * [`counters`]: queue counter sets and vport traffic counters.
 //!
 //! Layouts follow Linux 6.1's `include/linux/mlx5/mlx5_ifc.h` exactly (struct and field
 //! names, bit offsets, widths and full sizes); where the reference describes a newer
@@ -121,6 +122,7 @@ macro_rules! c_member_as {
 pub mod caps;
 pub mod cmd;
 pub mod cmdq;
+pub mod counters;
 pub mod cq;
 pub mod eq;
 pub mod hca;
@@ -176,6 +178,7 @@ const LAYOUT_PARTS: &[&[&Layout]] = &[
     qp::LAYOUTS,
     vport::LAYOUTS,
     roce::LAYOUTS,
+    counters::LAYOUTS,
 ];
 const LAYOUT_COUNT: usize = total(LAYOUT_PARTS);
 const LAYOUT_ARRAY: [&Layout; LAYOUT_COUNT] = concat(LAYOUT_PARTS, &cmd::mbox_in::LAYOUT);
