@@ -751,6 +751,9 @@ impl Shared {
                         engine.export_qp(fw, qpn);
                     }
                 }
+                // So do QUERY_CQ (producer and consumer counters) and
+                // QUERY_VPORT_COUNTER (the data path's counters).
+                crate::engine::counters::export(engine, fw, &self.iommu, &self.rx, input);
                 fw.execute(&self.iommu, input, outlen)
             },
         );

@@ -172,6 +172,11 @@ impl Maps {
 pub struct Iommu {
     maps: RwLock<Maps>,
     faults: AtomicU64,
+    /// Bytes of successful device reads (DMA reads: the PCIe traffic towards the
+    /// device).
+    read_bytes: AtomicU64,
+    /// Bytes of successful device writes.
+    write_bytes: AtomicU64,
 }
 
 impl Default for Iommu {
@@ -189,6 +194,8 @@ impl Iommu {
                 alloc: IovaAllocator::new(),
             }),
             faults: AtomicU64::new(0),
+            read_bytes: AtomicU64::new(0),
+            write_bytes: AtomicU64::new(0),
         }
     }
 
@@ -269,6 +276,16 @@ impl Iommu {
     /// Number of device accesses refused since creation.
     pub fn faults(&self) -> u64 {
         self.faults.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the device read from host memory since creation (successful reads).
+    pub fn dma_read_bytes(&self) -> u64 {
+        self.read_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the device wrote to host memory since creation (successful writes).
+    pub fn dma_write_bytes(&self) -> u64 {
+        self.write_bytes.load(Ordering::Relaxed)
     }
 
     /// Whether the whole range is mapped with the given permission.
@@ -374,6 +391,10 @@ impl Iommu {
         // Later reads of the device must not be hoisted above this one (an owner bit
         // read first, then the body, as the device does for command entries).
         fence(Ordering::Acquire);
+        if r.is_ok() {
+            self.read_bytes
+                .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        }
         self.count(r)
     }
 
@@ -392,6 +413,10 @@ impl Iommu {
             unsafe { volatile_write(host as *mut u8, &data[at..at + chunk]) }
         });
         drop(maps);
+        if r.is_ok() {
+            self.write_bytes
+                .fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
         self.count(r)
     }
 

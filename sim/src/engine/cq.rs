@@ -263,7 +263,7 @@ impl CqRt {
     }
 
     /// The consumer index software last published.
-    fn consumer_index(&self, io: &Iommu) -> Option<u32> {
+    pub fn consumer_index(&self, io: &Iommu) -> Option<u32> {
         io.read_be32(self.dbr).ok().map(|v| v & MASK24)
     }
 

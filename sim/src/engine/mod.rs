@@ -23,6 +23,7 @@
 //! rdma-core resets its own), INIT2RTR loads the responder's expected PSN, RTR2RTS the
 //! requester's first PSN, 2ERR flushes.
 
+pub mod counters;
 pub mod cq;
 pub mod fastmap;
 pub mod mem;
@@ -119,10 +120,19 @@ pub struct DataPathStats {
     pub qp_errors: u64,
     /// Frames transmitted.
     pub tx_frames: u64,
+    /// Bytes of the frames transmitted (Ethernet header to ICRC; no FCS, preamble or
+    /// inter-frame gap).
+    pub tx_bytes: u64,
+    /// Bytes of the frames that could not be sent.
+    pub tx_error_bytes: u64,
     /// Frames that could not be sent (no fabric attached and not for this device).
     pub tx_no_link: u64,
     /// Frames received (before any check).
     pub rx_frames: u64,
+    /// Bytes of the frames received (as `tx_bytes`).
+    pub rx_bytes: u64,
+    /// Bytes of the frames dropped as `rx_bad_icrc` or `rx_malformed`.
+    pub rx_error_bytes: u64,
     /// Dropped: ICRC mismatch.
     pub rx_bad_icrc: u64,
     /// Dropped: not a well-formed RoCEv2 frame (Ethernet/IPv4/UDP/BTH structure,
@@ -199,6 +209,7 @@ impl Net {
     /// one of its ports (loopback), else to the fabric.
     pub fn send(&mut self, frame: Vec<u8>, stats: &mut DataPathStats) {
         stats.tx_frames += 1;
+        stats.tx_bytes += frame.len() as u64;
         let mine = frame.len() >= 6 && self.macs.iter().any(|m| frame[..6] == m[..]);
         if mine {
             if let Err(f) = self.rx.push(frame) {
@@ -210,6 +221,7 @@ impl Net {
             Some(u) => u.transmit(frame),
             None => {
                 stats.tx_no_link += 1;
+                stats.tx_error_bytes += frame.len() as u64;
                 self.pool.put(frame);
             }
         }
@@ -938,14 +950,17 @@ impl Engine {
     /// Processes one received frame.
     pub fn receive(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, now: u64, frame: &[u8]) {
         self.stats.rx_frames += 1;
+        self.stats.rx_bytes += frame.len() as u64;
         let (repr, payload) = match wire::frame::parse(frame) {
             Ok(x) => x,
             Err(wire::Error::Icrc { .. }) => {
                 self.stats.rx_bad_icrc += 1;
+                self.stats.rx_error_bytes += frame.len() as u64;
                 return;
             }
             Err(_) => {
                 self.stats.rx_malformed += 1;
+                self.stats.rx_error_bytes += frame.len() as u64;
                 return;
             }
         };

@@ -93,6 +93,8 @@ pub struct QpCfg {
     pub cqn_rcv: Option<u32>,
     /// User index (reported in CQEs, CQE version 1).
     pub user_index: u32,
+    /// The Q counter set its events count into (`qpc.counter_set_id`; 0: none).
+    pub counter_set: u8,
     /// UAR page of the QP's doorbells.
     pub uar: u32,
     /// The work queue buffer.
@@ -196,6 +198,7 @@ impl QpCfg {
             cqn_snd: qp.cqn_snd,
             cqn_rcv: qp.cqn_rcv,
             user_index: g(qpc::user_index) as u32,
+            counter_set: g(qpc::counter_set_id) as u8,
             uar: qp.uar,
             buf: QueueBuf {
                 pages: qp.pages.clone(),

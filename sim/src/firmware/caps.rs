@@ -137,6 +137,8 @@ fn general_defaults(cfg: &FwConfig) -> Vec<(Field, u64)> {
         (g::roce, 1),
         (g::atomic, 1),
         (g::cq_oi, 1),
+        (g::vport_counters, 1),
+        (g::max_qp_cnt, 255),
         (g::qkv, 1),
         (g::ud, 1),
         (g::uc, 1),

@@ -16,6 +16,7 @@
 //! failed command has no side effect.
 
 pub mod caps;
+pub mod counters;
 mod hca;
 pub mod ifc;
 pub mod pages;
@@ -344,6 +345,10 @@ pub struct Firmware {
     cqs: Table<Cq>,
     qps: Table<Qp>,
     ports: Vec<Port>,
+    /// Allocated Q counter sets.
+    q_sets: Table<()>,
+    /// Q counter values and the vport counters' state.
+    counters: counters::Counters,
     stats: FwStats,
     /// MSI-X vectors to fire for events the last command raised.
     pending_irqs: Vec<u16>,
@@ -390,12 +395,21 @@ pub struct ObjectCounts {
     pub cqs: usize,
     /// Queue pairs.
     pub qps: usize,
+    /// Q counter sets allocated.
+    pub q_counters: usize,
 }
 
 impl ObjectCounts {
     /// Total objects.
     pub fn total(&self) -> usize {
-        self.uars + self.pds + self.tds + self.mkeys + self.eqs + self.cqs + self.qps
+        self.uars
+            + self.pds
+            + self.tds
+            + self.mkeys
+            + self.eqs
+            + self.cqs
+            + self.qps
+            + self.q_counters
     }
 }
 
@@ -415,6 +429,8 @@ impl Firmware {
             eqs: Table::new(1, 1),
             cqs: Table::new(1, 1),
             qps: Table::new(QPN_BASE, 1),
+            q_sets: Table::new(1, 1),
+            counters: counters::Counters::default(),
             cfg,
             state: HcaState::Disabled,
             issi: 0,
@@ -462,6 +478,9 @@ impl Firmware {
         self.cqs.set_capacity(cap(self.caps.gen(g::log_max_cq)));
         self.qps
             .set_capacity(cap(self.caps.gen(g::log_max_qp)).min((1 << 24) - QPN_BASE));
+        // Counter set numbers are 8 bits and start at 1.
+        self.q_sets
+            .set_capacity((self.caps.gen(g::max_qp_cnt) as u32).min(255));
     }
 
     /// The configuration.
@@ -499,6 +518,7 @@ impl Firmware {
             eqs: self.eqs.len(),
             cqs: self.cqs.len(),
             qps: self.qps.len(),
+            q_counters: self.q_sets.len(),
         }
     }
 
@@ -654,6 +674,10 @@ impl Firmware {
             QueryVportState => self.query_vport_state(&c),
             SetRoceAddress => self.set_roce_address(&c),
             QueryRoceAddress => self.query_roce_address(&c),
+            AllocQCounter => self.alloc_q_counter(&c),
+            DeallocQCounter => self.dealloc_q_counter(&c),
+            QueryQCounter => self.query_q_counter(&c),
+            QueryVportCounter => self.query_vport_counter(&c, io),
             _ => Err(Syndrome::NotImplemented.into()),
         }
     }

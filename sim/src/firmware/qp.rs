@@ -70,6 +70,7 @@ impl Firmware {
         if c.get(create_qp_in::wq_umem_valid) != 0 || q(qpc::dbr_umem_valid) != 0 {
             return Err(Syndrome::QpUmemUnsupported.into());
         }
+        self.check_counter_set(q(qpc::counter_set_id))?;
         let st = ServiceType::from_st(q(qpc::st)).ok_or(Fail::from(Syndrome::QpBadServiceType))?;
         let pd = q(qpc::pd) as u32;
         if !self.pds.contains(pd) {
@@ -258,6 +259,7 @@ impl Firmware {
                     ] {
                         copy(&mut img, f);
                     }
+                    self.check_counter_set(input(qpc::counter_set_id))?;
                     if st == ServiceType::Ud {
                         copy(&mut img, qpc::q_key);
                     }

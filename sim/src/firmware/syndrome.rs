@@ -177,6 +177,11 @@ syndromes! {
     HostEndiannessBad = 0x5f0a_0003, BadParamErr, "HOST_ENDIANNESS with reserved bits set (only he, bit 0, is defined)";
     RegBadPort = 0x5f0a_0004, IxErr, "port register for a local_port outside the ports";
     PaosBadStatus = 0x5f0a_0005, BadParamErr, "PAOS admin_status other than up (1) or down (2)";
+    // --- 0xb: counters ---------------------------------------------------------
+    QCounterExhausted = 0x5f0b_0001, LimErr, "ALLOC_Q_COUNTER with every counter set (max_qp_cnt) allocated";
+    QCounterUnknown = 0x5f0b_0002, BadResErr, "DEALLOC_Q_COUNTER/QUERY_Q_COUNTER of a counter set not allocated";
+    QpBadCounterSet = 0x5f0b_0003, BadParamErr, "QP counter_set_id names no allocated Q counter set";
+    VportCounterOther = 0x5f0b_0004, BadParamErr, "QUERY_VPORT_COUNTER for another vport or a port outside the ports";
 }
 
 #[cfg(test)]

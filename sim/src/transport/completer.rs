@@ -218,6 +218,7 @@ fn rewind(qp: &mut QpRt, cx: &mut Ctx, psn: Psn) {
         f.sent = from;
     }
     cx.stats.retransmits += resent;
+    cx.fw.q_counts(qp.cfg.counter_set).retransmitted_packets += resent;
     qp.sq.tx = i;
 }
 
@@ -231,6 +232,9 @@ fn go_back(qp: &mut QpRt, cx: &mut Ctx, psn: Psn) {
         return;
     }
     if qp.sq.retries_left == 0 {
+        cx.fw
+            .q_counts(qp.cfg.counter_set)
+            .req_transport_retries_exceeded += 1;
         fail_at(
             qp,
             cx,
@@ -241,6 +245,7 @@ fn go_back(qp: &mut QpRt, cx: &mut Ctx, psn: Psn) {
     }
     qp.sq.retries_left -= 1;
     cx.stats.retries += 1;
+    cx.fw.q_counts(qp.cfg.counter_set).retransmissions += 1;
     qp.sq.retry_psn = Some(psn);
     rewind(qp, cx, psn);
     qp.sq.ack_deadline = None;
@@ -259,6 +264,7 @@ pub fn on_ack_timeout(qp: &mut QpRt, cx: &mut Ctx) {
         return;
     }
     cx.stats.ack_timeouts += 1;
+    cx.fw.q_counts(qp.cfg.counter_set).local_ack_timeout_err += 1;
     qp.sq.retry_psn = None;
     let una = qp.sq.una;
     go_back(qp, cx, una);
@@ -276,6 +282,7 @@ fn oldest_read(qp: &QpRt) -> Option<usize> {
 /// so those responses were lost; go back to the oldest unacknowledged PSN.
 fn implied_nak(qp: &mut QpRt, cx: &mut Ctx) {
     cx.stats.implied_naks += 1;
+    cx.fw.q_counts(qp.cfg.counter_set).implied_nak_seq_err += 1;
     let una = qp.sq.una;
     go_back(qp, cx, una);
 }
@@ -313,12 +320,14 @@ fn on_ack(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
                 return;
             }
             cx.stats.rnr_naks_received += 1;
+            cx.fw.q_counts(qp.cfg.counter_set).rnr_nak_received += 1;
             ack_to(qp, psn.sub(1));
             complete_head(qp, cx);
             if qp.state == QpcState::Err {
                 return;
             }
             if qp.sq.rnr_left == 0 {
+                cx.fw.q_counts(qp.cfg.counter_set).rnr_nak_retry_err += 1;
                 fail_at(qp, cx, psn, Synd::of(MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR));
                 return;
             }
@@ -326,6 +335,7 @@ fn on_ack(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
                 qp.sq.rnr_left -= 1;
             }
             cx.stats.retries += 1;
+            cx.fw.q_counts(qp.cfg.counter_set).retransmissions += 1;
             rewind(qp, cx, psn);
             let us = aeth::rnr_timer_micros(timer).unwrap_or(0);
             qp.sq.rnr_until = Some(cx.now + u64::from(us) * 1000);
@@ -339,6 +349,7 @@ fn on_ack(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
                 return;
             }
             cx.stats.seq_naks_received += 1;
+            cx.fw.q_counts(qp.cfg.counter_set).packet_seq_err += 1;
             if ack_to(qp, psn.sub(1)) == Some(true) {
                 rearm(qp, cx.now);
             }

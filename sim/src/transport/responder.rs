@@ -52,9 +52,11 @@ pub fn on_request(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
         }
         PsnClass::Duplicate => {
             cx.stats.rx_duplicates += 1;
+            cx.fw.q_counts(qp.cfg.counter_set).duplicate_request += 1;
             duplicate(qp, cx, pkt);
         }
         PsnClass::Ahead => {
+            cx.fw.q_counts(qp.cfg.counter_set).out_of_sequence += 1;
             if !qp.resp.nak_sent {
                 qp.resp.nak_sent = true;
                 let e = qp.resp.epsn;
@@ -150,6 +152,7 @@ fn nak(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, code: NakCode) {
 fn rnr_nak(qp: &mut QpRt, cx: &mut Ctx, psn: Psn) {
     flush_ack(qp, cx);
     cx.stats.rnr_naks += 1;
+    cx.fw.q_counts(qp.cfg.counter_set).out_of_buffer += 1;
     send_ack(
         qp,
         cx,
@@ -280,6 +283,7 @@ fn on_send(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
 
 fn on_write(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
     let psn = pkt.repr.bth.psn;
+    cx.fw.q_counts(qp.cfg.counter_set).rx_write_requests += u64::from(pos.starts_message());
     let (va, rkey, left, total) = match qp.resp.cur {
         InMsg::Write {
             va,
@@ -371,6 +375,7 @@ fn remember(qp: &mut QpRt, r: Resource) {
 
 fn on_read(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     let psn = pkt.repr.bth.psn;
+    cx.fw.q_counts(qp.cfg.counter_set).rx_read_requests += 1;
     let Some(r) = pkt.repr.reth else {
         return class_c(qp, cx, psn, NakCode::InvalidRequest);
     };
@@ -459,6 +464,7 @@ fn read_responses(
 
 fn on_atomic(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     let psn = pkt.repr.bth.psn;
+    cx.fw.q_counts(qp.cfg.counter_set).rx_atomic_requests += 1;
     let Some(a) = pkt.repr.atomic_eth else {
         return class_c(qp, cx, psn, NakCode::InvalidRequest);
     };
