@@ -33,7 +33,7 @@ type CqRing<B> = ring::CompletionQueue<FastMem<B>, FastWord<B>>;
 /// QP that uses the CQ: `DESTROY_CQ` happens when the last of them goes, and the
 /// memory is released after it.
 pub(crate) struct CqCore<'ctx, B: Bus> {
-    ctx: &'ctx Context<B>,
+    pub(super) ctx: &'ctx Context<B>,
     cqn: u32,
     _buf: Arc<DmaBuf<B>>,
     /// Whether `DESTROY_CQ` is still due.
@@ -380,6 +380,11 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
     /// How many completions the ring holds (`ibv_cq.cqe`: entries - 1).
     pub fn capacity(&self) -> u32 {
         self.p.ncqe - 1
+    }
+
+    /// The consumer index (CQEs polled; 32 bits, the device sees the low 24).
+    pub(crate) fn consumer_index(&self) -> u32 {
+        self.p.ring.consumer_index()
     }
 
     /// Completions skipped because their QP is gone.

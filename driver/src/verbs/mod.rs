@@ -77,6 +77,7 @@ mod ah;
 pub mod async_event;
 mod attr;
 pub mod channel;
+mod counters;
 mod cq;
 mod fastmem;
 pub mod fastpath;
@@ -95,6 +96,7 @@ pub use attr::{
     AddressVector, Attribute, QpAttr, QpInfo, QpState, RtrAttr, RtsAttr, Transition, UdInitAttr,
 };
 pub use channel::{CompletionChannel, CqEvent, CqOptions};
+pub use counters::{CqCounters, DeviceCounters, QpCounters, QpDeviceCounters, RxDrops};
 pub use cq::CompletionQueue;
 pub use mr::{AccessFlags, MemoryRegion, RangeError};
 pub use pd::Pd;

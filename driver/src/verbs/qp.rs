@@ -240,7 +240,7 @@ pub(crate) struct WqShared {
     /// The send ring's own per-slot `wr_id` table (written once per WR, at post).
     sq_wr_id: Arc<[AtomicU64]>,
     /// `DONE | wqe_counter` of the latest requester completion, 0 for none.
-    sq_done: AtomicU32,
+    pub(super) sq_done: AtomicU32,
     rq_mask: u32,
     /// The receive ring's own per-slot `wr_id` table.
     rq_wr_id: Arc<[AtomicU64]>,
@@ -249,7 +249,7 @@ pub(crate) struct WqShared {
 }
 
 /// Marks a published completion counter.
-const DONE: u32 = 1 << 16;
+pub(super) const DONE: u32 = 1 << 16;
 
 impl WqShared {
     #[inline]
@@ -423,12 +423,14 @@ pub(crate) fn geometry_with(limits: &Limits, cap: &QpCap, ovh: u32) -> Result<Ge
 /// through the states. Posting takes `&mut self`: one thread at a time, no lock.
 /// Dropping it issues `DESTROY_QP` and releases its UAR and memory.
 pub struct QueuePair<'a, B: Bus> {
-    q: Queues<B>,
+    pub(super) q: Queues<B>,
     qpn: u32,
     uar: u32,
+    /// The QP's own Q counter set (0: none).
+    pub(super) counter_set: u8,
     port: u8,
     pkey_index: u16,
-    pd: &'a Pd<'a, B>,
+    pub(super) pd: &'a Pd<'a, B>,
     send_cq: Arc<CqCore<'a, B>>,
     recv_cq: Arc<CqCore<'a, B>>,
     live: bool,
@@ -438,7 +440,7 @@ pub struct QueuePair<'a, B: Bus> {
 /// and what posting needs. Everything the fast path touches lives here.
 pub(crate) struct Queues<B: Bus> {
     pub(super) sq: SqRing<B>,
-    rq: RqRing<B>,
+    pub(super) rq: RqRing<B>,
     pub(crate) shared: Arc<WqShared>,
     pub(super) bus: Arc<B>,
     pub(crate) state: QpState,
@@ -452,6 +454,10 @@ pub(crate) struct Queues<B: Bus> {
     pub(crate) buf: Mem<B>,
     /// UD: the largest message (the port MTU, from RESET→INIT); `u32::MAX` for RC.
     max_msg: u32,
+    /// Send WRs posted (counters).
+    pub(super) posted: u64,
+    /// High-water mark of the WQEBBs outstanding after a post (counters).
+    pub(super) sq_hwm: u16,
 }
 
 impl<B: Bus> std::fmt::Debug for QueuePair<'_, B> {
@@ -501,11 +507,19 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         };
         let geo = geometry_with(&Limits::of(ctx), &init.cap, ovh)?;
         let uar = alloc_uar(ctx)?;
-        match self.create_qp_on(init, geo, uar) {
+        // The QP's own Q counter set, for its device-side counters (none left: the QP
+        // has none).
+        let set = ctx.alloc_q_counter().unwrap_or(0);
+        match self.create_qp_on(init, geo, uar, set) {
             Ok(qp) => Ok(qp),
             Err(e) => {
                 if let Err(e2) = dealloc_uar(ctx, uar) {
                     tracing::warn!(uar, error = %e2, "DEALLOC_UAR failed");
+                }
+                if set != 0 {
+                    if let Err(e2) = ctx.dealloc_q_counter(set) {
+                        tracing::warn!(set, error = %e2, "DEALLOC_Q_COUNTER failed");
+                    }
                 }
                 Err(e)
             }
@@ -517,6 +531,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         init: &QpInitAttr<'q, 'ctx, B>,
         geo: Geometry,
         uar: u32,
+        counter_set: u8,
     ) -> Result<QueuePair<'_, B>> {
         let ctx = self.context();
         let rq_bytes = geo.rq_bytes();
@@ -549,6 +564,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         q(qpc::cqn_rcv).set(&mut input, init.recv_cq.cqn().into());
         q(qpc::log_page_size).set(&mut input, 0);
         q(qpc::dbr_addr).set(&mut input, buf.iova() + dbr as u64);
+        q(qpc::counter_set_id).set(&mut input, counter_set.into());
         set_flex64(&mut input, create_qp_in::pas, &pas)
             .map_err(|_| Error::InvalidArgument("PAS list does not fit the command"))?;
         let out = exec(ctx, &input, create_qp_out::SIZE)?;
@@ -589,6 +605,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             q,
             qpn,
             uar,
+            counter_set,
             port: 1,
             pkey_index: 0,
             pd: self,
@@ -649,6 +666,8 @@ impl<B: Bus> Queues<B> {
             sq_cfg,
             buf,
             max_msg: u32::MAX,
+            posted: 0,
+            sq_hwm: 0,
         })
     }
 
@@ -675,7 +694,7 @@ impl<B: Bus> Queues<B> {
 
     /// Reclaims send slots completed since the last call; whether any were.
     #[inline]
-    fn sync_sq(&mut self) -> bool {
+    pub(super) fn sync_sq(&mut self) -> bool {
         let d = self.shared.sq_done.load(Ordering::Acquire);
         if d == self.sq_seen || d & DONE == 0 {
             return false;
@@ -738,6 +757,7 @@ impl<B: Bus> Queues<B> {
         }
         if nreq != 0 {
             self.sq.doorbell(&*self.bus, nreq, &last);
+            self.note_posted(nreq);
         }
         res
     }
@@ -1112,6 +1132,10 @@ impl<'a, B: Bus> QueuePair<'a, B> {
         let q = |f| in_command(f);
         let p = |f| primary_path(f);
         let set = |input: &mut Vec<u8>, f: ferroverbs_hw::Field, v: u64| f.set(input, v);
+        if hw == QpTransition::Rst2Init {
+            // The Q counter set, as Linux names it at RST2INIT.
+            set(&mut input, q(qpc::counter_set_id), self.counter_set.into());
+        }
         if let Some(a) = attr.access {
             set(
                 &mut input,
@@ -1349,7 +1373,12 @@ impl<'a, B: Bus> QueuePair<'a, B> {
         let r = exec(ctx, &input, destroy_qp_out::SIZE).map(|_| ());
         self.q.shared.alive.store(false, Ordering::Relaxed);
         let r2 = dealloc_uar(ctx, self.uar);
-        r.and(r2)
+        // The counter set goes after the QP that counts into it.
+        let r3 = match self.counter_set {
+            0 => Ok(()),
+            set => ctx.dealloc_q_counter(set),
+        };
+        r.and(r2).and(r3)
     }
 }
 
