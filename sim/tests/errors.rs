@@ -646,6 +646,9 @@ fn qp_create(c: &mut Check) {
     bad(&mut h, c, Syndrome::QpUmemUnsupported, &|i| {
         set(i, q(qpc::dbr_umem_valid), 1)
     });
+    bad(&mut h, c, Syndrome::QpBadCounterSet, &|i| {
+        set(i, q(qpc::counter_set_id), 9)
+    });
     bad(&mut h, c, Syndrome::QpBadServiceType, &|i| {
         set(i, q(qpc::st), 3)
     });
@@ -959,6 +962,47 @@ fn access_reg(c: &mut Check) {
     );
 }
 
+fn counters(c: &mut Check) {
+    use ferroverbs_hw::control::counters::{
+        alloc_input, alloc_q_counter_out, dealloc_input, query_q_input, query_vport_counter_in,
+    };
+    let mut h = with_caps(&[(g::max_qp_cnt, 1)]);
+    let out = h.ok(&alloc_input(), outlen(Opcode::AllocQCounter));
+    assert_eq!(get(&out, alloc_q_counter_out::counter_set_id), 1);
+    let n = outlen(Opcode::AllocQCounter);
+    c.fails(&mut h, &alloc_input(), n, Syndrome::QCounterExhausted);
+    let n = outlen(Opcode::QueryQCounter);
+    c.fails(
+        &mut h,
+        &query_q_input(5, false),
+        n,
+        Syndrome::QCounterUnknown,
+    );
+    c.fails(
+        &mut h,
+        &query_q_input(0, false),
+        n,
+        Syndrome::QCounterUnknown,
+    );
+    let n = outlen(Opcode::DeallocQCounter);
+    c.fails(&mut h, &dealloc_input(5), n, Syndrome::QCounterUnknown);
+    h.ok(&dealloc_input(1), n);
+    c.op(
+        &mut h,
+        Opcode::QueryVportCounter,
+        0,
+        Syndrome::VportCounterOther,
+        |i| set(i, query_vport_counter_in::other_vport, 1),
+    );
+    c.op(
+        &mut h,
+        Opcode::QueryVportCounter,
+        0,
+        Syndrome::VportCounterOther,
+        |i| set(i, query_vport_counter_in::port_num, 2),
+    );
+}
+
 #[test]
 fn every_error_path_gives_its_status_and_syndrome() {
     let mut c = Check {
@@ -976,6 +1020,7 @@ fn every_error_path_gives_its_status_and_syndrome() {
     qp_modify(&mut c);
     vport(&mut c);
     access_reg(&mut c);
+    counters(&mut c);
     let missing: Vec<_> = Syndrome::ALL
         .iter()
         .filter(|s| !c.seen.contains(s))
