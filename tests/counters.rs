@@ -526,7 +526,14 @@ fn one_garbage_frame_of_every_drop_reason() {
     bad_icrc[n - 10] ^= 0xff;
     let malformed = send[..30].to_vec();
     let not_mine = rewrite(&send, |r| r.ethernet.dst_addr.0 = [0x02, 9, 9, 9, 9, 9]);
-    let unsupported = rewrite(&send, |r| r.roce.bth.opcode = Opcode::UcSendOnly);
+    // A UD SEND to an RC QP: a transport the QP does not serve.
+    let unsupported = rewrite(&send, |r| {
+        r.roce.bth.opcode = Opcode::UdSendOnly;
+        r.roce.deth = Some(wire::deth::Repr {
+            qkey: 0x1111,
+            src_qp: 0x42,
+        });
+    });
     let no_qp = rewrite(&send, |r| r.roce.bth.dest_qp = 0x00ab_cdef);
     let bad_state = rewrite(&send, |r| r.roce.bth.dest_qp = idle.qp_num());
     let bad_addr = rewrite(&send, |r| r.ipv4.src_addr = [10, 9, 9, 9].into());
