@@ -446,6 +446,9 @@ impl Iommu {
             }
         });
         drop(maps);
+        if r.is_ok() {
+            self.write_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        }
         self.count(r)
     }
 
