@@ -498,7 +498,7 @@ fn ud_transitions_name_missing_and_unexpected_attributes() {
     qp.modify(QpState::Rts, &QpAttr::new().sq_psn(1).qkey(7))
         .unwrap();
     let info = qp.query().unwrap();
-    assert_eq!((info.state, info.sq_psn), (QpState::Rts, 1));
+    assert_eq!((info.state, info.sq_psn, info.qkey), (QpState::Rts, 1, 7));
     // An RC QP still refuses the Q_Key.
     let mut rc = pd.create_qp(&QpInitAttr::new(&cq, &cq, cap())).unwrap();
     let e = rc

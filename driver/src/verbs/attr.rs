@@ -672,6 +672,8 @@ pub struct QpInfo {
     pub av: AddressVector,
     /// The capabilities granted at creation.
     pub cap: QpCap,
+    /// The Q_Key (UD; 0 on RC).
+    pub qkey: u32,
 }
 
 /// `ceil(log2(n))` for the `log_sra_max` / `log_rra_max` fields (0 for 0 and 1).

@@ -1,4 +1,4 @@
-//! The verbs API: protection domains, memory regions, completion queues and RC queue
+//! The verbs API: protection domains, memory regions, completion queues, RC and UD queue
 //! pairs over an open [`Context`](crate::Context), with a fast path (post and poll)
 //! that allocates nothing, takes no lock and makes no system call.
 //!
@@ -36,6 +36,37 @@
 //! handle while QPs still use it therefore cannot destroy the CQ under them: the
 //! `DESTROY_CQ` happens when the last QP goes. [`CompletionQueue::destroy`] makes the
 //! same situation an error ([`Error::CqInUse`]) for code that wants to know.
+//!
+//! # Unreliable datagram
+//!
+//! A UD [`QueuePair`] comes from [`QpInitAttr::ud`]; [`QueuePair::to_init_ud`] (port,
+//! P_Key index, Q_Key), [`QueuePair::to_rtr_ud`] and [`QueuePair::to_rts_ud`] (first
+//! PSN) take it to RTS, and a missing attribute is named
+//! ([`Error::MissingAttribute`] with [`Attribute::Qkey`], [`Attribute::SqPsn`]). Each
+//! send names its destination: an [`AddressHandle`] ([`Pd::create_ah`]: destination
+//! GID and MAC, source GID index, hop limit, traffic class, flow label), the remote
+//! QPN and the remote Q_Key ([`SendWr::ud`]); a message is at most the port MTU
+//! ([`PostError::MessageTooLong`]). Every receive buffer starts with 40 bytes of GRH
+//! (for RoCE v2 over IPv4: 20 zero bytes, then the sender's IPv4 header), counted in
+//! the completion's `byte_len`, which also carries the sender's QPN (`src_qp`) and
+//! [`WcFlags::GRH`].
+//!
+//! ```no_run
+//! # fn demo<B: ferroverbs_hw::Bus>(ctx: &ferroverbs::Context<B>, peer: ferroverbs::GidEntry, peer_qpn: u32) -> Result<(), Box<dyn std::error::Error>> {
+//! use ferroverbs::verbs::*;
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq(64)?;
+//! let mut qp = pd.create_qp(&QpInitAttr::ud(&cq, &cq, QpCap::default()))?;
+//! qp.to_init_ud(&UdInitAttr::new(1, 0x1111_1111))?;
+//! qp.to_rtr_ud()?;
+//! qp.to_rts_ud(0)?;
+//! let ah = pd.create_ah(1, &AddressVector::new(peer.gid, peer.mac, 0))?;
+//! let mr = pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE)?;
+//! qp.post_recv(&[RecvWr::new(1, &[mr.sge(0, 40 + 1024)?])])?;
+//! mr.write(2048, b"ping");
+//! qp.post_send(&[SendWr::send(2, &[mr.sge(2048, 4)?]).ud(&ah, peer_qpn, 0x1111_1111).signaled()])?;
+//! # Ok(()) }
+//! ```
 //!
 //! # Events and buffer pools
 //!

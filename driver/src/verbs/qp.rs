@@ -1356,6 +1356,7 @@ impl<'a, B: Bus> QueuePair<'a, B> {
                 udp_sport: Some(p(ads::udp_sport) as u16),
             },
             cap: self.q.geo.granted,
+            qkey: q(qpc::q_key) as u32,
         })
     }
 
