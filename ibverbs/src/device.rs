@@ -1,0 +1,281 @@
+//! The device behind the library: which NIC the environment names, and the process-wide
+//! driver context opened on it.
+//!
+//! `FERROVERBS_DEVICE` selects it:
+//!
+//! * `sim:A.B.C.D` (the default, `sim:127.0.0.1`): a simulated ConnectX in this
+//!   process, in threaded mode (its device thread answers the wire without any verb
+//!   call: RC ACKs, RDMA WRITE placement, READ responses, atomics), attached to the UDP
+//!   link on `A.B.C.D:4791` (RoCE v2 over real UDP datagrams). GID 0 is `::ffff:A.B.C.D`,
+//!   type RoCE v2. Two processes talk when each has its own address (127.0.0.1 and
+//!   127.0.0.2: Linux routes all of 127/8 to `lo`). `sim:A.B.C.D:PORT` uses another
+//!   UDP port (both sides must use the same).
+//! * `vfio:DDDD:BB:DD.F`: a ConnectX bound to `vfio-pci`, driven by ferroverbs.
+//!
+//! `FERROVERBS_DEVICE_NAME` overrides the device name (default `ferroverbs0`).
+//!
+//! The NIC is brought up by the first `ibv_open_device` and then stays up for the life
+//! of the process (its UDP socket stays bound); every `ibv_open_device` shares it.
+
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+
+use ferroverbs::vfio::{PciAddress, VfioBus, VfioConfig};
+use ferroverbs::{Context, Device, DeviceConfig, GidEntry};
+use ferroverbs_hw::bus::Block64;
+use ferroverbs_hw::{Bus, BusError, DmaPerm};
+use ferroverbs_sim::link::udp::{mac_for, UdpConfig, UdpLink};
+use ferroverbs_sim::{Sim, SimBus};
+
+/// The environment variable that selects the device.
+pub const DEVICE_ENV: &str = "FERROVERBS_DEVICE";
+/// The environment variable that names the device.
+pub const NAME_ENV: &str = "FERROVERBS_DEVICE_NAME";
+
+/// Which NIC to drive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceSpec {
+    /// A simulated NIC on the UDP link.
+    Sim {
+        /// Its IPv4 address (bound, and GID 0).
+        addr: Ipv4Addr,
+        /// The UDP port (4791).
+        port: u16,
+    },
+    /// A ConnectX behind VFIO.
+    Vfio(PciAddress),
+}
+
+impl DeviceSpec {
+    /// Parses `sim:A.B.C.D[:PORT]` or `vfio:DDDD:BB:DD.F`.
+    pub fn parse(s: &str) -> Result<DeviceSpec, String> {
+        if let Some(rest) = s.strip_prefix("sim:") {
+            let (ip, port) = match rest.split_once(':') {
+                Some((ip, p)) => (ip, p.parse().map_err(|e| format!("{s}: port: {e}"))?),
+                None => (rest, ferroverbs_sim::link::udp::ROCEV2_PORT),
+            };
+            let addr = ip.parse().map_err(|e| format!("{s}: address: {e}"))?;
+            Ok(DeviceSpec::Sim { addr, port })
+        } else if s == "sim" {
+            Ok(DeviceSpec::default())
+        } else if let Some(bdf) = s.strip_prefix("vfio:") {
+            Ok(DeviceSpec::Vfio(
+                bdf.parse().map_err(|e| format!("{s}: {e:?}"))?,
+            ))
+        } else {
+            Err(format!(
+                "{s}: expected sim:A.B.C.D[:PORT] or vfio:DDDD:BB:DD.F"
+            ))
+        }
+    }
+
+    /// The device the environment selects.
+    pub fn from_env() -> Result<DeviceSpec, String> {
+        match std::env::var(DEVICE_ENV) {
+            Ok(s) if !s.trim().is_empty() => DeviceSpec::parse(s.trim()),
+            _ => Ok(DeviceSpec::default()),
+        }
+    }
+
+    /// The node GUID shown before the device is opened: the EUI-64 of the simulated
+    /// NIC's MAC, or one derived from the PCI address.
+    pub fn guid(&self) -> u64 {
+        let mac = match self {
+            DeviceSpec::Sim { addr, .. } => mac_for(*addr),
+            DeviceSpec::Vfio(bdf) => {
+                let h = bdf
+                    .to_string()
+                    .bytes()
+                    .fold(0u32, |h, b| h.rotate_left(5) ^ u32::from(b));
+                let b = h.to_be_bytes();
+                [0x02, 0xc9, b[0], b[1], b[2], b[3]]
+            }
+        };
+        u64::from_be_bytes([
+            mac[0] ^ 2,
+            mac[1],
+            mac[2],
+            0xff,
+            0xfe,
+            mac[3],
+            mac[4],
+            mac[5],
+        ])
+    }
+}
+
+impl Default for DeviceSpec {
+    fn default() -> Self {
+        DeviceSpec::Sim {
+            addr: Ipv4Addr::LOCALHOST,
+            port: ferroverbs_sim::link::udp::ROCEV2_PORT,
+        }
+    }
+}
+
+/// The device name: `FERROVERBS_DEVICE_NAME`, or `ferroverbs0`.
+pub fn device_name() -> String {
+    std::env::var(NAME_ENV)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "ferroverbs0".to_string())
+}
+
+/// Either bus, so that one set of verbs serves both kinds of NIC.
+pub enum AnyBus {
+    /// The simulator.
+    Sim(SimBus),
+    /// VFIO.
+    Vfio(VfioBus),
+}
+
+macro_rules! each {
+    ($self:ident, $b:ident => $e:expr) => {
+        match $self {
+            AnyBus::Sim($b) => $e,
+            AnyBus::Vfio($b) => $e,
+        }
+    };
+}
+
+impl Bus for AnyBus {
+    fn bar0_len(&self) -> usize {
+        each!(self, b => b.bar0_len())
+    }
+    fn read32(&self, off: usize) -> u32 {
+        each!(self, b => b.read32(off))
+    }
+    fn write32(&self, off: usize, value: u32) {
+        each!(self, b => b.write32(off, value))
+    }
+    fn write64(&self, off: usize, value: u64) {
+        each!(self, b => b.write64(off, value))
+    }
+    fn write_block64(&self, off: usize, block: &Block64) {
+        each!(self, b => b.write_block64(off, block))
+    }
+    fn wmb(&self) {
+        each!(self, b => b.wmb())
+    }
+    fn rmb(&self) {
+        each!(self, b => b.rmb())
+    }
+    fn dma_map(&self, vaddr: usize, len: usize, perm: DmaPerm) -> Result<u64, BusError> {
+        each!(self, b => b.dma_map(vaddr, len, perm))
+    }
+    fn dma_unmap(&self, iova: u64, len: usize) -> Result<(), BusError> {
+        each!(self, b => b.dma_unmap(iova, len))
+    }
+    fn irq_eventfd(&self, vector: u16) -> Option<i32> {
+        each!(self, b => b.irq_eventfd(vector))
+    }
+}
+
+/// The NIC of this process, brought up.
+pub struct Nic {
+    /// The driver context.
+    pub ctx: Context<AnyBus>,
+    /// What was opened.
+    pub spec: DeviceSpec,
+    /// The simulated device (kept alive with its device thread).
+    pub sim: Option<Sim>,
+    /// The UDP link of the simulated device.
+    pub link: Option<UdpLink>,
+}
+
+impl Nic {
+    /// The IPv4 address of a simulated NIC.
+    pub fn ipv4(&self) -> Option<Ipv4Addr> {
+        match self.spec {
+            DeviceSpec::Sim { addr, .. } => Some(addr),
+            DeviceSpec::Vfio(_) => None,
+        }
+    }
+
+    fn open(spec: &DeviceSpec) -> Result<Nic, String> {
+        match spec {
+            DeviceSpec::Sim { addr, port } => {
+                let cfg = UdpConfig::new(*addr).port(*port);
+                let sim = Sim::new(cfg.sim_config(true));
+                let link = UdpLink::attach(&sim, cfg)
+                    .map_err(|e| format!("cannot bind the simulated NIC to {addr}:{port}: {e}"))?;
+                let clock = sim.clock().clone();
+                let config = DeviceConfig::default()
+                    .with_clock(Arc::new(move || clock.now()))
+                    .with_gid(GidEntry::ipv4(0, addr.octets(), mac_for(*addr)));
+                let ctx = Device::open(AnyBus::Sim(sim.bus()), config)
+                    .map_err(|e| format!("bring-up of the simulated NIC failed: {e}"))?;
+                Ok(Nic {
+                    ctx,
+                    spec: spec.clone(),
+                    sim: Some(sim),
+                    link: Some(link),
+                })
+            }
+            DeviceSpec::Vfio(bdf) => {
+                let bus = VfioBus::open(bdf, &VfioConfig::default())
+                    .map_err(|e| format!("cannot open vfio:{bdf}: {e}"))?;
+                let ctx = Device::open(AnyBus::Vfio(bus), DeviceConfig::default())
+                    .map_err(|e| format!("bring-up of vfio:{bdf} failed: {e}"))?;
+                Ok(Nic {
+                    ctx,
+                    spec: spec.clone(),
+                    sim: None,
+                    link: None,
+                })
+            }
+        }
+    }
+}
+
+static NIC: Mutex<Option<&'static Nic>> = Mutex::new(None);
+
+/// The NIC of this process: brought up on first use, then shared for the life of the
+/// process (it is never torn down: its objects may be referenced until exit).
+pub fn nic() -> Result<&'static Nic, String> {
+    let mut g = NIC.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(n) = *g {
+        return Ok(n);
+    }
+    let spec = DeviceSpec::from_env()?;
+    let n: &'static Nic = Box::leak(Box::new(Nic::open(&spec)?));
+    *g = Some(n);
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse() {
+        assert_eq!(
+            DeviceSpec::parse("sim:127.0.0.2").unwrap(),
+            DeviceSpec::Sim {
+                addr: Ipv4Addr::new(127, 0, 0, 2),
+                port: 4791
+            }
+        );
+        assert_eq!(
+            DeviceSpec::parse("sim:10.1.2.3:5000").unwrap(),
+            DeviceSpec::Sim {
+                addr: Ipv4Addr::new(10, 1, 2, 3),
+                port: 5000
+            }
+        );
+        assert_eq!(DeviceSpec::parse("sim").unwrap(), DeviceSpec::default());
+        assert!(matches!(
+            DeviceSpec::parse("vfio:0000:3b:00.0").unwrap(),
+            DeviceSpec::Vfio(_)
+        ));
+        assert!(DeviceSpec::parse("nic0").is_err());
+        assert!(DeviceSpec::parse("sim:300.0.0.1").is_err());
+    }
+
+    #[test]
+    fn guid_is_the_eui64_of_the_mac() {
+        let s = DeviceSpec::parse("sim:127.0.0.2").unwrap();
+        // MAC 02:00:7f:00:00:02 -> 00:00:7f:ff:fe:00:00:02.
+        assert_eq!(s.guid(), 0x0000_7fff_fe00_0002);
+    }
+}

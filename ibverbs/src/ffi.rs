@@ -1,0 +1,1420 @@
+//! The C entry points: every function here takes or returns pointers of the verbs ABI.
+//! This module holds all the unsafe code of the library; each block says why it is
+//! sound (`// SAFETY:`). The rules it relies on are the verbs API's own: an object
+//! pointer passed in is one this library returned and the caller has not destroyed;
+//! out-parameters point to writable structs of the documented type; memory named by a
+//! scatter/gather entry stays valid while the request is posted.
+//!
+//! Objects are allocated as `#[repr(C)]` structs whose first field is the public verbs
+//! struct, so the pointer the application holds is the pointer to the whole object.
+//! The driver objects inside borrow each other (`QueuePair<'a>` borrows its `Pd`); the
+//! library hands them `'static` references to their parents, and keeps each parent
+//! alive while children exist (a use count: destroying a PD with live MRs or QPs, or a
+//! CQ with live QPs, fails with `EBUSY`, as the kernel refuses it).
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::os::fd::RawFd;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use ferroverbs::verbs::{
+    AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap, QpInitAttr,
+    QueuePair, RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge, WorkCompletion,
+};
+use ferroverbs::GidEntry;
+
+use crate::abi::{self, c};
+use crate::convert;
+use crate::device::{self, AnyBus, Nic};
+
+type B = AnyBus;
+
+/// Scatter/gather entries one work request may carry through this library.
+const MAX_SGE: usize = 32;
+
+fn set_errno(e: c_int) {
+    // SAFETY: `__errno_location` returns this thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Runs `f`, turning a panic into `fail` (a panic must not cross the C boundary).
+fn guard<R>(fail: R, f: impl FnOnce() -> R) -> R {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(fail)
+}
+
+/// For pointer-returning verbs: the object or NULL with errno set.
+fn ptr_result<T>(r: Result<*mut T, c_int>) -> *mut T {
+    match r {
+        Ok(p) => p,
+        Err(e) => {
+            set_errno(e);
+            ptr::null_mut()
+        }
+    }
+}
+
+/// For int-returning verbs: 0 or the (positive) errno, also stored in errno.
+fn int_result(r: Result<(), c_int>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            e
+        }
+    }
+}
+
+/// A raw pointer that may be kept in a global table.
+struct SyncPtr<T>(*mut T);
+impl<T> Clone for SyncPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SyncPtr<T> {}
+// SAFETY: the tables only store and hand back the addresses; every dereference is
+// done by an entry point under the verbs API's rules (the object is alive).
+unsafe impl<T> Send for SyncPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for SyncPtr<T> {}
+
+/// Turns a non-null object pointer the application passed into a reference.
+///
+/// # Safety
+/// `p` must be NULL or an object of type `T` this library created and that is alive.
+unsafe fn obj<'a, T>(p: *mut T) -> Result<&'a T, c_int> {
+    // SAFETY: the caller's contract.
+    unsafe { p.as_ref() }.ok_or(libc::EINVAL)
+}
+
+// ---------------------------------------------------------------------------------
+// Device list and context
+// ---------------------------------------------------------------------------------
+
+static DEVICE: OnceLock<SyncPtr<abi::verbs_device>> = OnceLock::new();
+
+/// Our tag in `verbs_device.ops`: not a provider's `verbs_device_ops`.
+static DEVICE_TAG: u64 = 0x6665_7272_6f76_6572;
+
+fn the_device() -> *mut abi::verbs_device {
+    DEVICE
+        .get_or_init(|| {
+            let mut d = Box::new(abi::verbs_device {
+                device: abi::ibv_device {
+                    _ops: [ptr::null_mut(); 2],
+                    node_type: c::IBV_NODE_CA,
+                    transport_type: c::IBV_TRANSPORT_IB,
+                    name: [0; 64],
+                    dev_name: [0; 64],
+                    dev_path: [0; 256],
+                    ibdev_path: [0; 256],
+                },
+                ops: &DEVICE_TAG as *const u64 as *const c_void,
+                refcount: 1,
+                entry: [ptr::null_mut(); 2],
+                sysfs: ptr::null_mut(),
+                core_support: 0,
+            });
+            let name = device::device_name();
+            convert::set_cstr(&mut d.device.name, &name);
+            convert::set_cstr(&mut d.device.dev_name, "uverbs-ferroverbs");
+            convert::set_cstr(&mut d.device.dev_path, "/dev/null");
+            convert::set_cstr(
+                &mut d.device.ibdev_path,
+                &format!("/nonexistent/ferroverbs/{name}"),
+            );
+            SyncPtr(Box::into_raw(d))
+        })
+        .0
+}
+
+fn spec_or_warn() -> Option<device::DeviceSpec> {
+    match device::DeviceSpec::from_env() {
+        Ok(s) => Some(s),
+        Err(e) => {
+            eprintln!("libibverbs (ferroverbs): {}: {e}", device::DEVICE_ENV);
+            None
+        }
+    }
+}
+
+pub(crate) unsafe extern "C" fn get_device_list(num: *mut c_int) -> *mut *mut abi::ibv_device {
+    guard(ptr::null_mut(), || {
+        let n = usize::from(spec_or_warn().is_some());
+        // SAFETY: calloc of n+1 pointers; freed by `free_device_list` with free().
+        let list = unsafe { libc::calloc(n + 1, std::mem::size_of::<usize>()) }
+            as *mut *mut abi::ibv_device;
+        if list.is_null() {
+            set_errno(libc::ENOMEM);
+            return ptr::null_mut();
+        }
+        if n == 1 {
+            // SAFETY: `list` has two slots; the device lives for the process.
+            unsafe { *list = the_device() as *mut abi::ibv_device };
+        }
+        if !num.is_null() {
+            // SAFETY: `num` is the caller's int.
+            unsafe { *num = n as c_int };
+        }
+        list
+    })
+}
+
+pub(crate) unsafe extern "C" fn free_device_list(list: *mut *mut abi::ibv_device) {
+    // SAFETY: `list` came from `get_device_list` (calloc).
+    unsafe { libc::free(list as *mut c_void) };
+}
+
+pub(crate) unsafe extern "C" fn get_device_name(dev: *mut abi::ibv_device) -> *const c_char {
+    if dev.is_null() {
+        return ptr::null();
+    }
+    // SAFETY: `dev` is our device; its name is NUL-terminated.
+    unsafe { (*dev).name.as_ptr() }
+}
+
+pub(crate) unsafe extern "C" fn get_device_guid(_dev: *mut abi::ibv_device) -> u64 {
+    guard(0, || {
+        let g = match device::DeviceSpec::from_env() {
+            Ok(s) => s.guid(),
+            Err(_) => 0,
+        };
+        g.to_be()
+    })
+}
+
+pub(crate) unsafe extern "C" fn get_device_index(_dev: *mut abi::ibv_device) -> c_int {
+    -1
+}
+
+/// Everything of one `ibv_open_device`.
+#[repr(C)]
+pub(crate) struct CtxObj {
+    vctx: abi::verbs_context,
+    nic: &'static Nic,
+    own_async_fd: Option<RawFd>,
+}
+
+/// # Safety
+/// `ctx` must be a context this library returned, not closed.
+unsafe fn ctx_obj<'a>(ctx: *mut abi::ibv_context) -> Result<&'a CtxObj, c_int> {
+    if ctx.is_null() {
+        return Err(libc::EINVAL);
+    }
+    let off = std::mem::offset_of!(abi::verbs_context, context);
+    // SAFETY: our contexts are the `context` member of a `CtxObj` (whose first field is
+    // the `verbs_context`), so stepping back `off` bytes gives the `CtxObj`.
+    Ok(unsafe { &*((ctx as *mut u8).sub(off) as *const CtxObj) })
+}
+
+fn fnp(f: *const ()) -> *const c_void {
+    f as *const c_void
+}
+
+pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut abi::ibv_context {
+    guard(ptr::null_mut(), || {
+        if dev.is_null() {
+            set_errno(libc::EINVAL);
+            return ptr::null_mut();
+        }
+        let nic = match device::nic() {
+            Ok(n) => n,
+            Err(e) => {
+                eprintln!("libibverbs (ferroverbs): {e}");
+                set_errno(libc::ENODEV);
+                return ptr::null_mut();
+            }
+        };
+        let (async_fd, own) = match nic.ctx.async_event_fd() {
+            Some(fd) => (fd, None),
+            None => {
+                // SAFETY: plain eventfd creation.
+                let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+                (fd, (fd >= 0).then_some(fd))
+            }
+        };
+        let mut ops = [ptr::null::<c_void>(); 32];
+        ops[abi::ops::POLL_CQ] = fnp(poll_cq as *const ());
+        ops[abi::ops::REQ_NOTIFY_CQ] = fnp(req_notify_cq as *const ());
+        ops[abi::ops::POST_SRQ_RECV] = fnp(post_srq_recv as *const ());
+        ops[abi::ops::POST_SEND] = fnp(post_send as *const ());
+        ops[abi::ops::POST_RECV] = fnp(post_recv as *const ());
+        let mut ext = [ptr::null::<c_void>(); 39];
+        ext[abi::vops::QUERY_PORT] = fnp(query_port_ex as *const ());
+        ext[abi::vops::QUERY_DEVICE_EX] = fnp(query_device_ex as *const ());
+        let obj = Box::new(CtxObj {
+            vctx: abi::verbs_context {
+                ext,
+                sz: std::mem::size_of::<abi::verbs_context>(),
+                context: abi::ibv_context {
+                    device: dev,
+                    ops,
+                    cmd_fd: -1,
+                    async_fd,
+                    num_comp_vectors: 1,
+                    mutex: abi::pthread_mutex_t([0; 40]),
+                    abi_compat: c::VERBS_ABI_IS_EXTENDED as *mut c_void,
+                },
+            },
+            nic,
+            own_async_fd: own,
+        });
+        let p = Box::into_raw(obj);
+        // SAFETY: `p` is the box just leaked; the context is inside it.
+        unsafe { &mut (*p).vctx.context }
+    })
+}
+
+pub(crate) unsafe extern "C" fn close_device(ctx: *mut abi::ibv_context) -> c_int {
+    // SAFETY: the caller passes a context of ours, closed once.
+    let o = match unsafe { ctx_obj(ctx) } {
+        Ok(o) => o as *const CtxObj as *mut CtxObj,
+        Err(e) => return e,
+    };
+    // SAFETY: `o` was created by `Box::into_raw` in `open_device`.
+    let b = unsafe { Box::from_raw(o) };
+    if let Some(fd) = b.own_async_fd {
+        // SAFETY: our own eventfd.
+        unsafe { libc::close(fd) };
+    }
+    0
+}
+
+pub(crate) unsafe extern "C" fn query_device(
+    ctx: *mut abi::ibv_context,
+    attr: *mut abi::ibv_device_attr,
+) -> c_int {
+    guard(libc::EIO, || {
+        int_result((|| {
+            // SAFETY: the caller's context.
+            let o = unsafe { ctx_obj(ctx) }?;
+            let d = o.nic.ctx.query_device().map_err(|_| libc::EIO)?;
+            if attr.is_null() {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: `attr` is the caller's `ibv_device_attr`.
+            unsafe { attr.write(convert::device_attr_to_ibv(&d)) };
+            Ok(())
+        })())
+    })
+}
+
+unsafe extern "C" fn query_device_ex(
+    ctx: *mut abi::ibv_context,
+    _input: *const c_void,
+    attr: *mut u8,
+    attr_size: usize,
+) -> c_int {
+    guard(libc::EIO, || {
+        int_result((|| {
+            // SAFETY: the caller's context.
+            let o = unsafe { ctx_obj(ctx) }?;
+            if attr.is_null() || attr_size < std::mem::size_of::<abi::ibv_device_attr>() {
+                return Err(libc::EINVAL);
+            }
+            let d = o.nic.ctx.query_device().map_err(|_| libc::EIO)?;
+            let n = attr_size.min(abi::DEVICE_ATTR_EX_SIZE);
+            // SAFETY: `attr` has `attr_size` writable bytes (the inline wrapper passes
+            // sizeof its struct); we write within the first `n`.
+            unsafe {
+                ptr::write_bytes(attr, 0, n);
+                (attr as *mut abi::ibv_device_attr).write_unaligned(convert::device_attr_to_ibv(&d));
+                if n >= abi::DEVICE_ATTR_EX_PHYS_PORT_CNT_EX + 4 {
+                    (attr.add(abi::DEVICE_ATTR_EX_PHYS_PORT_CNT_EX) as *mut u32)
+                        .write_unaligned(u32::from(d.phys_port_cnt.max(1)));
+                }
+            }
+            Ok(())
+        })())
+    })
+}
+
+fn port_attr(o: &CtxObj, port: u8) -> Result<abi::ibv_port_attr, c_int> {
+    let p = o.nic.ctx.query_port(port).map_err(|_| libc::EINVAL)?;
+    Ok(convert::port_attr_to_ibv(&p))
+}
+
+/// The exported `ibv_query_port@1.1`: fills the 48-byte compat struct.
+pub(crate) unsafe extern "C" fn query_port(
+    ctx: *mut abi::ibv_context,
+    port: u8,
+    attr: *mut u8,
+) -> c_int {
+    // SAFETY: same contract, compat size.
+    unsafe { query_port_ex(ctx, port, attr, abi::PORT_ATTR_COMPAT_SIZE) }
+}
+
+/// `verbs_context.query_port`: fills `min(attr_size, 52)` bytes.
+unsafe extern "C" fn query_port_ex(
+    ctx: *mut abi::ibv_context,
+    port: u8,
+    attr: *mut u8,
+    attr_size: usize,
+) -> c_int {
+    guard(libc::EIO, || {
+        int_result((|| {
+            // SAFETY: the caller's context.
+            let o = unsafe { ctx_obj(ctx) }?;
+            if attr.is_null() {
+                return Err(libc::EINVAL);
+            }
+            let a = port_attr(o, port)?;
+            let n = attr_size.min(std::mem::size_of::<abi::ibv_port_attr>());
+            // SAFETY: `attr` has `attr_size` writable bytes; we copy `n` of them from
+            // a local struct.
+            unsafe {
+                ptr::copy_nonoverlapping(&a as *const abi::ibv_port_attr as *const u8, attr, n)
+            };
+            Ok(())
+        })())
+    })
+}
+
+fn gid_entry(o: &CtxObj, port: u8, index: u32) -> Result<GidEntry, c_int> {
+    let index = u16::try_from(index).map_err(|_| libc::EINVAL)?;
+    if u32::from(index) >= o.nic.ctx.gid_table_len() {
+        return Err(libc::EINVAL);
+    }
+    o.nic.ctx.query_gid(port, index).map_err(|_| libc::EINVAL)
+}
+
+pub(crate) unsafe extern "C" fn query_gid(
+    ctx: *mut abi::ibv_context,
+    port: u8,
+    index: c_int,
+    gid: *mut [u8; 16],
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's context.
+        let Ok(o) = (unsafe { ctx_obj(ctx) }) else {
+            return -1;
+        };
+        match gid_entry(o, port, index as u32) {
+            Ok(e) if !gid.is_null() => {
+                // SAFETY: `gid` is the caller's `union ibv_gid`.
+                unsafe { gid.write(e.gid) };
+                0
+            }
+            _ => -1,
+        }
+    })
+}
+
+pub(crate) unsafe extern "C" fn query_gid_ex(
+    ctx: *mut abi::ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut abi::ibv_gid_entry,
+    _flags: u32,
+    entry_size: usize,
+) -> c_int {
+    guard(libc::EIO, || {
+        int_result((|| {
+            // SAFETY: the caller's context.
+            let o = unsafe { ctx_obj(ctx) }?;
+            if entry.is_null() || entry_size < std::mem::size_of::<abi::ibv_gid_entry>() {
+                return Err(libc::EINVAL);
+            }
+            let port = u8::try_from(port).map_err(|_| libc::EINVAL)?;
+            let e = gid_entry(o, port, index)?;
+            if e.is_empty() {
+                return Err(libc::ENODATA);
+            }
+            // SAFETY: `entry` is the caller's `ibv_gid_entry`.
+            unsafe {
+                entry.write(abi::ibv_gid_entry {
+                    gid: e.gid,
+                    gid_index: index,
+                    port_num: u32::from(port),
+                    gid_type: c::IBV_GID_TYPE_ROCE_V2,
+                    ndev_ifindex: 0,
+                })
+            };
+            Ok(())
+        })())
+    })
+}
+
+pub(crate) unsafe extern "C" fn query_gid_table(
+    ctx: *mut abi::ibv_context,
+    entries: *mut abi::ibv_gid_entry,
+    max_entries: usize,
+    _flags: u32,
+    entry_size: usize,
+) -> isize {
+    guard(-(libc::EIO as isize), || {
+        // SAFETY: the caller's context.
+        let Ok(o) = (unsafe { ctx_obj(ctx) }) else {
+            return -(libc::EINVAL as isize);
+        };
+        if entries.is_null() || entry_size < std::mem::size_of::<abi::ibv_gid_entry>() {
+            return -(libc::EINVAL as isize);
+        }
+        let Ok(p) = o.nic.ctx.query_port(1) else {
+            return -(libc::EIO as isize);
+        };
+        let mut n = 0usize;
+        for e in p.gids.iter().filter(|e| !e.is_empty()) {
+            if n == max_entries {
+                return -(libc::EINVAL as isize);
+            }
+            // SAFETY: `entries` holds `max_entries` entries of `entry_size` bytes.
+            unsafe {
+                (entries as *mut u8)
+                    .add(n * entry_size)
+                    .cast::<abi::ibv_gid_entry>()
+                    .write_unaligned(abi::ibv_gid_entry {
+                        gid: e.gid,
+                        gid_index: u32::from(e.index),
+                        port_num: 1,
+                        gid_type: c::IBV_GID_TYPE_ROCE_V2,
+                        ndev_ifindex: 0,
+                    })
+            };
+            n += 1;
+        }
+        n as isize
+    })
+}
+
+pub(crate) unsafe extern "C" fn query_gid_type(
+    ctx: *mut abi::ibv_context,
+    port: u8,
+    index: c_uint,
+    ty: *mut c_uint,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's context.
+        let Ok(o) = (unsafe { ctx_obj(ctx) }) else {
+            return -1;
+        };
+        match gid_entry(o, port, index) {
+            Ok(_) if !ty.is_null() => {
+                // SAFETY: the caller's out-parameter.
+                unsafe { ty.write(c::IBV_GID_TYPE_SYSFS_ROCE_V2) };
+                0
+            }
+            _ => -1,
+        }
+    })
+}
+
+pub(crate) unsafe extern "C" fn query_pkey(
+    ctx: *mut abi::ibv_context,
+    _port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    if ctx.is_null() || pkey.is_null() || index != 0 {
+        return -1;
+    }
+    // SAFETY: the caller's out-parameter. RoCE ports have the default P_Key only.
+    unsafe { pkey.write(0xffffu16.to_be()) };
+    0
+}
+
+pub(crate) unsafe extern "C" fn get_pkey_index(
+    _ctx: *mut abi::ibv_context,
+    _port: u8,
+    pkey: u16,
+) -> c_int {
+    if u16::from_be(pkey) | 0x8000 == 0xffff {
+        0
+    } else {
+        -1
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Protection domains and memory regions
+// ---------------------------------------------------------------------------------
+
+#[repr(C)]
+pub(crate) struct PdObj {
+    ibv: abi::ibv_pd,
+    pd: Pd<'static, B>,
+    users: AtomicUsize,
+}
+
+pub(crate) unsafe extern "C" fn alloc_pd(ctx: *mut abi::ibv_context) -> *mut abi::ibv_pd {
+    guard(ptr::null_mut(), || {
+        ptr_result((|| {
+            // SAFETY: the caller's context.
+            let o = unsafe { ctx_obj(ctx) }?;
+            let pd = o.nic.ctx.alloc_pd().map_err(|e| convert::errno_of(&e))?;
+            let handle = pd.pdn();
+            let b = Box::new(PdObj {
+                ibv: abi::ibv_pd {
+                    context: ctx,
+                    handle,
+                },
+                pd,
+                users: AtomicUsize::new(0),
+            });
+            Ok(Box::into_raw(b) as *mut abi::ibv_pd)
+        })())
+    })
+}
+
+pub(crate) unsafe extern "C" fn dealloc_pd(pd: *mut abi::ibv_pd) -> c_int {
+    guard(libc::EIO, || {
+        int_result((|| {
+            // SAFETY: the caller's PD.
+            let p = unsafe { obj(pd as *mut PdObj) }?;
+            if p.users.load(Ordering::Acquire) != 0 {
+                return Err(libc::EBUSY);
+            }
+            // SAFETY: created by `Box::into_raw` in `alloc_pd`; nothing borrows it.
+            let b = unsafe { Box::from_raw(pd as *mut PdObj) };
+            b.pd.dealloc().map_err(|e| convert::errno_of(&e))
+        })())
+    })
+}
+
+#[repr(C)]
+pub(crate) struct MrObj {
+    ibv: abi::ibv_mr,
+    mr: MemoryRegion<'static, B>,
+    pd: &'static PdObj,
+}
+
+fn reg_mr_impl(
+    pd: *mut abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> Result<*mut abi::ibv_mr, c_int> {
+    // SAFETY: the caller's PD, alive while the MR exists (use count).
+    let p: &'static PdObj = unsafe { obj(pd as *mut PdObj) }?;
+    let acc = convert::access_from_ibv(access as u32)?;
+    let start = NonNull::new(addr as *mut u8).ok_or(libc::EINVAL)?;
+    if len == 0 {
+        return Err(libc::EINVAL);
+    }
+    if iova != addr as u64 {
+        // Memory keys translate from the host address (`mkc.start_addr`).
+        return Err(libc::EOPNOTSUPP);
+    }
+    // SAFETY: the verbs contract of ibv_reg_mr: the application keeps the memory
+    // allocated until ibv_dereg_mr, and the device may access it meanwhile.
+    let mr = unsafe { p.pd.reg_mr_raw(start, len, acc) }.map_err(|e| convert::errno_of(&e))?;
+    p.users.fetch_add(1, Ordering::AcqRel);
+    let b = Box::new(MrObj {
+        ibv: abi::ibv_mr {
+            context: p.ibv.context,
+            pd,
+            addr,
+            length: len,
+            handle: mr.lkey(),
+            lkey: mr.lkey(),
+            rkey: mr.rkey(),
+        },
+        mr,
+        pd: p,
+    });
+    Ok(Box::into_raw(b) as *mut abi::ibv_mr)
+}
+
+pub(crate) unsafe extern "C" fn reg_mr(
+    pd: *mut abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut abi::ibv_mr {
+    guard(ptr::null_mut(), || {
+        ptr_result(reg_mr_impl(pd, addr, len, addr as u64, access))
+    })
+}
+
+pub(crate) unsafe extern "C" fn reg_mr_iova(
+    pd: *mut abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut abi::ibv_mr {
+    guard(ptr::null_mut(), || {
+        ptr_result(reg_mr_impl(pd, addr, len, iova, access))
+    })
+}
+
+pub(crate) unsafe extern "C" fn reg_mr_iova2(
+    pd: *mut abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut abi::ibv_mr {
+    guard(ptr::null_mut(), || {
+        ptr_result(reg_mr_impl(pd, addr, len, iova, access as c_int))
+    })
+}
+
+pub(crate) unsafe extern "C" fn dereg_mr(mr: *mut abi::ibv_mr) -> c_int {
+    guard(libc::EIO, || {
+        int_result((|| {
+            if mr.is_null() {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: created by `Box::into_raw` in `reg_mr_impl`, deregistered once.
+            let b = unsafe { Box::from_raw(mr as *mut MrObj) };
+            let pd = b.pd;
+            let r = b.mr.deregister().map(|_| ());
+            pd.users.fetch_sub(1, Ordering::AcqRel);
+            r.map_err(|e| convert::errno_of(&e))
+        })())
+    })
+}
+
+// ---------------------------------------------------------------------------------
+// Completion channels and completion queues
+// ---------------------------------------------------------------------------------
+
+#[repr(C)]
+pub(crate) struct ChanObj {
+    ibv: abi::ibv_comp_channel,
+    ch: CompletionChannel<'static, B>,
+    /// CQN -> CQ object, for `ibv_get_cq_event`.
+    cqs: Mutex<Vec<(u32, SyncPtr<CqObj>)>>,
+    users: AtomicUsize,
+}
+
+pub(crate) unsafe extern "C" fn create_comp_channel(
+    ctx: *mut abi::ibv_context,
+) -> *mut abi::ibv_comp_channel {
+    guard(ptr::null_mut(), || {
+        ptr_result((|| {
+            // SAFETY: the caller's context.
+            let o = unsafe { ctx_obj(ctx) }?;
+            let ch = o
+                .nic
+                .ctx
+                .create_comp_channel()
+                .map_err(|e| convert::errno_of(&e))?;
+            let fd = ch.fd();
+            let b = Box::new(ChanObj {
+                ibv: abi::ibv_comp_channel {
+                    context: ctx,
+                    fd,
+                    refcnt: 0,
+                },
+                ch,
+                cqs: Mutex::new(Vec::new()),
+                users: AtomicUsize::new(0),
+            });
+            Ok(Box::into_raw(b) as *mut abi::ibv_comp_channel)
+        })())
+    })
+}
+
+pub(crate) unsafe extern "C" fn destroy_comp_channel(ch: *mut abi::ibv_comp_channel) -> c_int {
+    guard(libc::EIO, || {
+        int_result((|| {
+            // SAFETY: the caller's channel.
+            let c = unsafe { obj(ch as *mut ChanObj) }?;
+            if c.users.load(Ordering::Acquire) != 0 {
+                return Err(libc::EBUSY);
+            }
+            // SAFETY: created by `Box::into_raw`; no CQ uses it.
+            drop(unsafe { Box::from_raw(ch as *mut ChanObj) });
+            Ok(())
+        })())
+    })
+}
+
+#[repr(C)]
+pub(crate) struct CqObj {
+    ibv: abi::ibv_cq,
+    cq: Mutex<CompletionQueue<'static, B>>,
+    cqn: u32,
+    chan: Option<&'static ChanObj>,
+    users: AtomicUsize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) unsafe extern "C" fn create_cq(
+    ctx: *mut abi::ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut abi::ibv_comp_channel,
+    _comp_vector: c_int,
+) -> *mut abi::ibv_cq {
+    guard(ptr::null_mut(), || {
+        ptr_result((|| {
+            // SAFETY: the caller's context.
+            let o = unsafe { ctx_obj(ctx) }?;
+            let n = u32::try_from(cqe).map_err(|_| libc::EINVAL)?.max(1);
+            // SAFETY: NULL or the caller's channel, alive while CQs use it.
+            let chan: Option<&'static ChanObj> = unsafe { (channel as *mut ChanObj).as_ref() };
+            let cq = match chan {
+                Some(c) => c.ch.create_cq(n),
+                None => o.nic.ctx.create_cq(n),
+            }
+            .map_err(|e| convert::errno_of(&e))?;
+            let cqn = cq.cqn();
+            let cap = cq.capacity();
+            let b = Box::new(CqObj {
+                ibv: abi::ibv_cq {
+                    context: ctx,
+                    channel,
+                    cq_context,
+                    handle: cqn,
+                    cqe: cap.min(i32::MAX as u32) as c_int,
+                    mutex: abi::pthread_mutex_t([0; 40]),
+                    cond: abi::pthread_cond_t([0; 48]),
+                    comp_events_completed: 0,
+                    async_events_completed: 0,
+                },
+                cq: Mutex::new(cq),
+                cqn,
+                chan,
+                users: AtomicUsize::new(0),
+            });
+            let p = Box::into_raw(b);
+            if let Some(c) = chan {
+                c.users.fetch_add(1, Ordering::AcqRel);
+                lock(&c.cqs).push((cqn, SyncPtr(p)));
+            }
+            Ok(p as *mut abi::ibv_cq)
+        })())
+    })
+}
+
+pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut abi::ibv_cq) -> c_int {
+    guard(libc::EIO, || {
+        int_result((|| {
+            // SAFETY: the caller's CQ.
+            let q = unsafe { obj(cq as *mut CqObj) }?;
+            if q.users.load(Ordering::Acquire) != 0 {
+                return Err(libc::EBUSY);
+            }
+            if let Some(c) = q.chan {
+                lock(&c.cqs).retain(|(n, _)| *n != q.cqn);
+                c.users.fetch_sub(1, Ordering::AcqRel);
+            }
+            // SAFETY: created by `Box::into_raw` in `create_cq`; no QP uses it.
+            let b = unsafe { Box::from_raw(cq as *mut CqObj) };
+            let cq = b.cq.into_inner().unwrap_or_else(|e| e.into_inner());
+            cq.destroy().map_err(|(_, e)| convert::errno_of(&e))
+        })())
+    })
+}
+
+/// `ops.poll_cq`.
+unsafe extern "C" fn poll_cq(cq: *mut abi::ibv_cq, n: c_int, wc: *mut abi::ibv_wc) -> c_int {
+    // SAFETY: the caller's CQ.
+    let Ok(q) = (unsafe { obj(cq as *mut CqObj) }) else {
+        return -1;
+    };
+    if n <= 0 {
+        return 0;
+    }
+    if wc.is_null() {
+        return -1;
+    }
+    let mut g = lock(&q.cq);
+    let mut buf = [WorkCompletion::default(); 16];
+    let mut done = 0usize;
+    let want = n as usize;
+    while done < want {
+        let k = (want - done).min(buf.len());
+        let got = g.poll(&mut buf[..k]);
+        for (i, w) in buf[..got].iter().enumerate() {
+            // SAFETY: `wc` has room for `n` entries and `done + i < n`.
+            unsafe { wc.add(done + i).write(convert::wc_to_ibv(w)) };
+        }
+        done += got;
+        if got < k {
+            break;
+        }
+    }
+    drop(g);
+    if done == 0 {
+        // Applications spin on an empty CQ; on a machine with fewer cores than busy
+        // threads, leave the core to the device and link threads that make progress.
+        std::thread::yield_now();
+    }
+    done as c_int
+}
+
+/// `ops.req_notify_cq`.
+unsafe extern "C" fn req_notify_cq(cq: *mut abi::ibv_cq, solicited_only: c_int) -> c_int {
+    // SAFETY: the caller's CQ.
+    let Ok(q) = (unsafe { obj(cq as *mut CqObj) }) else {
+        return libc::EINVAL;
+    };
+    if q.chan.is_none() {
+        return libc::EINVAL;
+    }
+    lock(&q.cq).req_notify(solicited_only != 0);
+    0
+}
+
+pub(crate) unsafe extern "C" fn get_cq_event(
+    ch: *mut abi::ibv_comp_channel,
+    cq: *mut *mut abi::ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's channel.
+        let Ok(c) = (unsafe { obj(ch as *mut ChanObj) }) else {
+            return -1;
+        };
+        let ev = c.ch.get_cq_event();
+        let found = lock(&c.cqs)
+            .iter()
+            .find(|(n, _)| *n == ev.cqn)
+            .map(|(_, p)| *p);
+        let Some(p) = found else {
+            return -1;
+        };
+        // SAFETY: the CQ is registered, hence alive; the out-parameters are the
+        // caller's.
+        unsafe {
+            if !cq.is_null() {
+                *cq = p.0 as *mut abi::ibv_cq;
+            }
+            if !cq_context.is_null() {
+                *cq_context = (*p.0).ibv.cq_context;
+            }
+        }
+        0
+    })
+}
+
+pub(crate) unsafe extern "C" fn ack_cq_events(cq: *mut abi::ibv_cq, nevents: c_uint) {
+    guard((), || {
+        // SAFETY: the caller's CQ.
+        let Ok(q) = (unsafe { obj(cq as *mut CqObj) }) else {
+            return;
+        };
+        if let Some(c) = q.chan {
+            c.ch.ack_cq_events(&mut lock(&q.cq), nevents);
+        }
+    })
+}
+
+pub(crate) unsafe extern "C" fn resize_cq(_cq: *mut abi::ibv_cq, _cqe: c_int) -> c_int {
+    set_errno(libc::EOPNOTSUPP);
+    libc::EOPNOTSUPP
+}
+
+// ---------------------------------------------------------------------------------
+// Queue pairs
+// ---------------------------------------------------------------------------------
+
+#[repr(C)]
+pub(crate) struct QpObj {
+    ibv: abi::ibv_qp,
+    qp: Mutex<QueuePair<'static, B>>,
+    pd: &'static PdObj,
+    send_cq: &'static CqObj,
+    recv_cq: &'static CqObj,
+    sq_sig_all: bool,
+    sim_link: bool,
+}
+
+pub(crate) unsafe extern "C" fn create_qp(
+    pd: *mut abi::ibv_pd,
+    init: *mut abi::ibv_qp_init_attr,
+) -> *mut abi::ibv_qp {
+    guard(ptr::null_mut(), || {
+        ptr_result((|| {
+            // SAFETY: the caller's PD, kept alive by the use count.
+            let p: &'static PdObj = unsafe { obj(pd as *mut PdObj) }?;
+            // SAFETY: the caller's init attributes.
+            let ia = unsafe { init.as_mut() }.ok_or(libc::EINVAL)?;
+            if ia.qp_type != c::IBV_QPT_RC {
+                // UC and UD queue pairs are not offered by this library yet.
+                return Err(libc::EOPNOTSUPP);
+            }
+            if !ia.srq.is_null() {
+                return Err(libc::EOPNOTSUPP);
+            }
+            // SAFETY: the caller's CQs, kept alive by their use counts.
+            let scq: &'static CqObj = unsafe { obj(ia.send_cq as *mut CqObj) }?;
+            // SAFETY: as above.
+            let rcq: &'static CqObj = unsafe { obj(ia.recv_cq as *mut CqObj) }?;
+            let cap = QpCap {
+                max_send_wr: ia.cap.max_send_wr.max(1),
+                max_recv_wr: ia.cap.max_recv_wr.max(1),
+                max_send_sge: ia.cap.max_send_sge.clamp(1, MAX_SGE as u32),
+                max_recv_sge: ia.cap.max_recv_sge.clamp(1, MAX_SGE as u32),
+                max_inline_data: ia.cap.max_inline_data,
+            };
+            if ia.cap.max_send_sge as usize > MAX_SGE || ia.cap.max_recv_sge as usize > MAX_SGE {
+                return Err(libc::EINVAL);
+            }
+            let qp = {
+                let sg = lock(&scq.cq);
+                let r = if std::ptr::eq(scq, rcq) {
+                    let mut a = QpInitAttr::new(&sg, &sg, cap);
+                    a.sq_sig_all = ia.sq_sig_all != 0;
+                    p.pd.create_qp(&a)
+                } else {
+                    let rg = lock(&rcq.cq);
+                    let mut a = QpInitAttr::new(&sg, &rg, cap);
+                    a.sq_sig_all = ia.sq_sig_all != 0;
+                    p.pd.create_qp(&a)
+                };
+                r.map_err(|e| convert::errno_of(&e))?
+            };
+            let granted = qp.cap();
+            ia.cap = convert::cap_to_ibv(&granted);
+            let qpn = qp.qp_num();
+            p.users.fetch_add(1, Ordering::AcqRel);
+            scq.users.fetch_add(1, Ordering::AcqRel);
+            rcq.users.fetch_add(1, Ordering::AcqRel);
+            let sim_link = p_sim(p);
+            let b = Box::new(QpObj {
+                ibv: abi::ibv_qp {
+                    context: p.ibv.context,
+                    qp_context: ia.qp_context,
+                    pd,
+                    send_cq: ia.send_cq,
+                    recv_cq: ia.recv_cq,
+                    srq: ptr::null_mut(),
+                    handle: qpn,
+                    qp_num: qpn,
+                    state: 0,
+                    qp_type: ia.qp_type,
+                    mutex: abi::pthread_mutex_t([0; 40]),
+                    cond: abi::pthread_cond_t([0; 48]),
+                    events_completed: 0,
+                },
+                qp: Mutex::new(qp),
+                pd: p,
+                send_cq: scq,
+                recv_cq: rcq,
+                sq_sig_all: ia.sq_sig_all != 0,
+                sim_link,
+            });
+            Ok(Box::into_raw(b) as *mut abi::ibv_qp)
+        })())
+    })
+}
+
+fn p_sim(p: &PdObj) -> bool {
+    matches!(**p.pd.context().bus(), AnyBus::Sim(_))
+}
+
+pub(crate) unsafe extern "C" fn modify_qp(
+    qp: *mut abi::ibv_qp,
+    attr: *mut abi::ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    guard(libc::EIO, || {
+        int_result((|| {
+            // SAFETY: the caller's QP.
+            let q = unsafe { obj(qp as *mut QpObj) }?;
+            // SAFETY: the caller's attributes.
+            let a = unsafe { attr.as_ref() }.ok_or(libc::EINVAL)?;
+            let mut g = lock(&q.qp);
+            let (to, qa) = convert::qp_attr_from_ibv(a, mask, g.state(), q.sim_link)?;
+            g.modify(to, &qa).map_err(|e| convert::errno_of(&e))?;
+            let st = convert::qp_state_to_ibv(g.state());
+            // SAFETY: `state` is a plain field of our object the application may read;
+            // written under the QP lock.
+            unsafe { (*(qp as *mut QpObj)).ibv.state = st };
+            Ok(())
+        })())
+    })
+}
+
+pub(crate) unsafe extern "C" fn query_qp(
+    qp: *mut abi::ibv_qp,
+    attr: *mut abi::ibv_qp_attr,
+    _mask: c_int,
+    init: *mut abi::ibv_qp_init_attr,
+) -> c_int {
+    guard(libc::EIO, || {
+        int_result((|| {
+            // SAFETY: the caller's QP.
+            let q = unsafe { obj(qp as *mut QpObj) }?;
+            let info = lock(&q.qp).query().map_err(|e| convert::errno_of(&e))?;
+            let a = convert::qp_info_to_ibv(&info);
+            // SAFETY: the caller's out-parameters.
+            unsafe {
+                if !attr.is_null() {
+                    attr.write(a);
+                }
+                if let Some(i) = init.as_mut() {
+                    i.qp_context = q.ibv.qp_context;
+                    i.send_cq = q.ibv.send_cq;
+                    i.recv_cq = q.ibv.recv_cq;
+                    i.srq = ptr::null_mut();
+                    i.cap = a.cap;
+                    i.qp_type = q.ibv.qp_type;
+                    i.sq_sig_all = c_int::from(q.sq_sig_all);
+                }
+            }
+            Ok(())
+        })())
+    })
+}
+
+pub(crate) unsafe extern "C" fn destroy_qp(qp: *mut abi::ibv_qp) -> c_int {
+    guard(libc::EIO, || {
+        int_result((|| {
+            if qp.is_null() {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: created by `Box::into_raw` in `create_qp`, destroyed once.
+            let b = unsafe { Box::from_raw(qp as *mut QpObj) };
+            let (pd, s, r) = (b.pd, b.send_cq, b.recv_cq);
+            let res = b
+                .qp
+                .into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .destroy();
+            pd.users.fetch_sub(1, Ordering::AcqRel);
+            s.users.fetch_sub(1, Ordering::AcqRel);
+            r.users.fetch_sub(1, Ordering::AcqRel);
+            res.map_err(|e| convert::errno_of(&e))
+        })())
+    })
+}
+
+pub(crate) unsafe extern "C" fn qp_to_qp_ex(_qp: *mut abi::ibv_qp) -> *mut c_void {
+    // The `ibv_wr_*` API is not offered: rdma-core answers NULL for such QPs too.
+    set_errno(libc::EOPNOTSUPP);
+    ptr::null_mut()
+}
+
+fn post_errno(e: &ferroverbs::verbs::PostError) -> c_int {
+    use ferroverbs::verbs::PostError as P;
+    match e {
+        P::QueueFull { .. } => libc::ENOMEM,
+        _ => libc::EINVAL,
+    }
+}
+
+/// Copies a C scatter/gather list into `out`.
+///
+/// # Safety
+/// `sg` must point to `n` valid entries (or be unused when `n` is 0).
+unsafe fn sges<'o>(sg: *const abi::ibv_sge, n: c_int, out: &'o mut [Sge; MAX_SGE]) -> Result<&'o [Sge], c_int> {
+    let n = usize::try_from(n).map_err(|_| libc::EINVAL)?;
+    if n > MAX_SGE {
+        return Err(libc::EINVAL);
+    }
+    if n > 0 && sg.is_null() {
+        return Err(libc::EINVAL);
+    }
+    for (i, o) in out.iter_mut().enumerate().take(n) {
+        // SAFETY: `i < n` entries.
+        let s = unsafe { sg.add(i).read() };
+        *o = Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        };
+    }
+    Ok(&out[..n])
+}
+
+/// `ops.post_send`.
+unsafe extern "C" fn post_send(
+    qp: *mut abi::ibv_qp,
+    wr: *mut abi::ibv_send_wr,
+    bad: *mut *mut abi::ibv_send_wr,
+) -> c_int {
+    // SAFETY: the caller's QP.
+    let Ok(q) = (unsafe { obj(qp as *mut QpObj) }) else {
+        return libc::EINVAL;
+    };
+    let mut g = lock(&q.qp);
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a request of the caller's list.
+        let w = unsafe { &*cur };
+        // SAFETY: the request's own gather list.
+        let r = unsafe { post_one(&mut g, w) };
+        if let Err(e) = r {
+            if !bad.is_null() {
+                // SAFETY: the caller's out-parameter.
+                unsafe { *bad = cur };
+            }
+            return e;
+        }
+        cur = w.next;
+    }
+    0
+}
+
+/// # Safety
+/// `w`'s gather list must be valid; with `IBV_SEND_INLINE`, the memory it names must be
+/// readable.
+unsafe fn post_one(qp: &mut QueuePair<'static, B>, w: &abi::ibv_send_wr) -> Result<(), c_int> {
+    let mut store = [Sge::default(); MAX_SGE];
+    // SAFETY: the caller's contract.
+    let sg = unsafe { sges(w.sg_list, w.num_sge, &mut store) }?;
+    let imm = u32::from_be(w.imm_data);
+    // SAFETY: reading the union members the opcode selects (plain integers).
+    let (rdma, atomic) = unsafe { (w.wr.rdma, w.wr.atomic) };
+    let op = match w.opcode {
+        c::IBV_WR_SEND => SendOp::Send,
+        c::IBV_WR_SEND_WITH_IMM => SendOp::SendImm { imm },
+        c::IBV_WR_SEND_WITH_INV => SendOp::SendInv { rkey: w.imm_data },
+        c::IBV_WR_RDMA_WRITE => SendOp::RdmaWrite {
+            remote: RemoteAddr {
+                addr: rdma.remote_addr,
+                rkey: rdma.rkey,
+            },
+        },
+        c::IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::RdmaWriteImm {
+            remote: RemoteAddr {
+                addr: rdma.remote_addr,
+                rkey: rdma.rkey,
+            },
+            imm,
+        },
+        c::IBV_WR_RDMA_READ => SendOp::RdmaRead {
+            remote: RemoteAddr {
+                addr: rdma.remote_addr,
+                rkey: rdma.rkey,
+            },
+        },
+        c::IBV_WR_ATOMIC_CMP_AND_SWP => SendOp::AtomicCas {
+            remote: RemoteAddr {
+                addr: atomic.remote_addr,
+                rkey: atomic.rkey,
+            },
+            compare: atomic.compare_add,
+            swap: atomic.swap,
+        },
+        c::IBV_WR_ATOMIC_FETCH_AND_ADD => SendOp::AtomicFa {
+            remote: RemoteAddr {
+                addr: atomic.remote_addr,
+                rkey: atomic.rkey,
+            },
+            add: atomic.compare_add,
+        },
+        _ => return Err(libc::EINVAL),
+    };
+    let mut flags = SendFlags::NONE;
+    if w.send_flags & c::IBV_SEND_SIGNALED != 0 {
+        flags = flags | SendFlags::SIGNALED;
+    }
+    if w.send_flags & c::IBV_SEND_SOLICITED != 0 {
+        flags = flags | SendFlags::SOLICITED;
+    }
+    if w.send_flags & c::IBV_SEND_FENCE != 0 {
+        flags = flags | SendFlags::FENCE;
+    }
+    let mut parts: [&[u8]; MAX_SGE] = [&[]; MAX_SGE];
+    let data = if w.send_flags & c::IBV_SEND_INLINE != 0 {
+        for (p, s) in parts.iter_mut().zip(sg) {
+            if s.length > 0 {
+                // SAFETY: with IBV_SEND_INLINE the entries name memory the application
+                // lets the library read during this call (no key is needed).
+                *p = unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) };
+            }
+        }
+        SendData::Inline(&parts[..sg.len()])
+    } else {
+        SendData::Gather(sg)
+    };
+    let wr = SendWr {
+        wr_id: w.wr_id,
+        op,
+        data,
+        flags,
+        ud: None,
+    };
+    qp.post_send(&[wr]).map_err(|b| post_errno(&b.error))
+}
+
+/// `ops.post_recv`.
+unsafe extern "C" fn post_recv(
+    qp: *mut abi::ibv_qp,
+    wr: *mut abi::ibv_recv_wr,
+    bad: *mut *mut abi::ibv_recv_wr,
+) -> c_int {
+    // SAFETY: the caller's QP.
+    let Ok(q) = (unsafe { obj(qp as *mut QpObj) }) else {
+        return libc::EINVAL;
+    };
+    let mut g = lock(&q.qp);
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a request of the caller's list.
+        let w = unsafe { &*cur };
+        let mut store = [Sge::default(); MAX_SGE];
+        // SAFETY: the request's own scatter list.
+        let r = unsafe { sges(w.sg_list, w.num_sge, &mut store) }.and_then(|sg| {
+            g.post_recv(&[RecvWr::new(w.wr_id, sg)])
+                .map_err(|b| post_errno(&b.error))
+        });
+        if let Err(e) = r {
+            if !bad.is_null() {
+                // SAFETY: the caller's out-parameter.
+                unsafe { *bad = cur };
+            }
+            return e;
+        }
+        cur = w.next;
+    }
+    0
+}
+
+/// `ops.post_srq_recv`: no SRQ can exist, so no caller can reach this legitimately.
+unsafe extern "C" fn post_srq_recv(
+    _srq: *mut abi::ibv_srq,
+    wr: *mut abi::ibv_recv_wr,
+    bad: *mut *mut abi::ibv_recv_wr,
+) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: the caller's out-parameter.
+        unsafe { *bad = wr };
+    }
+    libc::EOPNOTSUPP
+}
+
+// ---------------------------------------------------------------------------------
+// Asynchronous events
+// ---------------------------------------------------------------------------------
+
+pub(crate) unsafe extern "C" fn get_async_event(
+    ctx: *mut abi::ibv_context,
+    event: *mut abi::ibv_async_event,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's context.
+        let Ok(o) = (unsafe { ctx_obj(ctx) }) else {
+            return -1;
+        };
+        if event.is_null() {
+            return -1;
+        }
+        loop {
+            if let Some(e) = o.nic.ctx.get_async_event() {
+                let (ty, element) = match e {
+                    AsyncEvent::PortActive { port } => (9, usize::from(port)),
+                    AsyncEvent::PortError { port } => (10, usize::from(port)),
+                    AsyncEvent::PortChange { port, .. } => (18, usize::from(port)),
+                    AsyncEvent::DeviceFatal { .. } => (8, 0),
+                    // QP, SRQ and CQ events would need the application's object; they
+                    // are reported through completions with error status instead.
+                    _ => continue,
+                };
+                // SAFETY: the caller's out-parameter.
+                unsafe {
+                    event.write(abi::ibv_async_event {
+                        element: element as *mut c_void,
+                        event_type: ty,
+                    })
+                };
+                return 0;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    })
+}
+
+pub(crate) unsafe extern "C" fn ack_async_event(_event: *mut abi::ibv_async_event) {}
+
+// ---------------------------------------------------------------------------------
+// Unsupported objects: clean errors
+// ---------------------------------------------------------------------------------
+
+/// For pointer-returning entry points of features this library does not offer (SRQ,
+/// AH/UD, multicast, the provider-private `ibv_cmd_*` layer): NULL, errno EOPNOTSUPP.
+pub(crate) unsafe extern "C" fn unsupported_ptr() -> *mut c_void {
+    set_errno(libc::EOPNOTSUPP);
+    ptr::null_mut()
+}
+
+/// For int-returning entry points of features this library does not offer:
+/// EOPNOTSUPP (also in errno).
+pub(crate) unsafe extern "C" fn unsupported_int() -> c_int {
+    set_errno(libc::EOPNOTSUPP);
+    libc::EOPNOTSUPP
+}
+
+/// For entry points that have nothing to do here (`verbs_register_driver_34` from the
+/// constructors of libmlx5 and libefa, `ibv_dontfork_range`, `__verbs_log`, ...): 0.
+pub(crate) unsafe extern "C" fn nothing() -> c_int {
+    0
+}
+
+/// For entry points that report "not found" with -1 (`ibv_read_sysfs_file`).
+pub(crate) unsafe extern "C" fn minus_one() -> c_int {
+    -1
+}
+
+pub(crate) unsafe extern "C" fn get_sysfs_path() -> *const c_char {
+    c"/sys".as_ptr()
+}
+
+pub(crate) unsafe extern "C" fn wc_status_str(s: c_uint) -> *const c_char {
+    convert::wc_status_str(s).as_ptr()
+}
+
+pub(crate) unsafe extern "C" fn node_type_str(t: c_int) -> *const c_char {
+    convert::node_type_str(t).as_ptr()
+}
+
+pub(crate) unsafe extern "C" fn port_state_str(s: c_uint) -> *const c_char {
+    convert::port_state_str(s).as_ptr()
+}
+
+pub(crate) unsafe extern "C" fn event_type_str(e: c_uint) -> *const c_char {
+    convert::event_type_str(e).as_ptr()
+}
+
+pub(crate) unsafe extern "C" fn rate_to_mult(r: c_int) -> c_int {
+    convert::rate_to_mult(r)
+}
+
+pub(crate) unsafe extern "C" fn mult_to_rate(m: c_int) -> c_int {
+    convert::mult_to_rate(m)
+}
+
+pub(crate) unsafe extern "C" fn rate_to_mbps(r: c_int) -> c_int {
+    convert::rate_to_mbps(r)
+}
+
+pub(crate) unsafe extern "C" fn mbps_to_rate(m: c_int) -> c_int {
+    convert::mbps_to_rate(m)
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    #[test]
+    fn device_list_has_one_named_device() {
+        let mut n = -1;
+        // SAFETY: the API's contract, as a C caller would use it.
+        unsafe {
+            let l = get_device_list(&mut n);
+            assert!(!l.is_null());
+            assert_eq!(n, 1);
+            let d = *l;
+            assert!(!d.is_null());
+            assert!((*l.add(1)).is_null());
+            let name = CStr::from_ptr(get_device_name(d));
+            assert_eq!(name.to_str().unwrap(), device::device_name());
+            assert_eq!((*d).node_type, c::IBV_NODE_CA);
+            free_device_list(l);
+        }
+    }
+
+    #[test]
+    fn strings_are_c_strings() {
+        // SAFETY: static strings.
+        unsafe {
+            assert_eq!(CStr::from_ptr(wc_status_str(5)).to_str().unwrap(), "Work Request Flushed Error");
+            assert_eq!(CStr::from_ptr(get_sysfs_path()).to_str().unwrap(), "/sys");
+        }
+    }
+}
