@@ -999,3 +999,77 @@ const _: () = {
     assert!(size_of::<ibv_device_attr>() == 232);
     assert!(size_of::<ibv_qp_init_attr>() == 64);
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fmt::Write as _;
+    use std::process::Command;
+
+    /// Compiles a C program against the installed `<infiniband/verbs.h>` that prints
+    /// every size and offset of [`LAYOUT`] and every expression of [`EXPRESSIONS`], and
+    /// compares. Skipped (with a notice) without gcc or the header, unless
+    /// `FERROVERBS_REQUIRE_IBVERBS_UTILS=1`.
+    #[test]
+    fn layouts_match_the_installed_header() {
+        let header = std::path::Path::new("/usr/include/infiniband/verbs.h");
+        let gcc = Command::new("gcc").arg("--version").output().is_ok();
+        if !header.exists() || !gcc {
+            assert_ne!(
+                std::env::var("FERROVERBS_REQUIRE_IBVERBS_UTILS").as_deref(),
+                Ok("1"),
+                "gcc or /usr/include/infiniband/verbs.h (libibverbs-dev) missing"
+            );
+            println!("SKIPPED: gcc or libibverbs-dev not installed");
+            return;
+        }
+        let mut exprs: Vec<(String, usize)> = LAYOUT
+            .iter()
+            .map(|&(s, m, v, _)| {
+                let e = if m == "sizeof" {
+                    format!("sizeof(struct {s})")
+                } else {
+                    format!("offsetof(struct {s}, {m})")
+                };
+                (e, v)
+            })
+            .collect();
+        exprs.extend(EXPRESSIONS.iter().map(|&(e, v)| (e.to_string(), v)));
+        let mut src = String::from(
+            "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n\
+             struct _compat_ibv_port_attr { char b[offsetof(struct ibv_port_attr, flags) + 1]; };\n\
+             int main(void) {\n",
+        );
+        for (e, _) in &exprs {
+            writeln!(src, "  printf(\"%zu\\n\", (size_t)({e}));").unwrap();
+        }
+        src.push_str("  return 0;\n}\n");
+        let dir = std::env::temp_dir().join(format!("fv-ibv-layout-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let c = dir.join("layout.c");
+        let exe = dir.join("layout");
+        std::fs::write(&c, &src).unwrap();
+        let o = Command::new("gcc").arg("-o").arg(&exe).arg(&c).output().unwrap();
+        assert!(
+            o.status.success(),
+            "gcc failed:\n{}\n{src}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let out = Command::new(&exe).output().unwrap();
+        let got: Vec<usize> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        assert_eq!(got.len(), exprs.len());
+        let bad: Vec<String> = exprs
+            .iter()
+            .zip(&got)
+            .filter(|((_, v), g)| v != *g)
+            .map(|((e, v), g)| format!("{e}: C {g}, Rust {v}"))
+            .collect();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(bad.is_empty(), "layout mismatches:\n{}", bad.join("\n"));
+        assert!(exprs.len() > 250, "only {} facts checked", exprs.len());
+    }
+}

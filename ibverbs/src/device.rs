@@ -205,6 +205,8 @@ impl Nic {
                     .with_gid(GidEntry::ipv4(0, addr.octets(), mac_for(*addr)));
                 let ctx = Device::open(AnyBus::Sim(sim.bus()), config)
                     .map_err(|e| format!("bring-up of the simulated NIC failed: {e}"))?;
+                set_vport_mtu(&ctx, SIM_VPORT_MTU)
+                    .map_err(|e| format!("setting the simulated NIC's MTU failed: {e}"))?;
                 Ok(Nic {
                     ctx,
                     spec: spec.clone(),
@@ -226,6 +228,25 @@ impl Nic {
             }
         }
     }
+}
+
+/// The Ethernet MTU of a simulated NIC's vport: room for 4096-byte RoCE payloads, so
+/// that its port reports `active_mtu` 4096 (the UDP link carries frames of up to
+/// `MAX_FRAME` = 4352 bytes), as `lo` allows; a quarter of the packets of MTU 1024.
+pub const SIM_VPORT_MTU: u16 = 4300;
+
+/// `MODIFY_NIC_VPORT_CONTEXT` with `field_select.mtu` (what `ip link set mtu` does to
+/// a ConnectX through mlx5_core).
+fn set_vport_mtu(ctx: &Context<AnyBus>, mtu: u16) -> Result<(), ferroverbs::Error> {
+    use ferroverbs_hw::control::cmd::{new_input, Opcode};
+    use ferroverbs_hw::control::vport::{
+        modify_nic_vport_context_in as m, modify_nic_vport_context_out, modify_nic_vport_field_select as fs,
+        nic_vport_context as v,
+    };
+    let mut input = new_input(Opcode::ModifyNicVportContext, 0, m::SIZE);
+    fs::mtu.at(m::field_select.bit).set(&mut input, 1);
+    v::mtu.at(m::nic_vport_context.bit).set(&mut input, u64::from(mtu));
+    ctx.exec_cmd(&input, modify_nic_vport_context_out::SIZE).map(|_| ())
 }
 
 static NIC: Mutex<Option<&'static Nic>> = Mutex::new(None);

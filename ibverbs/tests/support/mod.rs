@@ -1,0 +1,214 @@
+//! Shared by the integration tests: where the built `libibverbs.so` is, a directory
+//! that offers it as `libibverbs.so.1`, whether the Debian tools are installed, and
+//! child processes that are killed when a test fails.
+
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Set to 1 (CI does) to make a missing tool a failure instead of a skipped test.
+pub const REQUIRE_ENV: &str = "FERROVERBS_REQUIRE_IBVERBS_UTILS";
+
+/// The `libibverbs.so` cargo built for this test run (the test executable lives in
+/// `target/<profile>/deps`, next to it).
+pub fn built_library() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps directory");
+    for dir in [deps, deps.parent().unwrap_or(deps)] {
+        let p = dir.join("libibverbs.so");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("libibverbs.so not found next to {}", exe.display());
+}
+
+/// A directory holding the built library as `libibverbs.so.1` (for
+/// `LD_LIBRARY_PATH`), private to `name`.
+pub fn library_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ferroverbs-ibverbs-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dst = dir.join("libibverbs.so.1");
+    let _ = std::fs::remove_file(&dst);
+    std::fs::copy(built_library(), &dst).unwrap();
+    dir
+}
+
+/// Whether `tool` can run; otherwise prints a notice (the test then returns early) or,
+/// with `FERROVERBS_REQUIRE_IBVERBS_UTILS=1`, fails.
+pub fn have(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !found {
+        if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
+            panic!("{tool} is not installed and {REQUIRE_ENV}=1 (apt-get install ibverbs-utils perftest)");
+        }
+        println!("SKIPPED: {tool} is not installed (apt-get install ibverbs-utils perftest; {REQUIRE_ENV}=1 makes this a failure)");
+    }
+    found
+}
+
+/// A child process that is killed (with its output kept) if the test ends without
+/// waiting for it.
+pub struct Proc {
+    pub name: String,
+    child: Option<Child>,
+    out: std::thread::JoinHandle<String>,
+    err: std::thread::JoinHandle<String>,
+}
+
+impl Proc {
+    /// Starts `cmd` (a tool and its arguments) on the simulated NIC `device` with the
+    /// library in `lib`.
+    pub fn spawn(name: &str, lib: &Path, device: &str, cmd: &[&str]) -> Proc {
+        let mut child = Command::new(cmd[0])
+            .args(&cmd[1..])
+            .env("LD_LIBRARY_PATH", lib)
+            .env("FERROVERBS_DEVICE", device)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name}: cannot start {}: {e}", cmd[0]));
+        let mut so = child.stdout.take().unwrap();
+        let mut se = child.stderr.take().unwrap();
+        let out = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = so.read_to_string(&mut s);
+            s
+        });
+        let err = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = se.read_to_string(&mut s);
+            s
+        });
+        Proc {
+            name: name.to_string(),
+            child: Some(child),
+            out,
+            err,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Waits up to `limit` for the exit; kills it after that. Returns the status (None
+    /// when it had to be killed), stdout and stderr.
+    pub fn finish(mut self, limit: Duration) -> (Option<ExitStatus>, String, String) {
+        let mut child = self.child.take().unwrap();
+        let start = Instant::now();
+        let status = loop {
+            if let Ok(Some(s)) = child.try_wait() {
+                break Some(s);
+            }
+            if start.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // Swap in finished handles so that Drop has nothing left to do.
+        let out = std::mem::replace(&mut self.out, std::thread::spawn(String::new));
+        let err = std::mem::replace(&mut self.err, std::thread::spawn(String::new));
+        (status, out.join().unwrap_or_default(), err.join().unwrap_or_default())
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs `cmd` to completion (at most `limit`) and asserts exit status 0; returns stdout.
+pub fn run_ok(name: &str, lib: &Path, device: &str, cmd: &[&str], limit: Duration) -> String {
+    let p = Proc::spawn(name, lib, device, cmd);
+    let (status, out, err) = p.finish(limit);
+    println!("--- {name} ---\n{out}{err}");
+    match status {
+        Some(s) if s.success() => out,
+        Some(s) => panic!("{name} failed: {s}\n{out}\n{err}"),
+        None => panic!("{name} did not finish in {limit:?}\n{out}\n{err}"),
+    }
+}
+
+/// Whether a process listens on TCP `port` (from /proc/net/tcp and tcp6, state 0A).
+pub fn tcp_listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f)
+            .map(|t| {
+                t.lines().skip(1).any(|l| {
+                    let c: Vec<&str> = l.split_whitespace().collect();
+                    c.len() > 3 && c[1].ends_with(&want) && c[3] == "0A"
+                })
+            })
+            .unwrap_or(false)
+    })
+}
+
+/// Runs a server/client pair of `tool` (the server on `server_ip`, the client on
+/// `client_ip` connecting to it over TCP `port`), both with `args`; asserts both exit
+/// 0 within `limit`; returns (server stdout, client stdout).
+pub fn pair(
+    name: &str,
+    lib: &Path,
+    tool: &str,
+    args: &[&str],
+    server_ip: &str,
+    client_ip: &str,
+    port: u16,
+    limit: Duration,
+) -> (String, String) {
+    let port_s = port.to_string();
+    let mut scmd = vec![tool, "-p", &port_s];
+    scmd.extend_from_slice(args);
+    let mut ccmd = scmd.clone();
+    ccmd.push(server_ip);
+    let mut server = Proc::spawn(&format!("{name} server"), lib, &format!("sim:{server_ip}"), &scmd);
+    let start = Instant::now();
+    while !tcp_listening(port) {
+        if !server.running() {
+            let (s, o, e) = server.finish(Duration::from_secs(5));
+            panic!("{name} server exited ({s:?}) before listening on {port}\n{o}\n{e}");
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            panic!("{name} server does not listen on {port} after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = Proc::spawn(&format!("{name} client"), lib, &format!("sim:{client_ip}"), &ccmd);
+    let (cs, co, ce) = client.finish(limit);
+    let (ss, so, se) = server.finish(Duration::from_secs(60));
+    println!("--- {name} server ---\n{so}{se}\n--- {name} client ---\n{co}{ce}");
+    for (who, st, out, err) in [("client", cs, &co, &ce), ("server", ss, &so, &se)] {
+        match st {
+            Some(s) if s.success() => {}
+            Some(s) => panic!("{name} {who} failed: {s}\n{out}\n{err}"),
+            None => panic!("{name} {who} did not finish in {limit:?}\n{out}\n{err}"),
+        }
+    }
+    (so, co)
+}

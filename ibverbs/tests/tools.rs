@@ -1,0 +1,246 @@
+//! Unmodified Debian 12 verbs tools (`ibverbs-utils`, `perftest`) on the built
+//! `libibverbs.so.1`: each runs with `LD_LIBRARY_PATH` pointing at a directory holding
+//! it, on a simulated NIC chosen by `FERROVERBS_DEVICE`. Pairs run as two processes,
+//! each with its own NIC address (127.0.78.x) and the RoCE v2 traffic on real UDP
+//! datagrams; every test has its own addresses and TCP port.
+//!
+//! A tool that is not installed skips its test with a printed notice, unless
+//! `FERROVERBS_REQUIRE_IBVERBS_UTILS=1` (CI) makes that a failure.
+//!
+//! The `-a` perftest runs use `-n 5` iterations per size: sizes go up to 8 MiB, and a
+//! software NIC moving tens of MB/s on two shared cores would need hours for the
+//! default 1000 iterations of each.
+
+mod support;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use support::{have, library_dir, pair, run_ok};
+
+/// The pairs run one at a time: each is four busy processes' worth of threads.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const LIMIT: Duration = Duration::from_secs(900);
+
+#[test]
+fn ibv_devices_lists_the_device() {
+    if !have("ibv_devices") {
+        return;
+    }
+    let lib = library_dir("devices");
+    let out = run_ok(
+        "ibv_devices",
+        &lib,
+        "sim:127.0.78.1",
+        &["ibv_devices"],
+        Duration::from_secs(120),
+    );
+    assert!(out.contains("ferroverbs0"), "{out}");
+    // The node GUID: EUI-64 of the simulated NIC's MAC 02:00:7f:00:4e:01.
+    assert!(out.contains("00007ffffe004e01"), "{out}");
+}
+
+#[test]
+fn ibv_devinfo_verbose_shows_an_active_roce_v2_port() {
+    if !have("ibv_devinfo") {
+        return;
+    }
+    let lib = library_dir("devinfo");
+    let out = run_ok(
+        "ibv_devinfo -v",
+        &lib,
+        "sim:127.0.78.2",
+        &["ibv_devinfo", "-v"],
+        Duration::from_secs(300),
+    );
+    for want in [
+        "hca_id:\tferroverbs0",
+        "vendor_id:\t\t\t0x02c9",
+        "PORT_ACTIVE (4)",
+        "active_mtu:\t\t4096 (5)",
+        "link_layer:\t\tEthernet",
+        "GID[  0]:\t\t::ffff:127.0.78.2, RoCE v2",
+        "atomic_cap:\t\t\tATOMIC_HCA (1)",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+}
+
+fn pingpong_done(out: &str) {
+    assert!(out.contains("8192000 bytes in"), "{out}");
+    assert!(out.contains("1000 iters in"), "{out}");
+}
+
+#[test]
+fn ibv_rc_pingpong_between_two_processes() {
+    if !have("ibv_rc_pingpong") {
+        return;
+    }
+    let _s = serial();
+    let lib = library_dir("rc_pingpong");
+    let (s, c) = pair(
+        "ibv_rc_pingpong -g 0",
+        &lib,
+        "ibv_rc_pingpong",
+        &["-g", "0"],
+        "127.0.78.11",
+        "127.0.78.12",
+        18611,
+        LIMIT,
+    );
+    pingpong_done(&s);
+    pingpong_done(&c);
+    assert!(c.contains("GID ::ffff:127.0.78.12"), "{c}");
+    assert!(c.contains("remote address: LID 0x0000, QPN"), "{c}");
+}
+
+#[test]
+fn ibv_rc_pingpong_with_completion_events() {
+    if !have("ibv_rc_pingpong") {
+        return;
+    }
+    let _s = serial();
+    let lib = library_dir("rc_pingpong_e");
+    let (s, c) = pair(
+        "ibv_rc_pingpong -g 0 -e",
+        &lib,
+        "ibv_rc_pingpong",
+        &["-g", "0", "-e", "-n", "200"],
+        "127.0.78.13",
+        "127.0.78.14",
+        18612,
+        LIMIT,
+    );
+    for out in [&s, &c] {
+        assert!(out.contains("200 iters in"), "{out}");
+    }
+}
+
+/// The result line of a perftest run: the first line whose first field is `size`.
+fn result_line<'a>(out: &'a str, size: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.split_whitespace().next() == Some(size))
+        .unwrap_or_else(|| panic!("no result line for {size} bytes in:\n{out}"))
+}
+
+/// The numbers of a result line after the size and iteration count: all finite and
+/// positive.
+fn numbers(line: &str) -> Vec<f64> {
+    line.split_whitespace()
+        .skip(2)
+        .map(|x| x.parse::<f64>().unwrap_or(f64::NAN))
+        .collect()
+}
+
+#[test]
+fn ib_send_lat_default() {
+    if !have("ib_send_lat") {
+        return;
+    }
+    let _s = serial();
+    let lib = library_dir("send_lat");
+    let (s, c) = pair(
+        "ib_send_lat",
+        &lib,
+        "ib_send_lat",
+        &[],
+        "127.0.78.21",
+        "127.0.78.22",
+        18621,
+        LIMIT,
+    );
+    for out in [&s, &c] {
+        assert!(out.contains("Send Latency Test"), "{out}");
+        let l = result_line(out, "2");
+        assert_eq!(l.split_whitespace().nth(1), Some("1000"), "{l}");
+        // t_min, t_max, t_typical, t_avg: positive microseconds.
+        let n = numbers(l);
+        assert!(n[..4].iter().all(|v| v.is_finite() && *v > 0.0), "{l}");
+    }
+}
+
+#[test]
+fn ib_send_bw_default() {
+    if !have("ib_send_bw") {
+        return;
+    }
+    let _s = serial();
+    let lib = library_dir("send_bw");
+    let (_s, c) = pair(
+        "ib_send_bw",
+        &lib,
+        "ib_send_bw",
+        &[],
+        "127.0.78.31",
+        "127.0.78.32",
+        18631,
+        LIMIT,
+    );
+    let l = result_line(&c, "65536");
+    assert_eq!(l.split_whitespace().nth(1), Some("1000"), "{l}");
+    // BW peak, BW average (MB/s), message rate: the average is positive.
+    let n = numbers(l);
+    assert!(n[1].is_finite() && n[1] > 0.0, "{l}");
+}
+
+const ALL_SIZES: [&str; 23] = [
+    "2", "4", "8", "16", "32", "64", "128", "256", "512", "1024", "2048", "4096", "8192",
+    "16384", "32768", "65536", "131072", "262144", "524288", "1048576", "2097152", "4194304",
+    "8388608",
+];
+
+#[test]
+fn ib_send_lat_all_sizes() {
+    if !have("ib_send_lat") {
+        return;
+    }
+    let _s = serial();
+    let lib = library_dir("send_lat_a");
+    let (s, c) = pair(
+        "ib_send_lat -a",
+        &lib,
+        "ib_send_lat",
+        &["-a", "-n", "5"],
+        "127.0.78.41",
+        "127.0.78.42",
+        18641,
+        LIMIT,
+    );
+    for out in [&s, &c] {
+        for size in ALL_SIZES {
+            let l = result_line(out, size);
+            let n = numbers(l);
+            assert!(n[0].is_finite() && n[0] > 0.0, "{l}");
+        }
+    }
+}
+
+#[test]
+fn ib_send_bw_all_sizes() {
+    if !have("ib_send_bw") {
+        return;
+    }
+    let _s = serial();
+    let lib = library_dir("send_bw_a");
+    let (_s, c) = pair(
+        "ib_send_bw -a",
+        &lib,
+        "ib_send_bw",
+        &["-a", "-n", "5"],
+        "127.0.78.51",
+        "127.0.78.52",
+        18651,
+        LIMIT,
+    );
+    for size in ALL_SIZES {
+        let l = result_line(&c, size);
+        let n = numbers(l);
+        // BW average rounds to 0.00 MB/s for the smallest sizes: the message rate does not.
+        assert!(n[2].is_finite() && n[2] > 0.0, "{l}");
+    }
+}
