@@ -714,7 +714,8 @@ pub mod c {
     pub const IBV_ATOMIC_HCA: u32 = 1;
     /// `IBV_GID_TYPE_ROCE_V2` (of `enum ibv_gid_type`, `_ibv_query_gid_ex`).
     pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
-    /// `IBV_GID_TYPE_SYSFS_ROCE_V2` (of `enum ibv_gid_type_sysfs`, `ibv_query_gid_type`).
+    /// `IBV_GID_TYPE_SYSFS_ROCE_V2` (of rdma-core's private `enum ibv_gid_type_sysfs`
+    /// in `driver.h`, what `ibv_query_gid_type` reports; not in the public header).
     pub const IBV_GID_TYPE_SYSFS_ROCE_V2: u32 = 1;
     /// `IBV_PORT_IP_BASED_GIDS` (port_cap_flags bit 26).
     pub const IBV_PORT_IP_BASED_GIDS: u32 = 1 << 26;
@@ -906,7 +907,10 @@ pub const EXPRESSIONS: &[(&str, usize)] = &[
         "offsetof(struct verbs_context, context)",
         offset_of!(verbs_context, context),
     ),
-    ("offsetof(struct verbs_context, sz)", offset_of!(verbs_context, sz)),
+    (
+        "offsetof(struct verbs_context, sz)",
+        offset_of!(verbs_context, sz),
+    ),
     (
         "offsetof(struct verbs_context, query_port)",
         8 * vops::QUERY_PORT,
@@ -961,15 +965,23 @@ pub const EXPRESSIONS: &[(&str, usize)] = &[
         "offsetof(struct ibv_device_attr_ex, phys_port_cnt_ex)",
         DEVICE_ATTR_EX_PHYS_PORT_CNT_EX,
     ),
-    ("sizeof(struct _compat_ibv_port_attr)", PORT_ATTR_COMPAT_SIZE),
+    (
+        "sizeof(struct _compat_ibv_port_attr)",
+        PORT_ATTR_COMPAT_SIZE,
+    ),
     ("sizeof(struct ibv_qp_ex)", 352),
     ("sizeof(pthread_mutex_t)", size_of::<pthread_mutex_t>()),
     ("sizeof(pthread_cond_t)", size_of::<pthread_cond_t>()),
-    ("IBV_ACCESS_OPTIONAL_RANGE", c::IBV_ACCESS_OPTIONAL_RANGE as usize),
-    ("IBV_ACCESS_RELAXED_ORDERING", c::IBV_ACCESS_RELAXED_ORDERING as usize),
+    (
+        "IBV_ACCESS_OPTIONAL_RANGE",
+        c::IBV_ACCESS_OPTIONAL_RANGE as usize,
+    ),
+    (
+        "IBV_ACCESS_RELAXED_ORDERING",
+        c::IBV_ACCESS_RELAXED_ORDERING as usize,
+    ),
     ("IBV_PORT_IP_BASED_GIDS", c::IBV_PORT_IP_BASED_GIDS as usize),
     ("IBV_GID_TYPE_ROCE_V2", c::IBV_GID_TYPE_ROCE_V2 as usize),
-    ("IBV_GID_TYPE_SYSFS_ROCE_V2", c::IBV_GID_TYPE_SYSFS_ROCE_V2 as usize),
     ("IBV_QP_DEST_QPN", c::IBV_QP_DEST_QPN as usize),
     ("IBV_QP_RATE_LIMIT", c::IBV_QP_RATE_LIMIT as usize),
     ("IBV_WR_SEND_WITH_INV", c::IBV_WR_SEND_WITH_INV as usize),
@@ -1049,7 +1061,12 @@ mod tests {
         let c = dir.join("layout.c");
         let exe = dir.join("layout");
         std::fs::write(&c, &src).unwrap();
-        let o = Command::new("gcc").arg("-o").arg(&exe).arg(&c).output().unwrap();
+        let o = Command::new("gcc")
+            .arg("-o")
+            .arg(&exe)
+            .arg(&c)
+            .output()
+            .unwrap();
         assert!(
             o.status.success(),
             "gcc failed:\n{}\n{src}",

@@ -4,8 +4,7 @@
 use std::ffi::c_char;
 
 use ferroverbs::verbs::{
-    AccessFlags, AddressVector, Error as VerbsError, QpAttr, QpCap, QpInfo, QpState,
-    WorkCompletion,
+    AccessFlags, AddressVector, Error as VerbsError, QpAttr, QpCap, QpInfo, QpState, WorkCompletion,
 };
 use ferroverbs::{AtomicCap, DeviceAttr, Error as CtrlError, LinkLayer, Mtu, PortAttr, PortState};
 use ferroverbs_sim::link::udp::{addr_of_gid, mac_for};
@@ -142,7 +141,6 @@ pub fn qp_attr_from_ibv(
     if mask & c::IBV_QP_ACCESS_FLAGS != 0 {
         let acc = access_from_ibv(a.qp_access_flags)?;
         // The QP's access flags are the remote ones.
-        let remote = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
         let mut r = AccessFlags::empty();
         for f in [
             AccessFlags::REMOTE_WRITE,
@@ -153,7 +151,6 @@ pub fn qp_attr_from_ibv(
                 r |= f;
             }
         }
-        let _ = remote;
         q = q.access(r);
     }
     if mask & c::IBV_QP_AV != 0 {
@@ -326,9 +323,7 @@ pub fn device_attr_to_ibv(d: &DeviceAttr) -> abi::ibv_device_attr {
         max_raw_ethy_qp: 0,
         max_mcast_grp: clamp(d.max_mcast_grp),
         max_mcast_qp_attach: clamp(d.max_mcast_qp_attach),
-        max_total_mcast_qp_attach: clamp(
-            d.max_mcast_grp.saturating_mul(d.max_mcast_qp_attach),
-        ),
+        max_total_mcast_qp_attach: clamp(d.max_mcast_grp.saturating_mul(d.max_mcast_qp_attach)),
         max_ah: i32::MAX,
         max_fmr: 0,
         max_map_per_fmr: 0,
@@ -406,9 +401,7 @@ pub fn wc_status_str(status: u32) -> &'static std::ffi::CStr {
         c"general error",
         c"TM error",
     ];
-    S.get(status as usize)
-        .copied()
-        .unwrap_or(c"unknown")
+    S.get(status as usize).copied().unwrap_or(c"unknown")
 }
 
 /// `ibv_node_type_str`'s strings.
@@ -498,8 +491,8 @@ pub fn mult_to_rate(mult: i32) -> i32 {
 /// `ibv_rate_to_mbps`: Mb/s of an `enum ibv_rate`.
 pub fn rate_to_mbps(rate: i32) -> i32 {
     const M: [i32; 23] = [
-        -1, -1, 2500, 10000, 20000, 5000, 15000, 30000, 40000, 60000, 80000, 120000, 14062,
-        56250, 112500, 168750, 25781, 103125, 206250, 309375, 50000, 400000, 600000,
+        -1, -1, 2500, 10000, 20000, 5000, 15000, 30000, 40000, 60000, 80000, 120000, 14062, 56250,
+        112500, 168750, 25781, 103125, 206250, 309375, 50000, 400000, 600000,
     ];
     usize::try_from(rate)
         .ok()
@@ -509,9 +502,7 @@ pub fn rate_to_mbps(rate: i32) -> i32 {
 
 /// `mbps_to_ibv_rate`.
 pub fn mbps_to_rate(mbps: i32) -> i32 {
-    (2..23)
-        .find(|&r| rate_to_mbps(r) == mbps)
-        .unwrap_or(0)
+    (2..23).find(|&r| rate_to_mbps(r) == mbps).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -121,7 +121,10 @@ pub fn device_name() -> String {
         .unwrap_or_else(|| "ferroverbs0".to_string())
 }
 
-/// Either bus, so that one set of verbs serves both kinds of NIC.
+/// Either bus, so that one set of verbs serves both kinds of NIC. (One exists per
+/// process: the size of the larger variant does not matter, an indirection on every
+/// register access would.)
+#[allow(clippy::large_enum_variant)]
 pub enum AnyBus {
     /// The simulator.
     Sim(SimBus),
@@ -192,6 +195,23 @@ impl Nic {
         }
     }
 
+    /// A summary of the simulated NIC's wire and data path counters (link datagrams,
+    /// drops, NAKs, retransmits), for `FERROVERBS_STATS=1`.
+    pub fn stats(&self) -> Option<String> {
+        let (sim, link) = (self.sim.as_ref()?, self.link.as_ref()?);
+        let d = sim.stats().data_path;
+        Some(format!(
+            "link {:?}; device rx {} (bad ICRC {}, malformed {}), naks {}, rnr naks {}, retransmits {}",
+            link.stats(),
+            d.rx_frames,
+            d.rx_bad_icrc,
+            d.rx_malformed,
+            d.naks,
+            d.rnr_naks,
+            d.retransmits
+        ))
+    }
+
     fn open(spec: &DeviceSpec) -> Result<Nic, String> {
         match spec {
             DeviceSpec::Sim { addr, port } => {
@@ -205,8 +225,10 @@ impl Nic {
                     .with_gid(GidEntry::ipv4(0, addr.octets(), mac_for(*addr)));
                 let ctx = Device::open(AnyBus::Sim(sim.bus()), config)
                     .map_err(|e| format!("bring-up of the simulated NIC failed: {e}"))?;
-                set_vport_mtu(&ctx, SIM_VPORT_MTU)
-                    .map_err(|e| format!("setting the simulated NIC's MTU failed: {e}"))?;
+                if let Some(mtu) = mtu_from_env()? {
+                    set_vport_mtu(&ctx, mtu)
+                        .map_err(|e| format!("setting the simulated NIC's MTU failed: {e}"))?;
+                }
                 Ok(Nic {
                     ctx,
                     spec: spec.clone(),
@@ -230,23 +252,46 @@ impl Nic {
     }
 }
 
-/// The Ethernet MTU of a simulated NIC's vport: room for 4096-byte RoCE payloads, so
-/// that its port reports `active_mtu` 4096 (the UDP link carries frames of up to
-/// `MAX_FRAME` = 4352 bytes), as `lo` allows; a quarter of the packets of MTU 1024.
-pub const SIM_VPORT_MTU: u16 = 4300;
+/// The environment variable that sets the RoCE MTU of a simulated NIC.
+pub const MTU_ENV: &str = "FERROVERBS_MTU";
+
+/// `FERROVERBS_MTU` (256, 512, 1024, 2048 or 4096): the simulated NIC's vport gets the
+/// Ethernet MTU that makes its port report that `active_mtu` (the UDP link carries
+/// frames of up to 4352 bytes, enough for 4096). Unset: the simulator's Ethernet MTU of
+/// 1500, `active_mtu` 1024. (A larger MTU means fewer packets but four times the bytes
+/// in the requester's 256-packet window, which a slow receiver may not drain within
+/// the ACK timeout.)
+fn mtu_from_env() -> Result<Option<u16>, String> {
+    let Ok(v) = std::env::var(MTU_ENV) else {
+        return Ok(None);
+    };
+    match v.trim() {
+        "256" | "512" | "1024" | "2048" | "4096" => {
+            let m: u16 = v.trim().parse().map_err(|e| format!("{MTU_ENV}: {e}"))?;
+            // Mtu::for_ethernet leaves 96 bytes of headers; the vport MTU adds 22.
+            Ok(Some(m + 96 + 22))
+        }
+        other => Err(format!(
+            "{MTU_ENV}={other}: expected 256, 512, 1024, 2048 or 4096"
+        )),
+    }
+}
 
 /// `MODIFY_NIC_VPORT_CONTEXT` with `field_select.mtu` (what `ip link set mtu` does to
 /// a ConnectX through mlx5_core).
 fn set_vport_mtu(ctx: &Context<AnyBus>, mtu: u16) -> Result<(), ferroverbs::Error> {
     use ferroverbs_hw::control::cmd::{new_input, Opcode};
     use ferroverbs_hw::control::vport::{
-        modify_nic_vport_context_in as m, modify_nic_vport_context_out, modify_nic_vport_field_select as fs,
-        nic_vport_context as v,
+        modify_nic_vport_context_in as m, modify_nic_vport_context_out,
+        modify_nic_vport_field_select as fs, nic_vport_context as v,
     };
     let mut input = new_input(Opcode::ModifyNicVportContext, 0, m::SIZE);
     fs::mtu.at(m::field_select.bit).set(&mut input, 1);
-    v::mtu.at(m::nic_vport_context.bit).set(&mut input, u64::from(mtu));
-    ctx.exec_cmd(&input, modify_nic_vport_context_out::SIZE).map(|_| ())
+    v::mtu
+        .at(m::nic_vport_context.bit)
+        .set(&mut input, u64::from(mtu));
+    ctx.exec_cmd(&input, modify_nic_vport_context_out::SIZE)
+        .map(|_| ())
 }
 
 static NIC: Mutex<Option<&'static Nic>> = Mutex::new(None);

@@ -20,8 +20,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use ferroverbs::verbs::{
-    AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap, QpInitAttr,
-    QueuePair, RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge, WorkCompletion,
+    AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap, QpInitAttr, QueuePair,
+    RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge, WorkCompletion,
 };
 use ferroverbs::GidEntry;
 
@@ -275,6 +275,11 @@ pub(crate) unsafe extern "C" fn close_device(ctx: *mut abi::ibv_context) -> c_in
     };
     // SAFETY: `o` was created by `Box::into_raw` in `open_device`.
     let b = unsafe { Box::from_raw(o) };
+    if std::env::var_os("FERROVERBS_STATS").is_some() {
+        if let Some(s) = b.nic.stats() {
+            eprintln!("libibverbs (ferroverbs): {s}");
+        }
+    }
     if let Some(fd) = b.own_async_fd {
         // SAFETY: our own eventfd.
         unsafe { libc::close(fd) };
@@ -320,7 +325,8 @@ unsafe extern "C" fn query_device_ex(
             // sizeof its struct); we write within the first `n`.
             unsafe {
                 ptr::write_bytes(attr, 0, n);
-                (attr as *mut abi::ibv_device_attr).write_unaligned(convert::device_attr_to_ibv(&d));
+                (attr as *mut abi::ibv_device_attr)
+                    .write_unaligned(convert::device_attr_to_ibv(&d));
                 if n >= abi::DEVICE_ATTR_EX_PHYS_PORT_CNT_EX + 4 {
                     (attr.add(abi::DEVICE_ATTR_EX_PHYS_PORT_CNT_EX) as *mut u32)
                         .write_unaligned(u32::from(d.phys_port_cnt.max(1)));
@@ -1068,11 +1074,10 @@ pub(crate) unsafe extern "C" fn destroy_qp(qp: *mut abi::ibv_qp) -> c_int {
             // SAFETY: created by `Box::into_raw` in `create_qp`, destroyed once.
             let b = unsafe { Box::from_raw(qp as *mut QpObj) };
             let (pd, s, r) = (b.pd, b.send_cq, b.recv_cq);
-            let res = b
-                .qp
-                .into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .destroy();
+            let res =
+                b.qp.into_inner()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .destroy();
             pd.users.fetch_sub(1, Ordering::AcqRel);
             s.users.fetch_sub(1, Ordering::AcqRel);
             r.users.fetch_sub(1, Ordering::AcqRel);
@@ -1099,7 +1104,11 @@ fn post_errno(e: &ferroverbs::verbs::PostError) -> c_int {
 ///
 /// # Safety
 /// `sg` must point to `n` valid entries (or be unused when `n` is 0).
-unsafe fn sges<'o>(sg: *const abi::ibv_sge, n: c_int, out: &'o mut [Sge; MAX_SGE]) -> Result<&'o [Sge], c_int> {
+unsafe fn sges(
+    sg: *const abi::ibv_sge,
+    n: c_int,
+    out: &mut [Sge; MAX_SGE],
+) -> Result<&[Sge], c_int> {
     let n = usize::try_from(n).map_err(|_| libc::EINVAL)?;
     if n > MAX_SGE {
         return Err(libc::EINVAL);
@@ -1385,7 +1394,6 @@ pub(crate) unsafe extern "C" fn mbps_to_rate(m: c_int) -> c_int {
     convert::mbps_to_rate(m)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1413,7 +1421,10 @@ mod tests {
     fn strings_are_c_strings() {
         // SAFETY: static strings.
         unsafe {
-            assert_eq!(CStr::from_ptr(wc_status_str(5)).to_str().unwrap(), "Work Request Flushed Error");
+            assert_eq!(
+                CStr::from_ptr(wc_status_str(5)).to_str().unwrap(),
+                "Work Request Flushed Error"
+            );
             assert_eq!(CStr::from_ptr(get_sysfs_path()).to_str().unwrap(), "/sys");
         }
     }

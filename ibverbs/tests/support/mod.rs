@@ -29,7 +29,8 @@ pub fn built_library() -> PathBuf {
 /// A directory holding the built library as `libibverbs.so.1` (for
 /// `LD_LIBRARY_PATH`), private to `name`.
 pub fn library_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ferroverbs-ibverbs-{name}-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("ferroverbs-ibverbs-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let dst = dir.join("libibverbs.so.1");
     let _ = std::fs::remove_file(&dst);
@@ -102,6 +103,13 @@ impl Proc {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)
     }
 
+    /// The exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
     /// Whether it is still running.
     pub fn running(&mut self) -> bool {
         match self.child.as_mut() {
@@ -129,7 +137,11 @@ impl Proc {
         // Swap in finished handles so that Drop has nothing left to do.
         let out = std::mem::replace(&mut self.out, std::thread::spawn(String::new));
         let err = std::mem::replace(&mut self.err, std::thread::spawn(String::new));
-        (status, out.join().unwrap_or_default(), err.join().unwrap_or_default())
+        (
+            status,
+            out.join().unwrap_or_default(),
+            err.join().unwrap_or_default(),
+        )
     }
 }
 
@@ -172,6 +184,7 @@ pub fn tcp_listening(port: u16) -> bool {
 /// Runs a server/client pair of `tool` (the server on `server_ip`, the client on
 /// `client_ip` connecting to it over TCP `port`), both with `args`; asserts both exit
 /// 0 within `limit`; returns (server stdout, client stdout).
+#[allow(clippy::too_many_arguments)]
 pub fn pair(
     name: &str,
     lib: &Path,
@@ -187,7 +200,12 @@ pub fn pair(
     scmd.extend_from_slice(args);
     let mut ccmd = scmd.clone();
     ccmd.push(server_ip);
-    let mut server = Proc::spawn(&format!("{name} server"), lib, &format!("sim:{server_ip}"), &scmd);
+    let mut server = Proc::spawn(
+        &format!("{name} server"),
+        lib,
+        &format!("sim:{server_ip}"),
+        &scmd,
+    );
     let start = Instant::now();
     while !tcp_listening(port) {
         if !server.running() {
@@ -199,15 +217,33 @@ pub fn pair(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let client = Proc::spawn(&format!("{name} client"), lib, &format!("sim:{client_ip}"), &ccmd);
-    let (cs, co, ce) = client.finish(limit);
-    let (ss, so, se) = server.finish(Duration::from_secs(60));
+    let mut client = Proc::spawn(
+        &format!("{name} client"),
+        lib,
+        &format!("sim:{client_ip}"),
+        &ccmd,
+    );
+    // Wait for both; when one fails, the other would wait for it forever: stop it.
+    let t0 = Instant::now();
+    loop {
+        let (c, s) = (client.exited(), server.exited());
+        let failed = [c, s]
+            .iter()
+            .any(|x| matches!(x, Some(st) if !st.success()));
+        if (c.is_some() && s.is_some()) || failed || t0.elapsed() > limit {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let grace = Duration::from_secs(10);
+    let (cs, co, ce) = client.finish(grace);
+    let (ss, so, se) = server.finish(grace);
     println!("--- {name} server ---\n{so}{se}\n--- {name} client ---\n{co}{ce}");
     for (who, st, out, err) in [("client", cs, &co, &ce), ("server", ss, &so, &se)] {
         match st {
             Some(s) if s.success() => {}
             Some(s) => panic!("{name} {who} failed: {s}\n{out}\n{err}"),
-            None => panic!("{name} {who} did not finish in {limit:?}\n{out}\n{err}"),
+            None => panic!("{name} {who} did not finish in {limit:?} (killed)\n{out}\n{err}"),
         }
     }
     (so, co)
