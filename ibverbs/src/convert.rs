@@ -16,6 +16,15 @@ use crate::abi::{self, c};
 /// API, which this library does not offer, for the part ids of real ConnectX parts).
 pub const VENDOR_PART_ID: u32 = 0;
 
+/// The shortest local ACK timeout exponent a QP on a simulated NIC gets: 18, 4.096 µs ×
+/// 2^18 ≈ 1.07 s. The simulated NIC's threads share the CPU with the applications (and
+/// everything else on the machine): descheduled for longer than a hardware NIC ever
+/// is, a peer may not acknowledge within the 67 ms of the usual exponent 14 although no
+/// packet was lost, and seven such spurious timeouts in a row fail the QP with
+/// `IBV_WC_RETRY_EXC_ERR`. Loss on the loopback link is rare, so a longer timer costs
+/// little. (`ibv_query_qp` reports the exponent in use.)
+pub const SIM_MIN_ACK_TIMEOUT: u8 = 18;
+
 /// `enum ibv_qp_state` of a driver state.
 pub fn qp_state_to_ibv(s: QpState) -> u32 {
     match s {
@@ -154,26 +163,10 @@ pub fn qp_attr_from_ibv(
         q = q.access(r);
     }
     if mask & c::IBV_QP_AV != 0 {
-        let ah = &a.ah_attr;
-        if ah.is_global == 0 {
-            // RoCE needs the peer's GID: without a GRH there is no IP address.
-            return Err(libc::EINVAL);
-        }
-        let dgid = ah.grh.dgid;
-        let dmac = if sim_link {
-            addr_of_gid(&dgid).map(mac_for)
-        } else {
-            dmac_for_gid(&dgid)
-        }
-        .ok_or(libc::EINVAL)?;
-        let mut av = AddressVector::new(dgid, dmac, ah.grh.sgid_index);
-        if ah.grh.hop_limit > 1 {
-            av.hop_limit = ah.grh.hop_limit;
-        }
-        av.traffic_class = ah.grh.traffic_class;
-        av.flow_label = ah.grh.flow_label & 0xf_ffff;
-        av.sl = ah.sl & 7;
-        q = q.av(av);
+        q = q.av(av_from_ibv(&a.ah_attr, sim_link)?);
+    }
+    if mask & c::IBV_QP_QKEY != 0 {
+        q = q.qkey(a.qkey);
     }
     if mask & c::IBV_QP_PATH_MTU != 0 {
         q = q.path_mtu(mtu_from_ibv(a.path_mtu).ok_or(libc::EINVAL)?);
@@ -194,7 +187,12 @@ pub fn qp_attr_from_ibv(
         q = q.sq_psn(a.sq_psn & 0xff_ffff);
     }
     if mask & c::IBV_QP_TIMEOUT != 0 {
-        q = q.timeout(a.timeout);
+        let t = if sim_link && a.timeout != 0 {
+            a.timeout.max(SIM_MIN_ACK_TIMEOUT)
+        } else {
+            a.timeout
+        };
+        q = q.timeout(t);
     }
     if mask & c::IBV_QP_RETRY_CNT != 0 {
         q = q.retry_cnt(a.retry_cnt);
@@ -206,6 +204,31 @@ pub fn qp_attr_from_ibv(
         q = q.max_rd_atomic(a.max_rd_atomic);
     }
     Ok((to, q))
+}
+
+/// The driver's address vector of an `ibv_ah_attr`: RoCE needs its global route (the
+/// destination GID carries the peer's IP address; without it, EINVAL). The peer's MAC
+/// follows from its IPv4-mapped GID on the simulated link (`sim_link`), or from the
+/// kernel's neighbour table.
+pub fn av_from_ibv(ah: &abi::ibv_ah_attr, sim_link: bool) -> Result<AddressVector, i32> {
+    if ah.is_global == 0 {
+        return Err(libc::EINVAL);
+    }
+    let dgid = ah.grh.dgid;
+    let dmac = if sim_link {
+        addr_of_gid(&dgid).map(mac_for)
+    } else {
+        dmac_for_gid(&dgid)
+    }
+    .ok_or(libc::EINVAL)?;
+    let mut av = AddressVector::new(dgid, dmac, ah.grh.sgid_index);
+    if ah.grh.hop_limit > 1 {
+        av.hop_limit = ah.grh.hop_limit;
+    }
+    av.traffic_class = ah.grh.traffic_class;
+    av.flow_label = ah.grh.flow_label & 0xf_ffff;
+    av.sl = ah.sl & 7;
+    Ok(av)
 }
 
 /// `ibv_qp_cap` of the driver's.
@@ -552,6 +575,16 @@ mod tests {
         assert_eq!(q.path_mtu, Some(Mtu::Mtu1024));
         let av = q.av.unwrap();
         assert_eq!(av.dmac, [2, 0, 127, 0, 0, 2]);
+        // RTS: the ACK timeout of a simulated NIC is at least SIM_MIN_ACK_TIMEOUT.
+        let rts = abi::ibv_qp_attr {
+            qp_state: 3,
+            timeout: 14,
+            ..Default::default()
+        };
+        let (_, q) = qp_attr_from_ibv(&rts, 0x201, QpState::Rtr, true).unwrap();
+        assert_eq!(q.timeout, Some(SIM_MIN_ACK_TIMEOUT));
+        let (_, q) = qp_attr_from_ibv(&rts, 0x201, QpState::Rtr, false).unwrap();
+        assert_eq!(q.timeout, Some(14));
         assert_eq!(av.hop_limit, 64);
         a.ah_attr.is_global = 0;
         assert_eq!(

@@ -42,14 +42,14 @@ export! {
     ibv_attach_mcast = f::unsupported_int;
     ibv_close_device = f::close_device;
     ibv_copy_ah_attr_from_kern = f::nothing;
-    ibv_create_ah = f::unsupported_ptr;
+    ibv_create_ah = f::create_ah;
     ibv_create_ah_from_wc = f::unsupported_ptr;
     ibv_create_cq = f::create_cq;
     ibv_create_qp = f::create_qp;
     ibv_create_srq = f::unsupported_ptr;
     ibv_dealloc_pd = f::dealloc_pd;
     ibv_dereg_mr = f::dereg_mr;
-    ibv_destroy_ah = f::unsupported_int;
+    ibv_destroy_ah = f::destroy_ah;
     ibv_destroy_cq = f::destroy_cq;
     ibv_destroy_qp = f::destroy_qp;
     ibv_destroy_srq = f::unsupported_int;

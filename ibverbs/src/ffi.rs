@@ -20,8 +20,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use ferroverbs::verbs::{
-    AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap, QpInitAttr, QueuePair,
-    RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge, WorkCompletion,
+    AddressHandle, AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap,
+    QpInitAttr, QpType, QueuePair, RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge,
+    WorkCompletion,
 };
 use ferroverbs::GidEntry;
 
@@ -924,6 +925,7 @@ pub(crate) struct QpObj {
     recv_cq: &'static CqObj,
     sq_sig_all: bool,
     sim_link: bool,
+    ud: bool,
 }
 
 pub(crate) unsafe extern "C" fn create_qp(
@@ -936,10 +938,12 @@ pub(crate) unsafe extern "C" fn create_qp(
             let p: &'static PdObj = unsafe { obj(pd as *mut PdObj) }?;
             // SAFETY: the caller's init attributes.
             let ia = unsafe { init.as_mut() }.ok_or(libc::EINVAL)?;
-            if ia.qp_type != c::IBV_QPT_RC {
-                // UC and UD queue pairs are not offered by this library yet.
-                return Err(libc::EOPNOTSUPP);
-            }
+            let ty = match ia.qp_type {
+                c::IBV_QPT_RC => QpType::Rc,
+                c::IBV_QPT_UC => QpType::Uc,
+                c::IBV_QPT_UD => QpType::Ud,
+                _ => return Err(libc::EOPNOTSUPP),
+            };
             if !ia.srq.is_null() {
                 return Err(libc::EOPNOTSUPP);
             }
@@ -961,15 +965,21 @@ pub(crate) unsafe extern "C" fn create_qp(
                 let sg = lock(&scq.cq);
                 let r = if std::ptr::eq(scq, rcq) {
                     let mut a = QpInitAttr::new(&sg, &sg, cap);
+                    a.qp_type = ty;
                     a.sq_sig_all = ia.sq_sig_all != 0;
                     p.pd.create_qp(&a)
                 } else {
                     let rg = lock(&rcq.cq);
                     let mut a = QpInitAttr::new(&sg, &rg, cap);
+                    a.qp_type = ty;
                     a.sq_sig_all = ia.sq_sig_all != 0;
                     p.pd.create_qp(&a)
                 };
-                r.map_err(|e| convert::errno_of(&e))?
+                // A transport the driver does not offer (yet) is "not supported".
+                r.map_err(|e| match ty {
+                    QpType::Uc => libc::EOPNOTSUPP,
+                    _ => convert::errno_of(&e),
+                })?
             };
             let granted = qp.cap();
             ia.cap = convert::cap_to_ibv(&granted);
@@ -1000,6 +1010,7 @@ pub(crate) unsafe extern "C" fn create_qp(
                 recv_cq: rcq,
                 sq_sig_all: ia.sq_sig_all != 0,
                 sim_link,
+                ud: ty == QpType::Ud,
             });
             Ok(Box::into_raw(b) as *mut abi::ibv_qp)
         })())
@@ -1143,8 +1154,8 @@ unsafe extern "C" fn post_send(
     while !cur.is_null() {
         // SAFETY: `cur` is a request of the caller's list.
         let w = unsafe { &*cur };
-        // SAFETY: the request's own gather list.
-        let r = unsafe { post_one(&mut g, w) };
+        // SAFETY: the request's own gather list; for UD its address handle.
+        let r = unsafe { post_one(&mut g, w, q.ud) };
         if let Err(e) = r {
             if !bad.is_null() {
                 // SAFETY: the caller's out-parameter.
@@ -1159,8 +1170,12 @@ unsafe extern "C" fn post_send(
 
 /// # Safety
 /// `w`'s gather list must be valid; with `IBV_SEND_INLINE`, the memory it names must be
-/// readable.
-unsafe fn post_one(qp: &mut QueuePair<'static, B>, w: &abi::ibv_send_wr) -> Result<(), c_int> {
+/// readable; on a UD QP (`ud`), `w.wr.ud.ah` must be a live address handle.
+unsafe fn post_one(
+    qp: &mut QueuePair<'static, B>,
+    w: &abi::ibv_send_wr,
+    ud: bool,
+) -> Result<(), c_int> {
     let mut store = [Sge::default(); MAX_SGE];
     // SAFETY: the caller's contract.
     let sg = unsafe { sges(w.sg_list, w.num_sge, &mut store) }?;
@@ -1230,13 +1245,20 @@ unsafe fn post_one(qp: &mut QueuePair<'static, B>, w: &abi::ibv_send_wr) -> Resu
     } else {
         SendData::Gather(sg)
     };
-    let wr = SendWr {
+    let mut wr = SendWr {
         wr_id: w.wr_id,
         op,
         data,
         flags,
         ud: None,
     };
+    if ud {
+        // SAFETY: on a UD QP the `ud` member of the union is the one the caller set.
+        let u = unsafe { w.wr.ud };
+        // SAFETY: the caller's address handle, alive while requests use it.
+        let ah = unsafe { obj(u.ah as *mut AhObj) }?;
+        wr = wr.ud(&ah.ah, u.remote_qpn, u.remote_qkey);
+    }
     qp.post_send(&[wr]).map_err(|b| post_errno(&b.error))
 }
 
@@ -1284,6 +1306,60 @@ unsafe extern "C" fn post_srq_recv(
         unsafe { *bad = wr };
     }
     libc::EOPNOTSUPP
+}
+
+// ---------------------------------------------------------------------------------
+// Address handles (UD)
+// ---------------------------------------------------------------------------------
+
+#[repr(C)]
+pub(crate) struct AhObj {
+    ibv: abi::ibv_ah,
+    ah: AddressHandle<'static, B>,
+    pd: &'static PdObj,
+}
+
+pub(crate) unsafe extern "C" fn create_ah(
+    pd: *mut abi::ibv_pd,
+    attr: *mut abi::ibv_ah_attr,
+) -> *mut abi::ibv_ah {
+    guard(ptr::null_mut(), || {
+        ptr_result((|| {
+            // SAFETY: the caller's PD, kept alive by the use count.
+            let p: &'static PdObj = unsafe { obj(pd as *mut PdObj) }?;
+            // SAFETY: the caller's attributes.
+            let a = unsafe { attr.as_ref() }.ok_or(libc::EINVAL)?;
+            let av = convert::av_from_ibv(a, p_sim(p))?;
+            let ah =
+                p.pd.create_ah(a.port_num.max(1), &av)
+                    .map_err(|e| convert::errno_of(&e))?;
+            p.users.fetch_add(1, Ordering::AcqRel);
+            let b = Box::new(AhObj {
+                ibv: abi::ibv_ah {
+                    context: p.ibv.context,
+                    pd,
+                    handle: 0,
+                },
+                ah,
+                pd: p,
+            });
+            Ok(Box::into_raw(b) as *mut abi::ibv_ah)
+        })())
+    })
+}
+
+pub(crate) unsafe extern "C" fn destroy_ah(ah: *mut abi::ibv_ah) -> c_int {
+    guard(libc::EIO, || {
+        int_result((|| {
+            if ah.is_null() {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: created by `Box::into_raw` in `create_ah`, destroyed once.
+            let b = unsafe { Box::from_raw(ah as *mut AhObj) };
+            b.pd.users.fetch_sub(1, Ordering::AcqRel);
+            Ok(())
+        })())
+    })
 }
 
 // ---------------------------------------------------------------------------------

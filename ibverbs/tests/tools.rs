@@ -183,3 +183,47 @@ fn ib_send_bw_default() {
     let n = numbers(l);
     assert!(n[1].is_finite() && n[1] > 0.0, "{l}");
 }
+
+#[test]
+fn ibv_ud_pingpong_between_two_processes() {
+    if !have("ibv_ud_pingpong") {
+        return;
+    }
+    let _s = serial();
+    let lib = library_dir("ud_pingpong");
+    let (s, c) = pair(
+        "ibv_ud_pingpong -g 0",
+        &lib,
+        "ibv_ud_pingpong",
+        &["-g", "0"],
+        "127.0.78.61",
+        "127.0.78.62",
+        18661,
+        LIMIT,
+    );
+    for out in [&s, &c] {
+        // 1000 round trips of 1024 bytes (the 40-byte GRH area not counted).
+        assert!(out.contains("2048000 bytes in"), "{out}");
+        assert!(out.contains("1000 iters in"), "{out}");
+    }
+}
+
+#[test]
+fn ibv_uc_pingpong_fails_cleanly_without_uc() {
+    if !have("ibv_uc_pingpong") {
+        return;
+    }
+    // The driver offers no UC QPs yet: ibv_create_qp fails with EOPNOTSUPP and the tool
+    // exits with its own error message, without crashing.
+    let lib = library_dir("uc_pingpong");
+    let p = support::Proc::spawn(
+        "ibv_uc_pingpong",
+        &lib,
+        "sim:127.0.78.71",
+        &["ibv_uc_pingpong", "-g", "0", "-p", "18671"],
+    );
+    let (status, out, err) = p.finish(Duration::from_secs(120));
+    let status = status.expect("ibv_uc_pingpong finishes");
+    assert_eq!(status.code(), Some(1), "{out}{err}");
+    assert!(err.contains("Couldn't create QP"), "{out}{err}");
+}
