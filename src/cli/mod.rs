@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! ferroverbs devinfo [-d DEV] [-i PORT] [-v]
-//! ferroverbs perf {send,write,read,atomic}-{lat,bw} [perftest options]
+//! ferroverbs perf {send,write,read,atomic}-{lat,bw} [perftest options] [--baseline]
+//!     [--server [--bind ADDR] | --client HOST] [--ip ADDR] [-p PORT] [--udp-port PORT]
 //! ```
 //!
 //! The device is `sim` (the embedded simulator, the default) or `vfio:DDDD:BB:DD.F`.

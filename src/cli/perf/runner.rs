@@ -2,7 +2,9 @@
 //! an in-process fabric (`--device sim`), or two QPs of one ConnectX looped back
 //! through its own port (`--device vfio:BDF`).
 //!
-//! perftest runs the two sides in two processes; here one thread runs both: it posts
+//! perftest runs the two sides in two processes (so does `--server`/`--client`, see
+//! [`super::remote`], which reuses the measuring loops here); in one process one
+//! thread runs both: it posts
 //! the client's requests and plays the server (answering pings, reposting receives)
 //! between polls. What is measured is perftest's: the client's post stamps (latency)
 //! and its post and completion stamps (bandwidth).
