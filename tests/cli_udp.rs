@@ -268,20 +268,10 @@ fn large_messages() {
 
 #[test]
 fn deterministic_devices_stepped_by_each_process() {
-    check(
-        12,
-        &[
-            "write-bw",
-            "-n",
-            "32",
-            "-s",
-            "8192",
-            "--sim-mode",
-            "deterministic",
-        ],
-        "RDMA_Write BW Test",
-        BW_COLUMNS,
-    );
+    // A ping-pong: both processes step their devices while they wait. (A passive
+    // server steps its device only while it waits on the rendezvous connection;
+    // under heavy load that can be too rare for the transport's timers, see
+    // docs/performance.md section 7.5.)
     check(
         13,
         &["send-lat", "-n", "20", "--sim-mode", "deterministic"],
