@@ -331,8 +331,24 @@ impl<B: Bus> Queues<B> {
         } else {
             self.sq.cur_post()
         };
-        if bound > self.sq_hwm {
+        if bound > self.sq_hwm && self.depth_may_exceed_hwm(d) {
             self.raise_hwm();
+        }
+    }
+
+    /// The check behind a bound above the mark: the bound assumed the last completed
+    /// WQE took one WQEBB; its control segment (its slot is not reused while it is
+    /// the latest completion the QP has not reclaimed) gives its real end, so a
+    /// multi-WQEBB WQE (an inline SEND) does not send every post to the walk.
+    /// `true` when the depth may exceed the mark (then `raise_hwm` measures).
+    #[inline(always)]
+    fn depth_may_exceed_hwm(&self, d: u32) -> bool {
+        if d & DONE == 0 {
+            return true;
+        }
+        match self.wqe_end(d as u16) {
+            Some(end) => self.sq.cur_post().wrapping_sub(end) > self.sq_hwm,
+            None => true,
         }
     }
 
@@ -351,6 +367,7 @@ impl<B: Bus> Queues<B> {
 
     /// The end (next WQEBB counter) of the WQE starting at `at`, read back from its
     /// control segment; `None` if no WQE of index `at` starts there.
+    #[inline(always)]
     fn wqe_end(&self, at: u16) -> Option<u16> {
         let mem = self.sq.mem();
         let mask = self.sq.config().wqe_cnt - 1;

@@ -178,14 +178,22 @@ impl<B: Bus> SendBatch<'_, B> {
     }
 
     /// Publishes the batch: the doorbell record, then one doorbell (the BlueFlame
-    /// copy when the batch is one WQE that fits); nothing when the batch is empty.
-    /// Dropping the batch does the same.
+    /// copy when the batch is one WQE that fits), and the QP's counters updated;
+    /// nothing when the batch is empty. Dropping the batch does the same.
     #[inline(always)]
     pub fn ring(self) {
         // No drop glue on this path: the batch is published here, once.
         let mut me = std::mem::ManuallyDrop::new(self);
         let SendBatch { q, c } = &mut *me;
-        q.sq.publish(&*q.bus, c);
+        let n = c.count();
+        if q.sq.publish(&*q.bus, c).is_some() {
+            q.note_posted(n);
+        }
+    }
+
+    /// Requests written in this batch so far.
+    pub fn count(&self) -> u32 {
+        self.c.count()
     }
 
     #[inline(always)]
@@ -267,17 +275,19 @@ fn general<B: Bus>(q: &mut Queues<B>, wr: &SendWr<'_>) -> Result<u16, PostError>
 /// drop glue stays small and the cursor stays in registers).
 #[cold]
 #[inline(never)]
-fn publish_dropped<B: Bus>(q: &mut Queues<B>, start: u16, index: u16, limit: u16, last: u16) {
-    let mut c = ring::SqCursor::from_parts([start, index, limit, last]);
-    q.sq.publish(&*q.bus, &mut c);
+fn publish_dropped<B: Bus>(q: &mut Queues<B>, counters: [u16; 4], nreq: u32) {
+    let mut c = ring::SqCursor::from_parts(counters, nreq);
+    if q.sq.publish(&*q.bus, &mut c).is_some() {
+        q.note_posted(nreq);
+    }
 }
 
 impl<B: Bus> Drop for SendBatch<'_, B> {
     #[inline(always)]
     fn drop(&mut self) {
         if !self.c.is_empty() {
-            let [start, index, limit, last] = self.c.parts();
-            publish_dropped(self.q, start, index, limit, last);
+            let (counters, nreq) = self.c.parts();
+            publish_dropped(self.q, counters, nreq);
         }
     }
 }

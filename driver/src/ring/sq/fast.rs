@@ -22,8 +22,8 @@ use super::*;
 
 /// An open batch of WQEs (see the module documentation): between
 /// [`SendQueue::cursor`] and [`SendQueue::publish`] the cursor, not the queue,
-/// holds the producer counter. Four 16-bit counters, so that a loop of posts keeps
-/// them in registers.
+/// holds the producer counter. Four 16-bit counters and a count of WQEs, so that a
+/// loop of posts keeps them in registers.
 #[derive(Clone, Copy, Debug)]
 pub struct SqCursor {
     /// The index of the batch's first WQE (where the cursor was opened).
@@ -35,6 +35,8 @@ pub struct SqCursor {
     limit: u16,
     /// The index of the batch's last WQE (meaningful once `index != start`).
     last: u16,
+    /// WQEs written in the batch.
+    nreq: u32,
 }
 
 impl SqCursor {
@@ -49,22 +51,29 @@ impl SqCursor {
         self.index
     }
 
-    /// The counters (first, next, limit, last), to hand a cursor to an out-of-line
-    /// function as scalars (a cursor passed by value is packed into one register,
-    /// which costs shifts on the fast path).
+    /// WQEs written in the batch (since it was opened or last published).
     #[inline(always)]
-    pub fn parts(&self) -> [u16; 4] {
-        [self.start, self.index, self.limit, self.last]
+    pub fn count(&self) -> u32 {
+        self.nreq
+    }
+
+    /// The counters (first, next, limit, last) and the count, to hand a cursor to an
+    /// out-of-line function as scalars (a cursor passed by value is packed into
+    /// registers, which costs shifts on the fast path).
+    #[inline(always)]
+    pub fn parts(&self) -> ([u16; 4], u32) {
+        ([self.start, self.index, self.limit, self.last], self.nreq)
     }
 
     /// The cursor of [`SqCursor::parts`].
     #[inline(always)]
-    pub fn from_parts([start, index, limit, last]: [u16; 4]) -> SqCursor {
+    pub fn from_parts([start, index, limit, last]: [u16; 4], nreq: u32) -> SqCursor {
         SqCursor {
             start,
             index,
             limit,
             last,
+            nreq,
         }
     }
 }
@@ -85,6 +94,7 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
             index: self.cur_post,
             limit: self.tail.wrapping_add(self.cfg.wqe_cnt as u16),
             last: self.cur_post,
+            nreq: 0,
         }
     }
 
@@ -105,6 +115,7 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         c.limit = self.tail.wrapping_add(self.cfg.wqe_cnt as u16);
         if let Some(w) = written {
             c.last = w;
+            c.nreq += 1;
         }
     }
 
@@ -118,8 +129,8 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         if c.is_empty() {
             return None;
         }
-        // One WQE, or several (the BlueFlame decision only needs to tell them apart).
-        let nreq = if c.last == c.start { 1 } else { 2 };
+        let nreq = c.nreq;
+        c.nreq = 0;
         c.start = c.index;
         // The last WQE's doorbell data, read back from its control segment (the device
         // only reads the ring).
@@ -207,6 +218,7 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         self.wr_id[slot].store(wr_id, Ordering::Relaxed);
         c.last = index;
         c.index = index.wrapping_add(1);
+        c.nreq += 1;
         true
     }
 
@@ -260,6 +272,7 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         self.wr_id[slot].store(wr_id, Ordering::Relaxed);
         c.last = index;
         c.index = index.wrapping_add(wqebbs);
+        c.nreq += 1;
         true
     }
 }
