@@ -3,8 +3,11 @@
 //! latency.
 //!
 //! ```text
-//! cargo run --release --example rc_pingpong -- [--iters N] [--size BYTES] [--threaded]
+//! cargo run --release --example rc_pingpong -- [--iters N] [--size BYTES] [--threaded] [--tcp]
 //! ```
+//!
+//! `--tcp` also runs issue 4's baseline in the same process: a TCP loopback ping-pong
+//! of the same size, and prints the ratio of the medians.
 //!
 //! By default both NICs run in deterministic mode on this thread (the example steps
 //! the fabric); with `--threaded` each NIC has its own device thread and the two sides
@@ -23,6 +26,7 @@ struct Args {
     iters: u64,
     size: usize,
     threaded: bool,
+    tcp: bool,
 }
 
 fn args() -> Args {
@@ -30,6 +34,7 @@ fn args() -> Args {
         iters: 10_000,
         size: 64,
         threaded: false,
+        tcp: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
@@ -42,8 +47,9 @@ fn args() -> Args {
                     .expect("--size BYTES")
             }
             "--threaded" => a.threaded = true,
+            "--tcp" => a.tcp = true,
             _ => {
-                eprintln!("usage: rc_pingpong [--iters N] [--size BYTES] [--threaded]");
+                eprintln!("usage: rc_pingpong [--iters N] [--size BYTES] [--threaded] [--tcp]");
                 std::process::exit(2);
             }
         }
@@ -240,4 +246,52 @@ fn main() {
         "one-way latency (avg/2): {:.2} us",
         sum.as_secs_f64() * 1e6 / rtts.len() as f64 / 2.0
     );
+    if a.tcp {
+        // The baseline of issue 4, in the same run: a TCP loopback ping-pong of the
+        // same size (TCP_NODELAY, echo thread). Medians are compared: on a shared
+        // machine the mean is dominated by preemptions of either side.
+        let tcp = tcp_rtts(a.size.max(1), warmup, a.iters);
+        let (p50, t50) = (pct(0.5), tcp[tcp.len() / 2]);
+        println!(
+            "tcp loopback round trip ({} bytes): min {:.2} us, p50 {:.2} us, p99 {:.2} us; p50 ratio tcp/rc = {:.1}x",
+            a.size.max(1),
+            tcp[0].as_secs_f64() * 1e6,
+            t50.as_secs_f64() * 1e6,
+            tcp[((tcp.len() as f64 - 1.0) * 0.99) as usize].as_secs_f64() * 1e6,
+            t50.as_secs_f64() / p50.as_secs_f64()
+        );
+    }
+}
+
+/// Sorted round trips of a `size`-byte ping-pong over loopback TCP to an echo thread.
+fn tcp_rtts(size: usize, warmup: u64, iters: u64) -> Vec<Duration> {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let echo = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("accept");
+        s.set_nodelay(true).expect("nodelay");
+        let mut buf = vec![0u8; size];
+        while s.read_exact(&mut buf).is_ok() {
+            if s.write_all(&buf).is_err() {
+                break;
+            }
+        }
+    });
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_nodelay(true).expect("nodelay");
+    let (msg, mut buf) = (vec![0x5au8; size], vec![0u8; size]);
+    let mut out = Vec::with_capacity(iters as usize);
+    for i in 0..warmup + iters {
+        let t = Instant::now();
+        s.write_all(&msg).expect("write");
+        s.read_exact(&mut buf).expect("read");
+        if i >= warmup {
+            out.push(t.elapsed());
+        }
+    }
+    drop(s);
+    let _ = echo.join();
+    out.sort();
+    out
 }
