@@ -361,8 +361,10 @@ impl Sim {
     /// Processes the frames waiting in the receive queue and the data-path timers that
     /// are due, and runs due held commands. Returns the data-path work done (0: idle).
     pub fn service(&self) -> usize {
-        self.shared.service_due(false);
-        self.shared.service_data_path()
+        // As the device thread does: held commands only when some are held, and an
+        // idle device (no frame received, no periodic work, no timer due) takes no
+        // lock (a deterministic fabric step visits every device).
+        Service::service(&*self.shared)
     }
 
     /// Device time at which the next data-path timer expires, if any.
