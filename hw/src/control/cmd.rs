@@ -121,6 +121,8 @@ header_enum! {
         DestroySrq = 0x701 => "MLX5_CMD_OP_DESTROY_SRQ",
         /// Query a shared receive queue.
         QuerySrq = 0x702 => "MLX5_CMD_OP_QUERY_SRQ",
+        /// Arm the limit watermark of an SRQ.
+        ArmRq = 0x703 => "MLX5_CMD_OP_ARM_RQ",
         /// Query the link state of a vport.
         QueryVportState = 0x750 => "MLX5_CMD_OP_QUERY_VPORT_STATE",
         /// Query the NIC vport context (MAC, MTU, ...).
@@ -222,7 +224,7 @@ impl Opcode {
     /// The input and output layouts of the command, for the commands this crate
     /// describes; `None` for the others.
     pub const fn layouts(self) -> Option<(&'static Layout, &'static Layout)> {
-        use super::{caps, counters as cnt, cq, eq, hca, mkey, pages, qp, reg, roce};
+        use super::{caps, counters as cnt, cq, eq, hca, mkey, pages, qp, reg, roce, srq};
         use super::{uar_pd_td as u, vport};
         Some(match self {
             Opcode::QueryHcaCap => (
@@ -284,6 +286,10 @@ impl Opcode {
             Opcode::CreateQp => (&qp::create_qp_in::LAYOUT, &qp::create_qp_out::LAYOUT),
             Opcode::DestroyQp => (&qp::destroy_qp_in::LAYOUT, &qp::destroy_qp_out::LAYOUT),
             Opcode::QueryQp => (&qp::query_qp_in::LAYOUT, &qp::query_qp_out::LAYOUT),
+            Opcode::CreateSrq => (&srq::create_srq_in::LAYOUT, &srq::create_srq_out::LAYOUT),
+            Opcode::DestroySrq => (&srq::destroy_srq_in::LAYOUT, &srq::destroy_srq_out::LAYOUT),
+            Opcode::QuerySrq => (&srq::query_srq_in::LAYOUT, &srq::query_srq_out::LAYOUT),
+            Opcode::ArmRq => (&srq::arm_rq_in::LAYOUT, &srq::arm_rq_out::LAYOUT),
             Opcode::QueryVportState => (
                 &vport::query_vport_state_in::LAYOUT,
                 &vport::query_vport_state_out::LAYOUT,
@@ -650,7 +656,7 @@ mod tests {
             assert!(i.size() >= 16 && o.size() >= 12, "{op}");
             assert_eq!(command_input(*op, 3).len(), i.size());
         }
-        assert_eq!(n, 47);
+        assert_eq!(n, 51);
         assert_eq!(command_input(Opcode::Nop, 0).len(), 16);
         assert_eq!(
             Opcode::CreateQp.in_layout().map(|l| l.name),

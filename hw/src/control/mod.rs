@@ -20,7 +20,8 @@
 //! * [`qp`]: queue pairs, their state transitions, the QP context and address path;
 //! * [`vport`]: vport state and the NIC vport context (RoCE enable, MAC, MTU);
 //! * [`roce`]: the RoCE GID table;
-//! * [`counters`]: queue counter sets and vport traffic counters.
+//! * [`counters`]: queue counter sets and vport traffic counters;
+//! * [`srq`]: shared receive queues, the SRQ context and ARM_RQ.
 //!
 //! Layouts follow Linux 6.1's `include/linux/mlx5/mlx5_ifc.h` exactly (struct and field
 //! names, bit offsets, widths and full sizes); where the reference describes a newer
@@ -132,6 +133,7 @@ pub mod pages;
 pub mod qp;
 pub mod reg;
 pub mod roce;
+pub mod srq;
 pub mod uar_pd_td;
 pub mod vport;
 
@@ -179,6 +181,7 @@ const LAYOUT_PARTS: &[&[&Layout]] = &[
     vport::LAYOUTS,
     roce::LAYOUTS,
     counters::LAYOUTS,
+    srq::LAYOUTS,
 ];
 const LAYOUT_COUNT: usize = total(LAYOUT_PARTS);
 const LAYOUT_ARRAY: [&Layout; LAYOUT_COUNT] = concat(LAYOUT_PARTS, &cmd::mbox_in::LAYOUT);
@@ -227,6 +230,8 @@ const CONSTANT_PARTS: &[&[Constant]] = &[
     roce::RoceVersion::CONSTANTS,
     roce::RoceL3Type::CONSTANTS,
     roce::CAP_CONSTANTS,
+    srq::SrqcState::CONSTANTS,
+    srq::ArmRqOpMod::CONSTANTS,
 ];
 const CONSTANT_COUNT: usize = total(CONSTANT_PARTS);
 const CONSTANT_ARRAY: [Constant; CONSTANT_COUNT] = concat(CONSTANT_PARTS, cmdq::CONSTANTS[0]);
