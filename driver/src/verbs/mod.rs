@@ -117,6 +117,7 @@ mod pd;
 pub mod pool;
 mod post;
 mod qp;
+mod srq;
 mod wc;
 mod wr;
 
@@ -134,6 +135,7 @@ pub use pd::Pd;
 pub use pool::{BufferPool, PoolConfig, PoolError, Slot, MAX_SLOTS, MAX_SLOT_ALIGN, MAX_SLOT_SIZE};
 pub use post::SendBatch;
 pub use qp::{BadWr, PostError, QpCap, QpInitAttr, QueuePair};
+pub use srq::{SharedReceiveQueue, SrqAttr, SrqInfo};
 pub use wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::RecvWr;
 

@@ -34,6 +34,7 @@ use ferroverbs_hw::{Bus, DmaPerm};
 use super::attr::{ceil_log2, mtu_from_qpc};
 use super::cq::CqCore;
 use super::fastmem::{FastMem, FastWord};
+use super::srq::{SharedReceiveQueue, SrqShared};
 use super::{
     exec, AccessFlags, AddressVector, CompletionQueue, Error, Pd, QpAttr, QpInfo, QpState, RecvWr,
     Result, RtrAttr, RtsAttr, SendOp, SendWr, Transition, UdInitAttr,
@@ -102,6 +103,10 @@ pub struct QpInitAttr<'q, 'ctx, B: Bus> {
     /// posting a READ or an atomic is [`PostError::UnsupportedOp`]) or [`QpType::Ud`]
     /// ([`QpInitAttr::ud`]).
     pub qp_type: QpType,
+    /// The shared receive queue the QP takes its receive WQEs from (`ibv_qp_init_attr.srq`;
+    /// `None`: its own RQ of `cap.max_recv_wr`). Its receive completions carry the
+    /// SRQ's `wr_id`s; [`QueuePair::post_recv`] is refused.
+    pub srq: Option<&'q SharedReceiveQueue<'ctx, B>>,
 }
 
 impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
@@ -118,6 +123,7 @@ impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
             sq_sig_all: false,
             blueflame: true,
             qp_type: QpType::Rc,
+            srq: None,
         }
     }
 
@@ -131,6 +137,12 @@ impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
             qp_type: QpType::Ud,
             ..Self::new(send_cq, recv_cq, cap)
         }
+    }
+
+    /// The same, taking receive WQEs from `srq`.
+    pub fn with_srq(mut self, srq: &'q SharedReceiveQueue<'ctx, B>) -> Self {
+        self.srq = Some(srq);
+        self
     }
 
     /// The same with transport `qp_type`.
@@ -192,6 +204,10 @@ pub enum PostError {
         /// The send opcode.
         opcode: u8,
     },
+    /// Receive requests go to the QP's shared receive queue
+    /// ([`SharedReceiveQueue::post_recv`](super::SharedReceiveQueue::post_recv)).
+    #[error("the QP takes its receive requests from an SRQ")]
+    SrqAttached,
     /// A datagram address on a connected QP, or a UD send without one.
     #[error("a UD send needs an address handle and a connected QP takes none")]
     AddressMismatch,
@@ -246,6 +262,8 @@ pub(crate) struct WqShared {
     rq_wr_id: Arc<[AtomicU64]>,
     /// `DONE | tail` (the RQ counter after the latest receive completion).
     rq_done: AtomicU32,
+    /// The SRQ receive completions take their `wr_id` from, if the QP has one.
+    srq: std::sync::OnceLock<Arc<SrqShared>>,
 }
 
 /// Marks a published completion counter.
@@ -272,6 +290,10 @@ impl WqShared {
     /// The `wr_id` of the receive WQE at `counter`, which is complete.
     #[inline]
     pub(crate) fn rq_retire(&self, counter: u16) -> u64 {
+        if let Some(s) = self.srq.get() {
+            // The counter is the SRQ WQE index.
+            return s.retire(counter);
+        }
         let wr_id =
             self.rq_wr_id[(u32::from(counter) & self.rq_mask) as usize].load(Ordering::Relaxed);
         self.rq_done
@@ -292,11 +314,44 @@ pub(crate) struct Geometry {
     rq_wqes: u32,
     rq_shift: u32,
     pub(crate) granted: QpCap,
+    /// Receive WQEs come from an SRQ: the device sees no RQ in the buffer (the SQ
+    /// starts at 0); the ring writer's one-entry RQ sits after the doorbell record,
+    /// unused.
+    srq: bool,
 }
 
 impl Geometry {
+    /// Bytes of the RQ in the device's view of the buffer (0 with an SRQ).
     fn rq_bytes(&self) -> usize {
+        if self.srq {
+            0
+        } else {
+            self.rq_ring_bytes()
+        }
+    }
+    fn rq_ring_bytes(&self) -> usize {
         (self.rq_wqes as usize) << self.rq_shift
+    }
+    /// Offset of the RQ ring the driver's writer uses.
+    fn rq_ring_offset(&self) -> usize {
+        if self.srq {
+            self.dbr_offset() + 64
+        } else {
+            0
+        }
+    }
+    /// Bytes of the whole DMA buffer.
+    fn buf_len(&self) -> usize {
+        self.dbr_offset() + 64 + if self.srq { self.rq_ring_bytes() } else { 0 }
+    }
+    /// The geometry of a QP attached to an SRQ.
+    fn with_srq(mut self) -> Self {
+        self.srq = true;
+        self.rq_wqes = 1;
+        self.rq_shift = 4;
+        self.granted.max_recv_wr = 0;
+        self.granted.max_recv_sge = 0;
+        self
     }
     fn sq_bytes(&self) -> usize {
         self.sq_wqebbs as usize * WQEBB as usize
@@ -413,6 +468,7 @@ pub(crate) fn geometry_with(limits: &Limits, cap: &QpCap, ovh: u32) -> Result<Ge
             max_recv_sge: rq_wqe / 16,
             max_inline_data: w - ovh - 4,
         },
+        srq: false,
     })
 }
 
@@ -505,7 +561,10 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             // UC: control and remote address segments, as RC without atomics.
             QpType::Uc => RC_SQ_OVERHEAD,
         };
-        let geo = geometry_with(&Limits::of(ctx), &init.cap, ovh)?;
+        let mut geo = geometry_with(&Limits::of(ctx), &init.cap, ovh)?;
+        if init.srq.is_some() {
+            geo = geo.with_srq();
+        }
         let uar = alloc_uar(ctx)?;
         // The QP's own Q counter set, for its device-side counters (none left: the QP
         // has none).
@@ -537,7 +596,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         let rq_bytes = geo.rq_bytes();
         let sq_bytes = geo.sq_bytes();
         let dbr = geo.dbr_offset();
-        let buf = Arc::new(DmaBuf::new(ctx.bus(), dbr + 64, DmaPerm::RW)?);
+        let buf = Arc::new(DmaBuf::new(ctx.bus(), geo.buf_len(), DmaPerm::RW)?);
         let npages = (rq_bytes + sq_bytes).div_ceil(PAGE_SIZE);
         let pas: Vec<u64> = (0..npages as u64)
             .map(|i| buf.iova() + i * PAGE_SIZE as u64)
@@ -559,7 +618,16 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         q(qpc::log_rq_stride).set(&mut input, u64::from(geo.rq_shift - 4));
         q(qpc::log_rq_size).set(&mut input, u64::from(geo.rq_wqes.trailing_zeros()));
         q(qpc::log_sq_size).set(&mut input, u64::from(geo.sq_wqebbs.trailing_zeros()));
-        q(qpc::rq_type).set(&mut input, 0);
+        match init.srq {
+            Some(srq) => {
+                // MLX5_SRQ_RQ: receive WQEs from the SRQ, no RQ in the buffer.
+                q(qpc::rq_type).set(&mut input, 1);
+                q(qpc::srqn_rmpn_xrqn).set(&mut input, srq.srq_num().into());
+                q(qpc::log_rq_size).set(&mut input, 0);
+                q(qpc::log_rq_stride).set(&mut input, 0);
+            }
+            None => q(qpc::rq_type).set(&mut input, 0),
+        }
         q(qpc::cqn_snd).set(&mut input, init.send_cq.cqn().into());
         q(qpc::cqn_rcv).set(&mut input, init.recv_cq.cqn().into());
         q(qpc::log_page_size).set(&mut input, 0);
@@ -596,6 +664,9 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         )?;
         if init.qp_type != QpType::Rc {
             q.set_qp_type(init.qp_type)?;
+        }
+        if let Some(srq) = init.srq {
+            let _ = q.shared.srq.set(Arc::clone(srq.shared()));
         }
         init.send_cq.attach(Arc::clone(&q.shared));
         if !Arc::ptr_eq(init.send_cq.core(), init.recv_cq.core()) {
@@ -652,6 +723,7 @@ impl<B: Bus> Queues<B> {
             rq_mask: geo.rq_wqes - 1,
             rq_wr_id,
             rq_done: AtomicU32::new(0),
+            srq: std::sync::OnceLock::new(),
         });
         Ok(Queues {
             sq,
@@ -799,6 +871,12 @@ impl<B: Bus> Queues<B> {
     /// See [`QueuePair::post_recv`].
     #[inline]
     pub(crate) fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), BadWr> {
+        if self.geo.srq {
+            return Err(BadWr {
+                index: 0,
+                error: PostError::SrqAttached,
+            });
+        }
         if !self.state.can_recv() {
             return Err(BadWr {
                 index: 0,
@@ -862,6 +940,7 @@ fn rings<B: Bus>(
     rq_wr_id: &Arc<[AtomicU64]>,
 ) -> Result<(SqRing<B>, RqRing<B>)> {
     let rq_bytes = geo.rq_bytes();
+    let rq_ring = (geo.rq_ring_offset(), geo.rq_ring_bytes());
     let dbr = geo.dbr_offset();
     let bad = |_| Error::InvalidArgument("QP geometry");
     let window =
@@ -875,7 +954,7 @@ fn rings<B: Bus>(
     )
     .map_err(bad)?;
     let rq = RqRing::with_wr_ids(
-        window(0, rq_bytes)?,
+        window(rq_ring.0, rq_ring.1)?,
         word(dbr + 4 * MLX5_RCV_DBR)?,
         RqConfig {
             wqe_cnt: geo.rq_wqes,

@@ -190,6 +190,10 @@ pub struct DataPathStats {
     pub uc_msgs_dropped: u64,
     /// UC packets dropped because they continued no message in progress.
     pub uc_pkts_dropped: u64,
+    /// Receive WQEs taken from shared receive queues.
+    pub srq_wqes: u64,
+    /// SRQ limit events raised.
+    pub srq_limit_events: u64,
 }
 
 /// The device's ports as the data path sees them.

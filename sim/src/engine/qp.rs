@@ -105,6 +105,8 @@ pub struct QpCfg {
     pub sq_base: u64,
     /// RQ size in WQEs (0: no RQ).
     pub rq_size: u32,
+    /// The SRQ receive WQEs come from (`rq_type` SRQ).
+    pub srqn: Option<u32>,
     /// RQ WQE stride in bytes.
     pub rq_stride: u32,
     /// Doorbell record IOVA.
@@ -166,8 +168,9 @@ impl QpCfg {
     pub fn load(fw: &Firmware, qpn: u32, qp: &Qp) -> QpCfg {
         let img = &qp.qpc;
         let g = |f: Field| get(img, f);
-        // rq_type 3: zero-length RQ (no receive queue).
-        let rq_size = if g(qpc::rq_type) == 3 {
+        // rq_type 3: zero-length RQ (no receive queue); 1: receive WQEs from an SRQ
+        // (no RQ in the QP buffer either).
+        let rq_size = if g(qpc::rq_type) != 0 {
             0
         } else {
             1u32 << g(qpc::log_rq_size).min(24)
@@ -197,7 +200,19 @@ impl QpCfg {
             pd: qp.pd,
             cqn_snd: qp.cqn_snd,
             cqn_rcv: qp.cqn_rcv,
-            user_index: g(qpc::user_index) as u32,
+            // CQE version 1: the QP's user index; version 0: the SRQN of an SRQ QP
+            // (`mlx5-datapath.md` §7, `srqn_uidx`).
+            user_index: match qp.srqn {
+                Some(s)
+                    if fw
+                        .caps()
+                        .gen(ferroverbs_hw::control::caps::cmd_hca_cap::cqe_version)
+                        == 0 =>
+                {
+                    s
+                }
+                _ => g(qpc::user_index) as u32,
+            },
             counter_set: g(qpc::counter_set_id) as u8,
             uar: qp.uar,
             buf: QueueBuf {
@@ -208,6 +223,7 @@ impl QpCfg {
             sq_size,
             sq_base: u64::from(rq_size) * u64::from(rq_stride),
             rq_size,
+            srqn: qp.srqn,
             rq_stride,
             dbr: qp.dbr,
             pmtu,

@@ -1,13 +1,27 @@
 //! Taking the next receive WQE for an incoming message, for every transport.
 //!
 //! A QP's receive WQEs come from its own RQ (the ring at the start of the QP buffer,
-//! consumed in order; the CQE's `wqe_counter` is the RQ counter). The responder
-//! calls [`take`] at the packet that needs the WQE (the first packet of a SEND, the
-//! last of a WRITE with immediate) and fills [`RecvWqe`](super::RecvWqe) from it.
+//! consumed in order; the CQE's `wqe_counter` is the RQ counter) or, for a QP created
+//! with `rq_type` SRQ, from its shared receive queue (`mlx5-datapath.md` §4): the
+//! device takes the WQE its list head names, follows that WQE's `next_wqe_index`
+//! (`struct mlx5_wqe_srq_next_seg`, the first 16 bytes), reads the data segments after
+//! it, and reports the SRQ WQE index as `wqe_counter`. Taking a WQE that leaves fewer
+//! posted than an armed limit raises `MLX5_EVENT_TYPE_SRQ_RQ_LIMIT` on the
+//! asynchronous EQ (SRQN in `mlx5_eqe_qp_srq`) and disarms the limit.
+//!
+//! The responder calls [`take`] at the packet that needs the WQE (the first packet of
+//! a SEND, the last of a WRITE with immediate) and fills
+//! [`RecvWqe`](super::RecvWqe) from it.
+
+use ferroverbs_hw::datapath::eqe::MLX5_EVENT_TYPE_SRQ_RQ_LIMIT;
 
 use super::mem;
-use super::wqe::{self, RecvError};
+use super::wqe::{self, RecvError, MAX_RQ_STRIDE};
 use super::{Ctx, QpRt};
+use crate::firmware::srq::SrqTake;
+
+/// Bytes of the next segment at the start of every SRQ WQE.
+const SRQ_NEXT_SEG: usize = 16;
 
 /// Why no receive WQE was taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +36,9 @@ pub enum TakeError {
 /// its scatter list read and checked when `scatter` is set (a WRITE with immediate
 /// places nothing in it).
 pub fn take(qp: &mut QpRt, cx: &mut Ctx, scatter: bool) -> Result<(), TakeError> {
+    if let Some(srqn) = qp.cfg.srqn {
+        return take_srq(qp, cx, srqn, scatter);
+    }
     if qp.rq_posted(cx.io) == 0 {
         return Err(TakeError::Empty);
     }
@@ -37,6 +54,49 @@ pub fn take(qp: &mut QpRt, cx: &mut Ctx, scatter: bool) -> Result<(), TakeError>
         return Ok(());
     }
     match wqe::parse_recv(cx.fw, cx.io, &qp.cfg, counter, &mut rw.sges) {
+        Ok(()) => {
+            rw.total = mem::total(&rw.sges);
+            Ok(())
+        }
+        Err(e) => Err(TakeError::Bad(e)),
+    }
+}
+
+fn take_srq(qp: &mut QpRt, cx: &mut Ctx, srqn: u32, scatter: bool) -> Result<(), TakeError> {
+    let mut raw = [0u8; MAX_RQ_STRIDE];
+    let Some(srq) = cx.fw.srq_mut(srqn) else {
+        return Err(TakeError::Bad(RecvError::Unreadable));
+    };
+    let stride = (srq.stride as usize).min(MAX_RQ_STRIDE);
+    let pd = srq.pd;
+    let t = match srq.take(cx.io, &mut raw) {
+        Ok(t) => t,
+        Err(SrqTake::Empty) => return Err(TakeError::Empty),
+        Err(SrqTake::Unreadable) => return Err(TakeError::Bad(RecvError::Unreadable)),
+    };
+    cx.stats.srq_wqes += 1;
+    if t.limit_hit {
+        // struct mlx5_eqe_qp_srq: 20 reserved bytes, type, 3 reserved, SRQN.
+        let mut data = [0u8; 28];
+        data[24..].copy_from_slice(&(srqn & 0x00ff_ffff).to_be_bytes());
+        cx.stats.srq_limit_events += 1;
+        if let Some(v) = cx
+            .fw
+            .post_event(cx.io, MLX5_EVENT_TYPE_SRQ_RQ_LIMIT, 0, &data)
+        {
+            cx.irqs.signal(v);
+        }
+    }
+    let rw = &mut qp.resp.rwqe;
+    rw.active = true;
+    rw.counter = u32::from(t.index);
+    rw.got = 0;
+    rw.total = 0;
+    rw.sges.clear();
+    if !scatter {
+        return Ok(());
+    }
+    match wqe::parse_segs(cx.fw, pd, &raw[SRQ_NEXT_SEG..stride], &mut rw.sges) {
         Ok(()) => {
             rw.total = mem::total(&rw.sges);
             Ok(())

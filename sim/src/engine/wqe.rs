@@ -383,7 +383,19 @@ pub fn parse_recv(
         .ok_or(RecvError::Unreadable)?;
     io.read(iova, &mut raw[..stride])
         .map_err(|_| RecvError::Unreadable)?;
-    for seg in raw[..stride].chunks_exact(16) {
+    parse_segs(fw, cfg.pd, &raw[..stride], sges)
+}
+
+/// Fills `sges` with the data segments in `raw` (up to an lkey `MLX5_INVALID_LKEY`
+/// entry or the end), each checked for local write access in PD `pd`.
+pub fn parse_segs(
+    fw: &Firmware,
+    pd: u32,
+    raw: &[u8],
+    sges: &mut Vec<Sge>,
+) -> Result<(), RecvError> {
+    sges.clear();
+    for seg in raw.chunks_exact(16) {
         let Ok(d) = WqeDataSeg::read_from(seg) else {
             break;
         };
@@ -394,7 +406,7 @@ pub fn parse_recv(
             0 => 1u64 << 31,
             n => u64::from(n),
         };
-        if mem::check(fw, d.lkey(), cfg.pd, Need::LocalWrite, d.addr(), len).is_err() {
+        if mem::check(fw, d.lkey(), pd, Need::LocalWrite, d.addr(), len).is_err() {
             return Err(RecvError::Prot);
         }
         sges.push(Sge {

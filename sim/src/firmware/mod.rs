@@ -24,6 +24,7 @@ mod qp;
 pub mod qp_state;
 mod queues;
 mod resources;
+pub mod srq;
 pub mod syndrome;
 pub mod table;
 mod vport;
@@ -179,8 +180,10 @@ pub struct Qp {
     pub pd: u32,
     /// Send CQ, if the QP has a send queue.
     pub cqn_snd: Option<u32>,
-    /// Receive CQ, if the QP has a receive queue.
+    /// Receive CQ, if the QP has a receive queue or an SRQ.
     pub cqn_rcv: Option<u32>,
+    /// The SRQ its receive WQEs come from (`rq_type` SRQ).
+    pub srqn: Option<u32>,
     /// UAR of its doorbells.
     pub uar: u32,
     /// Buffer pages.
@@ -344,6 +347,7 @@ pub struct Firmware {
     eqs: Table<Eq>,
     cqs: Table<Cq>,
     qps: Table<Qp>,
+    srqs: Table<srq::Srq>,
     ports: Vec<Port>,
     /// Allocated Q counter sets.
     q_sets: Table<()>,
@@ -397,6 +401,8 @@ pub struct ObjectCounts {
     pub qps: usize,
     /// Q counter sets allocated.
     pub q_counters: usize,
+    /// Shared receive queues.
+    pub srqs: usize,
 }
 
 impl ObjectCounts {
@@ -410,6 +416,7 @@ impl ObjectCounts {
             + self.cqs
             + self.qps
             + self.q_counters
+            + self.srqs
     }
 }
 
@@ -431,6 +438,7 @@ impl Firmware {
             qps: Table::new(QPN_BASE, 1),
             q_sets: Table::new(1, 1),
             counters: counters::Counters::default(),
+            srqs: Table::new(1, 1),
             cfg,
             state: HcaState::Disabled,
             issi: 0,
@@ -481,6 +489,7 @@ impl Firmware {
         // Counter set numbers are 8 bits and start at 1.
         self.q_sets
             .set_capacity((self.caps.gen(g::max_qp_cnt) as u32).min(255));
+        self.srqs.set_capacity(cap(self.caps.gen(g::log_max_srq)));
     }
 
     /// The configuration.
@@ -519,6 +528,7 @@ impl Firmware {
             cqs: self.cqs.len(),
             qps: self.qps.len(),
             q_counters: self.q_sets.len(),
+            srqs: self.srqs.len(),
         }
     }
 
@@ -660,6 +670,10 @@ impl Firmware {
             CreateQp => self.create_qp(&c, io),
             DestroyQp => self.destroy_qp(&c),
             QueryQp => self.query_qp(&c),
+            CreateSrq => self.create_srq(&c, io),
+            DestroySrq => self.destroy_srq(&c),
+            QuerySrq => self.query_srq(&c),
+            ArmRq => self.arm_rq(&c),
             Rst2InitQp => self.modify_qp(&c, QpTransition::Rst2Init),
             Init2InitQp => self.modify_qp(&c, QpTransition::Init2Init),
             Init2RtrQp => self.modify_qp(&c, QpTransition::Init2Rtr),

@@ -15,6 +15,8 @@ use crate::iommu::{Access, Iommu};
 const RQ_REGULAR: u64 = 0;
 /// `rq_type`: no receive queue.
 const RQ_ZERO_LEN: u64 = 3;
+/// `rq_type`: receive WQEs from the SRQ `srqn_rmpn_xrqn` (`MLX5_SRQ_RQ`).
+const RQ_SRQ: u64 = 1;
 
 /// A field of the primary address path, relative to the qpc.
 fn pri(f: Field) -> Field {
@@ -81,9 +83,18 @@ impl Firmware {
             return Err(Syndrome::QpUnknownUar.into());
         }
         let rq_type = q(qpc::rq_type);
-        if rq_type != RQ_REGULAR && rq_type != RQ_ZERO_LEN {
+        if rq_type != RQ_REGULAR && rq_type != RQ_ZERO_LEN && rq_type != RQ_SRQ {
             return Err(Syndrome::QpBadRqType.into());
         }
+        let srqn = if rq_type == RQ_SRQ {
+            let n = q(qpc::srqn_rmpn_xrqn) as u32;
+            if !self.srqs.contains(n) {
+                return Err(Syndrome::QpUnknownSrq.into());
+            }
+            Some(n)
+        } else {
+            None
+        };
         let has_sq = q(qpc::no_sq) == 0;
         let has_rq = rq_type == RQ_REGULAR;
         let max_sz = self.caps.gen(cmd_hca_cap::log_max_qp_sz);
@@ -117,7 +128,11 @@ impl Firmware {
             }
         };
         let cqn_snd = cq_ref(q(qpc::cqn_snd), has_sq, Syndrome::QpUnknownCqSnd)?;
-        let cqn_rcv = cq_ref(q(qpc::cqn_rcv), has_rq, Syndrome::QpUnknownCqRcv)?;
+        let cqn_rcv = cq_ref(
+            q(qpc::cqn_rcv),
+            has_rq || srqn.is_some(),
+            Syndrome::QpUnknownCqRcv,
+        )?;
         let dbr = q(qpc::dbr_addr);
         if dbr & 7 != 0 {
             return Err(Syndrome::QpDbrMisaligned.into());
@@ -147,6 +162,7 @@ impl Firmware {
             pd,
             cqn_snd,
             cqn_rcv,
+            srqn,
             uar,
             pages,
             dbr,
@@ -159,6 +175,9 @@ impl Firmware {
         self.uars.acquire(uar);
         for cq in [cqn_snd, cqn_rcv].into_iter().flatten() {
             self.cqs.acquire(cq);
+        }
+        if let Some(s) = srqn {
+            self.srqs.acquire(s);
         }
         let mut o = Out::new(create_qp_out::SIZE);
         o.set(create_qp_out::qpn, u64::from(qpn));
@@ -177,6 +196,9 @@ impl Firmware {
         self.uars.release(qp.uar);
         for cq in [qp.cqn_snd, qp.cqn_rcv].into_iter().flatten() {
             self.cqs.release(cq);
+        }
+        if let Some(s) = qp.srqn {
+            self.srqs.release(s);
         }
         self.datapath_events
             .push(super::DataPathEvent::QpDestroyed(qpn));

@@ -5,7 +5,7 @@
 //! values are opaque to drivers, which log them. The simulator's values are its own:
 //! `0x5f00_0000 | area << 16 | n`, with areas 0 generic, 1 HCA life cycle, 2 pages,
 //! 3 capabilities, 4 UAR/PD/transport domain, 5 MKEY, 6 EQ, 7 CQ, 8 QP, 9 vport and
-//! GID table, 0xa access registers. `docs/simulator.md` carries the same table, and a
+//! GID table, 0xa access registers, 0xb counters, 0xc SRQ. `docs/simulator.md` carries the same table, and a
 //! test checks that every value appears there.
 
 use ferroverbs_hw::control::cmd::CmdStatus;
@@ -139,7 +139,7 @@ syndromes! {
     QpUnknownCqSnd = 0x5f08_0005, BadResErr, "CREATE_QP cqn_snd names no CQ";
     QpUnknownCqRcv = 0x5f08_0006, BadResErr, "CREATE_QP cqn_rcv names no CQ";
     QpUnknownUar = 0x5f08_0007, BadResErr, "CREATE_QP uar_page not allocated";
-    QpBadRqType = 0x5f08_0008, BadParamErr, "CREATE_QP rq_type other than regular or zero-length (SRQ not modelled)";
+    QpBadRqType = 0x5f08_0008, BadParamErr, "CREATE_QP rq_type other than regular, SRQ or zero-length";
     QpBadSqSize = 0x5f08_0009, BadParamErr, "CREATE_QP log_sq_size above log_max_qp_sz";
     QpBadRqSize = 0x5f08_000a, BadParamErr, "CREATE_QP log_rq_size above log_max_qp_sz";
     QpBadRqStride = 0x5f08_000b, BadParamErr, "CREATE_QP receive WQE larger than max_wqe_sz_rq";
@@ -163,6 +163,7 @@ syndromes! {
     QpSraTooLarge = 0x5f08_001d, BadParamErr, "log_sra_max above log_max_ra_req_qp";
     QpBadGidIndex = 0x5f08_001e, BadParamErr, "address path src_addr_index names no valid GID table entry";
     QpRoceDisabled = 0x5f08_001f, BadSysStateErr, "INIT2RTR while RoCE is disabled on the NIC vport";
+    QpUnknownSrq = 0x5f08_0020, BadResErr, "CREATE_QP with rq_type SRQ naming no SRQ";
     // --- 9: vport, GID table ---------------------------------------------------
     VportOther = 0x5f09_0001, BadParamErr, "vport command for another vport (not an e-switch manager)";
     VportFieldUnsupported = 0x5f09_0002, BadParamErr, "MODIFY_NIC_VPORT_CONTEXT field_select names a field that cannot be modified";
@@ -182,6 +183,20 @@ syndromes! {
     QCounterUnknown = 0x5f0b_0002, BadResErr, "DEALLOC_Q_COUNTER/QUERY_Q_COUNTER of a counter set not allocated";
     QpBadCounterSet = 0x5f0b_0003, BadParamErr, "QP counter_set_id names no allocated Q counter set";
     VportCounterOther = 0x5f0b_0004, BadParamErr, "QUERY_VPORT_COUNTER for another vport or a port outside the ports";
+    // --- 0xc: SRQ --------------------------------------------------------------
+    SrqExhausted = 0x5f0c_0001, LimErr, "CREATE_SRQ beyond 2^log_max_srq";
+    SrqUnknown = 0x5f0c_0002, BadResErr, "DESTROY_SRQ/QUERY_SRQ/ARM_RQ of an SRQ that does not exist";
+    SrqInUse = 0x5f0c_0003, BadResStateErr, "DESTROY_SRQ of an SRQ a QP uses";
+    SrqUnknownPd = 0x5f0c_0004, BadResErr, "CREATE_SRQ in a PD not allocated";
+    SrqBadSize = 0x5f0c_0005, BadParamErr, "CREATE_SRQ log_srq_size above log_max_srq_sz";
+    SrqBadStride = 0x5f0c_0006, BadParamErr, "CREATE_SRQ WQE stride under 32 bytes or above max_wqe_sz_rq";
+    SrqBadLwm = 0x5f0c_0007, BadParamErr, "CREATE_SRQ/ARM_RQ lwm not below the SRQ size";
+    SrqDbrMisaligned = 0x5f0c_0008, BadParamErr, "CREATE_SRQ dbr_addr not 4-byte aligned";
+    SrqDbrNotMapped = 0x5f0c_0009, BadParamErr, "CREATE_SRQ doorbell record not mapped";
+    SrqPasShort = 0x5f0c_000a, BadInpLenErr, "CREATE_SRQ input shorter than the PAS list of its buffer";
+    SrqPasMisaligned = 0x5f0c_000b, BadParamErr, "CREATE_SRQ PAS entry not aligned to the page size";
+    SrqPasNotMapped = 0x5f0c_000c, BadParamErr, "CREATE_SRQ buffer page not mapped";
+    SrqUnsupported = 0x5f0c_000d, BadParamErr, "CREATE_SRQ with a feature not modelled (contiguous buffer, WQE signatures, XRC)";
 }
 
 #[cfg(test)]

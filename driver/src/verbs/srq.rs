@@ -1,0 +1,382 @@
+//! Shared receive queues (`ibv_srq`): one pool of receive WQEs that several QPs take
+//! from, with a limit that raises an asynchronous event when it runs low.
+//!
+//! The mlx5 format (`mlx5-datapath.md` §4, rdma-core `srq.c`): a ring of
+//! `(max_wr + 1).next_power_of_two()` WQEs of `roundup_pow2(max(32, 16 + 16 *
+//! max_sge))` bytes, each starting with `struct mlx5_wqe_srq_next_seg` whose
+//! `next_wqe_index` links the free list, then data segments (ended by an lkey
+//! `MLX5_INVALID_LKEY` entry when the list is short). Posting takes the WQE at `head`
+//! and moves `head` along its link; the list is full when `head` reaches `tail` (one
+//! WQE always stays unposted). The doorbell record is the count of WQEs posted
+//! (16 bits). The device follows the same links, and its receive CQEs carry the SRQ
+//! WQE index as `wqe_counter`: the CQ takes the `wr_id` from this SRQ's table and
+//! hands the index back, and the next post links it after `tail`.
+//!
+//! Created with `CREATE_SRQ` (the SRQ context, `lwm` = the limit), limit (re-)armed
+//! with `ARM_RQ` (`op_mod` SRQ), queried with `QUERY_SRQ`, destroyed with
+//! `DESTROY_SRQ`, as Linux's `mlx5_ib` does for a basic SRQ (`srq_cmd.c`). When the
+//! WQEs posted drop below the limit the device raises `SRQ_RQ_LIMIT`
+//! ([`AsyncEvent::SrqLimitReached`](super::AsyncEvent::SrqLimitReached)) and disarms
+//! it (the limit reads 0) until [`SharedReceiveQueue::arm`] sets it again.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ferroverbs_hw::control::caps::cmd_hca_cap as g;
+use ferroverbs_hw::control::cmd::{new_input, Opcode};
+use ferroverbs_hw::control::srq::{
+    arm_srq_input, create_srq_input, create_srq_out, destroy_srq_in, destroy_srq_out, query_srq_in,
+    query_srq_out, srqc, SrqParams,
+};
+use ferroverbs_hw::datapath::wqe::MLX5_INVALID_LKEY;
+use ferroverbs_hw::{Bus, DmaPerm};
+
+use super::qp::{BadWr, PostError};
+use super::{exec, Error, Pd, RecvWr, Result};
+use crate::dma::{DmaBuf, PAGE_SIZE};
+
+/// How to create an SRQ (`ibv_srq_init_attr.attr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SrqAttr {
+    /// Receive requests outstanding.
+    pub max_wr: u32,
+    /// Scatter entries per request.
+    pub max_sge: u32,
+    /// The limit: an [`AsyncEvent::SrqLimitReached`](super::AsyncEvent) when fewer
+    /// requests than this are posted (0: not armed).
+    pub srq_limit: u32,
+}
+
+impl Default for SrqAttr {
+    /// 256 requests of one SGE, no limit.
+    fn default() -> Self {
+        SrqAttr {
+            max_wr: 256,
+            max_sge: 1,
+            srq_limit: 0,
+        }
+    }
+}
+
+/// What the CQs of the QPs attached to an SRQ share with it: the per-WQE `wr_id`s and
+/// the WQE indexes completed since the owner last posted.
+pub(crate) struct SrqShared {
+    mask: u32,
+    wr_id: Box<[AtomicU64]>,
+    /// Completed WQE indexes, in completion order (capacity: every WQE, so pushing
+    /// never allocates).
+    done: Mutex<VecDeque<u16>>,
+}
+
+impl SrqShared {
+    /// The `wr_id` of SRQ WQE `index`, which completed; the index goes back to the
+    /// owner's free list.
+    #[inline]
+    pub(crate) fn retire(&self, index: u16) -> u64 {
+        let i = (u32::from(index) & self.mask) as usize;
+        let wr_id = self.wr_id[i].load(Ordering::Relaxed);
+        let mut d = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        if d.len() < d.capacity() {
+            d.push_back(i as u16);
+        }
+        wr_id
+    }
+}
+
+/// A shared receive queue.
+///
+/// Created by [`Pd::create_srq`]; QPs attach at creation
+/// ([`QpInitAttr::srq`](super::QpInitAttr)) and must be destroyed before it (the
+/// device refuses `DESTROY_SRQ` while QPs use it). Posting takes `&mut self` and
+/// allocates nothing; completions (on any thread polling a CQ of an attached QP) hand
+/// their WQEs back through a short lock, as rdma-core's SRQ spinlock does.
+pub struct SharedReceiveQueue<'a, B: Bus> {
+    pd: &'a Pd<'a, B>,
+    srqn: u32,
+    buf: DmaBuf<B>,
+    shared: Arc<SrqShared>,
+    /// Software copy of each WQE's `next_wqe_index`.
+    next: Box<[u16]>,
+    nwqe: u32,
+    stride: usize,
+    max_sge: u32,
+    head: u16,
+    tail: u16,
+    /// WQEs posted (the doorbell record value, 16 bits).
+    counter: u16,
+    dbr: usize,
+    live: bool,
+}
+
+impl<B: Bus> std::fmt::Debug for SharedReceiveQueue<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedReceiveQueue")
+            .field("srqn", &self.srqn)
+            .field("max_wr", &(self.nwqe - 1))
+            .field("max_sge", &self.max_sge)
+            .finish()
+    }
+}
+
+/// Bytes of the next segment at the start of every SRQ WQE.
+const NEXT_SEG: usize = 16;
+
+impl<'ctx, B: Bus> Pd<'ctx, B> {
+    /// Creates a shared receive queue (`ibv_create_srq`) of at least `attr.max_wr`
+    /// requests of `attr.max_sge` entries, its limit armed at `attr.srq_limit` (if not
+    /// 0).
+    pub fn create_srq(&self, attr: &SrqAttr) -> Result<SharedReceiveQueue<'_, B>> {
+        let ctx = self.context();
+        let log_max = ctx.cap(g::log_max_srq_sz).min(15) as u32;
+        let max_wqe = ctx.cap(g::max_wqe_sz_rq).min(1 << 16) as u32;
+        let exceeded = |what, requested: u32, max: u64| Error::CapExceeded {
+            what,
+            requested: requested.into(),
+            max,
+        };
+        let nwqe = attr
+            .max_wr
+            .checked_add(1)
+            .map(u32::next_power_of_two)
+            .unwrap_or(u32::MAX);
+        if attr.max_wr == 0 || nwqe > 1 << log_max {
+            return Err(exceeded("max_wr", attr.max_wr, (1u64 << log_max) - 1));
+        }
+        let stride = (NEXT_SEG as u32 + 16 * attr.max_sge.max(1))
+            .next_power_of_two()
+            .max(32);
+        if stride > max_wqe || attr.max_sge == 0 {
+            return Err(exceeded(
+                "max_sge",
+                attr.max_sge,
+                u64::from(max_wqe.saturating_sub(16) / 16),
+            ));
+        }
+        if attr.srq_limit > attr.max_wr {
+            return Err(exceeded(
+                "srq_limit",
+                attr.srq_limit,
+                u64::from(attr.max_wr),
+            ));
+        }
+        let ring = nwqe as usize * stride as usize;
+        let dbr = ring.next_multiple_of(64);
+        let buf = DmaBuf::new(ctx.bus(), dbr + 64, DmaPerm::RW)?;
+        // The free list: i → i + 1 (the last one's link is written when it is freed).
+        let next: Box<[u16]> = (0..nwqe).map(|i| ((i + 1) % nwqe) as u16).collect();
+        for (i, &n) in next.iter().enumerate() {
+            buf.write_be32(i * stride as usize, u32::from(n));
+        }
+        let npages = ring.div_ceil(PAGE_SIZE);
+        let pas: Vec<u64> = (0..npages as u64)
+            .map(|i| buf.iova() + i * PAGE_SIZE as u64)
+            .collect();
+        let input = create_srq_input(
+            &SrqParams {
+                log_srq_size: nwqe.trailing_zeros() as u8,
+                log_rq_stride: (stride.trailing_zeros() - 4) as u8,
+                pd: self.pdn(),
+                lwm: attr.srq_limit.min(0xffff) as u16,
+                dbr_addr: buf.iova() + dbr as u64,
+                log_page_size: 0,
+            },
+            &pas,
+        );
+        let out = exec(ctx, &input, create_srq_out::SIZE)?;
+        let srqn = create_srq_out::srqn.get(&out) as u32;
+        let shared = Arc::new(SrqShared {
+            mask: nwqe - 1,
+            wr_id: (0..nwqe).map(|_| AtomicU64::new(0)).collect(),
+            done: Mutex::new(VecDeque::with_capacity(nwqe as usize)),
+        });
+        Ok(SharedReceiveQueue {
+            pd: self,
+            srqn,
+            buf,
+            shared,
+            next,
+            nwqe,
+            stride: stride as usize,
+            max_sge: (stride - NEXT_SEG as u32) / 16,
+            head: 0,
+            tail: (nwqe - 1) as u16,
+            counter: 0,
+            dbr,
+            live: true,
+        })
+    }
+}
+
+/// What [`SharedReceiveQueue::query`] reports (`ibv_srq_attr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SrqInfo {
+    /// Requests the SRQ holds.
+    pub max_wr: u32,
+    /// Scatter entries per request.
+    pub max_sge: u32,
+    /// The armed limit (0 once the limit event fired, until re-armed).
+    pub srq_limit: u32,
+    /// WQEs the device consumed so far (16 bits, `srqc.wqe_cnt`).
+    pub wqe_cnt: u16,
+}
+
+impl<'a, B: Bus> SharedReceiveQueue<'a, B> {
+    /// The SRQ number (what [`AsyncEvent::SrqLimitReached`](super::AsyncEvent) names).
+    pub fn srq_num(&self) -> u32 {
+        self.srqn
+    }
+
+    /// Requests it holds (at least what was asked).
+    pub fn max_wr(&self) -> u32 {
+        self.nwqe - 1
+    }
+
+    /// Scatter entries per request (at least what was asked).
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<SrqShared> {
+        &self.shared
+    }
+
+    /// Links the WQEs completed since the last post after `tail`.
+    fn reclaim(&mut self) -> bool {
+        let mut d = self.shared.done.lock().unwrap_or_else(|e| e.into_inner());
+        let any = !d.is_empty();
+        while let Some(w) = d.pop_front() {
+            let t = usize::from(self.tail);
+            self.next[t] = w;
+            self.buf.write_be32(t * self.stride, u32::from(w));
+            self.tail = w;
+        }
+        any
+    }
+
+    /// Posts receive requests (`ibv_post_srq_recv`) and publishes them with one
+    /// doorbell record write. On an error the requests before the failed one are
+    /// posted. Allocates nothing and makes no system call.
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), BadWr> {
+        let mut res = Ok(());
+        let mut n = 0u16;
+        for (index, wr) in wrs.iter().enumerate() {
+            if wr.sg_list.len() > self.max_sge as usize {
+                res = Err(BadWr {
+                    index,
+                    error: PostError::TooManySge {
+                        count: wr.sg_list.len(),
+                        max: self.max_sge,
+                    },
+                });
+                break;
+            }
+            if self.head == self.tail && !self.reclaim() {
+                res = Err(BadWr {
+                    index,
+                    error: PostError::QueueFull { needed: 1, free: 0 },
+                });
+                break;
+            }
+            let i = usize::from(self.head);
+            let base = i * self.stride + NEXT_SEG;
+            let mut k = 0;
+            for s in wr.sg_list.iter().filter(|s| s.length > 0) {
+                self.write_seg(base + 16 * k, s.length, s.lkey, s.addr);
+                k += 1;
+            }
+            if k < self.max_sge as usize {
+                self.write_seg(base + 16 * k, 0, MLX5_INVALID_LKEY, 0);
+            }
+            self.shared.wr_id[i].store(wr.wr_id, Ordering::Relaxed);
+            self.head = self.next[i];
+            n = n.wrapping_add(1);
+        }
+        if n > 0 {
+            self.counter = self.counter.wrapping_add(n);
+            self.pd.context().bus().wmb();
+            self.buf.write_be32(self.dbr, u32::from(self.counter));
+        }
+        res
+    }
+
+    fn write_seg(&self, off: usize, len: u32, lkey: u32, addr: u64) {
+        self.buf.write_be32(off, len);
+        self.buf.write_be32(off + 4, lkey);
+        self.buf.write_be64(off + 8, addr);
+    }
+
+    /// Requests posted and not yet handed back by a completion (an upper bound of
+    /// what the device still holds).
+    pub fn outstanding(&mut self) -> u32 {
+        self.reclaim();
+        // Free WQEs: head .. tail along the links, tail excluded.
+        let mut free = 0;
+        let mut i = self.head;
+        while i != self.tail && free < self.nwqe {
+            free += 1;
+            i = self.next[usize::from(i)];
+        }
+        self.nwqe - 1 - free
+    }
+
+    /// Arms the limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`, `ARM_RQ`): one
+    /// [`AsyncEvent::SrqLimitReached`](super::AsyncEvent) when fewer than `limit`
+    /// requests are posted, then disarmed. 0 disarms.
+    pub fn arm(&mut self, limit: u32) -> Result<()> {
+        if limit > self.max_wr() {
+            return Err(Error::CapExceeded {
+                what: "srq_limit",
+                requested: limit.into(),
+                max: self.max_wr().into(),
+            });
+        }
+        let input = arm_srq_input(self.srqn, limit as u16);
+        exec(
+            self.pd.context(),
+            &input,
+            ferroverbs_hw::control::srq::arm_rq_out::SIZE,
+        )
+        .map(|_| ())
+    }
+
+    /// The device's view of the SRQ (`ibv_query_srq`, `QUERY_SRQ`).
+    pub fn query(&self) -> Result<SrqInfo> {
+        let mut input = new_input(Opcode::QuerySrq, 0, query_srq_in::SIZE);
+        query_srq_in::srqn.set(&mut input, self.srqn.into());
+        let out = exec(self.pd.context(), &input, query_srq_out::SIZE)?;
+        let q = |f: ferroverbs_hw::Field| f.at(query_srq_out::srq_context_entry.bit).get(&out);
+        Ok(SrqInfo {
+            max_wr: (1u32 << q(srqc::log_srq_size)) - 1,
+            max_sge: ((16u32 << q(srqc::log_rq_stride)) - NEXT_SEG as u32) / 16,
+            srq_limit: q(srqc::lwm) as u32,
+            wqe_cnt: q(srqc::wqe_cnt) as u16,
+        })
+    }
+
+    /// Destroys the SRQ now and reports the result (dropping does the same and only
+    /// logs a failure). Fails while QPs still use it.
+    pub fn destroy(mut self) -> Result<()> {
+        let r = self.release();
+        if r.is_ok() {
+            self.live = false;
+        }
+        r
+    }
+
+    fn release(&self) -> Result<()> {
+        let mut input = new_input(Opcode::DestroySrq, 0, destroy_srq_in::SIZE);
+        destroy_srq_in::srqn.set(&mut input, self.srqn.into());
+        exec(self.pd.context(), &input, destroy_srq_out::SIZE).map(|_| ())
+    }
+}
+
+impl<B: Bus> Drop for SharedReceiveQueue<'_, B> {
+    fn drop(&mut self) {
+        if self.live {
+            if let Err(e) = self.release() {
+                tracing::warn!(srqn = self.srqn, error = %e, "DESTROY_SRQ failed");
+            }
+        }
+    }
+}
