@@ -21,6 +21,9 @@ use ferroverbs_hw::control::qp::{
 };
 use ferroverbs_hw::control::reg::{access_register_input, paos_reg, AccessRegisterOpMod};
 use ferroverbs_hw::control::roce::{query_roce_address_in, set_roce_address_input, RoceAddr};
+use ferroverbs_hw::control::srq::{
+    self as srqm, arm_rq_in, create_srq_input, destroy_srq_in, query_srq_in, srqc, SrqParams,
+};
 use ferroverbs_hw::control::uar_pd_td::{
     dealloc_pd_in, dealloc_transport_domain_in, dealloc_uar_in,
 };
@@ -659,7 +662,11 @@ fn qp_create(c: &mut Check) {
         set(i, q(qpc::uar_page), 99)
     });
     bad(&mut h, c, Syndrome::QpBadRqType, &|i| {
-        set(i, q(qpc::rq_type), 1)
+        set(i, q(qpc::rq_type), 2)
+    });
+    bad(&mut h, c, Syndrome::QpUnknownSrq, &|i| {
+        set(i, q(qpc::rq_type), 1);
+        set(i, q(qpc::srqn_rmpn_xrqn), 999);
     });
     bad(&mut h, c, Syndrome::QpBadRqStride, &|i| {
         set(i, q(qpc::log_rq_stride), 6)
@@ -1003,6 +1010,103 @@ fn counters(c: &mut Check) {
     );
 }
 
+fn srq_input(h: &mut Host, pd: u32) -> Vec<u8> {
+    let m = h.map(8192);
+    let base = h.iova(m);
+    create_srq_input(
+        &SrqParams {
+            log_srq_size: 4,
+            log_rq_stride: 1,
+            pd,
+            lwm: 0,
+            dbr_addr: base + 4096,
+            log_page_size: 0,
+        },
+        &[base],
+    )
+}
+
+fn srq(c: &mut Check) {
+    let mut h = with_caps(&[(g::log_max_srq, 0), (g::log_max_srq_sz, 5)]);
+    let uar = h.alloc_uar();
+    let (eqn, _) = h.create_eq(4, uar, 0, &[]);
+    let cqn = h.create_cq(uar, eqn);
+    let pd = h.alloc_pd();
+    let n = outlen(Opcode::CreateSrq);
+    let f = srqm::in_command;
+    let bad = |h: &mut Host, c: &mut Check, s: Syndrome, m: &dyn Fn(&mut Vec<u8>)| {
+        let mut i = srq_input(h, pd);
+        m(&mut i);
+        c.fails(h, &i, n, s);
+    };
+    bad(&mut h, c, Syndrome::SrqUnsupported, &|i| {
+        set(i, f(srqc::cont_srq), 1)
+    });
+    bad(&mut h, c, Syndrome::SrqUnknownPd, &|i| {
+        set(i, f(srqc::pd), 99)
+    });
+    bad(&mut h, c, Syndrome::SrqBadSize, &|i| {
+        set(i, f(srqc::log_srq_size), 6)
+    });
+    bad(&mut h, c, Syndrome::SrqBadStride, &|i| {
+        set(i, f(srqc::log_rq_stride), 0)
+    });
+    bad(&mut h, c, Syndrome::SrqBadLwm, &|i| {
+        set(i, f(srqc::lwm), 16)
+    });
+    bad(&mut h, c, Syndrome::SrqDbrMisaligned, &|i| {
+        let v = get(i, f(srqc::dbr_addr));
+        set(i, f(srqc::dbr_addr), v + 1);
+    });
+    bad(&mut h, c, Syndrome::SrqDbrNotMapped, &|i| {
+        set(i, f(srqc::dbr_addr), 0x8000)
+    });
+    bad(&mut h, c, Syndrome::SrqPasShort, &|i| i.truncate(0x110));
+    bad(&mut h, c, Syndrome::SrqPasMisaligned, &|i| {
+        i[0x110 + 7] |= 0x40
+    });
+    bad(&mut h, c, Syndrome::SrqPasNotMapped, &|i| {
+        i[0x110..0x118].copy_from_slice(&0x2000u64.to_be_bytes())
+    });
+    let i = srq_input(&mut h, pd);
+    let o = h.ok(&i, n);
+    let srqn = get(&o, ferroverbs_hw::control::srq::create_srq_out::srqn) as u32;
+    let i = srq_input(&mut h, pd);
+    c.fails(&mut h, &i, n, Syndrome::SrqExhausted);
+    // A QP on it: the SRQ cannot be destroyed under it.
+    let mut i = h.qp_input(QpSpec {
+        st: 0,
+        pd,
+        uar,
+        cqn,
+        log_sq: 2,
+        log_rq: 0,
+        rq_stride: 0,
+    });
+    set(&mut i, qpm::in_command(qpc::rq_type), 1);
+    set(&mut i, qpm::in_command(qpc::srqn_rmpn_xrqn), srqn.into());
+    h.ok(&i, outlen(Opcode::CreateQp));
+    c.op(&mut h, Opcode::DestroySrq, 0, Syndrome::SrqInUse, |i| {
+        set(i, destroy_srq_in::srqn, srqn.into())
+    });
+    c.op(&mut h, Opcode::DestroySrq, 0, Syndrome::SrqUnknown, |i| {
+        set(i, destroy_srq_in::srqn, 0x5555)
+    });
+    c.op(&mut h, Opcode::QuerySrq, 0, Syndrome::SrqUnknown, |i| {
+        set(i, query_srq_in::srqn, 0x5555)
+    });
+    c.op(&mut h, Opcode::ArmRq, 1, Syndrome::SrqUnknown, |i| {
+        set(i, arm_rq_in::srq_number, 0x5555)
+    });
+    c.op(&mut h, Opcode::ArmRq, 1, Syndrome::SrqBadLwm, |i| {
+        set(i, arm_rq_in::srq_number, srqn.into());
+        set(i, arm_rq_in::lwm, 16);
+    });
+    c.op(&mut h, Opcode::ArmRq, 2, Syndrome::BadOpMod, |i| {
+        set(i, arm_rq_in::srq_number, srqn.into())
+    });
+}
+
 #[test]
 fn every_error_path_gives_its_status_and_syndrome() {
     let mut c = Check {
@@ -1021,6 +1125,7 @@ fn every_error_path_gives_its_status_and_syndrome() {
     vport(&mut c);
     access_reg(&mut c);
     counters(&mut c);
+    srq(&mut c);
     let missing: Vec<_> = Syndrome::ALL
         .iter()
         .filter(|s| !c.seen.contains(s))
