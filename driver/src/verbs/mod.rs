@@ -1,6 +1,8 @@
-//! The verbs API: protection domains, memory regions, completion queues, RC and UD queue
-//! pairs over an open [`Context`](crate::Context), with a fast path (post and poll)
-//! that allocates nothing, takes no lock and makes no system call.
+//! The verbs API: protection domains, memory regions, completion queues, RC, UC and UD
+//! queue pairs and shared receive queues ([`SharedReceiveQueue`]) over an open
+//! [`Context`](crate::Context), with a fast path (post and poll) that allocates
+//! nothing, takes no lock and makes no system call (an SRQ's completions hand their
+//! WQEs back through a short lock, as rdma-core's SRQ spinlock does).
 //!
 //! ```no_run
 //! # fn demo<B: ferroverbs_hw::Bus>(ctx: &ferroverbs::Context<B>) -> Result<(), Box<dyn std::error::Error>> {
