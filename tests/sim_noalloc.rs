@@ -7,9 +7,8 @@
 //! every per-QP list keeps its capacity. Counting is per thread and only switched on
 //! around the measured rounds (after a warm-up that fills the pool).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
+mod counting_alloc;
+use counting_alloc::allocations;
 use ferroverbs::verbs::{
     AccessFlags as A, Mtu, QpCap, QpInitAttr, RecvWr, RemoteAddr, SendWr, WcOpcode, WcStatus,
     WorkCompletion,
@@ -18,57 +17,8 @@ use ferroverbs::verbs::{
 mod verbs_support;
 use verbs_support::{connect, open_nic, Net};
 
-struct Counting;
-
-thread_local! {
-    static ON: Cell<bool> = const { Cell::new(false) };
-    static COUNT: Cell<u64> = const { Cell::new(0) };
-}
-
-fn note() {
-    let _ = ON.try_with(|on| {
-        if on.get() {
-            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
-        }
-    });
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; the bookkeeping
-// touches only const-initialised thread-locals (no allocation, no reentrancy).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: the caller's promises are passed on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        note();
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        note();
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
-
-/// Allocator calls made by `f` on this thread.
-fn allocations(f: impl FnOnce()) -> u64 {
-    COUNT.with(|c| c.set(0));
-    ON.with(|on| on.set(true));
-    f();
-    ON.with(|on| on.set(false));
-    COUNT.with(|c| c.get())
-}
+static ALLOC: counting_alloc::Counting = counting_alloc::Counting;
 
 #[test]
 fn rc_traffic_through_the_simulator_allocates_nothing_in_steady_state() {
