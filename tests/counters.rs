@@ -13,8 +13,8 @@ use verbs_support::*;
 use std::time::Duration;
 
 use ferroverbs::verbs::{
-    AccessFlags as A, AddressVector, CompletionQueue, DeviceCounters, Mtu, QpCap, QpInitAttr,
-    QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, WcStatus, WorkCompletion,
+    AccessFlags as A, CompletionQueue, DeviceCounters, Mtu, QpCap, QpInitAttr, QueuePair, RecvWr,
+    RtsAttr, SendWr, WcStatus, WorkCompletion,
 };
 use ferroverbs::{Context, GidEntry};
 use ferroverbs_sim::link::Impairments;
@@ -54,24 +54,14 @@ fn bring_up(
     rnr_retry: u8,
 ) {
     let all = A::REMOTE_READ | A::REMOTE_WRITE | A::REMOTE_ATOMIC;
-    q.to_init(1, all).expect("INIT");
-    q.to_rtr(&RtrAttr {
-        av: AddressVector::new(peer.gid, peer.mac, 0),
-        path_mtu: Mtu::Mtu1024,
-        dest_qpn: peer_qpn,
-        rq_psn,
-        max_dest_rd_atomic: 4,
-        min_rnr_timer: 1,
-    })
-    .expect("RTR");
-    q.to_rts(&RtsAttr {
+    let rts = RtsAttr {
         sq_psn,
         timeout,
         retry_cnt,
         rnr_retry,
         max_rd_atomic: 4,
-    })
-    .expect("RTS");
+    };
+    to_rts_with(q, peer, peer_qpn, rq_psn, Mtu::Mtu1024, all, &rts);
 }
 
 /// Polls `cq` until `n` completions arrived, running the fabric and, when nothing

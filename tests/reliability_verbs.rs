@@ -11,8 +11,8 @@ use verbs_support::*;
 use std::time::{Duration, Instant};
 
 use ferroverbs::verbs::{
-    AccessFlags as A, AddressVector, CompletionQueue, Mtu, QpCap, QpInitAttr, QpState, QueuePair,
-    RecvWr, RtrAttr, RtsAttr, SendWr, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags as A, CompletionQueue, Mtu, QpCap, QpInitAttr, QpState, QueuePair, RecvWr, RtsAttr,
+    SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 use ferroverbs::GidEntry;
 use ferroverbs_sim::link::Impairments;
@@ -42,24 +42,14 @@ fn bring_up(
 ) {
     let all = A::REMOTE_READ | A::REMOTE_WRITE | A::REMOTE_ATOMIC;
     q.reset().expect("RESET");
-    q.to_init(1, all).expect("INIT");
-    q.to_rtr(&RtrAttr {
-        av: AddressVector::new(peer.gid, peer.mac, 0),
-        path_mtu: Mtu::Mtu1024,
-        dest_qpn: peer_qpn,
-        rq_psn,
-        max_dest_rd_atomic: 4,
-        min_rnr_timer: 1,
-    })
-    .expect("RTR");
-    q.to_rts(&RtsAttr {
+    let rts = RtsAttr {
         sq_psn,
         timeout,
         retry_cnt,
         rnr_retry,
         max_rd_atomic: 4,
-    })
-    .expect("RTS");
+    };
+    to_rts_with(q, peer, peer_qpn, rq_psn, Mtu::Mtu1024, all, &rts);
 }
 
 /// Polls until `n` completions arrived, moving virtual time to the next timer when

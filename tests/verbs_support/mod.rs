@@ -170,6 +170,24 @@ pub fn to_rts<B: ferroverbs_hw::Bus>(
     mtu: Mtu,
     access: ferroverbs::verbs::AccessFlags,
 ) {
+    let rts = RtsAttr {
+        max_rd_atomic: 4,
+        ..RtsAttr::new(sq_psn)
+    };
+    to_rts_with(q, peer, peer_qpn, rq_psn, mtu, access, &rts);
+}
+
+/// Takes `q` from RESET to RTS towards QP `peer_qpn` at `peer` with the RTS
+/// attributes `rts` (reliability: timeout, retry_cnt, rnr_retry, ...).
+pub fn to_rts_with<B: ferroverbs_hw::Bus>(
+    q: &mut ferroverbs::verbs::QueuePair<'_, B>,
+    peer: &GidEntry,
+    peer_qpn: u32,
+    rq_psn: u32,
+    mtu: Mtu,
+    access: ferroverbs::verbs::AccessFlags,
+    rts: &RtsAttr,
+) {
     q.to_init(1, access).expect("INIT");
     q.to_rtr(&RtrAttr {
         av: AddressVector::new(peer.gid, peer.mac, 0),
@@ -180,11 +198,7 @@ pub fn to_rts<B: ferroverbs_hw::Bus>(
         min_rnr_timer: 1,
     })
     .expect("RTR");
-    q.to_rts(&RtsAttr {
-        max_rd_atomic: 4,
-        ..RtsAttr::new(sq_psn)
-    })
-    .expect("RTS");
+    q.to_rts(rts).expect("RTS");
 }
 
 /// Polls `cq` until `n` completions arrived, letting the fabric run; panics after 10 s.
