@@ -46,13 +46,13 @@ export! {
     ibv_create_ah_from_wc = f::unsupported_ptr;
     ibv_create_cq = f::create_cq;
     ibv_create_qp = f::create_qp;
-    ibv_create_srq = f::unsupported_ptr;
+    ibv_create_srq = f::create_srq;
     ibv_dealloc_pd = f::dealloc_pd;
     ibv_dereg_mr = f::dereg_mr;
     ibv_destroy_ah = f::destroy_ah;
     ibv_destroy_cq = f::destroy_cq;
     ibv_destroy_qp = f::destroy_qp;
-    ibv_destroy_srq = f::unsupported_int;
+    ibv_destroy_srq = f::destroy_srq;
     ibv_detach_mcast = f::unsupported_int;
     ibv_dofork_range = f::nothing;
     ibv_dontfork_range = f::nothing;
@@ -66,7 +66,7 @@ export! {
     ibv_get_device_name = f::get_device_name;
     ibv_init_ah_from_wc = f::unsupported_int;
     ibv_modify_qp = f::modify_qp;
-    ibv_modify_srq = f::unsupported_int;
+    ibv_modify_srq = f::modify_srq;
     ibv_node_type_str = f::node_type_str;
     ibv_open_device = f::open_device;
     ibv_port_state_str = f::port_state_str;
@@ -75,7 +75,7 @@ export! {
     ibv_query_pkey = f::query_pkey;
     ibv_query_port = f::query_port;
     ibv_query_qp = f::query_qp;
-    ibv_query_srq = f::unsupported_int;
+    ibv_query_srq = f::query_srq;
     ibv_rate_to_mbps = f::rate_to_mbps;
     ibv_reg_mr = f::reg_mr;
     ibv_rereg_mr = f::unsupported_int;

@@ -22,7 +22,7 @@ use std::time::Duration;
 use ferroverbs::verbs::{
     AddressHandle, AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap,
     QpInitAttr, QpType, QueuePair, RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge,
-    WorkCompletion,
+    SharedReceiveQueue, SrqAttr, WorkCompletion,
 };
 use ferroverbs::GidEntry;
 
@@ -923,6 +923,8 @@ pub(crate) struct QpObj {
     pd: &'static PdObj,
     send_cq: &'static CqObj,
     recv_cq: &'static CqObj,
+    /// The SRQ the QP takes its receives from.
+    srq: Option<&'static SrqObj>,
     sq_sig_all: bool,
     sim_link: bool,
     ud: bool,
@@ -944,7 +946,11 @@ pub(crate) unsafe extern "C" fn create_qp(
                 c::IBV_QPT_UD => QpType::Ud,
                 _ => return Err(libc::EOPNOTSUPP),
             };
-            if !ia.srq.is_null() {
+            // SAFETY: NULL or the caller's SRQ, kept alive by its use count.
+            let srq: Option<&'static SrqObj> = unsafe { (ia.srq as *mut SrqObj).as_ref() };
+            if srq.is_some() && ty == QpType::Ud {
+                // RC and UC QPs only: the SRQs of the driver and simulator are
+                // tested with those transports.
                 return Err(libc::EOPNOTSUPP);
             }
             // SAFETY: the caller's CQs, kept alive by their use counts.
@@ -963,16 +969,19 @@ pub(crate) unsafe extern "C" fn create_qp(
             }
             let qp = {
                 let sg = lock(&scq.cq);
+                let srq_guard = srq.map(|s| lock(&s.srq));
                 let r = if std::ptr::eq(scq, rcq) {
                     let mut a = QpInitAttr::new(&sg, &sg, cap);
                     a.qp_type = ty;
                     a.sq_sig_all = ia.sq_sig_all != 0;
+                    a.srq = srq_guard.as_deref();
                     p.pd.create_qp(&a)
                 } else {
                     let rg = lock(&rcq.cq);
                     let mut a = QpInitAttr::new(&sg, &rg, cap);
                     a.qp_type = ty;
                     a.sq_sig_all = ia.sq_sig_all != 0;
+                    a.srq = srq_guard.as_deref();
                     p.pd.create_qp(&a)
                 };
                 // A transport the driver does not offer (yet) is "not supported".
@@ -983,10 +992,18 @@ pub(crate) unsafe extern "C" fn create_qp(
             };
             let granted = qp.cap();
             ia.cap = convert::cap_to_ibv(&granted);
+            if srq.is_some() {
+                // The receives come from the SRQ (rdma-core reports 0 for such QPs).
+                ia.cap.max_recv_wr = 0;
+                ia.cap.max_recv_sge = 0;
+            }
             let qpn = qp.qp_num();
             p.users.fetch_add(1, Ordering::AcqRel);
             scq.users.fetch_add(1, Ordering::AcqRel);
             rcq.users.fetch_add(1, Ordering::AcqRel);
+            if let Some(s) = srq {
+                s.users.fetch_add(1, Ordering::AcqRel);
+            }
             let sim_link = p_sim(p);
             let b = Box::new(QpObj {
                 ibv: abi::ibv_qp {
@@ -995,7 +1012,7 @@ pub(crate) unsafe extern "C" fn create_qp(
                     pd,
                     send_cq: ia.send_cq,
                     recv_cq: ia.recv_cq,
-                    srq: ptr::null_mut(),
+                    srq: ia.srq,
                     handle: qpn,
                     qp_num: qpn,
                     state: 0,
@@ -1008,6 +1025,7 @@ pub(crate) unsafe extern "C" fn create_qp(
                 pd: p,
                 send_cq: scq,
                 recv_cq: rcq,
+                srq,
                 sq_sig_all: ia.sq_sig_all != 0,
                 sim_link,
                 ud: ty == QpType::Ud,
@@ -1065,8 +1083,12 @@ pub(crate) unsafe extern "C" fn query_qp(
                     i.qp_context = q.ibv.qp_context;
                     i.send_cq = q.ibv.send_cq;
                     i.recv_cq = q.ibv.recv_cq;
-                    i.srq = ptr::null_mut();
+                    i.srq = q.ibv.srq;
                     i.cap = a.cap;
+                    if q.srq.is_some() {
+                        i.cap.max_recv_wr = 0;
+                        i.cap.max_recv_sge = 0;
+                    }
                     i.qp_type = q.ibv.qp_type;
                     i.sq_sig_all = c_int::from(q.sq_sig_all);
                 }
@@ -1084,7 +1106,7 @@ pub(crate) unsafe extern "C" fn destroy_qp(qp: *mut abi::ibv_qp) -> c_int {
             }
             // SAFETY: created by `Box::into_raw` in `create_qp`, destroyed once.
             let b = unsafe { Box::from_raw(qp as *mut QpObj) };
-            let (pd, s, r) = (b.pd, b.send_cq, b.recv_cq);
+            let (pd, s, r, srq) = (b.pd, b.send_cq, b.recv_cq, b.srq);
             let res =
                 b.qp.into_inner()
                     .unwrap_or_else(|e| e.into_inner())
@@ -1092,6 +1114,9 @@ pub(crate) unsafe extern "C" fn destroy_qp(qp: *mut abi::ibv_qp) -> c_int {
             pd.users.fetch_sub(1, Ordering::AcqRel);
             s.users.fetch_sub(1, Ordering::AcqRel);
             r.users.fetch_sub(1, Ordering::AcqRel);
+            if let Some(q) = srq {
+                q.users.fetch_sub(1, Ordering::AcqRel);
+            }
             res.map_err(|e| convert::errno_of(&e))
         })())
     })
@@ -1295,17 +1320,193 @@ unsafe extern "C" fn post_recv(
     0
 }
 
-/// `ops.post_srq_recv`: no SRQ can exist, so no caller can reach this legitimately.
+// ---------------------------------------------------------------------------------
+// Shared receive queues
+// ---------------------------------------------------------------------------------
+
+/// An `ibv_srq` and the driver's SRQ behind it.
+#[repr(C)]
+pub(crate) struct SrqObj {
+    ibv: abi::ibv_srq,
+    srq: Mutex<SharedReceiveQueue<'static, B>>,
+    srqn: u32,
+    pd: &'static PdObj,
+    /// QPs attached: `ibv_destroy_srq` fails with `EBUSY` while any is.
+    users: AtomicUsize,
+}
+
+/// SRQN -> SRQ object, for the SRQ events of `ibv_get_async_event`.
+static SRQS: Mutex<Vec<(u32, SyncPtr<SrqObj>)>> = Mutex::new(Vec::new());
+
+fn srq_by_num(srqn: u32) -> Option<*mut SrqObj> {
+    lock(&SRQS)
+        .iter()
+        .find(|(n, _)| *n == srqn)
+        .map(|(_, p)| p.0)
+}
+
+/// `ibv_srq_attr_mask` bits (`verbs.h`).
+const IBV_SRQ_MAX_WR: c_int = 1;
+const IBV_SRQ_LIMIT: c_int = 2;
+
+pub(crate) unsafe extern "C" fn create_srq(
+    pd: *mut abi::ibv_pd,
+    init: *mut abi::ibv_srq_init_attr,
+) -> *mut abi::ibv_srq {
+    guard(ptr::null_mut(), || {
+        ptr_result((|| {
+            // SAFETY: the caller's PD, kept alive by the use count.
+            let p: &'static PdObj = unsafe { obj(pd as *mut PdObj) }?;
+            // SAFETY: the caller's init attributes.
+            let ia = unsafe { init.as_mut() }.ok_or(libc::EINVAL)?;
+            let a = ia.attr;
+            if a.max_wr == 0 || a.max_sge as usize > MAX_SGE || a.srq_limit > a.max_wr {
+                return Err(libc::EINVAL);
+            }
+            let srq =
+                p.pd.create_srq(&SrqAttr {
+                    max_wr: a.max_wr,
+                    max_sge: a.max_sge.max(1),
+                    srq_limit: a.srq_limit,
+                })
+                .map_err(|e| convert::errno_of(&e))?;
+            let srqn = srq.srq_num();
+            // As rdma-core's mlx5: the sizes granted go back to the caller.
+            ia.attr.max_wr = srq.max_wr();
+            ia.attr.max_sge = srq.max_sge();
+            p.users.fetch_add(1, Ordering::AcqRel);
+            let b = Box::new(SrqObj {
+                ibv: abi::ibv_srq {
+                    context: p.ibv.context,
+                    srq_context: ia.srq_context,
+                    pd,
+                    handle: srqn,
+                    mutex: abi::pthread_mutex_t([0; 40]),
+                    cond: abi::pthread_cond_t([0; 48]),
+                    events_completed: 0,
+                },
+                srq: Mutex::new(srq),
+                srqn,
+                pd: p,
+                users: AtomicUsize::new(0),
+            });
+            let ptr = Box::into_raw(b);
+            lock(&SRQS).push((srqn, SyncPtr(ptr)));
+            Ok(ptr as *mut abi::ibv_srq)
+        })())
+    })
+}
+
+pub(crate) unsafe extern "C" fn modify_srq(
+    srq: *mut abi::ibv_srq,
+    attr: *mut abi::ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
+    guard(libc::EIO, || {
+        int_result((|| {
+            // SAFETY: the caller's SRQ.
+            let s = unsafe { obj(srq as *mut SrqObj) }?;
+            // SAFETY: the caller's attributes.
+            let a = unsafe { attr.as_ref() }.ok_or(libc::EINVAL)?;
+            if mask & !(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT) != 0 {
+                return Err(libc::EINVAL);
+            }
+            if mask & IBV_SRQ_MAX_WR != 0 {
+                // Resizing is not offered (mlx5_ib refuses IB_SRQ_MAX_WR with EINVAL).
+                return Err(libc::EINVAL);
+            }
+            if mask & IBV_SRQ_LIMIT != 0 {
+                let mut g = lock(&s.srq);
+                if a.srq_limit > g.max_wr() {
+                    return Err(libc::EINVAL);
+                }
+                g.arm(a.srq_limit).map_err(|e| convert::errno_of(&e))?;
+            }
+            Ok(())
+        })())
+    })
+}
+
+pub(crate) unsafe extern "C" fn query_srq(
+    srq: *mut abi::ibv_srq,
+    attr: *mut abi::ibv_srq_attr,
+) -> c_int {
+    guard(libc::EIO, || {
+        int_result((|| {
+            // SAFETY: the caller's SRQ.
+            let s = unsafe { obj(srq as *mut SrqObj) }?;
+            if attr.is_null() {
+                return Err(libc::EINVAL);
+            }
+            let i = lock(&s.srq).query().map_err(|e| convert::errno_of(&e))?;
+            // SAFETY: the caller's out-parameter.
+            unsafe {
+                attr.write(abi::ibv_srq_attr {
+                    max_wr: i.max_wr,
+                    max_sge: i.max_sge,
+                    srq_limit: i.srq_limit,
+                })
+            };
+            Ok(())
+        })())
+    })
+}
+
+pub(crate) unsafe extern "C" fn destroy_srq(srq: *mut abi::ibv_srq) -> c_int {
+    guard(libc::EIO, || {
+        int_result((|| {
+            // SAFETY: the caller's SRQ.
+            let s = unsafe { obj(srq as *mut SrqObj) }?;
+            if s.users.load(Ordering::Acquire) != 0 {
+                return Err(libc::EBUSY);
+            }
+            lock(&SRQS).retain(|(n, _)| *n != s.srqn);
+            // SAFETY: created by `Box::into_raw` in `create_srq`; no QP uses it and
+            // the event table no longer names it.
+            let b = unsafe { Box::from_raw(srq as *mut SrqObj) };
+            let pd = b.pd;
+            let r = b
+                .srq
+                .into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .destroy();
+            pd.users.fetch_sub(1, Ordering::AcqRel);
+            r.map_err(|e| convert::errno_of(&e))
+        })())
+    })
+}
+
+/// `ops.post_srq_recv` (what the inline `ibv_post_srq_recv` calls).
 unsafe extern "C" fn post_srq_recv(
-    _srq: *mut abi::ibv_srq,
+    srq: *mut abi::ibv_srq,
     wr: *mut abi::ibv_recv_wr,
     bad: *mut *mut abi::ibv_recv_wr,
 ) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: the caller's out-parameter.
-        unsafe { *bad = wr };
+    // SAFETY: the caller's SRQ.
+    let Ok(s) = (unsafe { obj(srq as *mut SrqObj) }) else {
+        return libc::EINVAL;
+    };
+    let mut g = lock(&s.srq);
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a request of the caller's list.
+        let w = unsafe { &*cur };
+        let mut store = [Sge::default(); MAX_SGE];
+        // SAFETY: the request's own scatter list.
+        let r = unsafe { sges(w.sg_list, w.num_sge, &mut store) }.and_then(|sg| {
+            g.post_recv(&[RecvWr::new(w.wr_id, sg)])
+                .map_err(|b| post_errno(&b.error))
+        });
+        if let Err(e) = r {
+            if !bad.is_null() {
+                // SAFETY: the caller's out-parameter.
+                unsafe { *bad = cur };
+            }
+            return e;
+        }
+        cur = w.next;
     }
-    libc::EOPNOTSUPP
+    0
 }
 
 // ---------------------------------------------------------------------------------
@@ -1385,8 +1586,19 @@ pub(crate) unsafe extern "C" fn get_async_event(
                     AsyncEvent::PortError { port } => (10, usize::from(port)),
                     AsyncEvent::PortChange { port, .. } => (18, usize::from(port)),
                     AsyncEvent::DeviceFatal { .. } => (8, 0),
-                    // QP, SRQ and CQ events would need the application's object; they
-                    // are reported through completions with error status instead.
+                    // IBV_EVENT_SRQ_LIMIT_REACHED and IBV_EVENT_SRQ_ERR, `element.srq`
+                    // the application's SRQ (an event of an SRQ destroyed meanwhile
+                    // is dropped).
+                    AsyncEvent::SrqLimitReached { srqn } => match srq_by_num(srqn) {
+                        Some(p) => (15, p as usize),
+                        None => continue,
+                    },
+                    AsyncEvent::SrqError { srqn } => match srq_by_num(srqn) {
+                        Some(p) => (14, p as usize),
+                        None => continue,
+                    },
+                    // QP and CQ events would need the application's object; they are
+                    // reported through completions with error status instead.
                     _ => continue,
                 };
                 // SAFETY: the caller's out-parameter.
@@ -1409,8 +1621,8 @@ pub(crate) unsafe extern "C" fn ack_async_event(_event: *mut abi::ibv_async_even
 // Unsupported objects: clean errors
 // ---------------------------------------------------------------------------------
 
-/// For pointer-returning entry points of features this library does not offer (SRQ,
-/// AH/UD, multicast, the provider-private `ibv_cmd_*` layer): NULL, errno EOPNOTSUPP.
+/// For pointer-returning entry points of features this library does not offer (XRC,
+/// multicast, the provider-private `ibv_cmd_*` layer): NULL, errno EOPNOTSUPP.
 pub(crate) unsafe extern "C" fn unsupported_ptr() -> *mut c_void {
     set_errno(libc::EOPNOTSUPP);
     ptr::null_mut()

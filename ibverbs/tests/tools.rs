@@ -232,6 +232,34 @@ fn ibv_uc_pingpong_between_two_processes() {
     pingpong_done(&s);
     pingpong_done(&c);
 }
+/// One SRQ shared by the 16 RC QPs of each side (the tool's default `-q 16`): the
+/// receives are posted with `ibv_post_srq_recv`, each completion found by its `qp_num`
+/// and `wr_id`.
+#[test]
+fn ibv_srq_pingpong_between_two_processes() {
+    if !have("ibv_srq_pingpong") {
+        return;
+    }
+    let _s = serial();
+    let lib = library_dir("srq_pingpong");
+    let (s, c) = pair(
+        "ibv_srq_pingpong -g 0",
+        &lib,
+        "ibv_srq_pingpong",
+        &["-g", "0"],
+        "127.0.78.81",
+        "127.0.78.82",
+        18681,
+        LIMIT,
+    );
+    pingpong_done(&s);
+    pingpong_done(&c);
+    // Every one of the 16 QPs was connected.
+    for out in [&s, &c] {
+        assert_eq!(out.matches("remote address: LID").count(), 16, "{out}");
+    }
+}
+
 const ALL_SIZES: [&str; 23] = [
     "2", "4", "8", "16", "32", "64", "128", "256", "512", "1024", "2048", "4096", "8192", "16384",
     "32768", "65536", "131072", "262144", "524288", "1048576", "2097152", "4194304", "8388608",
