@@ -601,13 +601,17 @@ fn reg_mr_impl(
     if len == 0 {
         return Err(libc::EINVAL);
     }
-    if iova != addr as u64 {
-        // Memory keys translate from the host address (`mkc.start_addr`).
-        return Err(libc::EOPNOTSUPP);
+    if (iova ^ addr as u64) & 0xfff != 0 {
+        // Linux refuses an IOVA whose offset in a 4 KiB page differs from the
+        // buffer's (`ib_umem_find_best_pgsz` finds no page size): EINVAL.
+        return Err(libc::EINVAL);
     }
     // SAFETY: the verbs contract of ibv_reg_mr: the application keeps the memory
-    // allocated until ibv_dereg_mr, and the device may access it meanwhile.
-    let mr = unsafe { p.pd.reg_mr_raw(start, len, acc) }.map_err(|e| convert::errno_of(&e))?;
+    // allocated until ibv_dereg_mr, and the device may access it meanwhile. The keys
+    // translate from `iova` (`mkc.start_addr`), the address the application's work
+    // requests and its peers use (`ibv_reg_mr_iova2`; `iova == addr` for ibv_reg_mr).
+    let mr = unsafe { p.pd.reg_mr_raw_iova(start, len, acc, iova) }
+        .map_err(|e| convert::errno_of(&e))?;
     p.users.fetch_add(1, Ordering::AcqRel);
     let b = Box::new(MrObj {
         ibv: abi::ibv_mr {

@@ -264,7 +264,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         // SAFETY (of what follows): `raw` owns `len` bytes from now on; they are only
         // accessed atomically or by the device, and freed by `UserMem`.
         let ptr = NonNull::new(raw as *mut AtomicU8).expect("Box pointers are non-null");
-        self.reg_user(ptr, len, access, true)
+        self.reg_user(ptr, len, access, true, raw as u64)
     }
 
     /// Registers `len` bytes at `ptr` that the caller keeps.
@@ -287,15 +287,49 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
                 "a memory region needs at least one byte",
             ));
         }
-        self.reg_user(ptr.cast(), len, access, false)
+        self.reg_user(ptr.cast(), len, access, false, ptr.as_ptr() as u64)
     }
 
+    /// Registers `len` bytes at `ptr` that the caller keeps, addressed by the keys
+    /// from `iova` on instead of from the host address (`ibv_reg_mr_iova2`): work
+    /// requests and peers name byte `i` of the buffer as `iova + i` (`mkc.start_addr`
+    /// is `iova`). As Linux requires for its user memory (`ib_umem_find_best_pgsz`),
+    /// `iova` and `ptr` must have the same offset in a 4 KiB page
+    /// ([`Error::IovaMisaligned`] otherwise).
+    ///
+    /// # Safety
+    ///
+    /// As [`Pd::reg_mr_raw`].
+    pub unsafe fn reg_mr_raw_iova(
+        &self,
+        ptr: NonNull<u8>,
+        len: usize,
+        access: AccessFlags,
+        iova: u64,
+    ) -> Result<MemoryRegion<'_, B>> {
+        access.check()?;
+        if len == 0 {
+            return Err(Error::InvalidArgument(
+                "a memory region needs at least one byte",
+            ));
+        }
+        let page = PAGE_SIZE as u64;
+        let host = ptr.as_ptr() as u64;
+        if host % page != iova % page {
+            return Err(Error::IovaMisaligned { addr: host, iova });
+        }
+        self.reg_user(ptr.cast(), len, access, false, iova)
+    }
+
+    /// Maps `len` bytes at `ptr` for the device and registers them with the keys'
+    /// address of byte 0 `va`.
     fn reg_user(
         &self,
         ptr: NonNull<AtomicU8>,
         len: usize,
         access: AccessFlags,
         owned: bool,
+        va: u64,
     ) -> Result<MemoryRegion<'_, B>> {
         let bus = Arc::clone(self.context().bus());
         let perm = if access.writable() {
@@ -323,7 +357,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             owned,
             mapped: true,
         };
-        self.register(Backing::User(mem), ptr.as_ptr() as u64, iova, len, access)
+        self.register(Backing::User(mem), va, iova, len, access)
     }
 
     /// `CREATE_MKEY` for `len` bytes at host address `addr`, mapped at `iova`.
