@@ -56,6 +56,10 @@ struct Ctx(*mut abi::ibv_context);
 unsafe impl Send for Ctx {}
 
 /// RESET -> INIT -> RTR -> RTS towards `dest` on this NIC (loopback).
+///
+/// # Safety
+///
+/// `qp` is a live QP of the library.
 unsafe fn connect(qp: *mut abi::ibv_qp, dest: u32, gid: [u8; 16]) {
     let mut a = abi::ibv_qp_attr {
         qp_state: 1,
@@ -63,6 +67,7 @@ unsafe fn connect(qp: *mut abi::ibv_qp, dest: u32, gid: [u8; 16]) {
         qp_access_flags: 1,
         ..Default::default()
     };
+    // SAFETY: `qp` is live (the caller's promise); `a` is a valid attribute block.
     assert_eq!(unsafe { ibv_modify_qp(qp, &mut a, 0x39) }, 0);
     let mut a = abi::ibv_qp_attr {
         qp_state: 2,
@@ -77,6 +82,7 @@ unsafe fn connect(qp: *mut abi::ibv_qp, dest: u32, gid: [u8; 16]) {
     a.ah_attr.grh.dgid = gid;
     a.ah_attr.grh.hop_limit = 1;
     a.ah_attr.port_num = 1;
+    // SAFETY: as above.
     assert_eq!(unsafe { ibv_modify_qp(qp, &mut a, 0x129181) }, 0);
     let mut a = abi::ibv_qp_attr {
         qp_state: 3,
@@ -87,6 +93,7 @@ unsafe fn connect(qp: *mut abi::ibv_qp, dest: u32, gid: [u8; 16]) {
         max_rd_atomic: 1,
         ..Default::default()
     };
+    // SAFETY: as above.
     assert_eq!(unsafe { ibv_modify_qp(qp, &mut a, 0x12e01) }, 0);
 }
 
