@@ -1291,6 +1291,39 @@ unsafe fn post_one(
     qp.post_send(&[wr]).map_err(|b| post_errno(&b.error))
 }
 
+/// Walks a C receive-request chain (`ibv_post_recv` / `ibv_post_srq_recv`), posting
+/// each request with `post`; on the first failure sets `*bad` to that request and
+/// returns its errno.
+///
+/// # Safety
+///
+/// `wr` is NULL or a valid `ibv_recv_wr` list whose scatter lists are valid; `bad`
+/// is NULL or writable.
+unsafe fn post_recv_chain(
+    wr: *mut abi::ibv_recv_wr,
+    bad: *mut *mut abi::ibv_recv_wr,
+    mut post: impl FnMut(RecvWr<'_>) -> Result<(), c_int>,
+) -> c_int {
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a request of the caller's list.
+        let w = unsafe { &*cur };
+        let mut store = [Sge::default(); MAX_SGE];
+        // SAFETY: the request's own scatter list.
+        let r = unsafe { sges(w.sg_list, w.num_sge, &mut store) }
+            .and_then(|sg| post(RecvWr::new(w.wr_id, sg)));
+        if let Err(e) = r {
+            if !bad.is_null() {
+                // SAFETY: the caller's out-parameter.
+                unsafe { *bad = cur };
+            }
+            return e;
+        }
+        cur = w.next;
+    }
+    0
+}
+
 /// `ops.post_recv`.
 unsafe extern "C" fn post_recv(
     qp: *mut abi::ibv_qp,
@@ -1302,26 +1335,12 @@ unsafe extern "C" fn post_recv(
         return libc::EINVAL;
     };
     let mut g = lock(&q.qp);
-    let mut cur = wr;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a request of the caller's list.
-        let w = unsafe { &*cur };
-        let mut store = [Sge::default(); MAX_SGE];
-        // SAFETY: the request's own scatter list.
-        let r = unsafe { sges(w.sg_list, w.num_sge, &mut store) }.and_then(|sg| {
-            g.post_recv(&[RecvWr::new(w.wr_id, sg)])
-                .map_err(|b| post_errno(&b.error))
-        });
-        if let Err(e) = r {
-            if !bad.is_null() {
-                // SAFETY: the caller's out-parameter.
-                unsafe { *bad = cur };
-            }
-            return e;
-        }
-        cur = w.next;
+    // SAFETY: the caller's request list and out-parameter.
+    unsafe {
+        post_recv_chain(wr, bad, |r| {
+            g.post_recv(&[r]).map_err(|b| post_errno(&b.error))
+        })
     }
-    0
 }
 
 // ---------------------------------------------------------------------------------
@@ -1491,26 +1510,12 @@ unsafe extern "C" fn post_srq_recv(
         return libc::EINVAL;
     };
     let mut g = lock(&s.srq);
-    let mut cur = wr;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a request of the caller's list.
-        let w = unsafe { &*cur };
-        let mut store = [Sge::default(); MAX_SGE];
-        // SAFETY: the request's own scatter list.
-        let r = unsafe { sges(w.sg_list, w.num_sge, &mut store) }.and_then(|sg| {
-            g.post_recv(&[RecvWr::new(w.wr_id, sg)])
-                .map_err(|b| post_errno(&b.error))
-        });
-        if let Err(e) = r {
-            if !bad.is_null() {
-                // SAFETY: the caller's out-parameter.
-                unsafe { *bad = cur };
-            }
-            return e;
-        }
-        cur = w.next;
+    // SAFETY: the caller's request list and out-parameter.
+    unsafe {
+        post_recv_chain(wr, bad, |r| {
+            g.post_recv(&[r]).map_err(|b| post_errno(&b.error))
+        })
     }
-    0
 }
 
 // ---------------------------------------------------------------------------------
