@@ -26,7 +26,8 @@
 //! ```
 //!
 //! Unsafe code is confined to [`iommu`] (device accesses to host memory, each checked
-//! against the IOVA map) and [`irq`] (creating the MSI-X eventfds).
+//! against the IOVA map) and [`irq`] (creating the MSI-X eventfds), plus one call of
+//! the `PCLMULQDQ` CRC kernel in [`wire::icrc`] after the CPU feature was detected.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
