@@ -206,6 +206,8 @@ pub struct Net {
     pub rx: Arc<RxQueue>,
     /// MAC address of each port.
     pub macs: Vec<[u8; 6]>,
+    /// The outer headers of the paths sent on lately.
+    pub encaps: transport::EncapCache,
 }
 
 impl Net {
@@ -707,6 +709,7 @@ impl Engine {
                 pool,
                 rx,
                 macs,
+                encaps: transport::EncapCache::default(),
             },
             stats: DataPathStats::default(),
             err_qps: Vec::new(),

@@ -48,7 +48,8 @@ use crate::engine::qp::Path;
 use crate::engine::Ctx;
 use crate::firmware::Firmware;
 use crate::iommu::Iommu;
-use crate::wire::{self, ethernet, frame, ipv4, udp, RoceRepr};
+use crate::wire::encap::{self, Encap};
+use crate::wire::{self, ethernet, ipv4, udp, RoceRepr};
 
 /// Why a packet was not sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,8 +60,51 @@ pub enum TxError {
     Build,
 }
 
+/// The encapsulations ([`Encap`]) of the paths a device sent on lately: a small
+/// direct-mapped cache (by UDP source port and destination address), so that a frame on
+/// a known path copies its Ethernet, IPv4 and UDP headers instead of building them.
+/// Entries are keyed by the whole [`Path`] (a modified path misses and is rebuilt).
+#[derive(Debug, Default)]
+pub struct EncapCache {
+    slots: [Option<(Path, Encap)>; ENCAP_SLOTS],
+}
+
+/// Entries of an [`EncapCache`].
+const ENCAP_SLOTS: usize = 8;
+
+impl EncapCache {
+    /// The encapsulation of `path` (built and kept on a miss); `None` if the path's
+    /// headers cannot be emitted.
+    pub fn get(&mut self, path: &Path) -> Option<&Encap> {
+        let i = (usize::from(path.sport) ^ usize::from(path.dip.octets()[3])) % ENCAP_SLOTS;
+        let hit = matches!(&self.slots[i], Some((p, _)) if p == path);
+        if !hit {
+            self.slots[i] = Some((*path, encap_of(path).ok()?));
+        }
+        self.slots[i].as_ref().map(|(_, e)| e)
+    }
+}
+
+/// The Ethernet, IPv4 and UDP headers of frames on `path`.
+fn encap_of(path: &Path) -> Result<Encap, wire::Error> {
+    let mut ip = ipv4::Repr::rocev2(path.sip, path.dip);
+    ip.dscp = path.tos >> 2;
+    ip.ecn = ipv4::Ecn::from_bits(path.tos & 3);
+    ip.ttl = path.ttl;
+    Encap::new(
+        &ethernet::Repr {
+            src_addr: ethernet::Address(path.smac),
+            dst_addr: ethernet::Address(path.dmac),
+            ethertype: ethernet::EtherType::IPV4,
+        },
+        &ip,
+        &udp::Repr::rocev2(path.sport),
+    )
+}
+
 /// Builds a frame on `path` with transport headers `roce` and a payload of `len` bytes
-/// written by `fill`, and sends it. Allocates nothing: the buffer comes from the pool.
+/// written by `fill`, and sends it. Allocates nothing: the buffer comes from the pool,
+/// the path's outer headers from the device's [`EncapCache`].
 pub fn send_packet(
     cx: &mut Ctx,
     path: &Path,
@@ -68,24 +112,13 @@ pub fn send_packet(
     len: usize,
     fill: impl FnOnce(&Firmware, &Iommu, &mut [u8]) -> Result<(), KeyError>,
 ) -> Result<(), TxError> {
-    let mut ip = ipv4::Repr::rocev2(path.sip, path.dip);
-    ip.dscp = path.tos >> 2;
-    ip.ecn = ipv4::Ecn::from_bits(path.tos & 3);
-    ip.ttl = path.ttl;
-    let repr = frame::Repr {
-        ethernet: ethernet::Repr {
-            src_addr: ethernet::Address(path.smac),
-            dst_addr: ethernet::Address(path.dmac),
-            ethertype: ethernet::EtherType::IPV4,
-        },
-        ipv4: ip,
-        udp: udp::Repr::rocev2(path.sport),
-        roce: *roce,
+    let Some(encap) = cx.net.encaps.get(path) else {
+        return Err(TxError::Build);
     };
-    let n = repr.buffer_len(len);
+    let n = Encap::frame_len(roce, len);
     let mut buf = cx.net.pool.get();
     buf.resize(n, 0);
-    let range = match repr.emit_headers(len, &mut buf) {
+    let range = match encap.emit_headers(roce, len, &mut buf) {
         Ok(r) => r,
         Err(_) => {
             cx.net.pool.put(buf);
@@ -96,7 +129,7 @@ pub fn send_packet(
         cx.net.pool.put(buf);
         return Err(TxError::Memory(e));
     }
-    frame::Frame::new_unchecked(&mut buf[..n]).fill_icrc();
+    encap::fill_icrc(&mut buf);
     cx.net.send(buf, cx.stats);
     Ok(())
 }

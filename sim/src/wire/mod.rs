@@ -37,6 +37,8 @@
 //! * [`roce`]: one transport packet, BTH through ICRC (the UDP payload), parsed with its
 //!   header chain checked against the opcode, and emitted without allocating;
 //! * [`frame`]: a whole Ethernet frame carrying one RoCEv2 packet.
+//! * [`encap`]: the fast emit of frames on a fixed path (outer headers written once,
+//!   lengths and the IPv4 checksum patched per frame, the ICRC computed in place).
 //!
 //! The facts (layouts, masks, byte orders, worked examples) come from the project's fact
 //! sheet `shared/reference/rocev2-wire.md` (§1–3 and §7), itself checked against Linux
@@ -175,6 +177,7 @@ pub mod atomic_ack_eth;
 pub mod atomic_eth;
 pub mod bth;
 pub mod deth;
+pub mod encap;
 pub mod ethernet;
 pub mod frame;
 pub mod icrc;
