@@ -1,5 +1,5 @@
 //! Hostile packets: 1,000,000 random and mutated datagrams through the UDP link's
-//! receive function (`UdpLink::deliver`, what the socket thread calls for each
+//! receive function (`UdpLink::deliver`, what the socket read calls for each
 //! datagram) at a NIC with a connected RC QP, receive WQEs posted and memory
 //! registered for every remote access. Nothing may panic; every datagram is accounted
 //! for, dropped by the link (too short, too long, bad transport version, unknown opcode)

@@ -19,7 +19,7 @@
 //! (threaded mode, [`crate::mode`]) processes them.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::Duration;
 
 use ferroverbs_hw::bus::Block64;
@@ -38,7 +38,7 @@ use crate::firmware::{
 use crate::iommu::Iommu;
 use crate::irq::Irqs;
 use crate::link::{FramePool, RxQueue, Uplink};
-use crate::mode::{Doorbells, Mode, Runner, Service};
+use crate::mode::{Doorbells, Ingress, Mode, Runner, Service};
 
 /// The health counter advances once per this much device time.
 pub const HEALTH_TICK: Duration = Duration::from_millis(100);
@@ -226,10 +226,22 @@ struct Shared {
     deadline: AtomicU64,
     /// Some command is held by a delay fault.
     held_any: AtomicBool,
+    /// The source of received frames read when the device is serviced (the UDP link).
+    ingress: RwLock<Option<Arc<dyn Ingress>>>,
+    /// Whether `ingress` is set (read without its lock on every service).
+    has_ingress: AtomicBool,
+    /// With an ingress, the ACKs a step owes leave at the start of the next step
+    /// instead of its end (after the application could see the step's completions).
+    /// Set while ACKs are owed, so that an otherwise idle step still sends them.
+    acks_owed: AtomicBool,
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        // A device thread may be blocked in the ingress.
+        if let Some(i) = self.ingress.get_mut().unwrap_or_else(|e| e.into_inner()) {
+            i.wake();
+        }
         // Stops (and joins, unless this is that thread) the device thread.
         let r = self
             .runner
@@ -311,6 +323,9 @@ impl Sim {
             periodic: AtomicBool::new(false),
             deadline: AtomicU64::new(u64::MAX),
             held_any: AtomicBool::new(false),
+            ingress: RwLock::new(None),
+            has_ingress: AtomicBool::new(false),
+            acks_owed: AtomicBool::new(false),
         });
         if mode == Mode::Threaded {
             let runner = Runner::spawn(
@@ -347,6 +362,35 @@ impl Sim {
     /// buffers from `pool`.
     pub fn set_uplink(&self, uplink: Option<Arc<dyn Uplink>>, pool: Arc<FramePool>) {
         self.dev().engine.set_uplink(uplink, pool);
+    }
+
+    /// Sets (or with `None` removes) the device's [`Ingress`]: from now on, servicing
+    /// the device (its thread, or [`Sim::step`]) reads received frames from it, without
+    /// blocking, before processing its receive queue; an idle device thread blocks in
+    /// it. While an ingress is set, the ACKs a service owes are sent at the start of
+    /// the next service (one step later, never later than that: the device thread or
+    /// the stepping application services again at once), so that the sender of a
+    /// message does not make its receiver wait for the ACK's system call.
+    pub fn set_ingress(&self, ingress: Option<Arc<dyn Ingress>>) {
+        let s = &self.shared;
+        let some = ingress.is_some();
+        let old = std::mem::replace(
+            &mut *s.ingress.write().unwrap_or_else(|e| e.into_inner()),
+            ingress,
+        );
+        s.has_ingress.store(some, Ordering::Release);
+        if let Some(old) = old {
+            old.wake();
+        }
+        if !some {
+            // ACKs owed stay owed: send them now.
+            let now = s.clock.now_ns();
+            let mut d = s.lock();
+            let Device { fw, engine, .. } = &mut *d;
+            engine.flush_acks(fw, &s.iommu, &s.irqs, now);
+            s.acks_owed.store(false, Ordering::Release);
+        }
+        s.rx.wake();
     }
 
     /// Whether the device runs its own thread.
@@ -622,6 +666,7 @@ impl Shared {
             d.engine.queue_doorbell(uar, qpn);
             self.publish(&d.engine);
             self.rx.wake();
+            self.wake_ingress();
             return;
         }
         let now = self.clock.now_ns();
@@ -641,10 +686,31 @@ impl Shared {
         );
     }
 
+    /// Ends a device thread's wait in the ingress, if there is one.
+    fn wake_ingress(&self) {
+        if self.has_ingress.load(Ordering::Acquire) {
+            if let Some(i) = &*self.ingress.read().unwrap_or_else(|e| e.into_inner()) {
+                i.wake();
+            }
+        }
+    }
+
+    /// Reads the ingress (non-blocking), if there is one; returns the frames queued.
+    fn poll_ingress(&self) -> usize {
+        if !self.has_ingress.load(Ordering::Acquire) {
+            return 0;
+        }
+        match &*self.ingress.read().unwrap_or_else(|e| e.into_inner()) {
+            Some(i) => i.poll(),
+            None => 0,
+        }
+    }
+
     /// Processes received frames and due timers; returns the work done.
     fn service_data_path(&self) -> usize {
         let mut work = 0;
         let now = self.clock.now_ns();
+        let defer_acks = self.has_ingress.load(Ordering::Acquire);
         let mut d = self.lock();
         let Device {
             fw,
@@ -653,6 +719,12 @@ impl Shared {
             rx_spent,
             ..
         } = &mut *d;
+        // The ACKs the previous step owes (ingress: deferred by one step).
+        if self.acks_owed.load(Ordering::Acquire) {
+            engine.flush_acks(fw, &self.iommu, &self.irqs, now);
+            self.acks_owed.store(false, Ordering::Release);
+            work += 1;
+        }
         // The queue's frames in batches (one lock each way per batch, not per frame);
         // frames queued meanwhile (loopback) make another batch.
         while self.rx.take_all(rx_batch) > 0 {
@@ -663,7 +735,11 @@ impl Shared {
             }
             engine.pool().put_all(rx_spent);
         }
-        engine.flush_acks(fw, &self.iommu, &self.irqs, now);
+        if !defer_acks {
+            engine.flush_acks(fw, &self.iommu, &self.irqs, now);
+        } else if engine.acks_owed() {
+            self.acks_owed.store(true, Ordering::Release);
+        }
         work += engine.poll(fw, &self.iommu, &self.irqs, now);
         self.publish(engine);
         work
@@ -811,9 +887,12 @@ impl Service for Shared {
         if self.held_any.load(Ordering::Acquire) {
             self.service_due(false);
         }
+        // Frames that arrived at the ingress join the receive queue.
+        self.poll_ingress();
         // An idle device takes no lock: spinning threads leave it to the application.
         // A running timer (ACK timeout, RNR back-off) is work only once it is due.
         if self.rx.is_empty()
+            && !self.acks_owed.load(Ordering::Acquire)
             && !self.periodic.load(Ordering::Acquire)
             && self.deadline.load(Ordering::Acquire) > self.clock.now_ns()
         {
@@ -825,6 +904,29 @@ impl Service for Shared {
     fn due_in(&self) -> Option<Duration> {
         let t = self.deadline.load(Ordering::Acquire);
         (t != u64::MAX).then(|| Duration::from_nanos(t.saturating_sub(self.clock.now_ns())))
+    }
+
+    fn spin_time(&self) -> Duration {
+        // Servicing a device with an ingress makes a system call (the non-blocking
+        // read) anyway; spinning threads starve the application's (and the peer
+        // process's) on a machine with few CPUs: yield at once.
+        if self.has_ingress.load(Ordering::Acquire) {
+            Duration::ZERO
+        } else {
+            crate::mode::SPIN_TIME
+        }
+    }
+
+    fn idle_ingress(&self) -> Option<Arc<dyn Ingress>> {
+        // Frames of the fabric or a deferred doorbell unpark the thread; the ingress's
+        // wait ends on a datagram or a wake. With frames queued, do not block there.
+        if !self.has_ingress.load(Ordering::Acquire) || !self.rx.is_empty() {
+            return None;
+        }
+        self.ingress
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 

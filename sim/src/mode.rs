@@ -13,10 +13,17 @@
 //! device's thread), and the data of a large message keeps flowing from the device
 //! threads as ACKs open the window.
 //!
-//! The device thread backs off when idle: it spins for [`SPIN_TIME`], yields for
-//! [`YIELD_TIME`], then parks until a packet arrives or [`MAX_PARK`] passes (sooner if a
-//! timer is due). It holds only a weak reference to the device and stops
+//! The device thread backs off when idle: it spins for [`SPIN_TIME`] (not at all with
+//! an [`Ingress`]), yields for [`YIELD_TIME`], then parks until a packet arrives or
+//! [`MAX_PARK`] passes (sooner if a timer is due). It holds only a weak reference to the device and stops
 //! (joined) when the last handle to the device is dropped.
+//!
+//! A device may have an [`Ingress`]: a source of received frames that is read, not
+//! pushed (the UDP link's socket, [`crate::link::udp`]). Whoever services the device
+//! reads it first, without blocking: the device thread in threaded mode, the thread
+//! that steps the device in deterministic mode (a busy-polling application, as with a
+//! real NIC), so that no other thread hands the frames over. An idle device thread
+//! then blocks in the ingress ([`Ingress::wait`]) instead of parking.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -59,6 +66,29 @@ pub trait Service: Send + Sync + 'static {
     fn service(&self) -> usize;
     /// How long the thread may sleep before a timer is due (`None`: no timer).
     fn due_in(&self) -> Option<Duration>;
+    /// How long an idle thread spins before it starts yielding (default
+    /// [`SPIN_TIME`]).
+    fn spin_time(&self) -> Duration {
+        SPIN_TIME
+    }
+    /// The ingress an idle thread blocks in instead of parking (default: none; a
+    /// queued frame unparks the thread).
+    fn idle_ingress(&self) -> Option<Arc<dyn Ingress>> {
+        None
+    }
+}
+
+/// A source of received frames that the device reads when it is serviced (instead of
+/// another thread pushing them into its [`RxQueue`]).
+pub trait Ingress: Send + Sync {
+    /// Moves the frames that have arrived into the device's receive queue without
+    /// blocking; returns how many.
+    fn poll(&self) -> usize;
+    /// Blocks until a frame may have arrived, [`Ingress::wake`] is called, or `timeout`
+    /// passes.
+    fn wait(&self, timeout: Duration);
+    /// Ends a [`Ingress::wait`] in progress (or the next one) early.
+    fn wake(&self);
 }
 
 /// A device thread; dropping it stops and joins the thread.
@@ -98,8 +128,8 @@ impl Runner {
 fn run<T: Service>(target: Weak<T>, stop: Arc<AtomicBool>) {
     let mut idle_since: Option<Instant> = None;
     while !stop.load(Ordering::Acquire) {
-        let (work, due) = match target.upgrade() {
-            Some(t) => (t.service(), t.due_in()),
+        let (work, due, spin) = match target.upgrade() {
+            Some(t) => (t.service(), t.due_in(), t.spin_time()),
             None => break,
         };
         if work > 0 {
@@ -107,12 +137,21 @@ fn run<T: Service>(target: Weak<T>, stop: Arc<AtomicBool>) {
             continue;
         }
         let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
-        if idle < SPIN_TIME {
+        if idle < spin {
             std::hint::spin_loop();
-        } else if idle < SPIN_TIME + YIELD_TIME {
+        } else if idle < spin + YIELD_TIME {
             thread::yield_now();
         } else {
-            thread::park_timeout(due.map_or(MAX_PARK, |d| d.min(MAX_PARK)));
+            let timeout = due.map_or(MAX_PARK, |d| d.min(MAX_PARK));
+            // No strong reference to the device while asleep (its last handle may go).
+            let ingress = match target.upgrade() {
+                Some(t) => t.idle_ingress(),
+                None => break,
+            };
+            match ingress {
+                Some(i) => i.wait(timeout),
+                None => thread::park_timeout(timeout),
+            }
             // Woken by a frame (or a timer): spin again before the next park.
             idle_since = None;
         }

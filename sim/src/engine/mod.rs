@@ -1084,6 +1084,11 @@ impl Engine {
         }
     }
 
+    /// Whether some QP owes an ACK that [`Engine::flush_acks`] would send.
+    pub fn acks_owed(&self) -> bool {
+        !self.ack_qps.is_empty()
+    }
+
     /// Periodic work: queued send doorbells, RNR timers that expired, receive WQEs
     /// posted to QPs in error.
     /// Returns how many things it did.

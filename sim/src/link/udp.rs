@@ -27,22 +27,38 @@
 //!   limit is reached, or [`UdpConfig::entropy_ports`] is off), the datagram leaves from
 //!   the main socket and the link rewrites the frame's source port and ICRC to match
 //!   (counted as `tx_port_fallback`).
-//! * **Receive.** A thread per link reads datagrams, rebuilds the full Ethernet frame
-//!   in a pooled buffer (destination MAC = the NIC's port 1, source MAC = [`mac_for`]
-//!   the sender, the canonical IPv4 and UDP headers) and queues it for the device,
-//!   which checks it like any frame (structure, checksums, ICRC, QP, addresses, P_Key)
-//!   and counts drops by reason ([`crate::DataPathStats`]). The link itself drops, and
-//!   counts, what cannot be a RoCEv2 packet before it reaches the device: datagrams
-//!   too short for a BTH and an ICRC, too long for a frame buffer, with a transport
-//!   version other than 0, or with an opcode outside the table. Nothing in this path
-//!   panics on any input ([`UdpLink::deliver`] is the receive function, usable by
-//!   tests without a socket).
-//! * **Threads.** In threaded mode the link's receive thread queues each frame and
-//!   then services the device itself (received frames, responses, ACKs, timers),
-//!   which saves the wake-up of the device thread; the device thread keeps handling
-//!   timers and whatever the receive thread has not. The application thread only
-//!   posts and polls. In deterministic mode
-//!   received frames wait until the test steps the device.
+//! * **Receive.** The link has no thread of its own: it is the device's
+//!   [`Ingress`](crate::mode::Ingress). Whoever services the device reads the socket
+//!   first, without blocking (`recvmmsg` with `MSG_DONTWAIT`, bursts of [`RX_BURST`],
+//!   at most [`RX_POLL_MAX`] datagrams per service), rebuilds each datagram's full
+//!   Ethernet frame in a pooled buffer (destination MAC = the NIC's port 1, source MAC
+//!   = [`mac_for`] the sender, the canonical IPv4 and UDP headers) and queues it for
+//!   the device, which then processes it in the same service and checks it like any
+//!   frame (structure, checksums, ICRC, QP, addresses, P_Key), counting drops by
+//!   reason ([`crate::DataPathStats`]). The link itself drops, and counts, what cannot
+//!   be a RoCEv2 packet before it reaches the device: datagrams too short for a BTH
+//!   and an ICRC, too long for a frame buffer, with a transport version other than 0,
+//!   or with an opcode outside the table. Nothing in this path panics on any input
+//!   ([`UdpLink::deliver`] is the receive function, usable by tests without a socket;
+//!   [`UdpLink::poll`] reads the socket without processing).
+//! * **Who reads.** In deterministic mode, the thread that steps the device
+//!   ([`Sim::step`]): an application that busy-polls its CQ and steps while it finds
+//!   nothing receives each datagram on its own thread, as a busy-polling application
+//!   on a real NIC does, with no thread hand-off (`docs/performance.md` §7.5). In
+//!   threaded mode, the device thread: it reads the socket on every iteration, yields
+//!   for [`crate::mode::YIELD_TIME`] after its last work (it does not spin: each
+//!   iteration is a system call anyway, and spinning threads starve the application's
+//!   on a machine with few CPUs), then blocks in `ppoll` on the socket until a datagram
+//!   arrives, a timer is due, or it is woken. The application thread only posts and
+//!   polls. One reader at a time (a lock taken with `try_lock`) keeps the datagrams in
+//!   their order.
+//! * **ACKs off the critical path.** With the link attached, the ACKs a service of the
+//!   device owes are sent at the start of the next service instead of its end (one ACK
+//!   per QP acknowledges every packet received before it, as RC allows), so the
+//!   receive completion of a SEND is visible before the `sendto` of its ACK: a
+//!   ping-pong application posts its answer first. The delay is one service (the
+//!   device thread, or the application's next poll), never a timer: the requester's
+//!   ACK timeout does not fire for it.
 //! * **Capture.** [`UdpConfig::pcap`] or `FERROVERBS_PCAP` ([`super::pcap`]) writes
 //!   every transmitted frame (as sent) and every received frame (as rebuilt).
 //!
@@ -51,15 +67,17 @@
 //! recovers through NAKs; see `docs/simulator.md`).
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Duration;
 
 use super::{lock, FramePool, PcapWriter, RxQueue, Uplink, MAX_FRAME};
 use crate::device::{Sim, SimConfig, WeakSim};
+use crate::mode::Ingress;
 use crate::wire::{bth, ethernet, frame, ipv4, roce, udp, Opcode};
 
 /// The RoCEv2 UDP port (IANA).
@@ -100,8 +118,12 @@ pub fn set_receive_buffer(sock: &UdpSocket, bytes: usize) {
     }
 }
 
-/// How often the receive thread checks whether its link was dropped.
-const RX_POLL: Duration = Duration::from_millis(50);
+/// Datagrams one `recvmmsg` reads at most.
+pub const RX_BURST: usize = 32;
+
+/// Datagrams one poll of the link reads at most (in bursts of [`RX_BURST`]) before the
+/// device processes them.
+pub const RX_POLL_MAX: usize = 8 * RX_BURST;
 
 /// The MAC address this link gives the NIC at `addr`: `02:00:a:b:c:d` (locally
 /// administered, unicast).
@@ -215,8 +237,13 @@ pub struct UdpStats {
     pub rx_queue_full: u64,
     /// Frames queued for the device.
     pub rx_delivered: u64,
-    /// `recvfrom` failures other than time-outs.
+    /// `recvmmsg` failures other than "nothing there".
     pub rx_errors: u64,
+    /// `recvmmsg` calls that returned datagrams (made by whoever services the device:
+    /// its thread, or the thread that steps it).
+    pub rx_bursts: u64,
+    /// Times an idle device thread blocked waiting for a datagram.
+    pub rx_waits: u64,
 }
 
 #[derive(Default)]
@@ -234,6 +261,8 @@ struct Counters {
     rx_queue_full: AtomicU64,
     rx_delivered: AtomicU64,
     rx_errors: AtomicU64,
+    rx_bursts: AtomicU64,
+    rx_waits: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -252,10 +281,14 @@ struct Inner {
     rx: Arc<RxQueue>,
     mac: [u8; 6],
     pcap: Option<Arc<PcapWriter>>,
-    /// A threaded device: the receive thread services it right after queueing a
-    /// frame (saving the wake-up of the device thread).
-    service: Option<WeakSim>,
-    stop: AtomicBool,
+    /// The buffers of one receive burst, held by whoever reads the socket (one reader
+    /// at a time keeps the datagrams in their order).
+    rx_bufs: Mutex<Vec<Vec<u8>>>,
+    /// Ends a device thread's [`Ingress::wait`]: one byte to `wake_rx`.
+    wake_tx: UnixDatagram,
+    wake_rx: UnixDatagram,
+    /// A device thread is (about to be) blocked in [`Ingress::wait`].
+    waiting: AtomicBool,
     c: Counters,
 }
 
@@ -413,7 +446,178 @@ impl Inner {
             rx_queue_full: g(&c.rx_queue_full),
             rx_delivered: g(&c.rx_delivered),
             rx_errors: g(&c.rx_errors),
+            rx_bursts: g(&c.rx_bursts),
+            rx_waits: g(&c.rx_waits),
         }
+    }
+
+    /// Reads the datagrams waiting on the socket (at most [`RX_POLL_MAX`]) without
+    /// blocking and queues their frames for the device. Returns how many datagrams were
+    /// read. If another thread is reading, returns 0 at once: it queues them in order.
+    fn read_socket(&self) -> usize {
+        let mut bufs = match self.rx_bufs.try_lock() {
+            Ok(b) => b,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return 0,
+        };
+        let mut total = 0;
+        let mut got = [(
+            0usize,
+            false,
+            SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
+        ); RX_BURST];
+        while total < RX_POLL_MAX {
+            for b in bufs.iter_mut() {
+                if b.len() != MAX_FRAME {
+                    b.resize(MAX_FRAME, 0);
+                }
+            }
+            let n = match recv_burst(&self.sock, &mut bufs, &mut got) {
+                Ok(n) => n,
+                Err(e) => {
+                    if !matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) {
+                        bump(&self.c.rx_errors);
+                    }
+                    break;
+                }
+            };
+            bump(&self.c.rx_bursts);
+            for (b, &(len, truncated, src)) in bufs.iter_mut().zip(&got[..n]) {
+                let buf = std::mem::replace(b, self.pool.get());
+                // A cut datagram is too long for a frame buffer.
+                let len = if truncated { MAX_DATAGRAM } else { len };
+                self.accept(buf, len, src);
+            }
+            total += n;
+            if n < bufs.len() {
+                break;
+            }
+        }
+        total
+    }
+}
+
+/// One `recvmmsg(2)` with `MSG_DONTWAIT`: up to `bufs.len()` datagrams, each written at
+/// `buf[ENCAP_LEN..]` of one buffer (each `MAX_FRAME` bytes long); `got[i]` is the
+/// length of datagram `i`, whether it was cut (`MSG_TRUNC`) and its source. Returns how
+/// many datagrams were read (`WouldBlock` when none was waiting).
+#[allow(unsafe_code)]
+fn recv_burst(
+    sock: &UdpSocket,
+    bufs: &mut [Vec<u8>],
+    got: &mut [(usize, bool, SocketAddr); RX_BURST],
+) -> io::Result<usize> {
+    let n = bufs.len().min(RX_BURST);
+    // SAFETY: `iovec`, `sockaddr_storage` and `mmsghdr` are plain C structures for
+    // which all-zero bytes are a valid value (null pointers, zero lengths).
+    let mut iov: [libc::iovec; RX_BURST] = unsafe { std::mem::zeroed() };
+    let mut names: [libc::sockaddr_storage; RX_BURST] = unsafe { std::mem::zeroed() };
+    let mut msgs: [libc::mmsghdr; RX_BURST] = unsafe { std::mem::zeroed() };
+    for (i, b) in bufs[..n].iter_mut().enumerate() {
+        let data = b.get_mut(frame::ENCAP_LEN..).unwrap_or_default();
+        iov[i] = libc::iovec {
+            iov_base: data.as_mut_ptr().cast(),
+            iov_len: data.len(),
+        };
+    }
+    for i in 0..n {
+        let h = &mut msgs[i].msg_hdr;
+        h.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+        h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        h.msg_iov = &mut iov[i];
+        h.msg_iovlen = 1;
+    }
+    // SAFETY: `msgs[..n]` are valid `mmsghdr`s: each names one live `sockaddr_storage`
+    // of the size given in `msg_namelen` and one `iovec` that points into a distinct
+    // live buffer of `iov_len` bytes (`bufs[i][ENCAP_LEN..]`, borrowed mutably for
+    // this call); no control buffer. The kernel writes at most those bytes, and at
+    // most `n` entries. The descriptor is the open socket `sock` borrows.
+    let r = unsafe {
+        libc::recvmmsg(
+            sock.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let k = (r as usize).min(n);
+    for i in 0..k {
+        let m = &msgs[i];
+        let truncated = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        got[i] = (
+            m.msg_len as usize,
+            truncated,
+            sockaddr(&names[i], m.msg_hdr.msg_namelen),
+        );
+    }
+    Ok(k)
+}
+
+/// The address `recvmmsg` wrote (an IPv6 placeholder for anything but IPv4).
+fn sockaddr(s: &libc::sockaddr_storage, len: libc::socklen_t) -> SocketAddr {
+    if s.ss_family == libc::AF_INET as libc::sa_family_t
+        && len as usize >= std::mem::size_of::<libc::sockaddr_in>()
+    {
+        // SAFETY: the family is AF_INET and the kernel wrote a whole `sockaddr_in`;
+        // `sockaddr_storage` is larger and suitably aligned for it.
+        #[allow(unsafe_code)]
+        let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+        SocketAddr::V4(SocketAddrV4::new(
+            Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+            u16::from_be(a.sin_port),
+        ))
+    } else {
+        SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0))
+    }
+}
+
+impl Ingress for Inner {
+    fn poll(&self) -> usize {
+        self.read_socket()
+    }
+
+    #[allow(unsafe_code)]
+    fn wait(&self, timeout: Duration) {
+        self.waiting.store(true, Ordering::SeqCst);
+        let mut fds = [
+            libc::pollfd {
+                fd: self.sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.wake_rx.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+        };
+        bump(&self.c.rx_waits);
+        // SAFETY: `fds` is a live array of 2 `pollfd`s on open descriptors (the socket
+        // and the wake socket this link owns); `ts` is a live `timespec`; no signal
+        // mask.
+        unsafe {
+            libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null());
+        }
+        self.waiting.store(false, Ordering::SeqCst);
+        if fds[1].revents != 0 {
+            let mut b = [0u8; 64];
+            while self.wake_rx.recv(&mut b).is_ok() {}
+        }
+    }
+
+    fn wake(&self) {
+        let _ = self.wake_tx.send(&[1]);
     }
 }
 
@@ -423,38 +627,10 @@ impl Uplink for Inner {
     }
 }
 
-fn receive_loop(inner: Arc<Inner>) {
-    while !inner.stop.load(Ordering::Acquire) {
-        let mut buf = inner.pool.get();
-        buf.resize(MAX_FRAME, 0);
-        match inner.sock.recv_from(&mut buf[frame::ENCAP_LEN..]) {
-            Ok((n, src)) => {
-                inner.accept(buf, n, src);
-                if let Some(sim) = inner.service.as_ref().and_then(WeakSim::upgrade) {
-                    sim.service();
-                }
-            }
-            Err(e) => {
-                if !matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) {
-                    bump(&inner.c.rx_errors);
-                }
-                inner.pool.put(buf);
-            }
-        }
-    }
-}
-
-/// A simulated NIC's RoCEv2 link over UDP. Dropping it stops its receive thread and
-/// disconnects the device.
+/// A simulated NIC's RoCEv2 link over UDP. Dropping it disconnects the device.
 pub struct UdpLink {
     inner: Arc<Inner>,
     sim: WeakSim,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl core::fmt::Debug for UdpLink {
@@ -467,12 +643,23 @@ impl core::fmt::Debug for UdpLink {
 }
 
 impl UdpLink {
-    /// Binds `cfg.addr:cfg.port`, connects port 1 of `sim` to it (the device transmits
-    /// into the link from now on) and starts the receive thread.
+    /// Binds `cfg.addr:cfg.port` and connects port 1 of `sim` to it: the device
+    /// transmits into the link, and reads the socket whenever it is serviced (its
+    /// [`Ingress`]: the device thread, or [`Sim::step`]).
     pub fn attach(sim: &Sim, cfg: UdpConfig) -> io::Result<UdpLink> {
         let sock = UdpSocket::bind(SocketAddrV4::new(cfg.addr, cfg.port))?;
-        sock.set_read_timeout(Some(RX_POLL))?;
         set_receive_buffer(&sock, SOCKET_RECEIVE_BUFFER);
+        let (wake_tx, wake_rx) = UnixDatagram::pair()?;
+        wake_tx.set_nonblocking(true)?;
+        wake_rx.set_nonblocking(true)?;
+        let pool = FramePool::new();
+        let rx_bufs = (0..RX_BURST)
+            .map(|_| {
+                let mut b = pool.get();
+                b.resize(MAX_FRAME, 0);
+                b
+            })
+            .collect();
         let port = sock.local_addr()?.port();
         let pcap = match &cfg.pcap {
             Some(p) => Some(PcapWriter::shared(p)?),
@@ -490,25 +677,31 @@ impl UdpLink {
             peer_port: cfg.peer_port(),
             entropy: cfg.entropy_ports,
             senders: Mutex::new(Vec::new()),
-            pool: FramePool::new(),
+            pool,
             rx: sim.rx_queue(),
             mac,
             pcap,
-            service: sim.threaded().then(|| sim.downgrade()),
-            stop: AtomicBool::new(false),
+            rx_bufs: Mutex::new(rx_bufs),
+            wake_tx,
+            wake_rx,
+            waiting: AtomicBool::new(false),
             c: Counters::default(),
         });
         let uplink: Arc<dyn Uplink> = inner.clone();
         sim.set_uplink(Some(uplink), inner.pool.clone());
-        let t = inner.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("ferroverbs-udp-{}", cfg.addr))
-            .spawn(move || receive_loop(t))?;
+        let ingress: Arc<dyn Ingress> = inner.clone();
+        sim.set_ingress(Some(ingress));
         Ok(UdpLink {
             inner,
             sim: sim.downgrade(),
-            thread: Some(thread),
         })
+    }
+
+    /// Reads the datagrams waiting on the socket, without blocking, into the device's
+    /// receive queue (what servicing the device does first); returns how many. For
+    /// tests that look at (or take) frames before the device processes them.
+    pub fn poll(&self) -> usize {
+        self.inner.read_socket()
     }
 
     /// The bound address.
@@ -530,6 +723,9 @@ impl UdpLink {
         let n = datagram.len().min(MAX_DATAGRAM);
         buf[frame::ENCAP_LEN..frame::ENCAP_LEN + n].copy_from_slice(&datagram[..n]);
         self.inner.accept(buf, n, SocketAddr::V4(src));
+        if self.inner.waiting.load(Ordering::SeqCst) {
+            self.inner.wake();
+        }
     }
 
     /// The pcap writer this link captures to, if any.
@@ -540,11 +736,8 @@ impl UdpLink {
 
 impl Drop for UdpLink {
     fn drop(&mut self) {
-        self.inner.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
         if let Some(s) = self.sim.upgrade() {
+            s.set_ingress(None);
             s.set_uplink(None, FramePool::new());
         }
         if let Some(p) = &self.inner.pcap {

@@ -346,7 +346,7 @@ pub fn run(cfg: &PerfConfig) -> Result<(), CliError> {
         link: LinkLayer::Ethernet,
     };
     // Steps the device when the process has nothing to do (deterministic mode), or
-    // leaves the cores to the device and link threads.
+    // leaves the cores to the device threads (which read the UDP socket).
     let pump = || {
         if threaded {
             std::thread::yield_now();
@@ -360,11 +360,14 @@ pub fn run(cfg: &PerfConfig) -> Result<(), CliError> {
     let d = sim.stats().data_path;
     eprintln!(
         "ferroverbs: UDP link {ip}:{}: {} datagrams sent, {} received ({} dropped by the \
-         link); device: {} retransmitted packets, {} NAKs, {} RNR NAKs, {} ACK timeouts",
+         link) in {} reads, {} waits; device: {} retransmitted packets, {} NAKs, {} RNR NAKs, \
+         {} ACK timeouts",
         cfg.net.udp_port,
         l.tx_datagrams,
         l.rx_datagrams,
         l.rx_datagrams - l.rx_delivered,
+        l.rx_bursts,
+        l.rx_waits,
         d.retransmits,
         d.naks,
         d.rnr_naks,
