@@ -17,8 +17,8 @@ use ferroverbs_hw::datapath::wqe::{
 };
 use ferroverbs_hw::{Bus, DmaPerm};
 
-use super::fastmem::{FastMem, FastWord};
-use super::qp::WqShared;
+use super::fastmem::{CqeCursor, FastMem, FastWord};
+use super::qp::{WqShared, CQE_QPN_MASK};
 use super::{exec, Error, Result, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::dma::{DmaBuf, PAGE_SIZE};
 use crate::ring::{self, CqConfig, QueueMem};
@@ -84,19 +84,19 @@ pub(crate) struct Poller<B: Bus> {
     qps: Mutex<Vec<Arc<WqShared>>>,
     /// Index in `qps` of the last QP found.
     last: usize,
+    /// The QP of the last successful requester CQE taken out of line (a destroyed
+    /// placeholder at first): [`Poller::poll_one`] tries it first, matching the
+    /// CQE's raw QPN word against its key (QPN and liveness in one compare).
+    hot: Arc<WqShared>,
     /// CQEs of QPs this CQ does not know (destroyed QPs), skipped.
     pub(crate) unknown: u64,
     /// Entries in the ring.
     pub(crate) ncqe: u32,
     /// The ring memory (and the doorbell record after it).
     pub(crate) buf: Arc<DmaBuf<B>>,
-    /// The ring, for the owner-byte test of an empty poll.
-    owners: FastMem<B>,
-    /// Offset in `owners` of the `op_own` byte the next poll tests.
-    next_owner: usize,
-    /// The owner bit that entry has once software owns it (wrap parity of the
-    /// consumer index).
-    next_parity: u8,
+    /// The `op_own` byte the next poll tests, with the owner bit software expects
+    /// there (wrap parity of the consumer index).
+    cur: CqeCursor<B>,
 }
 
 impl<B: Bus> Poller<B> {
@@ -109,17 +109,14 @@ impl<B: Bus> Poller<B> {
         let buf = Arc::new(DmaBuf::new(bus, ring_len + 64, DmaPerm::RW)?);
         let mut ring = Self::ring(&buf, ncqe, cqn, uar)?;
         ring.init_entries();
-        let owners =
-            FastMem::new(&buf, 0, ring_len).ok_or(Error::InvalidArgument("CQ geometry"))?;
-        let next_owner = ring.owner_offset();
+        let cur = CqeCursor::new(&buf, ncqe).ok_or(Error::InvalidArgument("CQ geometry"))?;
         Ok(Poller {
-            owners,
-            next_owner,
-            next_parity: 0,
+            cur,
             ring,
             bus: Arc::clone(bus),
             qps: Mutex::new(Vec::new()),
             last: 0,
+            hot: Arc::new(WqShared::dead()),
             unknown: 0,
             ncqe,
             buf,
@@ -170,97 +167,106 @@ impl<B: Bus> Poller<B> {
             .unwrap_or(0)
     }
 
+    /// Whether software owns the entry at the cursor (`sw_owned`: opcode not
+    /// INVALID and owner bit = the expected parity), as one compare: with `x = op_own
+    /// ^ parity`, the entry is software's when bit 0 of `x` is clear and `x < 0xf0`,
+    /// i.e. when `x` rotated right by one is below `0x78`. Returns that rotated value
+    /// (below `0x78` when owned; below `0x08` when, besides, the CQE opcode is
+    /// [`MLX5_CQE_REQ`]).
+    #[inline(always)]
+    fn owner_test(&self) -> u8 {
+        (self.cur.op_own() ^ self.cur.parity()).rotate_right(1)
+    }
+
     /// See [`CompletionQueue::poll`].
     #[inline(always)]
     pub(crate) fn poll(&mut self, wc: &mut [WorkCompletion]) -> usize {
         // The common empty case first, without entering the ring: the owner byte of
-        // the next entry, whose offset and expected owner bit were computed when the
-        // last poll ended (`sw_owned`: opcode not INVALID, owner bit = wrap parity).
-        let op_own = self.owners.load_u8(self.next_owner);
-        if op_own >= 0xf0 || (op_own & 1) != self.next_parity {
+        // the next entry at the cursor.
+        if self.owner_test() >= OWNED_BELOW {
             return 0;
         }
         self.poll_owned(wc)
     }
 
-    /// See [`CompletionQueue::poll_one`]: the empty test of [`Poller::poll`], then,
-    /// out of line, one entry taken and decoded (no loop over a slice).
+    /// See [`CompletionQueue::poll_one`]: the empty test, then a successful
+    /// requester CQE of the QP seen last taken inline (no register saves, no call):
+    /// read barrier and consumer index, the CQE's raw QPN word compared with the
+    /// QP's key (QPN and liveness), the `wr_id` read and the slot released at the
+    /// QP, the completion copied from the send opcode's template, the doorbell
+    /// record, the cursor moved on. Everything else (other CQE kinds, another or
+    /// unknown QP) is taken out of line by [`Poller::take_slow`], with the
+    /// same results as [`Poller::poll`].
     #[inline(always)]
     pub(crate) fn poll_one(&mut self) -> Option<WorkCompletion> {
-        let op_own = self.owners.load_u8(self.next_owner);
-        if op_own >= 0xf0 || (op_own & 1) != self.next_parity {
+        let r = self.owner_test();
+        if r >= OWNED_BELOW {
             return None;
         }
-        self.take_one()
-    }
-
-    /// The rest of [`Poller::poll_one`] once the next entry is ours: take it, decode
-    /// it, publish the consumer index and move the owner test on by one entry (no
-    /// recomputation from the consumer index). A successful requester CQE is decoded
-    /// from one 20-byte read of the entry's tail (byte count .. `op_own`); every
-    /// other kind goes through [`decode`]. A CQE of an unknown QP (or of a kind verbs
-    /// does not report) is skipped, as `poll` skips it, and the next entry is tried.
-    #[inline(never)]
-    fn take_one(&mut self) -> Option<WorkCompletion> {
-        loop {
-            // The read barrier and the consumer index (the entry's offset is ours).
-            self.ring.take_owned(&*self.bus);
-            let own = self.next_owner;
-            // 64-byte entries: the `Cqe64` starts 63 bytes before its owner byte.
-            let base = own - (CQE_BYTES - 1);
-            let next = own + CQE_BYTES;
-            if next >= self.owners.len() {
-                self.next_owner = next - self.owners.len();
-                self.next_parity ^= 1;
-            } else {
-                self.next_owner = next;
-            }
-            // `struct mlx5_cqe64` bytes 44..64: byte_cnt, (8 bytes), sop_drop_qpn,
-            // wqe_counter, signature, op_own.
-            let mut t = [0u8; 20];
-            self.owners.read(base + 44, &mut t);
-            let sop_drop_qpn = u32::from_be_bytes([t[12], t[13], t[14], t[15]]);
-            let qpn = sop_drop_qpn & 0x00ff_ffff;
-            if t[19] >> 4 == MLX5_CQE_REQ {
-                let qps = self.qps.get_mut().unwrap_or_else(|p| p.into_inner());
-                if let Some(qp) = find(qps, qpn, &mut self.last) {
-                    let counter = u16::from_be_bytes([t[16], t[17]]);
-                    let d = REQ_DECODE[(sop_drop_qpn >> 24) as usize];
-                    let byte_cnt = u32::from_be_bytes([t[0], t[1], t[2], t[3]]);
-                    let wc = WorkCompletion {
-                        wr_id: qp.sq_retire(counter),
-                        opcode: d.opcode,
-                        byte_len: (byte_cnt & d.len_mask) | d.len_const,
-                        wc_flags: d.flags,
-                        qp_num: qpn,
-                        ..WorkCompletion::default()
-                    };
-                    self.ring.update_ci();
-                    return Some(wc);
-                }
-            } else if let Some(wc) = self.decode_one(base) {
-                return Some(wc);
-            }
-            self.ring.update_ci();
-            self.unknown += 1;
-            let op_own = self.owners.load_u8(self.next_owner);
-            if op_own >= 0xf0 || (op_own & 1) != self.next_parity {
-                return None;
+        // The entry is ours: the read barrier (before any other byte of it) and the
+        // consumer index.
+        let e = self.cur.entry();
+        self.ring.take_owned(&*self.bus);
+        if r < REQ_BELOW {
+            // `struct mlx5_cqe64`: sop_drop_qpn at byte 56 (7 before op_own),
+            // wqe_counter at 60 (3 before), byte_cnt at 44 (19 before).
+            let sop = e.raw32::<7>();
+            let qp = &*self.hot;
+            if sop & CQE_QPN_MASK == qp.key() {
+                let op = e.byte::<7>();
+                let counter = u16::from_be(e.raw16::<3>());
+                let t = REQ_TAIL[usize::from(op)];
+                let byte_len = if op == MLX5_OPCODE_RDMA_READ {
+                    u32::from_be(e.raw32::<19>())
+                } else {
+                    t.byte_len
+                };
+                // Every byte of the entry read: the device may have it back.
+                self.ring.update_ci();
+                self.cur.advance();
+                return Some(WorkCompletion {
+                    wr_id: qp.sq_retire(counter),
+                    byte_len,
+                    wc_flags: t.wc_flags,
+                    status: t.status,
+                    opcode: t.opcode,
+                    vendor_err: t.vendor_err,
+                    qp_num: qp.qpn,
+                    imm_data: 0,
+                    src_qp: 0,
+                });
             }
         }
+        self.take_slow()
     }
 
-    /// [`decode`] of the entry at `base` (any kind), and on success the consumer
-    /// index published; out of line.
+    /// The rest of [`Poller::poll_one`] for an entry that is not a successful
+    /// requester CQE of the hot QP (the entry is taken: barrier and consumer index
+    /// done): decoded by [`decode`] as `poll` decodes it; a CQE of an unknown QP (or
+    /// of a kind verbs does not report) is skipped, as `poll` skips it, and the next
+    /// entry is tried.
     #[inline(never)]
-    fn decode_one(&mut self, base: usize) -> Option<WorkCompletion> {
-        let qps = self.qps.get_mut().unwrap_or_else(|p| p.into_inner());
-        let mut wc = WorkCompletion::default();
-        if decode(self.ring.mem(), base, qps, &mut self.last, &mut wc) {
+    fn take_slow(&mut self) -> Option<WorkCompletion> {
+        loop {
+            let base = self.cur.entry_offset();
+            self.cur.advance();
+            let qps = self.qps.get_mut().unwrap_or_else(|p| p.into_inner());
+            let mut wc = WorkCompletion::default();
+            let found = decode(self.ring.mem(), base, qps, &mut self.last, &mut wc);
             self.ring.update_ci();
-            Some(wc)
-        } else {
-            None
+            match found {
+                Some(req) => {
+                    if req && !Arc::ptr_eq(&self.hot, &qps[self.last]) {
+                        self.hot = Arc::clone(&qps[self.last]);
+                    }
+                    return Some(wc);
+                }
+                None => self.unknown += 1,
+            }
+            if self.owner_test() >= OWNED_BELOW {
+                return None;
+            }
+            self.ring.take_owned(&*self.bus);
         }
     }
 
@@ -277,7 +283,7 @@ impl<B: Bus> Poller<B> {
         let mut n = 0;
         let mut off = self.ring.take_owned(bus);
         loop {
-            if decode(self.ring.mem(), off, qps, &mut self.last, &mut wc[n]) {
+            if decode(self.ring.mem(), off, qps, &mut self.last, &mut wc[n]).is_some() {
                 n += 1;
             } else {
                 self.unknown += 1;
@@ -291,9 +297,7 @@ impl<B: Bus> Poller<B> {
             }
         }
         self.ring.update_ci();
-        let ci = self.ring.consumer_index();
-        self.next_owner = self.ring.owner_offset();
-        self.next_parity = u8::from(ci & self.ncqe != 0);
+        self.cur.seek(self.ring.consumer_index());
         n
     }
 
@@ -484,8 +488,9 @@ fn find<'q>(qps: &'q [Arc<WqShared>], qpn: u32, last: &mut usize) -> Option<&'q 
 }
 
 /// Writes the work completion of the CQE at byte `off` of the ring `mem` into `wc`,
-/// retiring its work request at its QP; `false` (and `wc` unspecified) for a CQE of an
-/// unknown QP or of a kind verbs does not report (resize, signature).
+/// retiring its work request at its QP, and returns whether it was a successful
+/// requester CQE (of the QP at `qps[*last]`); `None` (and `wc` unspecified) for a CQE
+/// of an unknown QP or of a kind verbs does not report (resize, signature).
 ///
 /// Reads only the last 32 bytes of the entry (`imm_inval_pkey` .. `op_own`) for the
 /// common requester completion; every other kind copies the whole entry.
@@ -496,7 +501,7 @@ fn decode(
     qps: &[Arc<WqShared>],
     last: &mut usize,
     wc: &mut WorkCompletion,
-) -> bool {
+) -> Option<bool> {
     let mut t = [0u8; 32];
     mem.read(off + 32, &mut t);
     let be32 = |i: usize| u32::from_be_bytes([t[i], t[i + 1], t[i + 2], t[i + 3]]);
@@ -504,72 +509,77 @@ fn decode(
     // wqe_counter at 60, op_own at 63.
     let sop_drop_qpn = be32(56 - 32);
     let qpn = sop_drop_qpn & 0x00ff_ffff;
-    let Some(qp) = find(qps, qpn, last) else {
-        return false;
-    };
+    let qp = find(qps, qpn, last)?;
     let counter = u16::from_be_bytes([t[60 - 32], t[61 - 32]]);
     if t[63 - 32] >> 4 != MLX5_CQE_REQ {
-        return decode_other(mem, off, qp, qpn, counter, wc);
+        return decode_other(mem, off, qp, qpn, counter, wc).then_some(false);
     }
-    let op = (sop_drop_qpn >> 24) as usize;
-    let d = REQ_DECODE[op];
+    let op = (sop_drop_qpn >> 24) as u8;
+    let t = REQ_TAIL[usize::from(op)];
     *wc = WorkCompletion {
         wr_id: qp.sq_retire(counter),
-        opcode: d.opcode,
-        byte_len: (be32(44 - 32) & d.len_mask) | d.len_const,
-        wc_flags: d.flags,
+        byte_len: if op == MLX5_OPCODE_RDMA_READ {
+            be32(44 - 32)
+        } else {
+            t.byte_len
+        },
+        wc_flags: t.wc_flags,
+        status: t.status,
+        opcode: t.opcode,
+        vendor_err: t.vendor_err,
         qp_num: qpn,
-        ..WorkCompletion::default()
+        imm_data: 0,
+        src_qp: 0,
     };
-    true
+    Some(true)
 }
 
-/// What a successful requester CQE of a send opcode reports (rdma-core
-/// `handle_good_req`): the completion opcode, the flags, and the byte count as
-/// `(byte_cnt & len_mask) | len_const` (READ: the CQE's byte count; atomics: 8;
-/// otherwise 0).
+/// What a successful requester CQE reports besides `wr_id` and `qp_num` (rdma-core
+/// `handle_good_req`; `imm_data` and `src_qp` are 0): the fields of
+/// [`WorkCompletion`] from `byte_len` to `vendor_err`, in its order.
 #[derive(Clone, Copy)]
-struct ReqDecode {
+#[repr(C)]
+struct ReqTail {
+    byte_len: u32,
+    wc_flags: WcFlags,
+    status: WcStatus,
     opcode: WcOpcode,
-    flags: WcFlags,
-    len_mask: u32,
-    len_const: u32,
+    vendor_err: u8,
 }
 
-/// [`ReqDecode`] of every send opcode byte, built from [`WcOpcode::of_send`] and
-/// [`WcOpcode::send_has_imm`]: one indexed load instead of a chain of compares.
-const REQ_DECODE: [ReqDecode; 256] = {
-    let mut t = [ReqDecode {
+/// [`ReqTail`] of each send opcode byte: the completion opcode from
+/// [`WcOpcode::of_send`], `WITH_IMM` from [`WcOpcode::send_has_imm`], `byte_len` 8
+/// for the atomics and 0 otherwise (an RDMA READ takes the CQE's byte count instead).
+/// One indexed load instead of a chain of compares.
+const REQ_TAIL: [ReqTail; 256] = {
+    let mut t = [ReqTail {
+        byte_len: 0,
+        wc_flags: WcFlags::empty(),
+        status: WcStatus::Success,
         opcode: WcOpcode::Send,
-        flags: WcFlags::empty(),
-        len_mask: 0,
-        len_const: 0,
+        vendor_err: 0,
     }; 256];
     let mut op = 0;
     while op < 256 {
         let o = op as u8;
-        t[op] = ReqDecode {
-            opcode: WcOpcode::of_send(o),
-            flags: if WcOpcode::send_has_imm(o) {
-                WcFlags::WITH_IMM
-            } else {
-                WcFlags::empty()
-            },
-            len_mask: if o == MLX5_OPCODE_RDMA_READ {
-                u32::MAX
-            } else {
-                0
-            },
-            len_const: if o == MLX5_OPCODE_ATOMIC_CS || o == MLX5_OPCODE_ATOMIC_FA {
-                8
-            } else {
-                0
-            },
-        };
+        t[op].opcode = WcOpcode::of_send(o);
+        if WcOpcode::send_has_imm(o) {
+            t[op].wc_flags = WcFlags::WITH_IMM;
+        }
+        if o == MLX5_OPCODE_ATOMIC_CS || o == MLX5_OPCODE_ATOMIC_FA {
+            t[op].byte_len = 8;
+        }
         op += 1;
     }
     t
 };
+
+/// [`Poller::owner_test`] values of an entry software owns are below this.
+const OWNED_BELOW: u8 = 0x78;
+/// [`Poller::owner_test`] values of an owned [`MLX5_CQE_REQ`] entry are below this
+/// (opcode nibble 0: `op_own < 0x10`).
+const REQ_BELOW: u8 = 0x08;
+const _: () = assert!(MLX5_CQE_REQ == 0 && (MLX5_CQE_REQ << 4) >> 1 < REQ_BELOW);
 
 /// [`decode`] of the CQEs other than successful requester completions.
 #[inline(never)]

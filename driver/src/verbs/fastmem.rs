@@ -16,7 +16,7 @@
 //! A [`FastMem`] is private to the rings of one QP or CQ, which the verbs objects
 //! reach only through `&mut self`; no two threads use it at once.
 
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use ferroverbs_hw::Bus;
@@ -222,5 +222,204 @@ impl<B: Bus> DoorbellWord for FastWord<B> {
 
     fn load_be32(&self) -> u32 {
         u32::from_be(self.atomic().load(Ordering::Relaxed))
+    }
+}
+
+/// A per-slot `wr_id` table indexed by a 16-bit WQE counter masked to its length,
+/// with that bound proved once, at construction (the length is a power of two and
+/// the mask is the length minus one): a lookup is one `and` and one load, with no
+/// bounds check on the poll path.
+pub(crate) struct WrIdTable {
+    ptr: *const AtomicU64,
+    mask: u32,
+    _table: Arc<[AtomicU64]>,
+}
+
+// SAFETY: the table owns a reference to its `Arc<[AtomicU64]>`, and every access
+// through it is an atomic load or store, so it may be sent and shared between
+// threads like the `Arc` itself.
+unsafe impl Send for WrIdTable {}
+// SAFETY: as for `Send`: only atomic accesses to memory the `Arc` keeps alive.
+unsafe impl Sync for WrIdTable {}
+
+impl WrIdTable {
+    /// The table over `table`; `None` unless its length is a power of two that fits
+    /// a 32-bit mask.
+    pub(crate) fn new(table: &Arc<[AtomicU64]>) -> Option<Self> {
+        let len = table.len();
+        if !len.is_power_of_two() || len > 1 << 31 {
+            return None;
+        }
+        Some(WrIdTable {
+            ptr: table.as_ptr(),
+            mask: (len - 1) as u32,
+            _table: Arc::clone(table),
+        })
+    }
+
+    /// The slot of counter `index` (`index & mask`).
+    #[inline(always)]
+    pub(crate) fn slot(&self, index: u16) -> &AtomicU64 {
+        let i = (u32::from(index) & self.mask) as usize;
+        // SAFETY: `i <= mask = len - 1` (the mask is the length minus one, checked
+        // to be a power of two in `new`, so `index & mask` is below the length); the
+        // `Arc` held by `self` keeps the slice alive and unmoved; the slot is an
+        // `AtomicU64`, accessed only atomically.
+        unsafe { &*self.ptr.add(i) }
+    }
+}
+
+/// Bytes between consecutive CQEs in a [`CqeCursor`]'s ring (64-byte CQEs).
+pub(crate) const CQE_STRIDE: usize = 64;
+
+/// Where the next CQE of a ring of 64-byte entries is, kept as a pointer to its
+/// `op_own` byte (the entry's last) with the owner bit software expects there (the
+/// wrap parity of the consumer index): the empty test of a poll is a pointer load,
+/// a byte load and a compare, with no bounds check, and moving on is one add and
+/// one compare with the ring's end.
+///
+/// Invariant (the proof of every access below): `at = base + k * 64 + 63` for some
+/// `k < n`, where `base..base + n * 64` lies inside the DMA buffer the cursor keeps
+/// alive (checked in [`CqeCursor::new`]); `first` is the `k = 0` value and `end`
+/// is `base + n * 64`. Only [`CqeCursor::new`], [`CqeCursor::advance`] and
+/// [`CqeCursor::seek`] change `at`, and each keeps the invariant.
+pub(crate) struct CqeCursor<B: Bus> {
+    at: *const u8,
+    first: *const u8,
+    end: *const u8,
+    parity: u8,
+    mask: u32,
+    _buf: Arc<DmaBuf<B>>,
+}
+
+// SAFETY: as for `FastMem`: the cursor owns a reference to its allocation; it is
+// reachable only through the `&mut self` of the CQ that holds it; the owner byte,
+// which the device writes concurrently, is only loaded atomically, and the rest of an
+// entry is read only after the owner byte and the read barrier gave it to software.
+unsafe impl<B: Bus> Send for CqeCursor<B> {}
+// SAFETY: as for `Send` (shared references are never used on two threads at once:
+// every method that reads takes `&self` of a CQ polled under `&mut self`).
+unsafe impl<B: Bus> Sync for CqeCursor<B> {}
+
+impl<B: Bus> CqeCursor<B> {
+    /// A cursor over the `ncqe` (a power of two) 64-byte entries at byte 0 of
+    /// `buf`, at entry 0 with owner parity 0; `None` if they do not fit.
+    pub(crate) fn new(buf: &Arc<DmaBuf<B>>, ncqe: u32) -> Option<Self> {
+        if !ncqe.is_power_of_two() {
+            return None;
+        }
+        let len = (ncqe as usize).checked_mul(CQE_STRIDE)?;
+        if len > buf.len() {
+            return None;
+        }
+        let base = buf.as_ptr().cast_const();
+        Some(CqeCursor {
+            // Inside the buffer (checked above); `wrapping_add` needs no unsafe.
+            at: base.wrapping_add(CQE_STRIDE - 1),
+            first: base.wrapping_add(CQE_STRIDE - 1),
+            end: base.wrapping_add(len),
+            parity: 0,
+            mask: ncqe - 1,
+            _buf: Arc::clone(buf),
+        })
+    }
+
+    /// The `op_own` byte of the entry at the cursor (an atomic load: the device
+    /// writes it concurrently).
+    #[inline(always)]
+    pub(crate) fn op_own(&self) -> u8 {
+        // SAFETY: `at` is inside the live buffer (the type's invariant); the byte is
+        // only ever accessed atomically by the driver.
+        unsafe { AtomicU8::from_ptr(self.at.cast_mut()) }.load(Ordering::Relaxed)
+    }
+
+    /// The owner bit software expects at the cursor (0 or 1).
+    #[inline(always)]
+    pub(crate) fn parity(&self) -> u8 {
+        self.parity
+    }
+
+    /// Moves to the next entry (flipping the parity at the ring's end).
+    #[inline(always)]
+    pub(crate) fn advance(&mut self) {
+        let next = self.at.wrapping_add(CQE_STRIDE);
+        if next < self.end {
+            // `next = base + (k + 1) * 64 + 63` with `k + 1 < n`: the invariant holds.
+            self.at = next;
+        } else {
+            // The `k = 0` entry, next pass.
+            self.at = self.first;
+            self.parity ^= 1;
+        }
+    }
+
+    /// The entry at the cursor, for reads after the owner test and the read
+    /// barrier (taken before the barrier, so the compiler keeps the pointer in a
+    /// register across it).
+    #[inline(always)]
+    pub(crate) fn entry(&self) -> CqeAt<'_> {
+        CqeAt {
+            at: self.at,
+            _cur: std::marker::PhantomData,
+        }
+    }
+
+    /// Moves to the entry of consumer index `ci` in a ring of `ncqe` entries (the
+    /// `ncqe` of [`CqeCursor::new`]), with its wrap parity.
+    pub(crate) fn seek(&mut self, ci: u32) {
+        // `(ci & mask) < n`: the invariant holds.
+        self.at = self
+            .first
+            .wrapping_add((ci & self.mask) as usize * CQE_STRIDE);
+        self.parity = u8::from(ci & (self.mask + 1) != 0);
+    }
+
+    /// Byte offset of the entry at the cursor from the ring's start.
+    pub(crate) fn entry_offset(&self) -> usize {
+        self.at as usize - self.first as usize
+    }
+}
+
+/// The entry at a [`CqeCursor`] (borrowing it, so the cursor cannot move while this
+/// exists): reads of its bytes, once its owner byte said it is software's and the
+/// read barrier was issued.
+#[derive(Clone, Copy)]
+pub(crate) struct CqeAt<'a> {
+    /// `op_own` byte of the entry: `base + k * 64 + 63` inside the cursor's live
+    /// buffer (the cursor's invariant, held while the cursor is borrowed).
+    at: *const u8,
+    _cur: std::marker::PhantomData<&'a ()>,
+}
+
+impl CqeAt<'_> {
+    /// The 4 bytes that start `BACK` bytes before the entry's `op_own` byte, in the
+    /// entry's byte order read as a native-endian `u32` (no byte swap: callers compare
+    /// them with values prepared in the same form, or swap them).
+    #[inline(always)]
+    pub(crate) fn raw32<const BACK: usize>(self) -> u32 {
+        const { assert!(BACK >= 3 && BACK < CQE_STRIDE) };
+        // SAFETY: `at - BACK .. at - BACK + 4` lies inside the entry of `at` (`3 <=
+        // BACK <= 63`, and the entry spans `at - 63 ..= at`), which is inside the live
+        // buffer (the cursor's invariant; the borrow keeps the buffer alive); an
+        // unaligned plain read: the device no longer writes this entry (its owner
+        // byte was tested, then the read barrier).
+        unsafe { self.at.sub(BACK).cast::<u32>().read_unaligned() }
+    }
+
+    /// The 2 bytes that start `BACK` bytes before the `op_own` byte, as
+    /// [`CqeAt::raw32`] (native-endian, not swapped).
+    #[inline(always)]
+    pub(crate) fn raw16<const BACK: usize>(self) -> u16 {
+        const { assert!(BACK >= 1 && BACK < CQE_STRIDE) };
+        // SAFETY: as in `raw32`: `at - BACK .. at - BACK + 2` is inside the entry.
+        unsafe { self.at.sub(BACK).cast::<u16>().read_unaligned() }
+    }
+
+    /// The byte `BACK` bytes before the `op_own` byte.
+    #[inline(always)]
+    pub(crate) fn byte<const BACK: usize>(self) -> u8 {
+        const { assert!(BACK < CQE_STRIDE) };
+        // SAFETY: as in `raw32`: `at - BACK` is inside the entry.
+        unsafe { self.at.sub(BACK).read() }
     }
 }

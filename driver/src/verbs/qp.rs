@@ -11,7 +11,7 @@
 //! ([`SendWr::ud`]) and carries at most the port MTU
 //! ([`PostError::MessageTooLong`]); every receive buffer starts with 40 bytes of GRH.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ferroverbs_hw::control::caps::cmd_hca_cap as g;
@@ -33,7 +33,7 @@ use ferroverbs_hw::{Bus, DmaPerm};
 
 use super::attr::{ceil_log2, mtu_from_qpc};
 use super::cq::CqCore;
-use super::fastmem::{FastMem, FastWord};
+use super::fastmem::{FastMem, FastWord, WrIdTable};
 use super::srq::{SharedReceiveQueue, SrqShared};
 use super::{
     exec, AccessFlags, AddressVector, CompletionQueue, Error, Pd, QpAttr, QpInfo, QpState, RecvWr,
@@ -251,10 +251,14 @@ pub struct BadWr {
 /// Atomics with `Relaxed`, `Release` and `Acquire` loads and stores only.
 pub(crate) struct WqShared {
     pub(crate) qpn: u32,
-    alive: AtomicBool,
-    sq_mask: u32,
+    /// [`cqe_qpn_key`] of `qpn` while the QP lives, [`DEAD_KEY`] once destroyed: a
+    /// CQ matches a CQE's raw `sop_drop_qpn` word against it (QPN and liveness in
+    /// one compare).
+    key: AtomicU32,
     /// The send ring's own per-slot `wr_id` table (written once per WR, at post).
     sq_wr_id: Arc<[AtomicU64]>,
+    /// The same table for the CQ's lookups, its bound proved once.
+    sq_ids: WrIdTable,
     /// `DONE | wqe_counter` of the latest requester completion, 0 for none.
     pub(super) sq_done: AtomicU32,
     rq_mask: u32,
@@ -269,18 +273,60 @@ pub(crate) struct WqShared {
 /// Marks a published completion counter.
 pub(super) const DONE: u32 = 1 << 16;
 
+/// The 4 bytes of a CQE's `sop_drop_qpn` word read as a native-endian `u32` and
+/// masked with [`CQE_QPN_MASK`] equal this for QPN `qpn` (no byte swap on the poll
+/// path).
+pub(crate) const fn cqe_qpn_key(qpn: u32) -> u32 {
+    u32::from_ne_bytes((qpn & 0x00ff_ffff).to_be_bytes())
+}
+
+/// Keeps the QPN bytes of a native-endian read of `sop_drop_qpn` (drops the send
+/// opcode byte).
+pub(crate) const CQE_QPN_MASK: u32 = u32::from_ne_bytes([0, 0xff, 0xff, 0xff]);
+
+/// A key no masked `sop_drop_qpn` word equals (its opcode byte is not zero).
+pub(crate) const DEAD_KEY: u32 = u32::from_ne_bytes([1, 0, 0, 0]);
+
 impl WqShared {
     #[inline]
     pub(crate) fn alive(&self) -> bool {
-        self.alive.load(Ordering::Relaxed)
+        self.key.load(Ordering::Relaxed) != DEAD_KEY
+    }
+
+    /// [`cqe_qpn_key`] of the QPN while the QP lives, [`DEAD_KEY`] after.
+    #[inline(always)]
+    pub(crate) fn key(&self) -> u32 {
+        self.key.load(Ordering::Relaxed)
+    }
+
+    /// Marks the QP destroyed: CQs stop matching its CQEs.
+    pub(crate) fn kill(&self) {
+        self.key.store(DEAD_KEY, Ordering::Relaxed);
+    }
+
+    /// A destroyed QP with no work: what a CQ compares CQEs with before it has seen a
+    /// live one.
+    pub(crate) fn dead() -> WqShared {
+        let one = || -> Arc<[AtomicU64]> { Arc::new([AtomicU64::new(0)]) };
+        let sq_wr_id = one();
+        WqShared {
+            qpn: 0,
+            key: AtomicU32::new(DEAD_KEY),
+            sq_ids: WrIdTable::new(&sq_wr_id).expect("one slot"),
+            sq_wr_id,
+            sq_done: AtomicU32::new(0),
+            rq_mask: 0,
+            rq_wr_id: one(),
+            rq_done: AtomicU32::new(0),
+            srq: std::sync::OnceLock::new(),
+        }
     }
 
     /// The `wr_id` of the send WQE at `counter`, which (with every WQE before it) is
     /// complete.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn sq_retire(&self, counter: u16) -> u64 {
-        let wr_id =
-            self.sq_wr_id[(u32::from(counter) & self.sq_mask) as usize].load(Ordering::Relaxed);
+        let wr_id = self.sq_ids.slot(counter).load(Ordering::Relaxed);
         // Release: the read above happens before the QP may reuse the slot.
         self.sq_done
             .store(DONE | u32::from(counter), Ordering::Release);
@@ -716,8 +762,8 @@ impl<B: Bus> Queues<B> {
         let (sq, rq) = rings(&buf, &geo, sq_cfg, &sq_wr_id, &rq_wr_id)?;
         let shared = Arc::new(WqShared {
             qpn,
-            alive: AtomicBool::new(true),
-            sq_mask: geo.sq_wqebbs - 1,
+            key: AtomicU32::new(cqe_qpn_key(qpn)),
+            sq_ids: WrIdTable::new(&sq_wr_id).ok_or(Error::InvalidArgument("QP geometry"))?,
             sq_wr_id,
             sq_done: AtomicU32::new(0),
             rq_mask: geo.rq_wqes - 1,
@@ -1451,7 +1497,7 @@ impl<'a, B: Bus> QueuePair<'a, B> {
         let mut input = new_input(Opcode::DestroyQp, 0, destroy_qp_in::SIZE);
         destroy_qp_in::qpn.set(&mut input, self.qpn.into());
         let r = exec(ctx, &input, destroy_qp_out::SIZE).map(|_| ());
-        self.q.shared.alive.store(false, Ordering::Relaxed);
+        self.q.shared.kill();
         let r2 = dealloc_uar(ctx, self.uar);
         // The counter set goes after the QP that counts into it.
         let r3 = match self.counter_set {

@@ -125,7 +125,7 @@ impl WcOpcode {
 
 /// Completion flags (`ibv_wc_flags`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct WcFlags(u32);
+pub struct WcFlags(u8);
 
 impl WcFlags {
     /// A GRH heads the receive buffer (UD receives; on RoCE v2 its last 20 bytes are
@@ -148,7 +148,7 @@ impl WcFlags {
 
     /// The `ibv_wc_flags` bits.
     pub const fn bits(self) -> u32 {
-        self.0
+        self.0 as u32
     }
 }
 
@@ -160,10 +160,21 @@ impl std::ops::BitOr for WcFlags {
 }
 
 /// One work completion (`ibv_wc`).
+///
+/// The field order is fixed (`repr(C)`, 32 bytes) so that what a successful
+/// requester completion takes from its send opcode (`byte_len` .. `vendor_err`) is 8
+/// contiguous bytes, and the fields it leaves 0 (`imm_data`, `src_qp`) are
+/// contiguous too: the poll path copies the first from a per-opcode template with
+/// one load and one store.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct WorkCompletion {
     /// The `wr_id` of the work request.
     pub wr_id: u64,
+    /// Bytes received (receives), read (RDMA READ) or 8 (atomics); 0 otherwise.
+    pub byte_len: u32,
+    /// Flags.
+    pub wc_flags: WcFlags,
     /// Success or the error.
     pub status: WcStatus,
     /// What completed. For an error completion: the operation of the failed request
@@ -172,16 +183,12 @@ pub struct WorkCompletion {
     pub opcode: WcOpcode,
     /// The vendor syndrome of an error completion (`vendor_err_synd`).
     pub vendor_err: u8,
-    /// Bytes received (receives), read (RDMA READ) or 8 (atomics); 0 otherwise.
-    pub byte_len: u32,
-    /// The immediate data, as the sender gave it, when `wc_flags` has `WITH_IMM`.
-    pub imm_data: u32,
     /// The local QP number.
     pub qp_num: u32,
+    /// The immediate data, as the sender gave it, when `wc_flags` has `WITH_IMM`.
+    pub imm_data: u32,
     /// The remote QP number (receives).
     pub src_qp: u32,
-    /// Flags.
-    pub wc_flags: WcFlags,
 }
 
 impl WorkCompletion {
