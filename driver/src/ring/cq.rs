@@ -145,6 +145,12 @@ impl<M: QueueMem, D: DoorbellWord> CompletionQueue<M, D> {
         off
     }
 
+    /// Byte offset of the [`Cqe64`] of the entry taken last (consumer index - 1).
+    #[inline(always)]
+    pub fn last_taken_offset(&self) -> usize {
+        self.cqe64_offset(self.cons_index.wrapping_sub(1))
+    }
+
     /// Byte offset of the `op_own` byte of the entry the next poll looks at.
     #[inline(always)]
     pub fn owner_offset(&self) -> usize {

@@ -205,7 +205,7 @@ impl<B: Bus> Poller<B> {
         }
         // The entry is ours: the read barrier (before any other byte of it) and the
         // consumer index.
-        let e = self.cur.entry();
+        let e = self.cur.next();
         self.ring.take_owned(&*self.bus);
         if r < REQ_BELOW {
             // `struct mlx5_cqe64`: sop_drop_qpn at byte 56 (7 before op_own),
@@ -223,14 +223,13 @@ impl<B: Bus> Poller<B> {
                 };
                 // Every byte of the entry read: the device may have it back.
                 self.ring.update_ci();
-                self.cur.advance();
                 return Some(WorkCompletion {
                     wr_id: qp.sq_retire(counter),
                     byte_len,
                     wc_flags: t.wc_flags,
-                    status: t.status,
+                    status: WcStatus::Success,
                     opcode: t.opcode,
-                    vendor_err: t.vendor_err,
+                    vendor_err: 0,
                     qp_num: qp.qpn,
                     imm_data: 0,
                     src_qp: 0,
@@ -241,18 +240,17 @@ impl<B: Bus> Poller<B> {
     }
 
     /// The rest of [`Poller::poll_one`] for an entry that is not a successful
-    /// requester CQE of the hot QP (the entry is taken: barrier and consumer index
-    /// done): decoded by [`decode`] as `poll` decodes it; a CQE of an unknown QP (or
-    /// of a kind verbs does not report) is skipped, as `poll` skips it, and the next
-    /// entry is tried.
+    /// requester CQE of the hot QP, already taken (barrier, consumer index, cursor
+    /// moved on). Decoded by [`decode`] as `poll` decodes it; a CQE of an unknown
+    /// QP (or of a kind verbs does not report) is skipped, as `poll` skips it, and
+    /// the next entry is tried.
     #[inline(never)]
     fn take_slow(&mut self) -> Option<WorkCompletion> {
+        let mut off = self.ring.last_taken_offset();
         loop {
-            let base = self.cur.entry_offset();
-            self.cur.advance();
             let qps = self.qps.get_mut().unwrap_or_else(|p| p.into_inner());
             let mut wc = WorkCompletion::default();
-            let found = decode(self.ring.mem(), base, qps, &mut self.last, &mut wc);
+            let found = decode(self.ring.mem(), off, qps, &mut self.last, &mut wc);
             self.ring.update_ci();
             match found {
                 Some(req) => {
@@ -266,7 +264,8 @@ impl<B: Bus> Poller<B> {
             if self.owner_test() >= OWNED_BELOW {
                 return None;
             }
-            self.ring.take_owned(&*self.bus);
+            self.cur.advance();
+            off = self.ring.take_owned(&*self.bus);
         }
     }
 
@@ -524,9 +523,9 @@ fn decode(
             t.byte_len
         },
         wc_flags: t.wc_flags,
-        status: t.status,
+        status: WcStatus::Success,
         opcode: t.opcode,
-        vendor_err: t.vendor_err,
+        vendor_err: 0,
         qp_num: qpn,
         imm_data: 0,
         src_qp: 0,
@@ -535,16 +534,14 @@ fn decode(
 }
 
 /// What a successful requester CQE reports besides `wr_id` and `qp_num` (rdma-core
-/// `handle_good_req`; `imm_data` and `src_qp` are 0): the fields of
-/// [`WorkCompletion`] from `byte_len` to `vendor_err`, in its order.
+/// `handle_good_req`; the other fields are 0): the fields of [`WorkCompletion`]
+/// from `byte_len` to `wc_flags`, in its order.
 #[derive(Clone, Copy)]
 #[repr(C)]
 struct ReqTail {
     byte_len: u32,
-    wc_flags: WcFlags,
-    status: WcStatus,
     opcode: WcOpcode,
-    vendor_err: u8,
+    wc_flags: WcFlags,
 }
 
 /// [`ReqTail`] of each send opcode byte: the completion opcode from
@@ -554,10 +551,8 @@ struct ReqTail {
 const REQ_TAIL: [ReqTail; 256] = {
     let mut t = [ReqTail {
         byte_len: 0,
-        wc_flags: WcFlags::empty(),
-        status: WcStatus::Success,
         opcode: WcOpcode::Send,
-        vendor_err: 0,
+        wc_flags: WcFlags::empty(),
     }; 256];
     let mut op = 0;
     while op < 256 {

@@ -347,21 +347,27 @@ impl<B: Bus> CqeCursor<B> {
             // `next = base + (k + 1) * 64 + 63` with `k + 1 < n`: the invariant holds.
             self.at = next;
         } else {
-            // The `k = 0` entry, next pass.
+            // The `k = 0` entry, next pass. (The compiler barrier, no instruction,
+            // makes the parity be read again here, so the owner test before keeps
+            // it a memory operand instead of a register load shared with this rare
+            // branch.)
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
             self.at = self.first;
             self.parity ^= 1;
         }
     }
 
-    /// The entry at the cursor, for reads after the owner test and the read
-    /// barrier (taken before the barrier, so the compiler keeps the pointer in a
-    /// register across it).
+    /// Moves to the next entry and returns the one it left, for reads after the
+    /// caller's owner test and read barrier (taken before the barrier, so the
+    /// pointer stays in a register across it).
     #[inline(always)]
-    pub(crate) fn entry(&self) -> CqeAt<'_> {
-        CqeAt {
+    pub(crate) fn next(&mut self) -> CqeAt<'_> {
+        let e = CqeAt {
             at: self.at,
             _cur: std::marker::PhantomData,
-        }
+        };
+        self.advance();
+        e
     }
 
     /// Moves to the entry of consumer index `ci` in a ring of `ncqe` entries (the
@@ -373,20 +379,15 @@ impl<B: Bus> CqeCursor<B> {
             .wrapping_add((ci & self.mask) as usize * CQE_STRIDE);
         self.parity = u8::from(ci & (self.mask + 1) != 0);
     }
-
-    /// Byte offset of the entry at the cursor from the ring's start.
-    pub(crate) fn entry_offset(&self) -> usize {
-        self.at as usize - self.first as usize
-    }
 }
 
-/// The entry at a [`CqeCursor`] (borrowing it, so the cursor cannot move while this
-/// exists): reads of its bytes, once its owner byte said it is software's and the
-/// read barrier was issued.
+/// An entry of a [`CqeCursor`]'s ring (borrowing the cursor, so its buffer stays
+/// alive while this exists): reads of its bytes, once its owner byte said it is
+/// software's and the read barrier was issued.
 #[derive(Clone, Copy)]
 pub(crate) struct CqeAt<'a> {
     /// `op_own` byte of the entry: `base + k * 64 + 63` inside the cursor's live
-    /// buffer (the cursor's invariant, held while the cursor is borrowed).
+    /// buffer (a value the cursor's `at` had, so the invariant held for it).
     at: *const u8,
     _cur: std::marker::PhantomData<&'a ()>,
 }

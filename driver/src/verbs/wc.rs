@@ -161,30 +161,29 @@ impl std::ops::BitOr for WcFlags {
 
 /// One work completion (`ibv_wc`).
 ///
-/// The field order is fixed (`repr(C)`, 32 bytes) so that what a successful
-/// requester completion takes from its send opcode (`byte_len` .. `vendor_err`) is 8
-/// contiguous bytes, and the fields it leaves 0 (`imm_data`, `src_qp`) are
-/// contiguous too: the poll path copies the first from a per-opcode template with
-/// one load and one store.
+/// The field order is fixed (`repr(C)`, 32 bytes) for the poll path: what a
+/// successful requester completion takes from its send opcode (`byte_len`, `opcode`,
+/// `wc_flags`) is contiguous, and so is what it leaves 0 (`status` .. `src_qp`), so
+/// the completion is a few wide stores.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct WorkCompletion {
     /// The `wr_id` of the work request.
     pub wr_id: u64,
+    /// The local QP number.
+    pub qp_num: u32,
     /// Bytes received (receives), read (RDMA READ) or 8 (atomics); 0 otherwise.
     pub byte_len: u32,
-    /// Flags.
-    pub wc_flags: WcFlags,
-    /// Success or the error.
-    pub status: WcStatus,
     /// What completed. For an error completion: the operation of the failed request
     /// as far as the CQE tells it (the send opcode for a requester error, `Recv` for a
     /// responder error).
     pub opcode: WcOpcode,
+    /// Flags.
+    pub wc_flags: WcFlags,
+    /// Success or the error.
+    pub status: WcStatus,
     /// The vendor syndrome of an error completion (`vendor_err_synd`).
     pub vendor_err: u8,
-    /// The local QP number.
-    pub qp_num: u32,
     /// The immediate data, as the sender gave it, when `wc_flags` has `WITH_IMM`.
     pub imm_data: u32,
     /// The remote QP number (receives).
