@@ -86,7 +86,8 @@ pub(crate) struct Poller<B: Bus> {
     last: usize,
     /// The QP of the last successful requester CQE taken out of line (a destroyed
     /// placeholder at first): [`Poller::poll_one`] tries it first, matching the
-    /// CQE's raw QPN word against its key (QPN and liveness in one compare).
+    /// CQE's raw QPN word against its key (QPN and liveness in one compare). Always
+    /// a clone of an entry of `qps`, which keeps that entry while it is hot.
     hot: Arc<WqShared>,
     /// CQEs of QPs this CQ does not know (destroyed QPs), skipped.
     pub(crate) unknown: u64,
@@ -110,13 +111,16 @@ impl<B: Bus> Poller<B> {
         let mut ring = Self::ring(&buf, ncqe, cqn, uar)?;
         ring.init_entries();
         let cur = CqeCursor::new(&buf, ncqe).ok_or(Error::InvalidArgument("CQ geometry"))?;
+        // The hot QP is always one of `qps` (by identity), so that replacing it in
+        // the poll path never drops the last reference (no deallocation there).
+        let hot = Arc::new(WqShared::dead());
         Ok(Poller {
             cur,
             ring,
             bus: Arc::clone(bus),
-            qps: Mutex::new(Vec::new()),
+            qps: Mutex::new(vec![Arc::clone(&hot)]),
             last: 0,
-            hot: Arc::new(WqShared::dead()),
+            hot,
             unknown: 0,
             ncqe,
             buf,
@@ -156,7 +160,9 @@ impl<B: Bus> Poller<B> {
     /// Routes the completions of a QP here.
     pub(crate) fn attach(&self, qp: Arc<WqShared>) {
         let mut v = self.qps.lock().unwrap_or_else(|p| p.into_inner());
-        v.retain(|q| q.alive());
+        // Destroyed QPs go, but not the hot one (`poll_one` holds a clone of an entry
+        // of this list, and must never hold the last reference).
+        v.retain(|q| q.alive() || Arc::ptr_eq(q, &self.hot));
         v.push(qp);
     }
 

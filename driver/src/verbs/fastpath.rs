@@ -214,3 +214,88 @@ impl<B: Bus> DetachedCq<B> {
 fn zeroed_cqe() -> Cqe64 {
     zerocopy::transmute!([0u8; 64])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::{Sge, WcOpcode};
+    use ferroverbs_hw::datapath::wqe::{MLX5_OPCODE_RDMA_READ, MLX5_OPCODE_SEND};
+    use ferroverbs_hw::MemBus;
+
+    type Cqs = [DetachedCq<MemBus>; 2];
+
+    /// Posts one signaled SEND on `qp` and produces its requester CQE (send opcode
+    /// `op`) on both CQs.
+    fn produce(cqs: &mut Cqs, qp: &mut DetachedQp<MemBus>, wr_id: u64, op: u8) {
+        let sge = [Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 5,
+        }];
+        let idx = qp.next_send_index();
+        qp.post_send(&[SendWr::send(wr_id, &sge).signaled()])
+            .unwrap();
+        for cq in cqs.iter_mut() {
+            cq.produce_send(qp.qp_num(), idx, op);
+        }
+    }
+
+    /// `poll_one` on the first CQ, `poll` of one entry on the second: the same.
+    fn check(cqs: &mut Cqs) -> Option<WorkCompletion> {
+        let got = cqs[0].poll_one();
+        let mut w = [WorkCompletion::default(); 1];
+        let n = cqs[1].poll(&mut w);
+        assert_eq!(got, (n == 1).then_some(w[0]));
+        assert_eq!(cqs[0].skipped(), cqs[1].skipped());
+        got
+    }
+
+    /// `poll_one`'s inline path trusts the QP it saw last only while that QP lives:
+    /// once destroyed, its CQEs are skipped (counted), as `poll` skips them, and the
+    /// other QPs of the CQ still complete, across ring wraps and QP switches.
+    #[test]
+    fn a_destroyed_hot_qp_is_not_matched() {
+        let bus = Arc::new(MemBus::new(1 << 18));
+        let cap = QpCap::default();
+        let mut cqs = [
+            DetachedCq::new(&bus, 3).unwrap(),
+            DetachedCq::new(&bus, 3).unwrap(),
+        ];
+        let mut a = DetachedQp::new(&bus, 0x10, &cap, false).unwrap();
+        let mut b = DetachedQp::new(&bus, 0x20, &cap, false).unwrap();
+        for qp in [&mut a, &mut b] {
+            for cq in &cqs {
+                cq.attach(qp);
+            }
+            qp.set_state(QpState::Rts);
+        }
+        for round in 0..20u64 {
+            produce(&mut cqs, &mut a, round, MLX5_OPCODE_SEND);
+            let wc = check(&mut cqs).expect("a's completion");
+            assert_eq!((wc.wr_id, wc.qp_num), (round, 0x10));
+            produce(&mut cqs, &mut b, round + 100, MLX5_OPCODE_RDMA_READ);
+            let wc = check(&mut cqs).expect("b's completion");
+            assert_eq!(
+                (wc.wr_id, wc.qp_num, wc.opcode),
+                (round + 100, 0x20, WcOpcode::RdmaRead)
+            );
+        }
+        // `a` is hot in the first CQ again, then destroyed.
+        produce(&mut cqs, &mut a, 7, MLX5_OPCODE_SEND);
+        assert_eq!(check(&mut cqs).unwrap().wr_id, 7);
+        a.q.shared.kill();
+        // A new QP attaches: the hot (dead) `a` stays in the list.
+        let c = DetachedQp::new(&bus, 0x30, &cap, false).unwrap();
+        for cq in &cqs {
+            cq.attach(&c);
+        }
+        for round in 0..12u64 {
+            produce(&mut cqs, &mut a, round, MLX5_OPCODE_SEND);
+            assert_eq!(check(&mut cqs), None);
+            assert_eq!(cqs[0].skipped(), round + 1);
+            produce(&mut cqs, &mut b, round, MLX5_OPCODE_SEND);
+            assert_eq!(check(&mut cqs).unwrap().qp_num, 0x20);
+        }
+        assert_eq!(check(&mut cqs), None);
+    }
+}
