@@ -36,6 +36,7 @@
 //! # Interrupts
 //! Optionally, an eventfd per MSI-X vector, signalled when an armed EQ gets an event.
 
+use core::ptr::NonNull;
 use core::sync::atomic::{compiler_fence, fence, AtomicU64, Ordering};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -125,6 +126,25 @@ pub trait Bus: Send + Sync {
     /// Copies a 64-byte block to BAR0 at `off` (a BlueFlame chunk), in ascending
     /// 8-byte stores.
     fn write_block64(&self, off: usize, block: &Block64);
+
+    /// A doorbell register the driver may store to directly, as rdma-core stores to
+    /// its mapped UAR: the `len` bytes of BAR0 at `off` as 8-byte words, or `None`
+    /// (the default) when every doorbell must go through [`Bus::write64`] and
+    /// [`Bus::write_block64`] (a simulator, which must see each one).
+    ///
+    /// A bus returns `Some` only where BAR0 is memory the process writes itself
+    /// (plain memory, a mapped BAR), and only when `off` and `len` are multiples of 8
+    /// and `off..off + len` lies inside BAR0. The pointer stays valid as long as the
+    /// bus lives. Its user stores whole words with relaxed atomic 8-byte stores
+    /// (`AtomicU64::store`), each the memory image of the 8 bytes the device sees
+    /// there: the word of `write64(off, v)` is `u64::from_ne_bytes(v.to_be_bytes())`,
+    /// a `write_block64` is eight such words in ascending order. Creating the
+    /// pointer is safe; storing through it is the caller's `unsafe`, with this
+    /// contract as its proof.
+    fn direct_reg(&self, off: usize, len: usize) -> Option<NonNull<AtomicU64>> {
+        let _ = (off, len);
+        None
+    }
 
     /// Orders earlier stores to DMA memory before the following MMIO write.
     #[inline(always)]
@@ -257,6 +277,18 @@ impl Bus for MemBus {
         }
     }
 
+    /// BAR0's words themselves (plain memory): `write64` and `write_block64` are
+    /// relaxed stores of the same words, so direct stores are equivalent.
+    fn direct_reg(&self, off: usize, len: usize) -> Option<NonNull<AtomicU64>> {
+        if !off.is_multiple_of(8) || !len.is_multiple_of(8) || len == 0 {
+            return None;
+        }
+        let words = self.bar.get(off / 8..off.checked_add(len)? / 8)?;
+        // A pointer to the whole range (not to its first word), so that it may
+        // address every word of it.
+        Some(NonNull::from(words).cast())
+    }
+
     fn dma_map(&self, vaddr: usize, len: usize, perm: DmaPerm) -> Result<u64, BusError> {
         if len == 0 || vaddr.checked_add(len).is_none() {
             return Err(BusError::BadRange { vaddr, len });
@@ -327,6 +359,20 @@ mod tests {
             bus.read32(0xa00),
             0,
             "the dword before the block is untouched"
+        );
+    }
+
+    #[test]
+    fn direct_registers_are_checked_and_address_the_bar() {
+        let bus = MemBus::new(8192);
+        assert!(bus.direct_reg(0x804, 8).is_none(), "misaligned");
+        assert!(bus.direct_reg(0x800, 12).is_none(), "not whole words");
+        assert!(bus.direct_reg(8192 - 8, 16).is_none(), "past the end");
+        assert!(bus.direct_reg(usize::MAX - 7, 8).is_none(), "wraps");
+        let p = bus.direct_reg(0x1800, 0x200).expect("inside BAR0");
+        assert_eq!(
+            p.as_ptr() as usize,
+            &bus.bar[0x300] as *const AtomicU64 as usize
         );
     }
 

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 mod fast;
-pub use fast::SqCursor;
+pub use fast::{SqCursor, WqeSlots};
 
 /// Largest SQ in WQEBBs for which 16-bit counter differences stay unambiguous
 /// (`qpc.log_sq_size` cannot describe a larger one anyway).
@@ -329,6 +329,10 @@ pub struct SendQueue<M: QueueMem, D: DoorbellWord> {
     /// the queue never uses BlueFlame (shut up, or register 0): the constant part of
     /// [`use_blueflame`], computed once.
     bf_max_ds: u8,
+    /// The largest inline payload the typed entries write themselves: `max_inline`,
+    /// bounded so that the WQE's DS fits even with a remote address segment
+    /// (`fast::MAX_INLINE_FAST`).
+    max_inline_fast: u32,
 }
 
 impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
@@ -400,6 +404,7 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
             } else {
                 (cfg.bf.buf_size / 16).min(usize::from(MAX_WQE_DS)) as u8
             },
+            max_inline_fast: cfg.max_inline.min(fast::MAX_INLINE_FAST),
         })
     }
 

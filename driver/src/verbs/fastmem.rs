@@ -16,6 +16,8 @@
 //! A [`FastMem`] is private to the rings of one QP or CQ, which the verbs objects
 //! reach only through `&mut self`; no two threads use it at once.
 
+use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -422,5 +424,319 @@ impl CqeAt<'_> {
         const { assert!(BACK < CQE_STRIDE) };
         // SAFETY: as in `raw32`: `at - BACK` is inside the entry.
         unsafe { self.at.sub(BACK).read() }
+    }
+}
+
+/// The send ring of a QP as the typed entries ([`SendBatch`](super::SendBatch)) write
+/// it, with every bound proved once, here, at creation instead of per store:
+///
+/// * the ring holds `mask + 1` WQEBBs (a power of two) of 64 bytes, and a WQE
+///   index's slot is `index & mask`, so its first WQEBB is always inside the ring;
+/// * the `wr_id` table has `mask + 1` entries, so `index & mask` is always inside it;
+/// * the doorbell register, when the bus lets the driver store to it directly
+///   ([`Bus::direct_reg`]), is `reg_len` bytes of words; each store checks its offset
+///   against that length (one compare; the offset is the BlueFlame half in use).
+///
+/// The owner keeps the ring's DMA buffer, the `wr_id` table and the bus alive;
+/// [`SqSlots::view`] hands out a [`Slots`] copy of the pointers for one batch,
+/// borrowed from the owner, so that a list of posts keeps them in registers (stores
+/// through raw pointers would otherwise force the compiler to reload them from the
+/// queue after each WQE).
+pub(crate) struct SqSlots<B: Bus> {
+    ring: NonNull<u8>,
+    ids: NonNull<AtomicU64>,
+    mask: u32,
+    /// The direct register, or a dangling pointer when `reg_words` is 0.
+    reg: NonNull<AtomicU64>,
+    /// Words of the direct register; 0 when the bus offers none.
+    reg_words: usize,
+    _buf: Arc<DmaBuf<B>>,
+    _ids: Arc<[AtomicU64]>,
+    _bus: Arc<B>,
+}
+
+// SAFETY: the owner keeps its allocations alive (the Arcs); the ring bytes are used
+// as `FastMem`'s are (module doc: written only by the QP's owner, through `&mut` of
+// the QP), the `wr_id` table and the register words only atomically.
+unsafe impl<B: Bus> Send for SqSlots<B> {}
+// SAFETY: as for `Send`; a shared `SqSlots` is only used through the `&mut` of the QP
+// that owns it (its batch), so two threads never write the ring through it at once.
+unsafe impl<B: Bus> Sync for SqSlots<B> {}
+
+impl<B: Bus> SqSlots<B> {
+    /// The send ring of `wqebbs` WQEBBs at byte `off` of `buf`, its `wr_id` table
+    /// `ids`, and the doorbell register of `reg_len` bytes at BAR0 offset `reg` of
+    /// `bus` (used directly only if the bus allows it). `None` unless `wqebbs` is a
+    /// power of two, the ring lies inside `buf` and the table has `wqebbs` entries.
+    pub(crate) fn new(
+        buf: &Arc<DmaBuf<B>>,
+        off: usize,
+        wqebbs: u32,
+        ids: &Arc<[AtomicU64]>,
+        bus: &Arc<B>,
+        reg: usize,
+        reg_len: usize,
+    ) -> Option<Self> {
+        if !wqebbs.is_power_of_two() || ids.len() != wqebbs as usize {
+            return None;
+        }
+        let end = off.checked_add((wqebbs as usize).checked_mul(64)?)?;
+        if end > buf.len() {
+            return None;
+        }
+        let (reg, reg_words) = match bus.direct_reg(reg, reg_len) {
+            Some(p) => (p, reg_len / 8),
+            // Never dereferenced: every store checks its word against `reg_words`.
+            None => (NonNull::dangling(), 0),
+        };
+        Some(SqSlots {
+            // In bounds: checked above (`wrapping_add` needs no unsafe).
+            ring: NonNull::new(buf.as_ptr().wrapping_add(off))?,
+            // A pointer to the whole table, so that it may address every entry.
+            ids: NonNull::from(&ids[..]).cast(),
+            mask: wqebbs - 1,
+            reg,
+            reg_words,
+            _buf: Arc::clone(buf),
+            _ids: Arc::clone(ids),
+            _bus: Arc::clone(bus),
+        })
+    }
+
+    /// A copy of the pointers for one batch (see the type's documentation).
+    #[inline(always)]
+    pub(crate) fn view(&self) -> Slots<'_> {
+        Slots {
+            ring: self.ring,
+            ids: self.ids,
+            mask: self.mask,
+            reg: self.reg,
+            reg_words: self.reg_words,
+            _owner: PhantomData,
+        }
+    }
+}
+
+/// The pointers of a [`SqSlots`], copied for one batch and borrowed from it (so it
+/// cannot outlive the memory). Every access is in bounds by the owner's invariants:
+/// see each method.
+#[derive(Clone, Copy)]
+pub(crate) struct Slots<'a> {
+    ring: NonNull<u8>,
+    ids: NonNull<AtomicU64>,
+    mask: u32,
+    reg: NonNull<AtomicU64>,
+    reg_words: usize,
+    _owner: PhantomData<&'a ()>,
+}
+
+impl Slots<'_> {
+    /// Byte offset of the slot of WQE index `index`: at most `mask * 64`, so the
+    /// 64 bytes from there are inside the ring (`(mask + 1) * 64` bytes).
+    #[inline(always)]
+    fn slot(self, index: u16) -> usize {
+        (u32::from(index) & self.mask) as usize
+    }
+
+    /// Stores `wr_id` in the table entry of `slot` (`slot <= mask`: in bounds).
+    #[inline(always)]
+    fn store_wr_id(self, slot: usize, wr_id: u64) {
+        debug_assert!(slot <= self.mask as usize);
+        // SAFETY: `slot <= mask` (from `Slots::slot`) and the table has `mask + 1`
+        // entries (checked in `SqSlots::new`), kept alive by the owner this view
+        // borrows; the entries are only accessed atomically.
+        unsafe { (*self.ids.as_ptr().add(slot)).store(wr_id, Ordering::Relaxed) }
+    }
+}
+
+impl crate::ring::WqeSlots for Slots<'_> {
+    #[inline(always)]
+    fn put<const N: usize>(self, index: u16, segs: &[[u8; 16]; N], wr_id: u64) {
+        const { assert!(N >= 1 && N <= 4, "a WQE's leading segments fill one WQEBB") };
+        let slot = self.slot(index);
+        // SAFETY: `slot * 64 + 16 * N <= mask * 64 + 64`, inside the ring of
+        // `(mask + 1) * 64` bytes (`SqSlots::new`), which the owner keeps alive; no
+        // Rust reference points into it; `[[u8; 16]; N]` has alignment 1; the slot
+        // belongs to the driver until the doorbell (module doc).
+        unsafe {
+            self.ring
+                .as_ptr()
+                .add(slot * 64)
+                .cast::<[[u8; 16]; N]>()
+                .write_unaligned(*segs)
+        }
+        self.store_wr_id(slot, wr_id);
+    }
+
+    #[inline(always)]
+    fn put_inline<const N: usize>(
+        self,
+        index: u16,
+        segs: &[[u8; 16]; N],
+        data: &[u8],
+        wr_id: u64,
+    ) -> bool {
+        const { assert!(N >= 1 && N <= 3, "leading segments before an inline part") };
+        let slot = self.slot(index);
+        let start = slot * 64;
+        let hdr = start + 16 * N;
+        // The bound, which is also the rule "an inline WQE written here does not
+        // cross the ring end" (the general writer splits those): the header and the
+        // payload end inside the ring.
+        let ring_len = (self.mask as usize + 1) * 64;
+        if data.len() > ring_len - hdr - 4 {
+            return false;
+        }
+        let len = data.len() as u32 | ferroverbs_hw::datapath::wqe::MLX5_INLINE_SEG;
+        // SAFETY: `start + 16 * N <= mask * 64 + 48` and `hdr + 4 + data.len() <=
+        // ring_len` (checked just above), inside the ring the owner keeps alive; no
+        // Rust reference points into it; unaligned stores of alignment-1 arrays; the
+        // slots belong to the driver until the doorbell (module doc).
+        unsafe {
+            let base = self.ring.as_ptr();
+            base.add(start)
+                .cast::<[[u8; 16]; N]>()
+                .write_unaligned(*segs);
+            base.add(hdr)
+                .cast::<[u8; 4]>()
+                .write_unaligned(len.to_be_bytes());
+            copy_small(base.add(hdr + 4), data);
+        }
+        self.store_wr_id(slot, wr_id);
+        true
+    }
+
+    #[inline(always)]
+    fn head(self, index: u16) -> u64 {
+        let slot = self.slot(index);
+        // SAFETY: the first 8 bytes of a slot, inside the ring (see `put`), which the
+        // owner keeps alive; the driver wrote them and the device only reads them.
+        u64::from_be_bytes(unsafe {
+            self.ring
+                .as_ptr()
+                .add(slot * 64)
+                .cast::<[u8; 8]>()
+                .read_unaligned()
+        })
+    }
+
+    #[inline(always)]
+    fn db64(self, off: usize, value: u64) -> bool {
+        debug_assert!(off.is_multiple_of(8), "doorbell offsets are whole words");
+        let w = off / 8;
+        if w >= self.reg_words {
+            return false;
+        }
+        // SAFETY: `reg` is the bus's direct register of `reg_words` words
+        // (`Bus::direct_reg`: word-aligned, valid while the bus lives, which the owner
+        // keeps alive), and `w < reg_words` (checked; 0 words when there is none, so a
+        // dangling `reg` is never used). A relaxed atomic store of the memory image,
+        // as the contract says.
+        unsafe { (*self.reg.as_ptr().add(w)).store(value.to_be(), Ordering::Relaxed) };
+        true
+    }
+
+    #[inline(always)]
+    fn blueflame(self, index: u16, wqebbs: u16, off: usize) -> bool {
+        debug_assert!(off.is_multiple_of(8), "BlueFlame offsets are whole words");
+        let n = usize::from(wqebbs);
+        let w0 = off / 8;
+        if w0 + n * 8 > self.reg_words {
+            return false;
+        }
+        let base = self.ring.as_ptr();
+        for k in 0..n {
+            let slot = self.slot(index.wrapping_add(k as u16));
+            for w in 0..8 {
+                // SAFETY: the source is word `w` of a slot, inside the ring (see `put`);
+                // the destination word `w0 + 8k + w < w0 + 8n <= reg_words` is inside
+                // the register (checked), valid while the bus lives
+                // (`Bus::direct_reg`); relaxed atomic stores of the memory image, in
+                // ascending order.
+                unsafe {
+                    let v = base.add(slot * 64 + w * 8).cast::<u64>().read_unaligned();
+                    (*self.reg.as_ptr().add(w0 + k * 8 + w)).store(v, Ordering::Relaxed);
+                }
+            }
+        }
+        true
+    }
+}
+
+/// Copies `src` to `dst` with fixed-size moves (no call of the C library's `memcpy`:
+/// an inline payload is at most a few hundred bytes, usually 64 or fewer). Overlapping
+/// moves rewrite some bytes with the same values; no byte outside
+/// `dst..dst + src.len()` is written.
+///
+/// # Safety
+/// `dst..dst + src.len()` must be valid for writes and not overlap `src`.
+#[inline(always)]
+unsafe fn copy_small(dst: *mut u8, src: &[u8]) {
+    let n = src.len();
+    let s = src.as_ptr();
+    // SAFETY (every move below): the source range is inside `src` (each case names
+    // the bound on `n` it relies on), the destination the same offsets of `dst`,
+    // valid by the caller's contract; unaligned loads and stores of byte arrays.
+    unsafe {
+        let mv16 = |at: usize| {
+            dst.add(at)
+                .cast::<[u8; 16]>()
+                .write_unaligned(s.add(at).cast::<[u8; 16]>().read_unaligned())
+        };
+        if n > 64 {
+            // 64 < n: 32-byte steps, then the last 32 bytes (overlapping).
+            let mut at = 0;
+            while at + 32 < n {
+                mv16(at);
+                mv16(at + 16);
+                at += 32;
+            }
+            mv16(n - 32);
+            mv16(n - 16);
+        } else if n > 32 {
+            // 32 < n <= 64: the first 32 bytes and the last 32 (overlapping).
+            mv16(0);
+            mv16(16);
+            mv16(n - 32);
+            mv16(n - 16);
+        } else if n >= 16 {
+            mv16(0);
+            mv16(n - 16);
+        } else if n >= 8 {
+            let a = s.cast::<[u8; 8]>().read_unaligned();
+            let b = s.add(n - 8).cast::<[u8; 8]>().read_unaligned();
+            dst.cast::<[u8; 8]>().write_unaligned(a);
+            dst.add(n - 8).cast::<[u8; 8]>().write_unaligned(b);
+        } else if n >= 4 {
+            let a = s.cast::<[u8; 4]>().read_unaligned();
+            let b = s.add(n - 4).cast::<[u8; 4]>().read_unaligned();
+            dst.cast::<[u8; 4]>().write_unaligned(a);
+            dst.add(n - 4).cast::<[u8; 4]>().write_unaligned(b);
+        } else if n > 0 {
+            // 1..=3 bytes: the first, the middle and the last.
+            *dst = *s;
+            *dst.add(n / 2) = *s.add(n / 2);
+            *dst.add(n - 1) = *s.add(n - 1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_small;
+
+    #[test]
+    fn copy_small_writes_exactly_the_payload() {
+        let src: Vec<u8> = (0..300u32).map(|i| (i * 7 + 1) as u8).collect();
+        for n in 0..=300 {
+            for at in [0usize, 3, 20] {
+                let mut dst = vec![0xaau8; 340];
+                // SAFETY: `at + n <= 320 < 340` bytes of a distinct buffer.
+                unsafe { copy_small(dst.as_mut_ptr().add(at), &src[..n]) };
+                assert_eq!(&dst[at..at + n], &src[..n], "n {n} at {at}");
+                assert!(dst[..at].iter().all(|&b| b == 0xaa), "before, n {n}");
+                assert!(dst[at + n..].iter().all(|&b| b == 0xaa), "after, n {n}");
+            }
+        }
     }
 }

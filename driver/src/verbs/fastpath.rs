@@ -37,6 +37,7 @@ use ferroverbs_hw::datapath::uar::{bf_buf_size, bfreg_offset, uar_bar_offset};
 use ferroverbs_hw::{Bus, DmaPerm};
 
 use super::cq::Poller;
+use super::fastmem::SqSlots;
 use super::qp::{geometry, Limits, Queues};
 use super::{BadWr, QpCap, QpState, RecvWr, Result, SendWr, WorkCompletion};
 use crate::dma::DmaBuf;
@@ -49,6 +50,7 @@ pub const DETACHED_UAR: u32 = 1;
 /// ringing BlueFlame register 0 of UAR [`DETACHED_UAR`] (512-byte register).
 pub struct DetachedQp<B: Bus> {
     q: Queues<B>,
+    sq_slots: SqSlots<B>,
 }
 
 impl<B: Bus> DetachedQp<B> {
@@ -62,7 +64,8 @@ impl<B: Bus> DetachedQp<B> {
             index: 1,
         };
         let q = Queues::new(buf, geo, qpn, bf, sq_sig_all, false, true, Arc::clone(bus))?;
-        Ok(DetachedQp { q })
+        let sq_slots = q.sq_slots()?;
+        Ok(DetachedQp { q, sq_slots })
     }
 
     /// Like [`DetachedQp::new`], but on a register without BlueFlame (rdma-core's
@@ -77,7 +80,8 @@ impl<B: Bus> DetachedQp<B> {
             index: 1,
         };
         let q = Queues::new(buf, geo, qpn, bf, sq_sig_all, true, true, Arc::clone(bus))?;
-        Ok(DetachedQp { q })
+        let sq_slots = q.sq_slots()?;
+        Ok(DetachedQp { q, sq_slots })
     }
 
     /// Sets the state (no firmware: only what the post paths check).
@@ -127,10 +131,16 @@ impl<B: Bus> DetachedQp<B> {
         self.q.buf.read_be32(off)
     }
 
+    /// The high-water mark of the SQ depth in WQEBBs
+    /// ([`QpCounters::sq_depth_hwm`](super::QpCounters::sq_depth_hwm)).
+    pub fn sq_depth_hwm(&self) -> u32 {
+        u32::from(self.q.sq_hwm)
+    }
+
     /// [`QueuePair::post`](super::QueuePair::post): a batch of typed send requests.
     #[inline(always)]
     pub fn post(&mut self) -> std::result::Result<super::SendBatch<'_, B>, super::PostError> {
-        self.q.batch()
+        self.q.batch(&self.sq_slots)
     }
 
     /// [`QueuePair::post_recv`](super::QueuePair::post_recv).

@@ -45,6 +45,7 @@ use ferroverbs_hw::datapath::wqe::{
 };
 use ferroverbs_hw::Bus;
 
+use super::fastmem::{Slots, SqSlots};
 use super::qp::Queues;
 use super::{PostError, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge};
 use crate::ring;
@@ -56,20 +57,24 @@ use crate::ring;
 /// posted; the requests before it stay in the batch.
 pub struct SendBatch<'q, B: Bus> {
     q: &'q mut Queues<B>,
-    c: ring::SqCursor,
+    c: ring::SqCursor<Slots<'q>>,
 }
 
 impl<B: Bus> Queues<B> {
-    /// Opens a batch: the state check (RTS or SQD... as `post_send`) and the QP type.
+    /// Opens a batch: the state check (RTS or SQD... as `post_send`) and the QP type;
+    /// `slots` is this QP's send ring ([`Queues::sq_slots`]).
     #[inline(always)]
-    pub(crate) fn batch(&mut self) -> Result<SendBatch<'_, B>, PostError> {
+    pub(crate) fn batch<'q>(
+        &'q mut self,
+        slots: &'q SqSlots<B>,
+    ) -> Result<SendBatch<'q, B>, PostError> {
         if !self.state.can_send() {
             return Err(invalid_state(self));
         }
         if !self.sq.fast_entries() {
             return Err(PostError::AddressMismatch);
         }
-        let c = self.sq.cursor();
+        let c = self.sq.cursor(slots.view());
         Ok(SendBatch { q: self, c })
     }
 }
@@ -185,9 +190,9 @@ impl<B: Bus> SendBatch<'_, B> {
         // No drop glue on this path: the batch is published here, once.
         let mut me = std::mem::ManuallyDrop::new(self);
         let SendBatch { q, c } = &mut *me;
-        let n = c.count();
+        let (n, last, cur) = (c.count(), c.last(), c.next_index());
         if q.sq.publish(&*q.bus, c).is_some() {
-            q.note_posted(n);
+            q.note_posted(n, last, cur);
         }
     }
 
@@ -206,11 +211,7 @@ impl<B: Bus> SendBatch<'_, B> {
         flags: SendFlags,
         imm: u32,
     ) -> Result<(), PostError> {
-        if self
-            .q
-            .sq
-            .put_sge(&mut self.c, opcode, wr_id, sge, remote, flags, imm)
-        {
+        if self.c.put_sge(opcode, wr_id, sge, remote, flags, imm) {
             return Ok(());
         }
         let wr = SendWr {
@@ -246,11 +247,7 @@ impl<B: Bus> SendBatch<'_, B> {
         flags: SendFlags,
         imm: u32,
     ) -> Result<(), PostError> {
-        if self
-            .q
-            .sq
-            .put_inline(&mut self.c, opcode, wr_id, data, remote, flags, imm)
-        {
+        if self.c.put_inline(opcode, wr_id, data, remote, flags, imm) {
             return Ok(());
         }
         let parts = [data];
@@ -272,13 +269,14 @@ fn general<B: Bus>(q: &mut Queues<B>, wr: &SendWr<'_>) -> Result<u16, PostError>
 }
 
 /// Publishes a batch dropped without [`SendBatch::ring`] (out of line, so that the
-/// drop glue stays small and the cursor stays in registers).
+/// drop glue stays small; the cursor goes by value, a copy, so that on the fast path
+/// it never leaves registers).
 #[cold]
 #[inline(never)]
-fn publish_dropped<B: Bus>(q: &mut Queues<B>, counters: [u16; 4], nreq: u32) {
-    let mut c = ring::SqCursor::from_parts(counters, nreq);
+fn publish_dropped<B: Bus>(q: &mut Queues<B>, mut c: ring::SqCursor<Slots<'_>>) {
+    let (nreq, last, cur) = (c.count(), c.last(), c.next_index());
     if q.sq.publish(&*q.bus, &mut c).is_some() {
-        q.note_posted(nreq);
+        q.note_posted(nreq, last, cur);
     }
 }
 
@@ -286,8 +284,7 @@ impl<B: Bus> Drop for SendBatch<'_, B> {
     #[inline(always)]
     fn drop(&mut self) {
         if !self.c.is_empty() {
-            let (counters, nreq) = self.c.parts();
-            publish_dropped(self.q, counters, nreq);
+            publish_dropped(self.q, self.c);
         }
     }
 }
@@ -664,6 +661,121 @@ mod tests {
                 max: max as u32
             })
         );
+    }
+
+    /// The depth high-water mark, kept at each doorbell with the previous post's last
+    /// WQE as a shortcut, against a model: the depth after each post is the producer
+    /// counter minus the end of the last completed WQE. Batches of 1-4 requests of
+    /// 1-4 WQEBBs (inline payloads) through both entries, completions of the previous
+    /// post's last WQE (the shortcut), of an earlier one, or none.
+    #[test]
+    fn the_depth_high_water_mark_is_exact() {
+        let cap = QpCap {
+            max_send_wr: 64,
+            max_inline_data: 200,
+            ..QpCap::default()
+        };
+        let mut s = side(&cap, true);
+        let mut x = 7u64;
+        let mut next = move |n: u64| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (x >> 33) % n
+        };
+        let sge = Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 5,
+        };
+        let payload = [0x3c; 200];
+        // Outstanding WQEs (index, end), oldest first; the end of the last completed.
+        let mut outstanding: Vec<(u16, u16)> = Vec::new();
+        let mut tail = 0u16;
+        let mut hwm = 0u16;
+        for round in 0..2000u32 {
+            // Room: keep at least 16 WQEBBs free (4 requests of up to 4 WQEBBs).
+            while s.qp.next_send_index().wrapping_sub(tail) > 64 - 16 {
+                let (index, end) = outstanding.remove(0);
+                let k = next(outstanding.len() as u64 + 1) as usize;
+                let (index, end) = if k == 0 {
+                    (index, end)
+                } else {
+                    outstanding.drain(..k).last().unwrap()
+                };
+                s.cq.produce_send(QPN, index, MLX5_OPCODE_SEND);
+                assert!(s.cq.poll_one().is_some());
+                tail = end;
+            }
+            let n = 1 + next(4) as usize;
+            let lens: Vec<usize> = (0..n)
+                .map(|_| [0, 10, 60, 120, 190][next(5) as usize])
+                .collect();
+            if round % 3 == 0 {
+                // post_send, one list.
+                let parts: Vec<[&[u8]; 1]> = lens.iter().map(|&l| [&payload[..l]]).collect();
+                let sges = [sge];
+                let wrs: Vec<SendWr<'_>> = lens
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &l)| {
+                        if l == 0 {
+                            SendWr::send(k as u64, &sges)
+                        } else {
+                            SendWr::send_inline(k as u64, &parts[k])
+                        }
+                    })
+                    .collect();
+                // The WQE ends, from the sizes the general writer gives them.
+                let mut at = s.qp.next_send_index();
+                for &l in &lens {
+                    let ds = if l == 0 { 2 } else { 1 + inline_ds_of(l) };
+                    let end = at.wrapping_add(ds.div_ceil(4));
+                    outstanding.push((at, end));
+                    at = end;
+                }
+                s.qp.post_send(&wrs).unwrap();
+                assert_eq!(s.qp.next_send_index(), at);
+            } else {
+                let mut b = s.qp.post().unwrap();
+                for (k, &l) in lens.iter().enumerate() {
+                    let at = b.next_index();
+                    if l == 0 {
+                        b.send(k as u64, &sge, SendFlags::NONE).unwrap();
+                    } else {
+                        b.send_inline(k as u64, &payload[..l], SendFlags::NONE)
+                            .unwrap();
+                    }
+                    outstanding.push((at, b.next_index()));
+                }
+                b.ring();
+            }
+            hwm = hwm.max(s.qp.next_send_index().wrapping_sub(tail));
+            assert_eq!(s.qp.sq_depth_hwm(), u32::from(hwm), "round {round}");
+            // Sometimes complete the last WQE of this post (the next post then takes
+            // the shortcut), sometimes an earlier one, sometimes nothing.
+            match next(3) {
+                0 => {
+                    let (index, end) = *outstanding.last().unwrap();
+                    s.cq.produce_send(QPN, index, MLX5_OPCODE_SEND);
+                    assert!(s.cq.poll_one().is_some());
+                    outstanding.clear();
+                    tail = end;
+                }
+                1 if outstanding.len() > 1 => {
+                    let (index, end) = outstanding.remove(0);
+                    s.cq.produce_send(QPN, index, MLX5_OPCODE_SEND);
+                    assert!(s.cq.poll_one().is_some());
+                    tail = end;
+                }
+                _ => {}
+            }
+        }
+        assert!(hwm > 20, "the mark moved: {hwm}");
+    }
+
+    fn inline_ds_of(len: usize) -> u16 {
+        ferroverbs_hw::datapath::wqe::inline_ds(len) as u16
     }
 
     #[test]

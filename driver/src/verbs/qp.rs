@@ -33,7 +33,7 @@ use ferroverbs_hw::{Bus, DmaPerm};
 
 use super::attr::{ceil_log2, mtu_from_qpc};
 use super::cq::CqCore;
-use super::fastmem::{FastMem, FastWord, WrIdTable};
+use super::fastmem::{FastMem, FastWord, SqSlots, WrIdTable};
 use super::srq::{SharedReceiveQueue, SrqShared};
 use super::{
     exec, AccessFlags, AddressVector, CompletionQueue, Error, Pd, QpAttr, QpInfo, QpState, RecvWr,
@@ -526,6 +526,8 @@ pub(crate) fn geometry_with(limits: &Limits, cap: &QpCap, ovh: u32) -> Result<Ge
 /// Dropping it issues `DESTROY_QP` and releases its UAR and memory.
 pub struct QueuePair<'a, B: Bus> {
     pub(super) q: Queues<B>,
+    /// The send ring as the typed entries write it (bounds proved once).
+    sq_slots: SqSlots<B>,
     qpn: u32,
     uar: u32,
     /// The QP's own Q counter set (0: none).
@@ -560,6 +562,10 @@ pub(crate) struct Queues<B: Bus> {
     pub(super) posted: u64,
     /// High-water mark of the WQEBBs outstanding after a post (counters).
     pub(super) sq_hwm: u16,
+    /// `DONE | index` of the last WQE of the latest post and where it ended (the
+    /// `cur_post` after it), for the high-water mark (`note_posted`); `(0, 0)` after
+    /// (re)start.
+    pub(super) hwm_prev: (u32, u16),
 }
 
 impl<B: Bus> std::fmt::Debug for QueuePair<'_, B> {
@@ -718,8 +724,10 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         if !Arc::ptr_eq(init.send_cq.core(), init.recv_cq.core()) {
             init.recv_cq.attach(Arc::clone(&q.shared));
         }
+        let sq_slots = q.sq_slots()?;
         Ok(QueuePair {
             q,
+            sq_slots,
             qpn,
             uar,
             counter_set,
@@ -786,7 +794,27 @@ impl<B: Bus> Queues<B> {
             max_msg: u32::MAX,
             posted: 0,
             sq_hwm: 0,
+            hwm_prev: (0, 0),
         })
+    }
+
+    /// The send ring, its `wr_id` table and its doorbell register as the typed entries
+    /// write them ([`SqSlots`]: bounds proved once, here). The ring's memory never
+    /// moves: a restart rebuilds the ring writers over the same buffer and table.
+    pub(crate) fn sq_slots(&self) -> Result<SqSlots<B>> {
+        let bf = self.sq_cfg.bf;
+        // The doorbell goes to `reg + 0` or `reg + buf_size` (the halves alternate).
+        let reg_len = if bf.buf_size == 0 { 8 } else { 2 * bf.buf_size };
+        SqSlots::new(
+            &self.buf,
+            self.geo.rq_bytes(),
+            self.geo.sq_wqebbs,
+            &self.shared.sq_wr_id,
+            &self.bus,
+            bf.reg,
+            reg_len,
+        )
+        .ok_or(Error::InvalidArgument("QP geometry"))
     }
 
     /// Makes the send ring write WQEs for transport `ty` (before any post).
@@ -875,7 +903,7 @@ impl<B: Bus> Queues<B> {
         }
         if nreq != 0 {
             self.sq.doorbell(&*self.bus, nreq, &last);
-            self.note_posted(nreq);
+            self.note_posted(nreq, last.index(), self.sq.cur_post());
         }
         res
     }
@@ -971,6 +999,7 @@ impl<B: Bus> Queues<B> {
         self.shared.rq_done.store(0, Ordering::Release);
         self.sq_seen = 0;
         self.rq_tail = 0;
+        self.hwm_prev = (0, 0);
         Ok(())
     }
 }
@@ -1074,7 +1103,7 @@ impl<'a, B: Bus> QueuePair<'a, B> {
     /// state forbids sending.
     #[inline(always)]
     pub fn post(&mut self) -> std::result::Result<super::SendBatch<'_, B>, PostError> {
-        self.q.batch()
+        self.q.batch(&self.sq_slots)
     }
 
     /// Posts a list of send requests and rings one doorbell for them (the BlueFlame

@@ -3,29 +3,69 @@
 //! `mlx5dv_wr_*` are the model).
 //!
 //! A batch is a [`SqCursor`] opened with [`SendQueue::cursor`]: it holds the next WQE
-//! index, the room left and what the doorbell will need, so that a list of WQEs
-//! keeps all of it in registers; [`SendQueue::publish`] writes the producer counter
-//! back and rings the doorbell once ([`SendQueue::doorbell`], the same sequence as
-//! [`SendQueue::post_list`]).
+//! index, the room left, what the doorbell will need, and a copy of everything about
+//! the queue that does not change during a batch (the ring's slots and `wr_id` table
+//! as a [`WqeSlots`], the QPN half of the control segment, the `fm_ce_se` of
+//! `sq_sig_all`, `max_inline`), so that a list of WQEs keeps all of it in registers
+//! (the queue itself may be changed by an out-of-line call of the general writer in
+//! the same loop, which would make the compiler reload its fields after every WQE);
+//! [`SendQueue::publish`] writes the producer counter back and rings the doorbell once
+//! (the sequence of [`SendQueue::doorbell`]).
 //!
-//! Everything that does not change per WQE comes from the queue: the QPN half of the
-//! control segment (`qpn_ds`), the `fm_ce_se` of `sq_sig_all`, the ring mask. Each
-//! entry checks its shape and the room once and, when they hold, writes the WQE's
-//! leading segments with one bounds check for the whole span
-//! ([`QueueMem::write_segs`]); the bytes are exactly those of the general writer
-//! ([`SendQueue::write_wqe`]) for the same request. When a check fails the entry
-//! writes nothing and returns `false`; the caller then hands the request, as a
-//! [`SendWr`], to the general writer, which writes it or reports why not (a zero
-//! length, a full queue, inline data too large, a WQE crossing the ring end).
+//! Each entry checks its shape and the room once and, when they hold, writes the
+//! WQE's leading segments and its `wr_id` through [`WqeSlots`], whose bounds were
+//! proved once for the queue (slot = index & mask of a ring of mask + 1 WQEBBs); the
+//! bytes are exactly those of the general writer ([`SendQueue::write_wqe`]) for the
+//! same request. When a check fails the entry writes nothing and returns `false`; the
+//! caller then hands the request, as a [`SendWr`], to the general writer, which writes
+//! it or reports why not (a zero length, a full queue, inline data too large, a WQE
+//! crossing the ring end).
 
 use super::*;
 
+/// The send ring's memory as the typed entries write it: WQEBB slots and the `wr_id`
+/// table addressed by WQE index (slot `index & mask`), with their bounds proved once
+/// for the queue, and the doorbell register when the bus lets the driver store to it
+/// directly. Implemented by the driver's `verbs::fastmem` (the unsafe stores live
+/// there); a `Copy` handle kept in registers for a batch.
+pub trait WqeSlots: Copy {
+    /// Writes the `N` leading 16-byte segments (at most one WQEBB) of the WQE at
+    /// `index` and records its `wr_id`.
+    fn put<const N: usize>(self, index: u16, segs: &[[u8; 16]; N], wr_id: u64);
+
+    /// Writes the `N` leading segments of the WQE at `index`, then the inline header
+    /// (`data.len() | MLX5_INLINE_SEG`, big-endian) and `data` from byte 4 after them
+    /// (the padding to the next 16 bytes left as it was), and records its `wr_id`;
+    /// `false`, with nothing written, when the payload would cross the ring end.
+    fn put_inline<const N: usize>(
+        self,
+        index: u16,
+        segs: &[[u8; 16]; N],
+        data: &[u8],
+        wr_id: u64,
+    ) -> bool;
+
+    /// The first 8 bytes of the WQE at `index` (its control segment's head), as
+    /// [`Bus::write64`] takes them.
+    fn head(self, index: u16) -> u64;
+
+    /// Stores the 8-byte doorbell `value` (as [`Bus::write64`] takes it) at byte
+    /// `off` of the QP's BlueFlame register directly; `false` when the bus offers no
+    /// direct register (then the caller calls [`Bus::write64`]).
+    fn db64(self, off: usize, value: u64) -> bool;
+
+    /// Copies the `wqebbs` WQEBBs of the WQE at `index` (wrapping at the ring end)
+    /// to byte `off` of the BlueFlame register directly, in ascending 8-byte
+    /// stores; `false` when the bus offers no direct register.
+    fn blueflame(self, index: u16, wqebbs: u16, off: usize) -> bool;
+}
+
 /// An open batch of WQEs (see the module documentation): between
 /// [`SendQueue::cursor`] and [`SendQueue::publish`] the cursor, not the queue,
-/// holds the producer counter. Four 16-bit counters and a count of WQEs, so that a
-/// loop of posts keeps them in registers.
+/// holds the producer counter. Four 16-bit counters, a count of WQEs and the batch's
+/// copies of the queue's constants, so that a loop of posts keeps them in registers.
 #[derive(Clone, Copy, Debug)]
-pub struct SqCursor {
+pub struct SqCursor<S> {
     /// The index of the batch's first WQE (where the cursor was opened).
     start: u16,
     /// The next WQE's index.
@@ -37,9 +77,19 @@ pub struct SqCursor {
     last: u16,
     /// WQEs written in the batch.
     nreq: u32,
+    /// The ring's slots.
+    slots: S,
+    /// `qpn << 8` of the control segment (its second word, without the DS).
+    qpn_ds: u32,
+    /// `fm_ce_se` of `sq_sig_all`.
+    fm_ce_se: u8,
+    /// The largest inline payload the typed entries write themselves: `max_inline`,
+    /// and small enough that the WQE's DS fits [`MAX_WQE_DS`] even with a remote
+    /// address segment.
+    max_inline: u32,
 }
 
-impl SqCursor {
+impl<S> SqCursor<S> {
     /// Whether the batch wrote anything.
     #[inline(always)]
     pub fn is_empty(&self) -> bool {
@@ -47,8 +97,15 @@ impl SqCursor {
     }
 
     /// The index the next WQE gets.
+    #[inline(always)]
     pub fn next_index(&self) -> u16 {
         self.index
+    }
+
+    /// The index of the batch's last WQE (meaningful when the batch is not empty).
+    #[inline(always)]
+    pub fn last(&self) -> u16 {
+        self.last
     }
 
     /// WQEs written in the batch (since it was opened or last published).
@@ -56,27 +113,11 @@ impl SqCursor {
     pub fn count(&self) -> u32 {
         self.nreq
     }
-
-    /// The counters (first, next, limit, last) and the count, to hand a cursor to an
-    /// out-of-line function as scalars (a cursor passed by value is packed into
-    /// registers, which costs shifts on the fast path).
-    #[inline(always)]
-    pub fn parts(&self) -> ([u16; 4], u32) {
-        ([self.start, self.index, self.limit, self.last], self.nreq)
-    }
-
-    /// The cursor of [`SqCursor::parts`].
-    #[inline(always)]
-    pub fn from_parts([start, index, limit, last]: [u16; 4], nreq: u32) -> SqCursor {
-        SqCursor {
-            start,
-            index,
-            limit,
-            last,
-            nreq,
-        }
-    }
 }
+
+/// The largest inline payload whose WQE (control, remote address, inline header,
+/// payload) still fits [`MAX_WQE_DS`] segments.
+pub(super) const MAX_INLINE_FAST: u32 = (MAX_WQE_DS as u32 - 2) * DS as u32 - 4;
 
 impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     /// Whether the typed entries apply to this queue: a connected QP (RC or UC: no
@@ -86,22 +127,27 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         self.lean || (self.cfg.qp_type == QpType::Uc && self.cfg.max_sge >= 1)
     }
 
-    /// Opens a batch at `cur_post` with the free WQEBBs as its room.
+    /// Opens a batch at `cur_post` with the free WQEBBs as its room, writing through
+    /// `slots` (which must be this queue's ring and `wr_id` table).
     #[inline(always)]
-    pub fn cursor(&self) -> SqCursor {
+    pub fn cursor<S: WqeSlots>(&self, slots: S) -> SqCursor<S> {
         SqCursor {
             start: self.cur_post,
             index: self.cur_post,
             limit: self.tail.wrapping_add(self.cfg.wqe_cnt as u16),
             last: self.cur_post,
             nreq: 0,
+            slots,
+            qpn_ds: self.qpn_ds,
+            fm_ce_se: self.fm_ce_se,
+            max_inline: self.max_inline_fast,
         }
     }
 
     /// Hands the producer counter back to the queue (before a call of the general
     /// writer, or of [`SendQueue::complete`], in the middle of a batch).
     #[inline(always)]
-    pub fn sync_from(&mut self, c: &SqCursor) {
+    pub fn sync_from<S>(&mut self, c: &SqCursor<S>) {
         self.cur_post = c.index;
     }
 
@@ -110,7 +156,7 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     /// index of the WQE that call wrote, if any. Field by field, so that the cursor
     /// can live in registers.
     #[inline(always)]
-    pub fn sync_to(&self, c: &mut SqCursor, written: Option<u16>) {
+    pub fn sync_to<S>(&self, c: &mut SqCursor<S>, written: Option<u16>) {
         c.index = self.cur_post;
         c.limit = self.tail.wrapping_add(self.cfg.wqe_cnt as u16);
         if let Some(w) = written {
@@ -121,40 +167,79 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
 
     /// Publishes a batch: the producer counter goes back to the queue and, when the
     /// batch wrote anything, the doorbell is rung once for it (BlueFlame for a single
-    /// WQE that qualifies). The cursor stays usable for a next batch (empty again).
-    /// Returns what was written to the device.
+    /// WQE that qualifies): the doorbell record, then the 8-byte doorbell or the
+    /// BlueFlame copy of the last WQE, with the barriers of [`SendQueue::doorbell`],
+    /// straight to the register when the bus allows it ([`WqeSlots::db64`]). The
+    /// cursor stays usable for a next batch (empty again). Returns what was written
+    /// to the device.
     #[inline(always)]
-    pub fn publish<B: Bus + ?Sized>(&mut self, bus: &B, c: &mut SqCursor) -> Option<Doorbell> {
-        self.cur_post = c.index;
+    pub fn publish<B: Bus + ?Sized, S: WqeSlots>(
+        &mut self,
+        bus: &B,
+        c: &mut SqCursor<S>,
+    ) -> Option<Doorbell> {
+        let cur = c.index;
+        self.cur_post = cur;
         if c.is_empty() {
             return None;
         }
         let nreq = c.nreq;
         c.nreq = 0;
-        c.start = c.index;
+        c.start = cur;
+        let last = c.last;
         // The last WQE's doorbell data, read back from its control segment (the device
         // only reads the ring).
-        let start = (u32::from(c.last) & self.mask) as usize * BB;
-        let mut head = [0u8; 8];
-        self.buf.read(start, &mut head);
-        let ctrl_head = u64::from_be_bytes(head);
+        let ctrl_head = c.slots.head(last);
         let ds = (ctrl_head & 0x3f) as u8;
-        let last = LastWqe {
-            index: c.last,
-            ds,
-            // Only asked when BlueFlame is not preferred for every WQE.
-            inline: !self.cfg.prefer_bf && self.wqe_is_inline(start, ctrl_head),
-            ctrl_head,
-        };
-        Some(self.doorbell(bus, nreq, &last))
+        // Everything the doorbell needs, read before the barriers (after a compiler
+        // barrier every field would be loaded again).
+        let half = self.bf_offset;
+        self.bf_offset = half ^ self.cfg.bf.buf_size;
+        // `use_blueflame` with its constant part precomputed (`bf_max_ds`); the
+        // inline test only when BlueFlame is not preferred for every WQE.
+        let bf = nreq == 1
+            && ds > 1
+            && ds <= self.bf_max_ds
+            && (self.cfg.prefer_bf || self.wqe_is_inline(last, ctrl_head));
+        let offset = self.cfg.bf.reg + half;
+
+        bus.wmb();
+        self.dbr.store_be32(sq_counter(u32::from(cur)));
+        bus.wmb();
+
+        if bf {
+            let wqebbs = wqebbs_for_ds(ds);
+            if !c.slots.blueflame(last, wqebbs, half) {
+                let last = LastWqe {
+                    index: last,
+                    ds,
+                    inline: true,
+                    ctrl_head,
+                };
+                self.blueflame(bus, offset, &last);
+            }
+            Some(Doorbell::BlueFlame {
+                offset,
+                len: usize::from(wqebbs) * BB,
+            })
+        } else {
+            if !c.slots.db64(half, ctrl_head) {
+                bus.write64(offset, ctrl_head);
+            }
+            Some(Doorbell::Db {
+                offset,
+                value: ctrl_head,
+            })
+        }
     }
 
-    /// Whether the WQE at byte `start` with this control head carries inline data: the
+    /// Whether the WQE at `index` with this control head carries inline data: the
     /// first segment after the control (and remote address) segment has the inline
     /// flag in its byte count. (Typed entries write no atomic or address-vector
     /// segments.)
     #[cold]
-    fn wqe_is_inline(&self, start: usize, ctrl_head: u64) -> bool {
+    fn wqe_is_inline(&self, index: u16, ctrl_head: u64) -> bool {
+        let start = (u32::from(index) & self.mask) as usize * BB;
         let opcode = (ctrl_head >> 32) as u8;
         let remote = matches!(
             opcode,
@@ -171,6 +256,20 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         }
         self.buf.load_be32(off) & MLX5_INLINE_SEG != 0
     }
+}
+
+impl<S: WqeSlots> SqCursor<S> {
+    /// The control segment (`mlx5dv_x86_set_ctrl_seg`) of the WQE at `index`, as
+    /// [`SendQueue::ctrl`] builds it, from the batch's copies of the templates.
+    #[inline(always)]
+    fn ctrl(&self, index: u16, opcode: u8, ds: u8, flags: SendFlags, imm: u32) -> [u8; 16] {
+        let fm_ce_se = self.fm_ce_se | FM_CE_SE[usize::from(flags.0 & 7)];
+        let w0 = (u32::from(index) << 8) | u32::from(opcode);
+        let w1 = self.qpn_ds | u32::from(ds);
+        let ctrl_head = (u64::from(w0) << 32) | u64::from(w1);
+        let ctrl_tail = (u64::from(fm_ce_se) << 32) | u64::from(imm);
+        seg16(ctrl_head, ctrl_tail)
+    }
 
     /// Writes a WQE of `opcode` (SEND, SEND with immediate, RDMA WRITE or RDMA WRITE
     /// with immediate; the caller guarantees one of them, and `remote` exactly for the
@@ -181,8 +280,7 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn put_sge(
-        &self,
-        c: &mut SqCursor,
+        &mut self,
         opcode: u8,
         wr_id: u64,
         sge: &Sge,
@@ -190,39 +288,33 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         flags: SendFlags,
         imm: u32,
     ) -> bool {
-        if c.limit.wrapping_sub(c.index) == 0 || sge.length == 0 {
+        let index = self.index;
+        if self.limit == index || sge.length == 0 {
             return false;
         }
-        let index = c.index;
-        let slot = (u32::from(index) & self.mask) as usize;
-        let start = slot * BB;
         // `struct mlx5_wqe_data_seg`: byte_count, lkey, addr.
         let data = seg16(
             (u64::from(sge.length) << 32) | u64::from(sge.lkey),
             sge.addr,
         );
-        let ds = match remote {
+        match remote {
             None => {
-                let (_, ctrl) = self.ctrl(index, opcode, 2, flags, imm);
-                self.buf.write_segs(start, &[ctrl, data]);
-                2
+                let ctrl = self.ctrl(index, opcode, 2, flags, imm);
+                self.slots.put(index, &[ctrl, data], wr_id);
             }
             Some(r) => {
-                let (_, ctrl) = self.ctrl(index, opcode, 3, flags, imm);
+                let ctrl = self.ctrl(index, opcode, 3, flags, imm);
                 let raddr = seg16(r.addr, u64::from(r.rkey) << 32);
-                self.buf.write_segs(start, &[ctrl, raddr, data]);
-                3
+                self.slots.put(index, &[ctrl, raddr, data], wr_id);
             }
-        };
-        debug_assert_eq!(wqebbs_for_ds(ds), 1);
-        self.wr_id[slot].store(wr_id, Ordering::Relaxed);
-        c.last = index;
-        c.index = index.wrapping_add(1);
-        c.nreq += 1;
+        }
+        self.last = index;
+        self.index = index.wrapping_add(1);
+        self.nreq += 1;
         true
     }
 
-    /// Writes a WQE of `opcode` (as for [`SendQueue::put_sge`]) whose data part is
+    /// Writes a WQE of `opcode` (as for [`SqCursor::put_sge`]) whose data part is
     /// `data`, inline: control segment, remote address segment if any, the inline
     /// header and the payload (the padding to the next 16 bytes left as it was).
     /// `false`, with nothing written, when `data` is empty or longer than
@@ -231,8 +323,7 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn put_inline(
-        &self,
-        c: &mut SqCursor,
+        &mut self,
         opcode: u8,
         wr_id: u64,
         data: &[u8],
@@ -241,38 +332,36 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         imm: u32,
     ) -> bool {
         let len = data.len();
-        if len == 0 || len > self.cfg.max_inline as usize {
+        // One compare for both: 1 <= len <= max_inline.
+        if len.wrapping_sub(1) >= self.max_inline as usize {
             return false;
         }
         let hds = 1 + usize::from(remote.is_some());
-        let ds = hds + inline_ds(len);
-        let wqebbs = wqebbs_for_ds(ds as u8);
-        let index = c.index;
-        let slot = (u32::from(index) & self.mask) as usize;
-        let start = slot * BB;
-        if ds > usize::from(MAX_WQE_DS)
-            || wqebbs > c.limit.wrapping_sub(index)
-            || start + usize::from(wqebbs) * BB > self.ring_len
-        {
+        // `inline_ds` and `wqebbs_for_ds` as shifts (len >= 1); `max_inline` keeps
+        // `ds` within MAX_WQE_DS (see `SendQueue::cursor`).
+        let ds = hds + ((len + 4 + (DS - 1)) >> 4);
+        debug_assert_eq!(ds, hds + inline_ds(len));
+        debug_assert!(ds <= usize::from(MAX_WQE_DS));
+        let wqebbs = ((ds + 3) >> 2) as u16;
+        let ds = ds as u8;
+        let index = self.index;
+        if wqebbs > self.limit.wrapping_sub(index) {
             return false;
         }
-        let ds = ds as u8;
-        let (_, ctrl) = self.ctrl(index, opcode, ds, flags, imm);
-        match remote {
-            None => self.buf.write_segs(start, &[ctrl]),
+        let ctrl = self.ctrl(index, opcode, ds, flags, imm);
+        let written = match remote {
+            None => self.slots.put_inline(index, &[ctrl], data, wr_id),
             Some(r) => {
                 let raddr = seg16(r.addr, u64::from(r.rkey) << 32);
-                self.buf.write_segs(start, &[ctrl, raddr]);
+                self.slots.put_inline(index, &[ctrl, raddr], data, wr_id)
             }
+        };
+        if !written {
+            return false;
         }
-        let off = start + DS * hds;
-        self.buf
-            .write(off, &(len as u32 | MLX5_INLINE_SEG).to_be_bytes());
-        self.buf.write(off + 4, data);
-        self.wr_id[slot].store(wr_id, Ordering::Relaxed);
-        c.last = index;
-        c.index = index.wrapping_add(wqebbs);
-        c.nreq += 1;
+        self.last = index;
+        self.index = index.wrapping_add(wqebbs);
+        self.nreq += 1;
         true
     }
 }
