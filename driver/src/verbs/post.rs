@@ -701,7 +701,7 @@ mod tests {
                 let (index, end) = if k == 0 {
                     (index, end)
                 } else {
-                    outstanding.drain(..k).last().unwrap()
+                    outstanding.drain(..k).next_back().unwrap()
                 };
                 s.cq.produce_send(QPN, index, MLX5_OPCODE_SEND);
                 assert!(s.cq.poll_one().is_some());
