@@ -122,8 +122,11 @@ pub fn set_receive_buffer(sock: &UdpSocket, bytes: usize) {
 pub const RX_BURST: usize = 32;
 
 /// Datagrams one poll of the link reads at most (in bursts of [`RX_BURST`]) before the
-/// device processes them.
-pub const RX_POLL_MAX: usize = 8 * RX_BURST;
+/// device processes them. One burst: the device then processes and acknowledges them
+/// before it reads more, which keeps the ACKs flowing to a bulk sender (one ACK per
+/// burst; reading 256 datagrams before processing halved the ACKs and cost the
+/// 64 KiB WRITE test ~20 % of its throughput, `docs/performance.md` §7.5).
+pub const RX_POLL_MAX: usize = RX_BURST;
 
 /// The MAC address this link gives the NIC at `addr`: `02:00:a:b:c:d` (locally
 /// administered, unicast).

@@ -23,7 +23,9 @@
 //! The devices run threaded by default (`--sim-mode threaded`): the passive side of
 //! an RDMA WRITE, READ or atomic test makes progress with no help from its
 //! application, as a NIC does. With `--sim-mode deterministic` each process steps its
-//! own device whenever it has nothing else to do, the passive server included.
+//! own device whenever it has nothing else to do, the passive server included; a step
+//! reads the UDP socket itself, so the polling thread receives each datagram with no
+//! other thread involved: the fastest round trip (`docs/performance.md` §7.5).
 //!
 //! The client prints what the in-process mode prints. The server prints the
 //! information block and the addresses, and for the ping-pong tests (send-lat,
