@@ -23,7 +23,10 @@
 //! * **Source ports** follow the entropy rule (`rdma_get_udp_sport`, §1.1): the
 //!   transport puts the QP's port (0xC000-0xFFFF) in each frame, and the link sends it
 //!   from a socket bound to that port on the NIC's address (made on first use, at most
-//!   [`MAX_SOURCE_PORTS`]). If such a socket cannot be bound (the port is taken, or the
+//!   [`MAX_SOURCE_PORTS`]), connected to the first destination it sends to (`send`
+//!   skips `sendto`'s route lookup; other destinations get `sendto`, and a send
+//!   refused for an earlier datagram's ICMP error is made again). If such a socket
+//!   cannot be bound (the port is taken, or the
 //!   limit is reached, or [`UdpConfig::entropy_ports`] is off), the datagram leaves from
 //!   the main socket and the link rewrites the frame's source port and ICRC to match
 //!   (counted as `tx_port_fallback`).
@@ -272,14 +275,23 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
+/// A sending socket bound to one source port.
+struct Sender {
+    port: u16,
+    /// `None`: binding failed; use the main socket.
+    sock: Option<UdpSocket>,
+    /// The address it is connected to, if any.
+    peer: Option<SocketAddr>,
+}
+
 struct Inner {
     sock: UdpSocket,
     addr: Ipv4Addr,
     port: u16,
     peer_port: u16,
     entropy: bool,
-    /// Sending sockets by source port (`None`: binding failed; use the main socket).
-    senders: Mutex<Vec<(u16, Option<UdpSocket>)>>,
+    /// Sending sockets by source port.
+    senders: Mutex<Vec<Sender>>,
     pool: Arc<FramePool>,
     rx: Arc<RxQueue>,
     mac: [u8; 6],
@@ -315,8 +327,8 @@ impl Inner {
         let to = SocketAddr::V4(SocketAddrV4::new(dst, self.peer_port));
         let r = {
             let mut senders = lock(&self.senders);
-            let sock = self.sender(&mut senders, sport);
-            let sock = match sock {
+            let sock = self.sender(&mut senders, sport, to);
+            let (sock, connected) = match sock {
                 Some(s) => s,
                 None => {
                     // Leave from the main socket: the receiver sees its port.
@@ -324,13 +336,26 @@ impl Inner {
                     f[34..36].copy_from_slice(&port.to_be_bytes());
                     frame::Frame::new_unchecked(&mut f[..]).fill_icrc();
                     bump(&self.c.tx_port_fallback);
-                    &self.sock
+                    (&self.sock, false)
                 }
             };
             if let Some(p) = &self.pcap {
                 p.write(&f);
             }
-            sock.send_to(&f[frame::ENCAP_LEN..], to)
+            let d = &f[frame::ENCAP_LEN..];
+            let send = || {
+                if connected {
+                    sock.send(d)
+                } else {
+                    sock.send_to(d, to)
+                }
+            };
+            match send() {
+                // A connected socket reports an earlier datagram's ICMP error (the
+                // peer's port was closed) on this send, which did not go: again.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => send(),
+                r => r,
+            }
         };
         match r {
             Ok(_) => bump(&self.c.tx_datagrams),
@@ -339,28 +364,37 @@ impl Inner {
         self.pool.put(f);
     }
 
-    /// The socket bound to source port `sport`, made on first use; `None` if the
-    /// datagram must leave from the main socket.
+    /// The socket bound to source port `sport`, made on first use, and whether it is
+    /// connected to `to`; `None` if the datagram must leave from the main socket.
     fn sender<'a>(
         &'a self,
-        senders: &'a mut Vec<(u16, Option<UdpSocket>)>,
+        senders: &'a mut Vec<Sender>,
         sport: u16,
-    ) -> Option<&'a UdpSocket> {
+        to: SocketAddr,
+    ) -> Option<(&'a UdpSocket, bool)> {
         if !self.entropy || sport == self.port {
             return None;
         }
-        let i = match senders.iter().position(|(p, _)| *p == sport) {
+        let i = match senders.iter().position(|s| s.port == sport) {
             Some(i) => i,
             None => {
                 if senders.len() >= MAX_SOURCE_PORTS {
                     return None;
                 }
-                let s = UdpSocket::bind(SocketAddrV4::new(self.addr, sport)).ok();
-                senders.push((sport, s));
+                let sock = UdpSocket::bind(SocketAddrV4::new(self.addr, sport)).ok();
+                // Connected to its first destination (an RC QP's only one): `send`
+                // skips the route lookup of `sendto`. Others get `sendto`.
+                let peer = sock.as_ref().and_then(|s| s.connect(to).ok()).map(|()| to);
+                senders.push(Sender {
+                    port: sport,
+                    sock,
+                    peer,
+                });
                 senders.len() - 1
             }
         };
-        senders[i].1.as_ref()
+        let s = &senders[i];
+        s.sock.as_ref().map(|k| (k, s.peer == Some(to)))
     }
 
     /// Rebuilds the frame of a datagram from `src` that `recv` wrote at
