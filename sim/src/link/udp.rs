@@ -26,10 +26,10 @@
 //!   [`MAX_SOURCE_PORTS`]), connected to the first destination it sends to (`send`
 //!   skips `sendto`'s route lookup; other destinations get `sendto`, and a send
 //!   refused for an earlier datagram's ICMP error is made again). If such a socket
-//!   cannot be bound (the port is taken, or the
-//!   limit is reached, or [`UdpConfig::entropy_ports`] is off), the datagram leaves from
-//!   the main socket and the link rewrites the frame's source port and ICRC to match
-//!   (counted as `tx_port_fallback`).
+//!   cannot be bound (the port is taken, or the limit is reached, or
+//!   [`UdpConfig::entropy_ports`] is off), the datagram leaves from the main socket
+//!   and the link rewrites the frame's source port and ICRC to match (counted as
+//!   `tx_port_fallback`).
 //! * **Receive.** The link has no thread of its own: it is the device's
 //!   [`Ingress`](crate::mode::Ingress). Whoever services the device reads the socket
 //!   first, without blocking (`recvmmsg` with `MSG_DONTWAIT`, bursts of [`RX_BURST`],
