@@ -52,10 +52,11 @@ fn icount_post_recv(qp: &mut DetachedQp<MemBus>, wrs: &[RecvWr<'_>]) {
 }
 
 /// A typed post failed (never in these cases): out of line, so that the measured
-/// functions only test the result, as `?` would.
+/// functions only test the result, as `?` would. `extern "C"`: it cannot unwind (a
+/// panic in it aborts), so the measured functions need no unwinding path for it.
 #[cold]
 #[inline(never)]
-fn failed(e: PostError) -> ! {
+extern "C" fn failed(e: &PostError) -> ! {
     panic!("post failed: {e}")
 }
 
@@ -63,7 +64,7 @@ fn failed(e: PostError) -> ! {
 fn icount_post_typed_inline(qp: &mut DetachedQp<MemBus>, wr_id: u64, data: &[u8]) {
     let Ok(mut b) = qp.post() else { return };
     if let Err(e) = b.send_inline(wr_id, black_box(data), SendFlags::SIGNALED) {
-        failed(e);
+        failed(&e);
     }
     b.ring();
 }
@@ -72,7 +73,7 @@ fn icount_post_typed_inline(qp: &mut DetachedQp<MemBus>, wr_id: u64, data: &[u8]
 fn icount_post_typed_send(qp: &mut DetachedQp<MemBus>, wr_id: u64, sge: &Sge) {
     let Ok(mut b) = qp.post() else { return };
     if let Err(e) = b.send(wr_id, black_box(sge), SendFlags::SIGNALED) {
-        failed(e);
+        failed(&e);
     }
     b.ring();
 }
@@ -85,11 +86,11 @@ fn icount_post_typed_list(qp: &mut DetachedQp<MemBus>, sges: &[Sge; 16]) {
     let (first, last) = sges.split_at(15);
     for (i, sge) in first.iter().enumerate() {
         if let Err(e) = b.send(i as u64, sge, SendFlags::NONE) {
-            failed(e);
+            failed(&e);
         }
     }
     if let Err(e) = b.send(15, &last[0], SendFlags::SIGNALED) {
-        failed(e);
+        failed(&e);
     }
     b.ring();
 }

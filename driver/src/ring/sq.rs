@@ -333,6 +333,9 @@ pub struct SendQueue<M: QueueMem, D: DoorbellWord> {
     /// bounded so that the WQE's DS fits even with a remote address segment
     /// (`fast::MAX_INLINE_FAST`).
     max_inline_fast: u32,
+    /// `bf_max_ds - 1` (0 when it is 0): `2 <= ds <= bf_max_ds` is
+    /// `ds - 2 < bf_span` (wrapping).
+    bf_span: u8,
 }
 
 impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
@@ -405,6 +408,11 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
                 (cfg.bf.buf_size / 16).min(usize::from(MAX_WQE_DS)) as u8
             },
             max_inline_fast: cfg.max_inline.min(fast::MAX_INLINE_FAST),
+            bf_span: 0,
+        })
+        .map(|mut sq: Self| {
+            sq.bf_span = sq.bf_max_ds.saturating_sub(1);
+            sq
         })
     }
 

@@ -16,7 +16,6 @@
 //! A [`FastMem`] is private to the rings of one QP or CQ, which the verbs objects
 //! reach only through `&mut self`; no two threads use it at once.
 
-use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -446,10 +445,7 @@ pub(crate) struct SqSlots<B: Bus> {
     ring: NonNull<u8>,
     ids: NonNull<AtomicU64>,
     mask: u32,
-    /// The direct register, or a dangling pointer when `reg_words` is 0.
-    reg: NonNull<AtomicU64>,
-    /// Words of the direct register; 0 when the bus offers none.
-    reg_words: usize,
+    reg: DirectReg,
     _buf: Arc<DmaBuf<B>>,
     _ids: Arc<[AtomicU64]>,
     _bus: Arc<B>,
@@ -495,8 +491,10 @@ impl<B: Bus> SqSlots<B> {
             // A pointer to the whole table, so that it may address every entry.
             ids: NonNull::from(&ids[..]).cast(),
             mask: wqebbs - 1,
-            reg,
-            reg_words,
+            reg: DirectReg {
+                ptr: reg,
+                words: reg_words,
+            },
             _buf: Arc::clone(buf),
             _ids: Arc::clone(ids),
             _bus: Arc::clone(bus),
@@ -510,24 +508,29 @@ impl<B: Bus> SqSlots<B> {
             ring: self.ring,
             ids: self.ids,
             mask: self.mask,
-            reg: self.reg,
-            reg_words: self.reg_words,
-            _owner: PhantomData,
+            reg: &self.reg,
         }
     }
 }
 
+/// A doorbell register the driver stores to directly ([`Bus::direct_reg`]): `words`
+/// 8-byte words at `ptr`, valid while the bus lives; `words` is 0 (and `ptr`
+/// dangling, never used) when the bus offers none.
+struct DirectReg {
+    ptr: NonNull<AtomicU64>,
+    words: usize,
+}
+
 /// The pointers of a [`SqSlots`], copied for one batch and borrowed from it (so it
-/// cannot outlive the memory). Every access is in bounds by the owner's invariants:
-/// see each method.
+/// cannot outlive the memory): the ring's, which every WQE uses, by value (kept in
+/// registers); the register's, used once per batch, through the owner. Every access
+/// is in bounds by the owner's invariants: see each method.
 #[derive(Clone, Copy)]
 pub(crate) struct Slots<'a> {
     ring: NonNull<u8>,
     ids: NonNull<AtomicU64>,
     mask: u32,
-    reg: NonNull<AtomicU64>,
-    reg_words: usize,
-    _owner: PhantomData<&'a ()>,
+    reg: &'a DirectReg,
 }
 
 impl Slots<'_> {
@@ -624,7 +627,8 @@ impl crate::ring::WqeSlots for Slots<'_> {
     fn db64(self, off: usize, value: u64) -> bool {
         debug_assert!(off.is_multiple_of(8), "doorbell offsets are whole words");
         let w = off / 8;
-        if w >= self.reg_words {
+        let reg = self.reg;
+        if w >= reg.words {
             return false;
         }
         // SAFETY: `reg` is the bus's direct register of `reg_words` words
@@ -632,7 +636,7 @@ impl crate::ring::WqeSlots for Slots<'_> {
         // keeps alive), and `w < reg_words` (checked; 0 words when there is none, so a
         // dangling `reg` is never used). A relaxed atomic store of the memory image,
         // as the contract says.
-        unsafe { (*self.reg.as_ptr().add(w)).store(value.to_be(), Ordering::Relaxed) };
+        unsafe { (*reg.ptr.as_ptr().add(w)).store(value.to_be(), Ordering::Relaxed) };
         true
     }
 
@@ -641,7 +645,10 @@ impl crate::ring::WqeSlots for Slots<'_> {
         debug_assert!(off.is_multiple_of(8), "BlueFlame offsets are whole words");
         let n = usize::from(wqebbs);
         let w0 = off / 8;
-        if w0 + n * 8 > self.reg_words {
+        // Copied out of the owner before the stores (which could otherwise make the
+        // compiler load it again after each).
+        let (ptr, words) = (self.reg.ptr, self.reg.words);
+        if w0 + n * 8 > words {
             return false;
         }
         let base = self.ring.as_ptr();
@@ -655,7 +662,7 @@ impl crate::ring::WqeSlots for Slots<'_> {
                 // ascending order.
                 unsafe {
                     let v = base.add(slot * 64 + w * 8).cast::<u64>().read_unaligned();
-                    (*self.reg.as_ptr().add(w0 + k * 8 + w)).store(v, Ordering::Relaxed);
+                    (*ptr.as_ptr().add(w0 + k * 8 + w)).store(v, Ordering::Relaxed);
                 }
             }
         }

@@ -197,10 +197,11 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         self.bf_offset = half ^ self.cfg.bf.buf_size;
         // `use_blueflame` with its constant part precomputed (`bf_max_ds`); the
         // inline test only when BlueFlame is not preferred for every WQE.
-        let bf = nreq == 1
-            && ds > 1
-            && ds <= self.bf_max_ds
+        // (`2 <= ds <= bf_max_ds` as one compare, with `bf_span = bf_max_ds - 1`.)
+        let bf = ds.wrapping_sub(2) < self.bf_span
+            && nreq == 1
             && (self.cfg.prefer_bf || self.wqe_is_inline(last, ctrl_head));
+        debug_assert_eq!(bf, nreq == 1 && ds > 1 && ds <= self.bf_max_ds && bf);
         let offset = self.cfg.bf.reg + half;
 
         bus.wmb();
