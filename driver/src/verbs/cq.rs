@@ -189,120 +189,151 @@ impl<B: Bus> Poller<B> {
     pub(crate) fn poll(&mut self, wc: &mut [WorkCompletion]) -> usize {
         // The common empty case first, without entering the ring: the owner byte of
         // the next entry at the cursor.
-        if self.owner_test() >= OWNED_BELOW {
+        let r = self.owner_test();
+        if r >= OWNED_BELOW {
             return 0;
         }
-        self.poll_owned(wc)
+        self.poll_owned(wc, r)
     }
 
     /// See [`CompletionQueue::poll_one`]: the empty test, then a successful
-    /// requester CQE of the QP seen last taken inline (no register saves, no call):
-    /// read barrier and consumer index, the CQE's raw QPN word compared with the
-    /// QP's key (QPN and liveness), the `wr_id` read and the slot released at the
-    /// QP, the completion copied from the send opcode's template, the doorbell
-    /// record, the cursor moved on. Everything else (other CQE kinds, another or
-    /// unknown QP) is taken out of line by [`Poller::take_slow`], with the
-    /// same results as [`Poller::poll`].
+    /// requester CQE of the QP seen last taken inline (no register saves, no call,
+    /// [`Poller::take_entry`]); everything else (other CQE kinds, another or unknown
+    /// QP) out of line by [`Poller::take_slow`], with the same results as
+    /// [`Poller::poll`].
     #[inline(always)]
     pub(crate) fn poll_one(&mut self) -> Option<WorkCompletion> {
         let r = self.owner_test();
         if r >= OWNED_BELOW {
             return None;
         }
-        // The entry is ours: the read barrier (before any other byte of it) and the
-        // consumer index.
+        match self.take_entry::<true>(r) {
+            Ok(wc) => Some(wc),
+            Err(Taken) => self.take_slow(),
+        }
+    }
+
+    /// Takes the entry at the cursor, which software owns (`r`: its
+    /// [`Poller::owner_test`] value): the cursor moved on, the read barrier (before
+    /// any other byte of the entry), the consumer index; then, if it is a successful
+    /// requester CQE of the hot QP, its completion: the CQE's raw QPN word compared
+    /// with the QP's key (QPN and liveness), the `wr_id` read and the slot released
+    /// at the QP, the rest from the send opcode's [`ReqTail`]. With `PUBLISH`, the
+    /// consumer index goes to the doorbell record as soon as the entry is read.
+    /// `Err(Taken)` for any other entry (taken, not decoded: [`Poller::decode_taken`]).
+    #[inline(always)]
+    fn take_entry<const PUBLISH: bool>(
+        &mut self,
+        r: u8,
+    ) -> std::result::Result<WorkCompletion, Taken> {
         let e = self.cur.next();
         self.ring.take_owned(&*self.bus);
-        if r < REQ_BELOW {
-            // `struct mlx5_cqe64`: sop_drop_qpn at byte 56 (7 before op_own),
-            // wqe_counter at 60 (3 before), byte_cnt at 44 (19 before).
-            let sop = e.raw32::<7>();
-            let qp = &*self.hot;
-            if sop & CQE_QPN_MASK == qp.key() {
-                let op = e.byte::<7>();
-                let counter = u16::from_be(e.raw16::<3>());
-                let t = REQ_TAIL[usize::from(op)];
-                let byte_len = if op == MLX5_OPCODE_RDMA_READ {
-                    u32::from_be(e.raw32::<19>())
-                } else {
-                    t.byte_len
-                };
-                // Every byte of the entry read: the device may have it back.
-                self.ring.update_ci();
-                return Some(WorkCompletion {
-                    wr_id: qp.sq_retire(counter),
-                    byte_len,
-                    wc_flags: t.wc_flags,
-                    status: WcStatus::Success,
-                    opcode: t.opcode,
-                    vendor_err: 0,
-                    qp_num: qp.qpn,
-                    imm_data: 0,
-                    src_qp: 0,
-                });
-            }
+        if r >= REQ_BELOW {
+            return Err(Taken);
         }
-        self.take_slow()
+        // `struct mlx5_cqe64`: sop_drop_qpn at byte 56 (7 before op_own),
+        // wqe_counter at 60 (3 before), byte_cnt at 44 (19 before).
+        let sop = e.raw32::<7>();
+        let qp = &*self.hot;
+        if sop & CQE_QPN_MASK != qp.key() {
+            return Err(Taken);
+        }
+        let counter = e.raw16::<3>();
+        let op = e.byte::<7>();
+        let read_len = e.raw32::<19>();
+        if PUBLISH {
+            // Every byte of the entry read: the device may have it back.
+            self.ring.update_ci();
+        }
+        let wr_id = qp.sq_retire(u16::from_be(counter));
+        let t = REQ_TAIL[usize::from(op)];
+        let byte_len = if op == MLX5_OPCODE_RDMA_READ {
+            u32::from_be(read_len)
+        } else {
+            t.byte_len
+        };
+        Ok(WorkCompletion {
+            wr_id,
+            byte_len,
+            wc_flags: t.wc_flags,
+            status: WcStatus::Success,
+            opcode: t.opcode,
+            vendor_err: 0,
+            qp_num: qp.qpn,
+            imm_data: 0,
+            src_qp: 0,
+        })
     }
 
-    /// The rest of [`Poller::poll_one`] for an entry that is not a successful
-    /// requester CQE of the hot QP, already taken (barrier, consumer index, cursor
-    /// moved on). Decoded by [`decode`] as `poll` decodes it; a CQE of an unknown
-    /// QP (or of a kind verbs does not report) is skipped, as `poll` skips it, and
-    /// the next entry is tried.
+    /// The completion of the entry taken last ([`decode`], as `poll` decodes it),
+    /// and the hot QP updated after a successful requester CQE; `None` for a CQE of
+    /// an unknown QP or of a kind verbs does not report, counted in `unknown`.
+    #[inline(never)]
+    fn decode_taken(&mut self) -> Option<WorkCompletion> {
+        let off = self.ring.last_taken_offset();
+        let qps = self.qps.get_mut().unwrap_or_else(|p| p.into_inner());
+        let mut wc = WorkCompletion::default();
+        match decode(self.ring.mem(), off, qps, &mut self.last, &mut wc) {
+            Some(req) => {
+                if req && !Arc::ptr_eq(&self.hot, &qps[self.last]) {
+                    self.hot = Arc::clone(&qps[self.last]);
+                }
+                Some(wc)
+            }
+            None => {
+                self.unknown += 1;
+                None
+            }
+        }
+    }
+
+    /// The rest of [`Poller::poll_one`] for an entry [`Poller::take_entry`] took but
+    /// did not decode: decoded by [`Poller::decode_taken`]; a CQE of an unknown QP
+    /// (or of a kind verbs does not report) is skipped, as `poll` skips it, and the
+    /// next entry is tried.
     #[inline(never)]
     fn take_slow(&mut self) -> Option<WorkCompletion> {
-        let mut off = self.ring.last_taken_offset();
         loop {
-            let qps = self.qps.get_mut().unwrap_or_else(|p| p.into_inner());
-            let mut wc = WorkCompletion::default();
-            let found = decode(self.ring.mem(), off, qps, &mut self.last, &mut wc);
+            let got = self.decode_taken();
             self.ring.update_ci();
-            match found {
-                Some(req) => {
-                    if req && !Arc::ptr_eq(&self.hot, &qps[self.last]) {
-                        self.hot = Arc::clone(&qps[self.last]);
-                    }
-                    return Some(wc);
-                }
-                None => self.unknown += 1,
+            if got.is_some() {
+                return got;
             }
-            if self.owner_test() >= OWNED_BELOW {
+            let r = self.owner_test();
+            if r >= OWNED_BELOW {
                 return None;
             }
-            self.cur.advance();
-            off = self.ring.take_owned(&*self.bus);
+            if let Ok(wc) = self.take_entry::<true>(r) {
+                return Some(wc);
+            }
         }
     }
 
-    /// The rest of [`Poller::poll`] once the next entry is ours: kept out of line so
-    /// that an empty poll costs only the test above (no register saves of the loop).
-    /// The first entry is not tested again; the read barrier comes with it.
+    /// The rest of [`Poller::poll`] once the next entry is ours (`r`: its owner test
+    /// value): kept out of line so that an empty poll costs only the test. Each entry
+    /// through [`Poller::take_entry`] (and [`Poller::decode_taken`] for what it does
+    /// not decode); the doorbell record once, at the end.
     #[inline(never)]
-    fn poll_owned(&mut self, wc: &mut [WorkCompletion]) -> usize {
-        if wc.is_empty() {
-            return 0;
-        }
-        let bus = &*self.bus;
-        let qps = self.qps.get_mut().unwrap_or_else(|p| p.into_inner());
+    fn poll_owned(&mut self, wc: &mut [WorkCompletion], mut r: u8) -> usize {
         let mut n = 0;
-        let mut off = self.ring.take_owned(bus);
-        loop {
-            if decode(self.ring.mem(), off, qps, &mut self.last, &mut wc[n]).is_some() {
+        while n < wc.len() {
+            let got = match self.take_entry::<false>(r) {
+                Ok(w) => Some(w),
+                Err(Taken) => self.decode_taken(),
+            };
+            if let Some(w) = got {
+                wc[n] = w;
                 n += 1;
-            } else {
-                self.unknown += 1;
+                if n == wc.len() {
+                    break;
+                }
             }
-            if n >= wc.len() {
+            r = self.owner_test();
+            if r >= OWNED_BELOW {
                 break;
-            }
-            match self.ring.take(bus) {
-                Some(o) => off = o,
-                None => break,
             }
         }
         self.ring.update_ci();
-        self.cur.seek(self.ring.consumer_index());
         n
     }
 
@@ -574,6 +605,9 @@ const REQ_TAIL: [ReqTail; 256] = {
     }
     t
 };
+
+/// An entry [`Poller::take_entry`] took without decoding it.
+struct Taken;
 
 /// [`Poller::owner_test`] values of an entry software owns are below this.
 const OWNED_BELOW: u8 = 0x78;

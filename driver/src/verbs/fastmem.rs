@@ -282,14 +282,12 @@ pub(crate) const CQE_STRIDE: usize = 64;
 /// Invariant (the proof of every access below): `at = base + k * 64 + 63` for some
 /// `k < n`, where `base..base + n * 64` lies inside the DMA buffer the cursor keeps
 /// alive (checked in [`CqeCursor::new`]); `first` is the `k = 0` value and `end`
-/// is `base + n * 64`. Only [`CqeCursor::new`], [`CqeCursor::advance`] and
-/// [`CqeCursor::seek`] change `at`, and each keeps the invariant.
+/// is `base + n * 64`. Only [`CqeCursor::new`], [`CqeCursor::advance`] change `at`, and each keeps the invariant.
 pub(crate) struct CqeCursor<B: Bus> {
     at: *const u8,
     first: *const u8,
     end: *const u8,
     parity: u8,
-    mask: u32,
     _buf: Arc<DmaBuf<B>>,
 }
 
@@ -320,7 +318,6 @@ impl<B: Bus> CqeCursor<B> {
             first: base.wrapping_add(CQE_STRIDE - 1),
             end: base.wrapping_add(len),
             parity: 0,
-            mask: ncqe - 1,
             _buf: Arc::clone(buf),
         })
     }
@@ -369,16 +366,6 @@ impl<B: Bus> CqeCursor<B> {
         };
         self.advance();
         e
-    }
-
-    /// Moves to the entry of consumer index `ci` in a ring of `ncqe` entries (the
-    /// `ncqe` of [`CqeCursor::new`]), with its wrap parity.
-    pub(crate) fn seek(&mut self, ci: u32) {
-        // `(ci & mask) < n`: the invariant holds.
-        self.at = self
-            .first
-            .wrapping_add((ci & self.mask) as usize * CQE_STRIDE);
-        self.parity = u8::from(ci & (self.mask + 1) != 0);
     }
 }
 
