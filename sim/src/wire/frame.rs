@@ -286,6 +286,130 @@ impl Repr {
 /// Parses a frame from bytes (see [`Repr::parse`]) and returns its headers and its
 /// payload (pad excluded).
 pub fn parse(bytes: &[u8]) -> Result<(Repr, &[u8])> {
+    if let Some(x) = parse_lean(bytes) {
+        return Ok(x);
+    }
+    parse_general(bytes)
+}
+
+/// The headers up to the BTH's end, at fixed offsets in the common case.
+const LEAN_HEADERS: usize = BTH_OFFSET + super::bth::HEADER_LEN;
+
+/// [`parse`] of the common frame in one pass over fixed offsets: Ethernet II with
+/// EtherType IPv4 (no VLAN tag), IPv4 without options nor fragmentation with a right
+/// header checksum, UDP to port 4791 with a zero checksum (RoCEv2 senders leave it
+/// zero) and a length equal to the IPv4 payload, a BTH with transport version 0 and a
+/// known opcode, the opcode's extension headers, payload and pad a multiple of four
+/// bytes holding the pad count (no payload for an opcode without one), and a right
+/// ICRC: every check [`Frame::check`] and [`Repr::parse`] make, in one pass.
+///
+/// `None` when anything differs from that common shape or any check fails: the caller
+/// then runs the general parser, which accepts what is merely unusual (a non-zero UDP
+/// checksum) and names the error of what is wrong. So a frame this accepts is one the
+/// general parser accepts with the same result, and every rejection is the general
+/// parser's (the drop counters see the same error either way).
+#[inline]
+fn parse_lean(bytes: &[u8]) -> Option<(Repr, &[u8])> {
+    use super::opcode::Opcode;
+    let h: &[u8; LEAN_HEADERS] = bytes.get(..LEAN_HEADERS)?.try_into().ok()?;
+    let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
+    // Ethernet II, EtherType IPv4.
+    if be16(12) != ethernet::EtherType::IPV4.0 {
+        return None;
+    }
+    // IPv4: version 4, IHL 5, UDP, not a fragment (MF clear, offset 0).
+    const IP: usize = IPV4_OFFSET;
+    if h[IP] != 0x45 || h[IP + 9] != ipv4::PROTOCOL_UDP || be16(IP + 6) & 0x3fff != 0 {
+        return None;
+    }
+    let total = usize::from(be16(IP + 2));
+    let end = IPV4_OFFSET + total;
+    if end > bytes.len() || total < ipv4::HEADER_LEN + udp::HEADER_LEN + roce::MIN_LEN {
+        return None;
+    }
+    // The header checksum: the ones' complement of the sum of the other nine words.
+    let mut acc = 0u32;
+    for w in [0, 2, 4, 6, 8, 12, 14, 16, 18] {
+        acc += u32::from(be16(IP + w));
+    }
+    if !ipv4::fold(acc) != be16(IP + 10) {
+        return None;
+    }
+    // UDP: to 4791, length = the IPv4 payload, no checksum.
+    const U: usize = UDP_OFFSET;
+    if usize::from(be16(U + 4)) != total - ipv4::HEADER_LEN
+        || be16(U + 2) != udp::ROCEV2_PORT
+        || be16(U + 6) != 0
+    {
+        return None;
+    }
+    // The transport packet: BTH, extension headers, payload, pad, ICRC.
+    let t = &bytes[BTH_OFFSET..end];
+    let flags = h[BTH_OFFSET + 1];
+    if flags & 0x0f != 0 {
+        return None;
+    }
+    let opcode = Opcode::from_u8(h[BTH_OFFSET])?;
+    let hlen = super::bth::HEADER_LEN + opcode.headers_len();
+    let rest = t.len().checked_sub(hlen + super::icrc::ICRC_LEN)?;
+    let pad = usize::from((flags >> 4) & 3);
+    if !rest.is_multiple_of(4) || pad > rest || (rest > 0 && !opcode.payload().any()) {
+        return None;
+    }
+    let icrc_at = t.len() - super::icrc::ICRC_LEN;
+    let ip_header: &[u8; ipv4::HEADER_LEN] = h[IP..U].try_into().ok()?;
+    let udp_header: &[u8; udp::HEADER_LEN] = h[U..BTH_OFFSET].try_into().ok()?;
+    let found = super::icrc::from_wire(t[icrc_at..].try_into().ok()?);
+    if found != super::icrc::compute(ip_header, udp_header, &t[..icrc_at]) {
+        return None;
+    }
+    const B: usize = BTH_OFFSET;
+    let be24 = |at: usize| u32::from_be_bytes([0, h[at], h[at + 1], h[at + 2]]);
+    let mut roce = roce::Repr::new(super::bth::Repr {
+        opcode,
+        solicited: flags & 0x80 != 0,
+        mig_req: flags & 0x40 != 0,
+        pkey: be16(B + 2),
+        fecn: h[B + 4] & 0x80 != 0,
+        becn: h[B + 4] & 0x40 != 0,
+        dest_qp: be24(B + 5),
+        ack_req: h[B + 8] & 0x80 != 0,
+        psn: super::Psn::new(be24(B + 9)),
+    });
+    roce.parse_extensions(t).ok()?;
+    let ip = ipv4::Packet::new_unchecked(&ip_header[..]);
+    let mac = |at: usize| {
+        let mut a = [0u8; 6];
+        a.copy_from_slice(&h[at..at + 6]);
+        ethernet::Address(a)
+    };
+    let repr = Repr {
+        ethernet: ethernet::Repr {
+            dst_addr: mac(0),
+            src_addr: mac(6),
+            ethertype: ethernet::EtherType::IPV4,
+        },
+        ipv4: ipv4::Repr {
+            src_addr: ip.src_addr(),
+            dst_addr: ip.dst_addr(),
+            protocol: ipv4::PROTOCOL_UDP,
+            dscp: ip.dscp(),
+            ecn: ip.ecn(),
+            ttl: ip.ttl(),
+            ident: ip.ident(),
+            dont_frag: ip.dont_frag(),
+        },
+        udp: udp::Repr {
+            src_port: be16(U),
+            dst_port: udp::ROCEV2_PORT,
+        },
+        roce,
+    };
+    Some((repr, &t[hlen..icrc_at - pad]))
+}
+
+/// [`parse`] by the general, layer-by-layer parser (any frame; names the error).
+pub fn parse_general(bytes: &[u8]) -> Result<(Repr, &[u8])> {
     // One structural check (`new_checked`); the rest of the parse relies on it.
     let frame = Frame::new_checked(bytes)?;
     let repr = Repr::parse_checked(&frame)?;
@@ -294,4 +418,130 @@ pub fn parse(bytes: &[u8]) -> Result<(Repr, &[u8])> {
         repr,
         &bytes[BTH_OFFSET + range.start..BTH_OFFSET + range.end],
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::opcode::Opcode;
+    use crate::wire::{aeth, bth, deth, immdt, reth, Psn};
+    use std::net::Ipv4Addr;
+
+    fn frame(roce: roce::Repr, payload: &[u8]) -> Vec<u8> {
+        let mut ip = ipv4::Repr::rocev2(Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        ip.dscp = 26;
+        ip.ttl = 17;
+        ip.ident = 0x1234;
+        let repr = Repr {
+            ethernet: ethernet::Repr {
+                src_addr: ethernet::Address([2, 0, 0, 0, 0, 1]),
+                dst_addr: ethernet::Address([2, 0, 0, 0, 0, 2]),
+                ethertype: ethernet::EtherType::IPV4,
+            },
+            ipv4: ip,
+            udp: udp::Repr::rocev2(0xc123),
+            roce,
+        };
+        let mut buf = vec![0u8; repr.buffer_len(payload.len())];
+        let n = repr.emit(payload, &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    fn samples() -> Vec<Vec<u8>> {
+        let b = |op, psn| bth::Repr::new(op, 0x00ab_cdef, Psn::new(psn));
+        let mut send = roce::Repr::new(b(Opcode::RcSendOnly, 7));
+        send.bth.ack_req = true;
+        let mut imm = roce::Repr::new(b(Opcode::RcSendOnlyWithImmediate, 8));
+        imm.immdt = Some(immdt::Repr {
+            immediate: 0x0102_0304,
+        });
+        let mut write = roce::Repr::new(b(Opcode::RcRdmaWriteOnly, 9));
+        write.reth = Some(reth::Repr {
+            virtual_address: 0x1000,
+            rkey: 0x55,
+            dma_length: 6,
+        });
+        let mut ack = roce::Repr::new(b(Opcode::RcAcknowledge, 10));
+        ack.aeth = Some(aeth::Repr {
+            syndrome: aeth::Syndrome::ACK,
+            msn: 3,
+        });
+        let mut ud = roce::Repr::new(b(Opcode::UdSendOnly, 11));
+        ud.deth = Some(deth::Repr {
+            qkey: 0x1111_2222,
+            src_qp: 0x33,
+        });
+        vec![
+            frame(send, b"hello"),
+            frame(send, &[0xa5; 64]),
+            frame(send, &[]),
+            frame(imm, b"imm!"),
+            frame(write, b"write!"),
+            frame(ack, &[]),
+            frame(ud, b"ud"),
+        ]
+    }
+
+    #[test]
+    fn lean_parse_takes_the_common_frames() {
+        for f in samples() {
+            let lean = parse_lean(&f).expect("the common shape");
+            assert_eq!(Ok(lean), parse_general(&f));
+            // Trailing bytes (Ethernet padding) are ignored by both.
+            let mut padded = f.clone();
+            padded.extend_from_slice(&[0u8; 7]);
+            assert_eq!(parse_lean(&padded).map(|(r, _)| r), Some(lean.0));
+        }
+    }
+
+    #[test]
+    fn lean_parse_agrees_with_the_general_parser_on_every_corruption() {
+        for f in samples() {
+            for at in 0..f.len() {
+                for bit in 0..8 {
+                    let mut g = f.clone();
+                    g[at] ^= 1 << bit;
+                    assert_eq!(parse(&g), parse_general(&g), "byte {at} bit {bit}");
+                    // Same with the checksums made right again (where the structure
+                    // allows computing them): the other checks.
+                    if Frame::new_checked(&g[..]).is_ok() {
+                        Frame::new_unchecked(&mut g[..]).fill_checksums();
+                        assert_eq!(parse(&g), parse_general(&g), "byte {at} bit {bit}, fixed");
+                    }
+                }
+            }
+            for n in 0..f.len() {
+                assert_eq!(parse(&f[..n]), parse_general(&f[..n]), "truncated to {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn unusual_frames_go_to_the_general_parser() {
+        let f = &samples()[0];
+        // A right, non-zero UDP checksum: valid, read by the general parser.
+        let mut g = f.clone();
+        let c = {
+            let fr = Frame::new_unchecked(&g[..]);
+            let ip = fr.ipv4();
+            fr.udp().expected_checksum(ip.src_addr(), ip.dst_addr())
+        };
+        g[UDP_OFFSET + 6..UDP_OFFSET + 8].copy_from_slice(&c.to_be_bytes());
+        Frame::new_unchecked(&mut g[..]).fill_icrc();
+        assert_eq!(parse_lean(&g), None);
+        assert_eq!(
+            parse(&g).map(|(r, p)| (r, p.to_vec())),
+            Ok((parse(f).unwrap().0, b"hello".to_vec()))
+        );
+        // A wrong ICRC is named.
+        let mut g = f.clone();
+        let n = g.len();
+        g[n - 1] ^= 1;
+        assert!(matches!(parse(&g), Err(Error::Icrc { .. })));
+        // A wrong IPv4 checksum is named.
+        let mut g = f.clone();
+        g[IPV4_OFFSET + 10] ^= 1;
+        assert!(matches!(parse(&g), Err(Error::Ipv4Checksum { .. })));
+    }
 }

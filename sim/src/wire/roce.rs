@@ -371,9 +371,22 @@ impl Repr {
     /// extension headers are read in one pass in wire order (their presence and
     /// lengths were checked against the opcode).
     pub(crate) fn parse_checked<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr> {
-        let b = packet.as_bytes();
         let mut repr = Repr::new(bth::Repr::parse(&packet.bth())?);
-        let headers = repr.bth.opcode.headers();
+        repr.parse_extensions(packet.as_bytes())?;
+        Ok(repr)
+    }
+
+    /// Reads the extension headers of `self.bth.opcode` from the transport packet `b`
+    /// (BTH first) into `self`, in one pass in wire order. Their presence and lengths
+    /// must have been checked against the opcode ([`Packet::check`]); a short `b` is
+    /// an error, never a panic.
+    #[inline]
+    pub(crate) fn parse_extensions(&mut self, b: &[u8]) -> Result<()> {
+        let headers = self.bth.opcode.headers();
+        if headers.is_empty() {
+            return Ok(());
+        }
+        let repr = self;
         let mut at = bth::HEADER_LEN;
         // The header at `at` of `len` bytes (present: `check` measured it).
         let mut next = |len: usize| -> Result<&[u8]> {
@@ -417,7 +430,7 @@ impl Repr {
             let h = next(ieth::HEADER_LEN)?;
             repr.ieth = Some(ieth::Repr::parse(&ieth::Packet::new_unchecked(h))?);
         }
-        Ok(repr)
+        Ok(())
     }
 
     /// Reads a packet carried without its IPv4 and UDP headers, checking its ICRC
