@@ -150,6 +150,8 @@ struct Maps {
     /// are rare.
     by_iova: Vec<(u64, Mapping)>,
     alloc: IovaAllocator,
+    /// Generation of the table: a new one at every unmap (see [`Window`]).
+    gen: u64,
 }
 
 impl Maps {
@@ -192,6 +194,7 @@ impl Iommu {
             maps: RwLock::new(Maps {
                 by_iova: Vec::new(),
                 alloc: IovaAllocator::new(),
+                gen: next_generation(),
             }),
             faults: AtomicU64::new(0),
             read_bytes: AtomicU64::new(0),
@@ -253,6 +256,8 @@ impl Iommu {
             Ok(i) if maps.by_iova[i].1.len == len => {
                 let (_, m) = maps.by_iova.remove(i);
                 maps.alloc.release(m.span, m.span_len);
+                // Windows on the removed mapping must not be used again.
+                maps.gen = next_generation();
                 Ok(())
             }
             _ => Err(BusError::NotMapped { iova, len }),
@@ -472,6 +477,149 @@ impl Iommu {
     }
 }
 
+/// Source of map generations, unique across every [`Iommu`] of the process, so that a
+/// [`Window`] taken from one IOMMU never matches another's table.
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
+
+fn next_generation() -> u64 {
+    GENERATIONS.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A device's cached translation of one mapping (a queue's ring, a doorbell record):
+/// what a ConnectX keeps in its translation cache so that it does not walk the
+/// IOMMU's table on every access of a queue.
+///
+/// A window names the whole mapping that held an address when it was taken, with its
+/// host address and permissions, and the generation of the map table at that time.
+/// Every unmap gives the table a new generation, so a window outlives no unmap: the
+/// `*_cached` accessors use it only while the generation is unchanged (checked under
+/// the table's read lock, held for the copy as by the other accessors), and only for
+/// an access that lies wholly inside it with the permission it needs; otherwise they
+/// take the general path ([`Iommu::read`], ...), which checks and counts the fault,
+/// and refresh the window when the address is mapped. Mapping never changes an
+/// existing mapping, so it does not invalidate windows. The default window is empty
+/// and matches nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Window {
+    /// First IOVA of the mapping.
+    iova: u64,
+    /// Its length in bytes (0: the empty window).
+    len: u64,
+    /// Host address of its first byte.
+    host: usize,
+    read: bool,
+    write: bool,
+    /// The table generation it was taken at (0 for the empty window: never current).
+    gen: u64,
+}
+
+impl Window {
+    /// The host address of `[iova, iova + len)` if this window is current (table
+    /// generation `gen`), covers the range and allows the access.
+    #[inline]
+    fn host(&self, gen: u64, iova: u64, len: usize, access: Access) -> Option<usize> {
+        if self.gen != gen {
+            return None;
+        }
+        let off = iova.checked_sub(self.iova)?;
+        if off > self.len || len as u64 > self.len - off {
+            return None;
+        }
+        let allowed = match access {
+            Access::Read => self.read,
+            Access::Write => self.write,
+        };
+        // `off <= len`, the length of a mapping of host memory: it fits a usize.
+        allowed.then_some(self.host + off as usize)
+    }
+}
+
+impl Iommu {
+    /// The window of the mapping that holds `iova`, at the current generation.
+    fn window_of(maps: &Maps, iova: u64) -> Option<Window> {
+        let (start, m) = &maps.by_iova[maps.floor(iova)?];
+        if iova - start >= m.len as u64 {
+            return None;
+        }
+        Some(Window {
+            iova: *start,
+            len: m.len as u64,
+            host: m.host,
+            read: m.perm.read,
+            write: m.perm.write,
+            gen: maps.gen,
+        })
+    }
+
+    /// The host address of an access through `w`, refreshing `w` first if it is
+    /// stale or does not cover the access. `None`: take the general path.
+    #[inline]
+    fn via(maps: &Maps, w: &mut Window, iova: u64, len: usize, access: Access) -> Option<usize> {
+        if let Some(h) = w.host(maps.gen, iova, len, access) {
+            return Some(h);
+        }
+        *w = Self::window_of(maps, iova)?;
+        w.host(maps.gen, iova, len, access)
+    }
+
+    /// [`Iommu::read`] through a cached window of the mapping (see [`Window`]): the
+    /// same checks and effects, without a search of the table while `w` is current.
+    pub fn read_cached(&self, w: &mut Window, iova: u64, buf: &mut [u8]) -> Result<(), IommuFault> {
+        let maps = self.read_maps();
+        let Some(host) = Self::via(&maps, w, iova, buf.len(), Access::Read) else {
+            drop(maps);
+            return self.read(iova, buf);
+        };
+        // SAFETY: `via` returned the host address of `[iova, iova + buf.len())` inside
+        // a mapping that allows reads and is live: the window's generation is the
+        // table's, so no unmap happened since it was taken from the table, and the
+        // read lock held keeps the mapping live for the copy. The Bus contract makes
+        // the mapped bytes valid and shared with the device (see `read`).
+        unsafe { volatile_read(host as *const u8, buf) };
+        drop(maps);
+        fence(Ordering::Acquire);
+        self.read_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// [`Iommu::read_be32`] through a cached window.
+    pub fn read_be32_cached(&self, w: &mut Window, iova: u64) -> Result<u32, IommuFault> {
+        let mut b = [0u8; 4];
+        self.read_cached(w, iova, &mut b)?;
+        Ok(u32::from_be_bytes(b))
+    }
+
+    /// [`Iommu::write_owner_last`] through a cached window (see [`Window`]).
+    pub fn write_owner_last_cached(
+        &self,
+        w: &mut Window,
+        iova: u64,
+        data: &[u8],
+    ) -> Result<(), IommuFault> {
+        fence(Ordering::Release);
+        let n = data.len();
+        let maps = self.read_maps();
+        let Some(host) = Self::via(&maps, w, iova, n, Access::Write) else {
+            drop(maps);
+            return self.write_owner_last(iova, data);
+        };
+        if let Some((last, body)) = data.split_last() {
+            // SAFETY: as in `read_cached`, for a mapping that allows writes:
+            // `[host, host + n)` lies in it and stays live under the lock; the owner
+            // byte at `host + n - 1` is its last byte.
+            unsafe {
+                volatile_write(host as *mut u8, body);
+                fence(Ordering::Release);
+                ((host + n - 1) as *mut u8).write_volatile(*last);
+            }
+        }
+        drop(maps);
+        self.write_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
 /// Volatile copy from host memory, word-wise where aligned.
 ///
 /// # Safety
@@ -668,5 +816,49 @@ mod tests {
         }
         io.unmap(a, 4096).unwrap();
         io.unmap(b, 4096).unwrap();
+    }
+
+    #[test]
+    fn windows_skip_the_search_and_never_outlive_an_unmap() {
+        let io = Iommu::new();
+        let mut a = vec![0u8; 4096];
+        let mut b = vec![0u8; 4096];
+        a[8..12].copy_from_slice(&0x0102_0304u32.to_be_bytes());
+        let ia = io.map(a.as_mut_ptr() as usize, 4096, DmaPerm::RW).unwrap();
+        let ib = io.map(b.as_mut_ptr() as usize, 4096, DmaPerm::RO).unwrap();
+        let mut w = Window::default();
+        assert_eq!(io.read_be32_cached(&mut w, ia + 8), Ok(0x0102_0304));
+        let taken = w;
+        assert_ne!(taken, Window::default());
+        // Another access inside the mapping keeps the window.
+        io.write_owner_last_cached(&mut w, ia + 64, &[1, 2, 3, 4])
+            .unwrap();
+        assert_eq!(w, taken);
+        assert_eq!(&a[64..68], &[1, 2, 3, 4]);
+        // An access past the mapping's end is refused (and counted), not clipped.
+        let mut buf = [0u8; 8];
+        assert!(io.read_cached(&mut w, ia + 4092, &mut buf).is_err());
+        assert_eq!(io.faults(), 1);
+        // A read-only mapping refuses writes through a window too.
+        let mut wb = Window::default();
+        io.read_cached(&mut wb, ib, &mut buf).unwrap();
+        assert!(matches!(
+            io.write_owner_last_cached(&mut wb, ib, &[1]),
+            Err(IommuFault::Permission { .. })
+        ));
+        assert_eq!(b[0], 0);
+        // After an unmap the window is stale: the access faults.
+        io.unmap(ia, 4096).unwrap();
+        assert!(matches!(
+            io.read_be32_cached(&mut w, ia + 8),
+            Err(IommuFault::NotMapped { .. })
+        ));
+        // A window of one IOMMU never matches another's table.
+        let other = Iommu::new();
+        let mut wb2 = wb;
+        assert!(other.read_cached(&mut wb2, ib, &mut buf).is_err());
+        // An empty access needs no mapping, as with `read`.
+        assert_eq!(io.read_cached(&mut Window::default(), 0, &mut []), Ok(()));
+        io.unmap(ib, 4096).unwrap();
     }
 }

@@ -25,7 +25,7 @@ use ferroverbs_hw::datapath::eqe::{MLX5_EVENT_TYPE_COMP, MLX5_EVENT_TYPE_CQ_ERRO
 use zerocopy::byteorder::big_endian::{U16, U32, U64};
 
 use crate::firmware::Firmware;
-use crate::iommu::Iommu;
+use crate::iommu::{Iommu, Window};
 use crate::irq::Irqs;
 
 /// 24-bit counters.
@@ -206,6 +206,9 @@ pub struct CqRt {
     pub written: u64,
     /// Events posted.
     pub events: u64,
+    /// The cached translation of the ring's mapping (one table search per unmap, not
+    /// per CQE; see [`Window`]).
+    win: Window,
 }
 
 impl CqRt {
@@ -238,6 +241,7 @@ impl CqRt {
             error: false,
             written: 0,
             events: 0,
+            win: Window::default(),
         })
     }
 
@@ -289,7 +293,10 @@ impl CqRt {
         };
         let bytes = c.encode(hw_owner_bit(self.pi, self.ncqe()));
         // Body first, then op_own (a release fence between them).
-        if io.write_owner_last(iova, &bytes).is_err() {
+        if io
+            .write_owner_last_cached(&mut self.win, iova, &bytes)
+            .is_err()
+        {
             self.fail(fw, io, irqs, CqcStatus::CqWriteFail);
             return Pushed::Failed;
         }

@@ -11,7 +11,7 @@
 use ferroverbs_hw::control::mkey::mkc;
 use ferroverbs_hw::Field;
 
-use crate::firmware::{Firmware, Mkey};
+use crate::firmware::Firmware;
 use crate::iommu::Iommu;
 
 /// The access a use of a key needs.
@@ -60,37 +60,49 @@ fn get(img: &[u8], f: Field) -> u64 {
     }
 }
 
-/// The decoded parts of an MKEY context the data path needs.
-#[derive(Clone, Copy, Debug)]
-struct View {
+/// The decoded parts of an MKEY context the data path needs, decoded once when the
+/// MKEY is created (the context does not change while the MKEY lives; it is dropped
+/// with it at DESTROY_MKEY) instead of at every translation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MkeyView {
     start: u64,
     len: u64,
     length64: bool,
     mode: u64,
     page_shift: u32,
+    /// `lr`, `lw`, `rr`, `rw`, `a`.
+    lr: bool,
+    lw: bool,
+    rr: bool,
+    rw: bool,
+    a: bool,
 }
 
-impl View {
-    fn of(k: &Mkey) -> View {
-        let m = &k.mkc;
-        View {
+impl MkeyView {
+    /// Decodes an `mkc` image (fields beyond a short image read as 0).
+    pub fn decode(m: &[u8]) -> MkeyView {
+        MkeyView {
             start: get(m, mkc::start_addr),
             len: get(m, mkc::len),
             length64: get(m, mkc::length64) != 0,
             mode: get(m, mkc::access_mode_1_0) | (get(m, mkc::access_mode_4_2) << 2),
             page_shift: get(m, mkc::log_page_size).clamp(12, 30) as u32,
+            lr: get(m, mkc::lr) != 0,
+            lw: get(m, mkc::lw) != 0,
+            rr: get(m, mkc::rr) != 0,
+            rw: get(m, mkc::rw) != 0,
+            a: get(m, mkc::a) != 0,
         }
     }
 
-    fn allows(k: &Mkey, need: Need) -> bool {
-        let bit = match need {
-            Need::LocalRead => mkc::lr,
-            Need::LocalWrite => mkc::lw,
-            Need::RemoteRead => mkc::rr,
-            Need::RemoteWrite => mkc::rw,
-            Need::RemoteAtomic => mkc::a,
-        };
-        get(&k.mkc, bit) != 0
+    fn allows(&self, need: Need) -> bool {
+        match need {
+            Need::LocalRead => self.lr,
+            Need::LocalWrite => self.lw,
+            Need::RemoteRead => self.rr,
+            Need::RemoteWrite => self.rw,
+            Need::RemoteAtomic => self.a,
+        }
     }
 
     fn covers(&self, va: u64, len: u64) -> bool {
@@ -122,10 +134,10 @@ pub fn check(
     if k.pd != pd {
         return Err(KeyError::Pd);
     }
-    if !View::allows(k, need) {
+    if !k.view.allows(need) {
         return Err(KeyError::Access);
     }
-    if !View::of(k).covers(va, len) {
+    if !k.view.covers(va, len) {
         return Err(KeyError::Bounds);
     }
     Ok(())
@@ -145,7 +157,7 @@ fn walk(
         .mkey(key >> 8)
         .filter(|k| k.key == key)
         .ok_or(KeyError::Invalid)?;
-    let v = View::of(k);
+    let v = k.view;
     if !v.covers(va, len as u64) {
         return Err(KeyError::Bounds);
     }

@@ -443,6 +443,12 @@ pub struct Resp {
     pub res: VecDeque<Resource>,
     /// The PSN of an ACK owed and not sent yet (ACKs coalesce within a batch).
     pub ack_due: Option<Psn>,
+    /// The cached translation of the doorbell record's mapping (its value is read at
+    /// every use: the driver updates it concurrently; only the table search is
+    /// saved). A `Cell` so that [`QpRt::rq_posted`] stays a `&self` read.
+    pub dbr_win: std::cell::Cell<crate::iommu::Window>,
+    /// The cached translation of the RQ ring's mapping.
+    pub rq_win: crate::iommu::Window,
 }
 
 /// The data-path state of one QP.
@@ -644,8 +650,10 @@ impl QpRt {
         if self.cfg.rq_size == 0 {
             return 0;
         }
-        io.read_be32(self.cfg.dbr)
-            .map(|db| (db.wrapping_sub(self.rq_ci) & MASK16).min(self.cfg.rq_size))
+        let mut w = self.resp.dbr_win.get();
+        let db = io.read_be32_cached(&mut w, self.cfg.dbr);
+        self.resp.dbr_win.set(w);
+        db.map(|db| (db.wrapping_sub(self.rq_ci) & MASK16).min(self.cfg.rq_size))
             .unwrap_or(0)
     }
 }
@@ -653,7 +661,7 @@ impl QpRt {
 /// A received RoCEv2 packet, parsed.
 pub struct Pkt<'a> {
     /// Its headers.
-    pub repr: wire::RoceRepr,
+    pub repr: &'a wire::RoceRepr,
     /// Its payload (pad excluded).
     pub payload: &'a [u8],
     /// Source IPv4 address.
@@ -1015,7 +1023,7 @@ impl Engine {
             return;
         }
         let pkt = Pkt {
-            repr: repr.roce,
+            repr: &repr.roce,
             payload,
             sip: repr.ipv4.src_addr,
         };
@@ -1027,8 +1035,15 @@ impl Engine {
         } else {
             transport::completer::on_response(qp, &mut cx, &pkt);
         }
-        self.note_timers(qpn);
-        self.note_errors(qpn);
+        // `note_timers` and `note_errors` with the QP at hand (no second lookup).
+        let timer = qp.next_timer().is_some();
+        let err = qp.state == QpcState::Err;
+        if timer && !self.timer_qps.contains(&qpn) {
+            self.timer_qps.push(qpn);
+        }
+        if err && !self.err_qps.contains(&qpn) {
+            self.err_qps.push(qpn);
+        }
         self.since_acks += 1;
         if self.since_acks >= ACK_BATCH {
             self.flush_acks(fw, io, irqs, now);

@@ -146,6 +146,8 @@ pub struct Mkey {
     pub mkc: Vec<u8>,
     /// Translation entries (page IOVAs with the permission bits), MTT mode.
     pub mtt: Vec<u64>,
+    /// `mkc` decoded for the data path (once, at creation).
+    pub view: crate::engine::mem::MkeyView,
 }
 
 /// A completion queue.

@@ -179,6 +179,7 @@ impl Firmware {
             .insert(Mkey {
                 key: 0,
                 pd,
+                view: crate::engine::mem::MkeyView::decode(&mkc_bytes),
                 mkc: mkc_bytes,
                 mtt,
             })

@@ -285,6 +285,7 @@ impl Repr {
 
 /// Parses a frame from bytes (see [`Repr::parse`]) and returns its headers and its
 /// payload (pad excluded).
+#[inline]
 pub fn parse(bytes: &[u8]) -> Result<(Repr, &[u8])> {
     if let Some(x) = parse_lean(bytes) {
         return Ok(x);
@@ -409,6 +410,7 @@ fn parse_lean(bytes: &[u8]) -> Option<(Repr, &[u8])> {
 }
 
 /// [`parse`] by the general, layer-by-layer parser (any frame; names the error).
+#[inline(never)]
 pub fn parse_general(bytes: &[u8]) -> Result<(Repr, &[u8])> {
     // One structural check (`new_checked`); the rest of the parse relies on it.
     let frame = Frame::new_checked(bytes)?;
