@@ -590,6 +590,23 @@ impl Iommu {
         Ok(u32::from_be_bytes(b))
     }
 
+    /// [`Iommu::write`] through a cached window of the mapping (see [`Window`]).
+    pub fn write_cached(&self, w: &mut Window, iova: u64, data: &[u8]) -> Result<(), IommuFault> {
+        fence(Ordering::Release);
+        let maps = self.read_maps();
+        let Some(host) = Self::via(&maps, w, iova, data.len(), Access::Write) else {
+            drop(maps);
+            return self.write(iova, data);
+        };
+        // SAFETY: as in `read_cached`, for a mapping that allows writes:
+        // `[host, host + data.len())` lies in it and stays live under the lock.
+        unsafe { volatile_write(host as *mut u8, data) };
+        drop(maps);
+        self.write_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// [`Iommu::write_owner_last`] through a cached window (see [`Window`]).
     pub fn write_owner_last_cached(
         &self,

@@ -12,7 +12,7 @@ use ferroverbs_hw::control::mkey::mkc;
 use ferroverbs_hw::Field;
 
 use crate::firmware::Firmware;
-use crate::iommu::Iommu;
+use crate::iommu::{Iommu, Window};
 
 /// The access a use of a key needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,11 +203,24 @@ pub fn read(fw: &Firmware, io: &Iommu, key: u32, va: u64, dst: &mut [u8]) -> Res
 
 /// Copies `src` to the memory `key` maps at `va` (a device write of host memory).
 pub fn write(fw: &Firmware, io: &Iommu, key: u32, va: u64, src: &[u8]) -> Result<(), KeyError> {
+    write_cached(fw, io, &mut Window::default(), key, va, src)
+}
+
+/// [`write`] with the IOMMU accesses through the cached window `win`
+/// ([`Iommu::write_cached`]: the same checks, no table search while it is current).
+pub fn write_cached(
+    fw: &Firmware,
+    io: &Iommu,
+    win: &mut Window,
+    key: u32,
+    va: u64,
+    src: &[u8],
+) -> Result<(), KeyError> {
     if src.is_empty() {
         return Ok(());
     }
     walk(fw, key, va, src.len(), true, |iova, off, chunk| {
-        io.write(iova, &src[off..off + chunk])
+        io.write_cached(win, iova, &src[off..off + chunk])
             .map_err(|_| KeyError::Translation)
     })
 }
@@ -278,6 +291,20 @@ pub fn scatter(
     offset: u64,
     src: &[u8],
 ) -> Result<(), KeyError> {
+    scatter_cached(fw, io, &mut Window::default(), sges, offset, src)
+}
+
+/// [`scatter`] with the IOMMU accesses through the cached window `win` (a QP keeps
+/// one for the buffers its receive WQEs name: consecutive messages usually land in
+/// the same mapping). Every key is still looked up and checked at each packet.
+pub fn scatter_cached(
+    fw: &Firmware,
+    io: &Iommu,
+    win: &mut Window,
+    sges: &[Sge],
+    offset: u64,
+    src: &[u8],
+) -> Result<(), KeyError> {
     let mut skip = offset;
     let mut done = 0usize;
     for s in sges {
@@ -289,7 +316,7 @@ pub fn scatter(
             continue;
         }
         let n = ((s.len - skip) as usize).min(src.len() - done);
-        write(fw, io, s.key, s.addr + skip, &src[done..done + n])?;
+        write_cached(fw, io, win, s.key, s.addr + skip, &src[done..done + n])?;
         done += n;
         skip = 0;
     }

@@ -257,21 +257,22 @@ impl Ctx<'_> {
     /// was written.
     pub fn post_cqe(&mut self, cqn: Option<u32>, c: &Completion) -> bool {
         let Some(cqn) = cqn else { return false };
-        if !self.cqs.contains_key(&cqn) {
-            match CqRt::load(self.fw, cqn) {
-                Some(rt) => {
-                    self.cqs.insert(cqn, rt);
-                }
-                None => {
+        // One lookup in the common case (the runtime is loaded).
+        let pushed = match self.cqs.get_mut(&cqn) {
+            Some(cq) => cq.push(self.fw, self.io, self.irqs, c),
+            None => {
+                let Some(rt) = CqRt::load(self.fw, cqn) else {
                     self.stats.cqes_dropped += 1;
                     return false;
-                }
+                };
+                self.cqs.insert(cqn, rt);
+                let Some(cq) = self.cqs.get_mut(&cqn) else {
+                    return false;
+                };
+                cq.push(self.fw, self.io, self.irqs, c)
             }
-        }
-        let Some(cq) = self.cqs.get_mut(&cqn) else {
-            return false;
         };
-        match cq.push(self.fw, self.io, self.irqs, c) {
+        match pushed {
             Pushed::Written => {
                 self.stats.cqes += 1;
                 if let CqeKind::Err { syndrome, .. } = c.kind {
@@ -449,6 +450,8 @@ pub struct Resp {
     pub dbr_win: std::cell::Cell<crate::iommu::Window>,
     /// The cached translation of the RQ ring's mapping.
     pub rq_win: crate::iommu::Window,
+    /// The cached translation of the last mapping a SEND's payload was scattered to.
+    pub data_win: crate::iommu::Window,
 }
 
 /// The data-path state of one QP.

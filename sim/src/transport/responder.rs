@@ -241,7 +241,8 @@ fn on_send(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
             NakCode::InvalidRequest,
         );
     }
-    if mem::scatter(cx.fw, cx.io, &rw.sges, rw.got, pkt.payload).is_err() {
+    let win = &mut qp.resp.data_win;
+    if mem::scatter_cached(cx.fw, cx.io, win, &rw.sges, rw.got, pkt.payload).is_err() {
         return recv_error(
             qp,
             cx,
@@ -326,7 +327,8 @@ fn on_write(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
             Ok(false) | Err(()) => return,
         }
     }
-    if n > 0 && mem::write(cx.fw, cx.io, rkey, va, pkt.payload).is_err() {
+    let win = &mut qp.resp.data_win;
+    if n > 0 && mem::write_cached(cx.fw, cx.io, win, rkey, va, pkt.payload).is_err() {
         return class_c(qp, cx, psn, NakCode::RemoteAccessError);
     }
     qp.resp.epsn = psn.next();
