@@ -247,11 +247,11 @@ impl<B: Bus> Poller<B> {
         }
         let wr_id = qp.sq_retire(u16::from_be(counter));
         let t = REQ_TAIL[usize::from(op)];
-        let byte_len = if op == MLX5_OPCODE_RDMA_READ {
-            u32::from_be(read_len)
-        } else {
-            t.byte_len
-        };
+        let byte_len = std::hint::select_unpredictable(
+            op == MLX5_OPCODE_RDMA_READ,
+            u32::from_be(read_len),
+            t.byte_len,
+        );
         Ok(WorkCompletion {
             wr_id,
             byte_len,
