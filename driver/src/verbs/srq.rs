@@ -19,9 +19,8 @@
 //! ([`AsyncEvent::SrqLimitReached`](super::AsyncEvent::SrqLimitReached)) and disarms
 //! it (the limit reads 0) until [`SharedReceiveQueue::arm`] sets it again.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use ferroverbs_hw::control::caps::cmd_hca_cap as g;
 use ferroverbs_hw::control::cmd::{new_input, Opcode};
@@ -64,23 +63,72 @@ impl Default for SrqAttr {
 pub(crate) struct SrqShared {
     mask: u32,
     wr_id: Box<[AtomicU64]>,
-    /// Completed WQE indexes, in completion order (capacity: every WQE, so pushing
-    /// never allocates).
-    done: Mutex<VecDeque<u16>>,
+    /// Completed WQE indexes, in completion order.
+    done: DoneRing,
 }
 
 impl SrqShared {
     /// The `wr_id` of SRQ WQE `index`, which completed; the index goes back to the
-    /// owner's free list.
+    /// owner's free list. Lock-free (any number of CQ pollers at once).
     #[inline]
     pub(crate) fn retire(&self, index: u16) -> u64 {
         let i = (u32::from(index) & self.mask) as usize;
         let wr_id = self.wr_id[i].load(Ordering::Relaxed);
-        let mut d = self.done.lock().unwrap_or_else(|e| e.into_inner());
-        if d.len() < d.capacity() {
-            d.push_back(i as u16);
-        }
+        self.done.push(i as u16);
         wr_id
+    }
+}
+
+/// The WQE indexes completions hand back to the SRQ's owner: a bounded
+/// multi-producer, single-consumer queue with no lock (the CQ pollers of every
+/// attached QP push, the owner pops while posting), so that neither `poll` nor
+/// `post_recv` takes a lock. (rdma-core's mlx5 provider takes the SRQ's spinlock in
+/// both, `mlx5_free_srq_wqe` and `mlx5_post_srq_recv`.)
+///
+/// Each slot holds its lap stamp (the producer's ticket + 1) above the index, so the
+/// consumer tells a slot written for its current ticket from a stale one of an
+/// earlier lap. The ring has at least as many slots as the SRQ has WQEs; an index
+/// is pushed only when its WQE completes, and a WQE completes at most once per post,
+/// so at most `slots` indexes are ever queued and a producer never laps the
+/// consumer.
+struct DoneRing {
+    slots: Box<[AtomicU64]>,
+    mask: u32,
+    /// The next producer ticket.
+    tail: AtomicU32,
+    /// The next consumer ticket (only the owner, holding `&mut`, moves it).
+    head: AtomicU32,
+}
+
+impl DoneRing {
+    /// A ring of `capacity` (a power of two) slots.
+    fn new(capacity: u32) -> DoneRing {
+        DoneRing {
+            // Stamp 0 matches no ticket's stamp (ticket + 1) of the first lap.
+            slots: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
+            mask: capacity - 1,
+            tail: AtomicU32::new(0),
+            head: AtomicU32::new(0),
+        }
+    }
+
+    #[inline]
+    fn push(&self, index: u16) {
+        let t = self.tail.fetch_add(1, Ordering::Relaxed);
+        let stamp = u64::from(t.wrapping_add(1)) << 32;
+        self.slots[(t & self.mask) as usize].store(stamp | u64::from(index), Ordering::Release);
+    }
+
+    /// The oldest index pushed and not yet popped, if its producer finished writing it.
+    #[inline]
+    fn pop(&self) -> Option<u16> {
+        let h = self.head.load(Ordering::Relaxed);
+        let v = self.slots[(h & self.mask) as usize].load(Ordering::Acquire);
+        if (v >> 32) as u32 != h.wrapping_add(1) {
+            return None;
+        }
+        self.head.store(h.wrapping_add(1), Ordering::Relaxed);
+        Some(v as u16)
     }
 }
 
@@ -90,7 +138,7 @@ impl SrqShared {
 /// ([`QpInitAttr::srq`](super::QpInitAttr)) and must be destroyed before it (the
 /// device refuses `DESTROY_SRQ` while QPs use it). Posting takes `&mut self` and
 /// allocates nothing; completions (on any thread polling a CQ of an attached QP) hand
-/// their WQEs back through a short lock, as rdma-core's SRQ spinlock does.
+/// their WQEs back through a lock-free queue.
 pub struct SharedReceiveQueue<'a, B: Bus> {
     pd: &'a Pd<'a, B>,
     srqn: u32,
@@ -188,7 +236,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         let shared = Arc::new(SrqShared {
             mask: nwqe - 1,
             wr_id: (0..nwqe).map(|_| AtomicU64::new(0)).collect(),
-            done: Mutex::new(VecDeque::with_capacity(nwqe as usize)),
+            done: DoneRing::new(nwqe),
         });
         Ok(SharedReceiveQueue {
             pd: self,
@@ -243,9 +291,9 @@ impl<'a, B: Bus> SharedReceiveQueue<'a, B> {
 
     /// Links the WQEs completed since the last post after `tail`.
     fn reclaim(&mut self) -> bool {
-        let mut d = self.shared.done.lock().unwrap_or_else(|e| e.into_inner());
-        let any = !d.is_empty();
-        while let Some(w) = d.pop_front() {
+        let mut any = false;
+        while let Some(w) = self.shared.done.pop() {
+            any = true;
             let t = usize::from(self.tail);
             self.next[t] = w;
             self.buf.write_be32(t * self.stride, u32::from(w));
@@ -377,6 +425,87 @@ impl<B: Bus> Drop for SharedReceiveQueue<'_, B> {
             if let Err(e) = self.release() {
                 tracing::warn!(srqn = self.srqn, error = %e, "DESTROY_SRQ failed");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DoneRing;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn done_ring_is_fifo_across_laps() {
+        let r = DoneRing::new(4);
+        assert_eq!(r.pop(), None);
+        for lap in 0..1000u32 {
+            let n = 1 + (lap % 4) as u16;
+            for k in 0..n {
+                r.push(k + lap as u16);
+            }
+            for k in 0..n {
+                assert_eq!(r.pop(), Some(k + lap as u16), "lap {lap}");
+            }
+            assert_eq!(r.pop(), None, "a stale slot of an earlier lap is not taken");
+        }
+    }
+
+    #[test]
+    fn done_ring_takes_every_index_of_concurrent_pollers_once() {
+        // Four pollers complete WQEs (each owns four indexes and hands one back only
+        // when the owner has reposted it, as a device completes a WQE once per post)
+        // while the owner takes them back: every index comes back exactly once per
+        // completion.
+        const WQES: u32 = 16;
+        const ROUNDS: u32 = 5_000;
+        let r = Arc::new(DoneRing::new(WQES));
+        let posted: Arc<Vec<AtomicBool>> =
+            Arc::new((0..WQES).map(|_| AtomicBool::new(true)).collect());
+        let pushes: Arc<Vec<AtomicU32>> = Arc::new((0..WQES).map(|_| AtomicU32::new(0)).collect());
+        let pollers: Vec<_> = (0..4u16)
+            .map(|p| {
+                let (r, posted, pushes) =
+                    (Arc::clone(&r), Arc::clone(&posted), Arc::clone(&pushes));
+                std::thread::spawn(move || {
+                    let mut pushed = 0;
+                    while pushed < 4 * ROUNDS {
+                        for i in (p * 4)..(p * 4 + 4) {
+                            if pushed < 4 * ROUNDS
+                                && posted[usize::from(i)].swap(false, Ordering::AcqRel)
+                            {
+                                pushes[usize::from(i)].fetch_add(1, Ordering::Relaxed);
+                                r.push(i);
+                                pushed += 1;
+                            }
+                        }
+                        std::thread::yield_now();
+                    }
+                })
+            })
+            .collect();
+        let mut seen = [0u32; WQES as usize];
+        let mut taken = 0;
+        while taken < 16 * ROUNDS {
+            match r.pop() {
+                Some(i) => {
+                    let i = usize::from(i);
+                    seen[i] += 1;
+                    taken += 1;
+                    posted[i].store(true, Ordering::Release);
+                }
+                None => std::thread::yield_now(),
+            }
+        }
+        for p in pollers {
+            p.join().unwrap();
+        }
+        assert_eq!(r.pop(), None);
+        for (i, n) in seen.iter().enumerate() {
+            assert_eq!(*n, pushes[i].load(Ordering::Relaxed), "index {i}");
+        }
+        for p in 0..4 {
+            assert_eq!(seen[p * 4..p * 4 + 4].iter().sum::<u32>(), 4 * ROUNDS);
         }
     }
 }
