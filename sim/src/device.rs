@@ -234,6 +234,11 @@ struct Shared {
     /// instead of its end (after the application could see the step's completions).
     /// Set while ACKs are owed, so that an otherwise idle step still sends them.
     acks_owed: AtomicBool,
+    /// Some thread is in [`Shared::try_service`] (the device thread, or an application
+    /// thread assisting it from an empty poll): another one returns at once.
+    servicing: AtomicBool,
+    /// Device time of the last [`Sim::try_service`] that got to service (0: never).
+    assisted_ns: AtomicU64,
 }
 
 impl Drop for Shared {
@@ -326,6 +331,8 @@ impl Sim {
             ingress: RwLock::new(None),
             has_ingress: AtomicBool::new(false),
             acks_owed: AtomicBool::new(false),
+            servicing: AtomicBool::new(false),
+            assisted_ns: AtomicU64::new(0),
         });
         if mode == Mode::Threaded {
             let runner = Runner::spawn(
@@ -408,7 +415,23 @@ impl Sim {
         // As the device thread does: held commands only when some are held, and an
         // idle device (no frame received, no periodic work, no timer due) takes no
         // lock (a deterministic fabric step visits every device).
-        Service::service(&*self.shared)
+        self.shared.service_now()
+    }
+
+    /// Services the device as [`Sim::service`] does, unless some other thread is
+    /// servicing it (the device thread, or another assisting thread): then returns
+    /// `None` at once, never waiting for it. What a busy-polling application calls
+    /// when its CQ is empty (NAPI-style busy polling): in threaded mode its own thread
+    /// then reads the ingress and delivers the completion, with no hand-off from the
+    /// device thread, which keeps carrying the traffic whenever the application does
+    /// not poll. Returns the data-path work done (0: idle).
+    pub fn try_service(&self) -> Option<usize> {
+        let r = self.shared.try_service();
+        if r.is_some() {
+            let now = self.shared.clock.now_ns().max(1);
+            self.shared.assisted_ns.store(now, Ordering::Relaxed);
+        }
+        r
     }
 
     /// Device time at which the next data-path timer expires, if any.
@@ -882,8 +905,30 @@ impl Shared {
     }
 }
 
-impl Service for Shared {
-    fn service(&self) -> usize {
+impl Shared {
+    /// [`Shared::service_now`] unless another thread is in here (then `None`).
+    fn try_service(&self) -> Option<usize> {
+        struct Busy<'a>(&'a AtomicBool);
+        impl Drop for Busy<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        // A relaxed look first: a spinning loser does not bounce the cache line.
+        if self.servicing.load(Ordering::Relaxed)
+            || self
+                .servicing
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return None;
+        }
+        let _busy = Busy(&self.servicing);
+        Some(self.service_now())
+    }
+
+    /// Services the device (held commands, ingress, received frames, timers).
+    fn service_now(&self) -> usize {
         if self.held_any.load(Ordering::Acquire) {
             self.service_due(false);
         }
@@ -900,6 +945,15 @@ impl Service for Shared {
         }
         self.service_data_path()
     }
+}
+
+impl Service for Shared {
+    fn service(&self) -> usize {
+        // The device thread leaves the work to an application thread that is doing
+        // it (it reads the same ingress and queue; nothing is lost: the next
+        // iteration, or the ingress wait, sees what arrives meanwhile).
+        self.try_service().unwrap_or(0)
+    }
 
     fn due_in(&self) -> Option<Duration> {
         let t = self.deadline.load(Ordering::Acquire);
@@ -915,6 +969,11 @@ impl Service for Shared {
         } else {
             crate::mode::SPIN_TIME
         }
+    }
+
+    fn assisted(&self) -> bool {
+        let t = self.assisted_ns.load(Ordering::Relaxed);
+        t != 0 && self.clock.now_ns().saturating_sub(t) < crate::mode::ASSIST_NAP.as_nanos() as u64
     }
 
     fn idle_ingress(&self) -> Option<Arc<dyn Ingress>> {

@@ -60,6 +60,10 @@ pub const YIELD_TIME: Duration = Duration::from_micros(200);
 /// Longest park (receive WQEs posted to a QP in error are noticed at this pace).
 pub const MAX_PARK: Duration = Duration::from_millis(10);
 
+/// How long the device thread naps, and how recently an application thread must have
+/// assisted ([`Service::assisted`]) for it to nap instead of polling.
+pub const ASSIST_NAP: Duration = Duration::from_millis(1);
+
 /// What a device thread drives.
 pub trait Service: Send + Sync + 'static {
     /// Does the work that is due; returns how much (0: idle).
@@ -75,6 +79,12 @@ pub trait Service: Send + Sync + 'static {
     /// queued frame unparks the thread).
     fn idle_ingress(&self) -> Option<Arc<dyn Ingress>> {
         None
+    }
+    /// Whether an application thread serviced the target within the last
+    /// [`ASSIST_NAP`] (busy polling): an idle device thread then naps for that long
+    /// instead of competing with it for the CPU and the ingress (default: never).
+    fn assisted(&self) -> bool {
+        false
     }
 }
 
@@ -128,11 +138,17 @@ impl Runner {
 fn run<T: Service>(target: Weak<T>, stop: Arc<AtomicBool>) {
     let mut idle_since: Option<Instant> = None;
     while !stop.load(Ordering::Acquire) {
-        let (work, due, spin) = match target.upgrade() {
-            Some(t) => (t.service(), t.due_in(), t.spin_time()),
+        let (work, due, spin, assisted) = match target.upgrade() {
+            Some(t) => (t.service(), t.due_in(), t.spin_time(), t.assisted()),
             None => break,
         };
         if work > 0 {
+            idle_since = None;
+            continue;
+        }
+        if assisted {
+            // A sleep, not a park: the frames the application reads would unpark it.
+            thread::sleep(due.map_or(ASSIST_NAP, |d| d.min(ASSIST_NAP)));
             idle_since = None;
             continue;
         }

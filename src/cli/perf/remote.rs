@@ -348,10 +348,15 @@ pub fn run(cfg: &PerfConfig) -> Result<(), CliError> {
         link: LinkLayer::Ethernet,
     };
     // Steps the device when the process has nothing to do (deterministic mode), or
-    // leaves the cores to the device threads (which read the UDP socket).
+    // services it unless its thread is doing so (threaded mode: NAPI-style busy
+    // polling, never waiting for the device thread; the device thread naps meanwhile,
+    // see `ferroverbs_sim::mode::ASSIST_NAP`). An empty poll still yields: spinning
+    // halved the bandwidth of the peer's device thread on shared CPUs (§7.5.1).
     let pump = || {
         if threaded {
-            std::thread::yield_now();
+            if sim.try_service().unwrap_or(0) == 0 {
+                std::thread::yield_now();
+            }
         } else {
             sim.step();
         }
