@@ -24,6 +24,11 @@
 //! that steps the device in deterministic mode (a busy-polling application, as with a
 //! real NIC), so that no other thread hands the frames over. An idle device thread
 //! then blocks in the ingress ([`Ingress::wait`]) instead of parking.
+//!
+//! In threaded mode a busy-polling application thread may service the device too
+//! ([`Sim::try_service`](crate::Sim::try_service), never waiting for the device
+//! thread); while it does ([`Service::assisted`]), the idle device thread naps for
+//! [`ASSIST_NAP`] instead of competing with it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
