@@ -208,11 +208,16 @@ pub struct Net {
     pub macs: Vec<[u8; 6]>,
     /// The outer headers of the paths sent on lately.
     pub encaps: transport::EncapCache,
+    /// Frames for the fabric not handed over yet: [`Net::flush`] gives them to the
+    /// uplink in one batch before the engine call that built them returns.
+    pub outbox: Vec<Vec<u8>>,
 }
 
 impl Net {
     /// Sends a finished frame: to this device's own receive queue if its destination is
-    /// one of its ports (loopback), else to the fabric.
+    /// one of its ports (loopback), else to the fabric (queued in the outbox until
+    /// [`Net::flush`], which every engine entry point that transmits calls before it
+    /// returns).
     pub fn send(&mut self, frame: Vec<u8>, stats: &mut DataPathStats) {
         stats.tx_frames += 1;
         stats.tx_bytes += frame.len() as u64;
@@ -223,13 +228,30 @@ impl Net {
             }
             return;
         }
+        if self.uplink.is_some() {
+            self.outbox.push(frame);
+        } else {
+            stats.tx_no_link += 1;
+            stats.tx_error_bytes += frame.len() as u64;
+            self.pool.put(frame);
+        }
+    }
+
+    /// Hands the outbox's frames to the uplink, in the order they were built, in one
+    /// batch ([`Uplink::transmit_batch`]: one lock of the route table and of the
+    /// destination's receive queue for a run of frames to one port).
+    pub fn flush(&mut self) {
+        if self.outbox.is_empty() {
+            return;
+        }
         match &self.uplink {
-            Some(u) => u.transmit(frame),
-            None => {
-                stats.tx_no_link += 1;
-                stats.tx_error_bytes += frame.len() as u64;
-                self.pool.put(frame);
+            Some(u) if self.outbox.len() == 1 => {
+                if let Some(f) = self.outbox.pop() {
+                    u.transmit(f);
+                }
             }
+            Some(u) => u.transmit_batch(&mut self.outbox),
+            None => self.pool.put_all(&mut self.outbox),
         }
     }
 }
@@ -362,6 +384,8 @@ pub struct Sq {
     pub stalled: bool,
     /// Data of the WQE being transmitted.
     pub txd: WqeData,
+    /// Send WQEBBs fetched ahead (one IOMMU read per run of posted WQEBBs).
+    pub stage: wqe::SqStage,
     /// Data of the READ/atomic being completed.
     pub rxd: WqeData,
 }
@@ -721,6 +745,7 @@ impl Engine {
                 rx,
                 macs,
                 encaps: transport::EncapCache::default(),
+                outbox: Vec::with_capacity(64),
             },
             stats: DataPathStats::default(),
             err_qps: Vec::new(),
@@ -769,6 +794,11 @@ impl Engine {
         if self.events.is_empty() {
             return;
         }
+        self.sync_events(fw, io, irqs, now);
+        self.net.flush();
+    }
+
+    fn sync_events(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, now: u64) {
         let mut events = std::mem::take(&mut self.events);
         for ev in events.drain(..) {
             match ev {
@@ -889,6 +919,7 @@ impl Engine {
         }
         self.note_timers(qpn);
         self.note_errors(qpn);
+        self.net.flush();
     }
 
     /// Writes QP `qpn`'s data-path state into the firmware's image of its context (what
@@ -1089,17 +1120,19 @@ impl Engine {
     }
 
     /// Sends the ACKs owed (call when a batch of received frames is done).
+    /// Also hands every frame built by the received frames (responses, requests a
+    /// completion let go) to the fabric.
     pub fn flush_acks(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, now: u64) {
         self.since_acks = 0;
-        if self.ack_qps.is_empty() {
-            return;
-        }
-        let mut cx = ctx!(self, fw, io, irqs, now);
-        for qpn in self.ack_qps.drain(..) {
-            if let Some(qp) = self.qps.get_mut(&qpn) {
-                transport::responder::flush_ack(qp, &mut cx);
+        if !self.ack_qps.is_empty() {
+            let mut cx = ctx!(self, fw, io, irqs, now);
+            for qpn in self.ack_qps.drain(..) {
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    transport::responder::flush_ack(qp, &mut cx);
+                }
             }
         }
+        self.net.flush();
     }
 
     /// Whether some QP owes an ACK that [`Engine::flush_acks`] would send.
@@ -1159,6 +1192,7 @@ impl Engine {
             work += (cx.stats.flushed - before) as usize;
             self.err_qps = keep;
         }
+        self.net.flush();
         work
     }
 

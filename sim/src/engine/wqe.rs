@@ -26,7 +26,7 @@ use ferroverbs_hw::datapath::wqe::{
 use super::mem::{self, Need, Sge};
 use super::qp::QpCfg;
 use crate::firmware::{Firmware, ServiceType};
-use crate::iommu::Iommu;
+use crate::iommu::{Iommu, IOMMU_PAGE};
 
 /// Largest send WQE: 63 DS (the 6-bit field), 16 WQEBBs of buffer.
 pub const MAX_WQE_BYTES: usize = 1024;
@@ -173,24 +173,76 @@ fn be64(b: &[u8]) -> u64 {
     u64::from_be_bytes(v)
 }
 
-/// Reads the send WQE at SQ counter `pos`, of which at most `avail` WQEBBs were posted,
-/// validates it and fills `data` with its gather list or inline bytes.
-pub fn parse_send(
-    fw: &Firmware,
-    io: &Iommu,
-    cfg: &QpCfg,
+/// Send WQEBBs fetched ahead from the SQ buffer, as a device's WQE prefetch does: one
+/// IOMMU read for a run of posted WQEBBs (up to the doorbell record counter, the end of
+/// the ring, the end of the 4 KiB page and [`STAGE_WQEBBS`]) instead of one read per
+/// WQEBB. WQEBBs are held by their SQ counter; only posted WQEBBs are read, and a posted
+/// WQE belongs to the device until it completes (the driver may not rewrite it), so the
+/// copy is what the driver posted. Every read still goes through the IOMMU, bounds- and
+/// permission-checked.
+#[derive(Clone, Debug, Default)]
+pub struct SqStage {
+    /// SQ counter of the first WQEBB held.
     pos: u32,
-    avail: u32,
-    data: &mut WqeData,
-) -> SendWqe {
-    // The WQE's bytes: most WQEs fit the small buffer; only a larger one pays for
-    // zeroing `MAX_WQE_BYTES` on the stack.
-    let mut small = [0u8; 256];
-    let mut big;
-    data.sges.clear();
-    data.inline.clear();
-    data.pos = Some(pos);
-    let mut w = SendWqe {
+    /// WQEBBs held.
+    n: u32,
+    /// Their bytes (allocated once, [`STAGE_WQEBBS`] WQEBBs).
+    bytes: Vec<u8>,
+}
+
+/// Most WQEBBs one staged read fetches (4 KiB: one IOMMU page).
+pub const STAGE_WQEBBS: u32 = 64;
+
+impl SqStage {
+    /// The bytes of WQEBBs `pos .. pos + count` if all are held.
+    fn held(&self, pos: u32, count: u32) -> Option<&[u8]> {
+        let d = pos.wrapping_sub(self.pos);
+        if d < self.n && count <= self.n - d {
+            let at = d as usize * 64;
+            self.bytes.get(at..at + count as usize * 64)
+        } else {
+            None
+        }
+    }
+
+    /// Reads the run of WQEBBs from `pos`: at most `avail` (the posted ones), not past
+    /// the end of the ring or of the 4 KiB page holding WQEBB `pos`. Returns whether
+    /// anything is held from `pos`.
+    fn fill(&mut self, io: &Iommu, cfg: &QpCfg, pos: u32, avail: u32) -> bool {
+        self.n = 0;
+        if cfg.sq_size == 0 || avail == 0 {
+            return false;
+        }
+        let slot = pos & (cfg.sq_size - 1);
+        let Some(iova) = cfg.sq_iova(slot, 0) else {
+            return false;
+        };
+        let in_page = ((IOMMU_PAGE - (iova & (IOMMU_PAGE - 1))) / 64).max(1) as u32;
+        let k = avail.min(cfg.sq_size - slot).min(in_page).min(STAGE_WQEBBS);
+        let want = STAGE_WQEBBS as usize * 64;
+        if self.bytes.len() < want {
+            self.bytes.resize(want, 0);
+        }
+        let len = k as usize * 64;
+        if io.read(iova, &mut self.bytes[..len]).is_err() {
+            // Part of the run is not readable: read only WQEBB `pos` (what a one-WQEBB
+            // fetch would have read; its own fault is reported by the caller).
+            if k == 1 || io.read(iova, &mut self.bytes[..64]).is_err() {
+                return false;
+            }
+            self.pos = pos;
+            self.n = 1;
+            return true;
+        }
+        self.pos = pos;
+        self.n = k;
+        true
+    }
+}
+
+/// A send WQE that failed validation (what the fields say until parsed).
+fn malformed(pos: u32) -> SendWqe {
+    SendWqe {
         pos,
         wqebbs: 1,
         index: pos as u16,
@@ -208,14 +260,14 @@ pub fn parse_send(
         inline: false,
         error: Some(WqeError::QpOp),
         av: None,
-    };
-    let mut first = [0u8; 64];
-    if !read_wqebb(io, cfg, pos, &mut first) {
-        return w;
     }
-    let Ok(ctrl) = WqeCtrlSeg::read_from(&first[..16]) else {
-        return w;
-    };
+}
+
+/// Reads the control segment (the first 16 bytes of `first`) into `w`; returns the
+/// WQE's DS count and WQEBBs, or `None` (with `w.wqebbs` set to what to skip) for a DS
+/// of 0 or a WQE running past the `avail` WQEBBs posted.
+fn header(w: &mut SendWqe, first: &[u8], avail: u32) -> Option<(usize, u32, u32)> {
+    let ctrl = WqeCtrlSeg::read_from(first.get(..16)?).ok()?;
     w.index = ctrl.wqe_index();
     w.opcode = ctrl.opcode();
     w.signaled = ctrl.cq_update();
@@ -224,15 +276,43 @@ pub fn parse_send(
     w.imm = ctrl.imm();
     let ds = usize::from(ctrl.ds());
     if ds == 0 {
-        return w;
+        return None;
     }
     let wqebbs = ds.div_ceil(4) as u32;
     if wqebbs > avail {
         // The WQE runs past the producer counter: malformed.
         w.wqebbs = avail.max(1);
-        return w;
+        return None;
     }
     w.wqebbs = wqebbs;
+    Some((ds, wqebbs, ctrl.qpn()))
+}
+
+/// Reads the send WQE at SQ counter `pos`, of which at most `avail` WQEBBs were posted,
+/// validates it and fills `data` with its gather list or inline bytes.
+pub fn parse_send(
+    fw: &Firmware,
+    io: &Iommu,
+    cfg: &QpCfg,
+    pos: u32,
+    avail: u32,
+    data: &mut WqeData,
+) -> SendWqe {
+    // The WQE's bytes: most WQEs fit the small buffer; only a larger one pays for
+    // zeroing `MAX_WQE_BYTES` on the stack.
+    let mut small = [0u8; 256];
+    let mut big;
+    data.sges.clear();
+    data.inline.clear();
+    data.pos = Some(pos);
+    let mut w = malformed(pos);
+    let mut first = [0u8; 64];
+    if !read_wqebb(io, cfg, pos, &mut first) {
+        return w;
+    }
+    let Some((ds, wqebbs, qpn)) = header(&mut w, &first, avail) else {
+        return w;
+    };
     let raw: &mut [u8] = if wqebbs as usize * 64 <= small.len() {
         &mut small
     } else {
@@ -246,18 +326,73 @@ pub fn parse_send(
             return w;
         }
     }
-    if ctrl.qpn() != cfg.qpn {
+    decode(fw, cfg, &raw[..wqebbs as usize * 64], ds, qpn, &mut w, data);
+    w
+}
+
+/// [`parse_send`] through the QP's prefetch `stage`: the WQE is decoded in place from
+/// the WQEBBs fetched ahead (read on a miss). A WQE that wraps the ring's end or
+/// crosses a page is read as [`parse_send`] does.
+pub fn parse_send_staged(
+    fw: &Firmware,
+    io: &Iommu,
+    cfg: &QpCfg,
+    pos: u32,
+    avail: u32,
+    data: &mut WqeData,
+    stage: &mut SqStage,
+) -> SendWqe {
+    if stage.held(pos, 1).is_none() && !stage.fill(io, cfg, pos, avail) {
+        return parse_send(fw, io, cfg, pos, avail, data);
+    }
+    let mut w = malformed(pos);
+    let Some(first) = stage.held(pos, 1) else {
+        return parse_send(fw, io, cfg, pos, avail, data);
+    };
+    let Some((ds, wqebbs, qpn)) = header(&mut w, first, avail) else {
+        data.sges.clear();
+        data.inline.clear();
+        data.pos = Some(pos);
         return w;
+    };
+    if stage.held(pos, wqebbs).is_none()
+        && (!stage.fill(io, cfg, pos, avail) || stage.held(pos, wqebbs).is_none())
+    {
+        return parse_send(fw, io, cfg, pos, avail, data);
+    }
+    let Some(raw) = stage.held(pos, wqebbs) else {
+        return parse_send(fw, io, cfg, pos, avail, data);
+    };
+    data.sges.clear();
+    data.inline.clear();
+    data.pos = Some(pos);
+    decode(fw, cfg, raw, ds, qpn, &mut w, data);
+    w
+}
+
+/// Validates the WQE whose `wqebbs` WQEBBs are `raw` (control segment already read into
+/// `w`: `ds` and `qpn` from it) and fills `data`.
+fn decode(
+    fw: &Firmware,
+    cfg: &QpCfg,
+    raw: &[u8],
+    ds: usize,
+    qpn: u32,
+    w: &mut SendWqe,
+    data: &mut WqeData,
+) {
+    if qpn != cfg.qpn || raw.len() < ds * 16 {
+        return;
     }
     let Some(op) = Op::of(w.opcode) else {
-        return w;
+        return;
     };
     w.op = Some(op);
     // UD (`mlx5-datapath.md` §2.3-2.4): SEND only, the 48-byte address vector between
     // the control segment and the data part.
     let ud = cfg.st == ServiceType::Ud;
     if ud && !matches!(op, Op::Nop | Op::Send { .. }) {
-        return w;
+        return;
     }
     let av_ds = if ud && op != Op::Nop {
         WqeAv::SIZE / 16
@@ -266,12 +401,12 @@ pub fn parse_send(
     };
     let base = op.base_ds() + av_ds;
     if ds < base {
-        return w;
+        return;
     }
     if av_ds != 0 {
         match WqeAv::read_from(&raw[16..16 + WqeAv::SIZE]) {
             Ok(av) => w.av = Some(av),
-            Err(_) => return w,
+            Err(_) => return,
         }
     }
     if matches!(op, Op::Write { .. } | Op::Read | Op::CmpSwap | Op::FetchAdd) {
@@ -290,7 +425,7 @@ pub fn parse_send(
     if part.len() >= 4 && be32(part) & MLX5_INLINE_SEG != 0 {
         let n = (be32(part) & !MLX5_INLINE_SEG) as usize;
         if 4 + n > part.len() || !matches!(op, Op::Send { .. } | Op::Write { .. }) {
-            return w;
+            return;
         }
         data.inline.extend_from_slice(&part[4..4 + n]);
         w.inline = true;
@@ -303,7 +438,7 @@ pub fn parse_send(
         };
         for seg in part.chunks_exact(16) {
             let Ok(d) = WqeDataSeg::read_from(seg) else {
-                return w;
+                return;
             };
             let len = match d.byte_count() {
                 0 => 1u64 << 31,
@@ -316,7 +451,7 @@ pub fn parse_send(
             };
             if mem::check(fw, sge.key, cfg.pd, need, sge.addr, sge.len).is_err() {
                 w.error = Some(WqeError::Prot);
-                return w;
+                return;
             }
             data.sges.push(sge);
         }
@@ -325,16 +460,15 @@ pub fn parse_send(
     if matches!(op, Op::CmpSwap | Op::FetchAdd) {
         if w.len < 8 {
             w.error = Some(WqeError::Length);
-            return w;
+            return;
         }
         w.len = 8;
     }
     if w.len > cfg.max_msg {
         w.error = Some(WqeError::Length);
-        return w;
+        return;
     }
     w.error = None;
-    w
 }
 
 /// Fills `data` again for the WQE at `pos` (already validated when it was fetched).
