@@ -67,29 +67,14 @@ pub fn take(qp: &mut QpRt, cx: &mut Ctx, scatter: bool) -> Result<(), TakeError>
 /// checked ([`wqe::parse_segs`]): as [`wqe::parse_recv`], through the QP's cached
 /// translation of its ring (`qp.resp.rq_win`).
 fn read_rwqe(qp: &mut QpRt, cx: &Ctx, counter: u32) -> Result<(), RecvError> {
-    let cfg = &qp.cfg;
-    let sges = &mut qp.resp.rwqe.sges;
-    sges.clear();
-    if cfg.rq_size == 0 {
-        return Err(RecvError::Unreadable);
-    }
-    let stride = (cfg.rq_stride as usize).min(MAX_RQ_STRIDE);
-    // Small strides (one to four SGEs) do not pay for zeroing `MAX_RQ_STRIDE` bytes.
-    let mut small = [0u8; 64];
-    let mut big;
-    let raw: &mut [u8] = if stride <= small.len() {
-        &mut small
-    } else {
-        big = [0u8; MAX_RQ_STRIDE];
-        &mut big
-    };
-    let iova = cfg
-        .rq_iova(counter & (cfg.rq_size - 1))
-        .ok_or(RecvError::Unreadable)?;
-    cx.io
-        .read_cached(&mut qp.resp.rq_win, iova, &mut raw[..stride])
-        .map_err(|_| RecvError::Unreadable)?;
-    wqe::parse_segs(cx.fw, cfg.pd, &raw[..stride], sges)
+    let win = &mut qp.resp.rq_win;
+    wqe::parse_recv_with(
+        cx.fw,
+        &qp.cfg,
+        counter,
+        &mut qp.resp.rwqe.sges,
+        |iova, raw| cx.io.read_cached(win, iova, raw).is_ok(),
+    )
 }
 
 fn take_srq(qp: &mut QpRt, cx: &mut Ctx, srqn: u32, scatter: bool) -> Result<(), TakeError> {

@@ -498,6 +498,20 @@ pub fn parse_recv(
     counter: u32,
     sges: &mut Vec<Sge>,
 ) -> Result<(), RecvError> {
+    parse_recv_with(fw, cfg, counter, sges, |iova, raw| {
+        io.read(iova, raw).is_ok()
+    })
+}
+
+/// [`parse_recv`] with the WQE's bytes read by `read(iova, buf)` (false: unreadable),
+/// so that a caller may read through a cached translation of the ring.
+pub fn parse_recv_with(
+    fw: &Firmware,
+    cfg: &QpCfg,
+    counter: u32,
+    sges: &mut Vec<Sge>,
+    read: impl FnOnce(u64, &mut [u8]) -> bool,
+) -> Result<(), RecvError> {
     sges.clear();
     if cfg.rq_size == 0 {
         return Err(RecvError::Unreadable);
@@ -515,8 +529,9 @@ pub fn parse_recv(
     let iova = cfg
         .rq_iova(counter & (cfg.rq_size - 1))
         .ok_or(RecvError::Unreadable)?;
-    io.read(iova, &mut raw[..stride])
-        .map_err(|_| RecvError::Unreadable)?;
+    if !read(iova, &mut raw[..stride]) {
+        return Err(RecvError::Unreadable);
+    }
     parse_segs(fw, cfg.pd, &raw[..stride], sges)
 }
 
