@@ -414,6 +414,41 @@ fn a_stepped_nic_reads_its_socket_on_the_stepping_thread() {
     });
 }
 
+#[test]
+fn a_command_sends_the_deferred_ack_first() {
+    // An ACK deferred by one step must not wait for a step that may never come: the
+    // application that saw its last receive completion typically queries, resets or
+    // destroys the QP and exits. Any command sends the owed ACKs before it runs.
+    let a = nic(UdpConfig::new(addr(26, 1)), false);
+    let b = nic(UdpConfig::new(addr(26, 2)), false);
+    with_pair(&a, &b, |qa, cqa, la, qb, cqb, lb| {
+        qb.post_recv(&[RecvWr::new(7, &[lb.sge(0, 4096).unwrap()])])
+            .unwrap();
+        la.write(0, b"last message");
+        qa.post_send(&[SendWr::send(1, &[la.sge(0, 12).unwrap()]).signaled()])
+            .unwrap();
+        let start = Instant::now();
+        while b.link.stats().rx_datagrams == 0 {
+            assert!(start.elapsed() < Duration::from_secs(20), "no datagram");
+            b.sim.step();
+        }
+        assert_eq!(b.link.stats().tx_datagrams, 0, "the ACK is owed");
+        let mut wc = [WorkCompletion::default(); 4];
+        assert_eq!(cqb.poll(&mut wc), 1);
+        assert_eq!((wc[0].wr_id, wc[0].byte_len), (7, 12));
+        // No step: a QUERY_QP command alone sends the ACK, before it runs.
+        qb.query().unwrap();
+        assert_eq!(
+            b.link.stats().tx_datagrams,
+            1,
+            "the command flushed the ACK"
+        );
+        let c = wait(&[&a], true, cqa, 1);
+        assert_eq!((c[0].wr_id, c[0].opcode), (1, WcOpcode::Send));
+        assert_eq!(c[0].status, ferroverbs::verbs::WcStatus::Success);
+    });
+}
+
 /// Sends `n` SENDs of 64 bytes from `qa` to `qb` in posts of `batch`, stepping both
 /// devices (or not, threaded), and checks that every WR completes exactly once on
 /// each side, in order, with its data.

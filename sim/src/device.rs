@@ -643,7 +643,13 @@ impl Shared {
         let mut sig = Vec::new();
         match ev {
             None | Some(BarEvent::CmdqAddress { .. }) => {}
-            Some(BarEvent::CmdDoorbell { slots }) => self.ring(&mut d, slots, &mut sig),
+            Some(BarEvent::CmdDoorbell { slots }) => {
+                // A command may move a QP to RESET or ERR, destroy it, or be the last
+                // thing a process does before it exits: the ACKs a service deferred
+                // (UDP ingress) go out first, as a NIC's would have long before.
+                self.flush_owed_acks(&mut d);
+                self.ring(&mut d, slots, &mut sig)
+            }
             Some(BarEvent::Uar { index, doorbell }) => match doorbell {
                 UarDoorbell::Eq { eqn, ci, arm } => {
                     let eqn = u32::from(eqn);
@@ -726,6 +732,15 @@ impl Shared {
         match &*self.ingress.read().unwrap_or_else(|e| e.into_inner()) {
             Some(i) => i.poll(),
             None => 0,
+        }
+    }
+
+    /// Sends the ACKs the previous service deferred, if any.
+    fn flush_owed_acks(&self, d: &mut Device) {
+        if self.acks_owed.swap(false, Ordering::AcqRel) {
+            let now = self.clock.now_ns();
+            let Device { fw, engine, .. } = d;
+            engine.flush_acks(fw, &self.iommu, &self.irqs, now);
         }
     }
 
