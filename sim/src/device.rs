@@ -234,6 +234,10 @@ struct Shared {
     /// instead of its end (after the application could see the step's completions).
     /// Set while ACKs are owed, so that an otherwise idle step still sends them.
     acks_owed: AtomicBool,
+    /// Threaded mode: ACKs are not deferred (the device thread's `sendto` does not
+    /// delay the application, which sees the completion meanwhile; a deferred ACK
+    /// there would only wait for the thread's next turn on a busy CPU).
+    threaded: bool,
     /// Some thread is in [`Shared::try_service`] (the device thread, or an application
     /// thread assisting it from an empty poll): another one returns at once.
     servicing: AtomicBool,
@@ -331,6 +335,7 @@ impl Sim {
             ingress: RwLock::new(None),
             has_ingress: AtomicBool::new(false),
             acks_owed: AtomicBool::new(false),
+            threaded: mode == Mode::Threaded,
             servicing: AtomicBool::new(false),
             assisted_ns: AtomicU64::new(0),
         });
@@ -748,7 +753,7 @@ impl Shared {
     fn service_data_path(&self) -> usize {
         let mut work = 0;
         let now = self.clock.now_ns();
-        let defer_acks = self.has_ingress.load(Ordering::Acquire);
+        let defer_acks = !self.threaded && self.has_ingress.load(Ordering::Acquire);
         let mut d = self.lock();
         let Device {
             fw,
