@@ -384,8 +384,6 @@ pub struct Sq {
     pub stalled: bool,
     /// Data of the WQE being transmitted.
     pub txd: WqeData,
-    /// Send WQEBBs fetched ahead (one IOMMU read per run of posted WQEBBs).
-    pub stage: wqe::SqStage,
     /// Data of the READ/atomic being completed.
     pub rxd: WqeData,
 }

@@ -26,7 +26,7 @@ use ferroverbs_hw::datapath::wqe::{
 use super::mem::{self, Need, Sge};
 use super::qp::QpCfg;
 use crate::firmware::{Firmware, ServiceType};
-use crate::iommu::{Iommu, IOMMU_PAGE};
+use crate::iommu::Iommu;
 
 /// Largest send WQE: 63 DS (the 6-bit field), 16 WQEBBs of buffer.
 pub const MAX_WQE_BYTES: usize = 1024;
@@ -173,73 +173,6 @@ fn be64(b: &[u8]) -> u64 {
     u64::from_be_bytes(v)
 }
 
-/// Send WQEBBs fetched ahead from the SQ buffer, as a device's WQE prefetch does: one
-/// IOMMU read for a run of posted WQEBBs (up to the doorbell record counter, the end of
-/// the ring, the end of the 4 KiB page and [`STAGE_WQEBBS`]) instead of one read per
-/// WQEBB. WQEBBs are held by their SQ counter; only posted WQEBBs are read, and a posted
-/// WQE belongs to the device until it completes (the driver may not rewrite it), so the
-/// copy is what the driver posted. Every read still goes through the IOMMU, bounds- and
-/// permission-checked.
-#[derive(Clone, Debug, Default)]
-pub struct SqStage {
-    /// SQ counter of the first WQEBB held.
-    pos: u32,
-    /// WQEBBs held.
-    n: u32,
-    /// Their bytes (allocated once, [`STAGE_WQEBBS`] WQEBBs).
-    bytes: Vec<u8>,
-}
-
-/// Most WQEBBs one staged read fetches (4 KiB: one IOMMU page).
-pub const STAGE_WQEBBS: u32 = 64;
-
-impl SqStage {
-    /// The bytes of WQEBBs `pos .. pos + count` if all are held.
-    fn held(&self, pos: u32, count: u32) -> Option<&[u8]> {
-        let d = pos.wrapping_sub(self.pos);
-        if d < self.n && count <= self.n - d {
-            let at = d as usize * 64;
-            self.bytes.get(at..at + count as usize * 64)
-        } else {
-            None
-        }
-    }
-
-    /// Reads the run of WQEBBs from `pos`: at most `avail` (the posted ones), not past
-    /// the end of the ring or of the 4 KiB page holding WQEBB `pos`. Returns whether
-    /// anything is held from `pos`.
-    fn fill(&mut self, io: &Iommu, cfg: &QpCfg, pos: u32, avail: u32) -> bool {
-        self.n = 0;
-        if cfg.sq_size == 0 || avail == 0 {
-            return false;
-        }
-        let slot = pos & (cfg.sq_size - 1);
-        let Some(iova) = cfg.sq_iova(slot, 0) else {
-            return false;
-        };
-        let in_page = ((IOMMU_PAGE - (iova & (IOMMU_PAGE - 1))) / 64).max(1) as u32;
-        let k = avail.min(cfg.sq_size - slot).min(in_page).min(STAGE_WQEBBS);
-        let want = STAGE_WQEBBS as usize * 64;
-        if self.bytes.len() < want {
-            self.bytes.resize(want, 0);
-        }
-        let len = k as usize * 64;
-        if io.read(iova, &mut self.bytes[..len]).is_err() {
-            // Part of the run is not readable: read only WQEBB `pos` (what a one-WQEBB
-            // fetch would have read; its own fault is reported by the caller).
-            if k == 1 || io.read(iova, &mut self.bytes[..64]).is_err() {
-                return false;
-            }
-            self.pos = pos;
-            self.n = 1;
-            return true;
-        }
-        self.pos = pos;
-        self.n = k;
-        true
-    }
-}
-
 /// A send WQE that failed validation (what the fields say until parsed).
 fn malformed(pos: u32) -> SendWqe {
     SendWqe {
@@ -327,46 +260,6 @@ pub fn parse_send(
         }
     }
     decode(fw, cfg, &raw[..wqebbs as usize * 64], ds, qpn, &mut w, data);
-    w
-}
-
-/// [`parse_send`] through the QP's prefetch `stage`: the WQE is decoded in place from
-/// the WQEBBs fetched ahead (read on a miss). A WQE that wraps the ring's end or
-/// crosses a page is read as [`parse_send`] does.
-pub fn parse_send_staged(
-    fw: &Firmware,
-    io: &Iommu,
-    cfg: &QpCfg,
-    pos: u32,
-    avail: u32,
-    data: &mut WqeData,
-    stage: &mut SqStage,
-) -> SendWqe {
-    if stage.held(pos, 1).is_none() && !stage.fill(io, cfg, pos, avail) {
-        return parse_send(fw, io, cfg, pos, avail, data);
-    }
-    let mut w = malformed(pos);
-    let Some(first) = stage.held(pos, 1) else {
-        return parse_send(fw, io, cfg, pos, avail, data);
-    };
-    let Some((ds, wqebbs, qpn)) = header(&mut w, first, avail) else {
-        data.sges.clear();
-        data.inline.clear();
-        data.pos = Some(pos);
-        return w;
-    };
-    if stage.held(pos, wqebbs).is_none()
-        && (!stage.fill(io, cfg, pos, avail) || stage.held(pos, wqebbs).is_none())
-    {
-        return parse_send(fw, io, cfg, pos, avail, data);
-    }
-    let Some(raw) = stage.held(pos, wqebbs) else {
-        return parse_send(fw, io, cfg, pos, avail, data);
-    };
-    data.sges.clear();
-    data.inline.clear();
-    data.pos = Some(pos);
-    decode(fw, cfg, raw, ds, qpn, &mut w, data);
     w
 }
 

@@ -111,15 +111,7 @@ pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
 
 /// Reads, validates and queues the next WQE.
 fn fetch(qp: &mut QpRt, cx: &mut Ctx, avail: u32) {
-    let mut w = wqe::parse_send_staged(
-        cx.fw,
-        cx.io,
-        &qp.cfg,
-        qp.sq.fetched,
-        avail,
-        &mut qp.sq.txd,
-        &mut qp.sq.stage,
-    );
+    let mut w = wqe::parse_send(cx.fw, cx.io, &qp.cfg, qp.sq.fetched, avail, &mut qp.sq.txd);
     cx.stats.wqes += 1;
     qp.sq.fetched = qp.sq.fetched.wrapping_add(w.wqebbs);
     let pmtu = u64::from(qp.cfg.pmtu);
