@@ -81,13 +81,127 @@ unsafe impl<T> Send for SyncPtr<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for SyncPtr<T> {}
 
-/// Turns a non-null object pointer the application passed into a reference.
+/// An object this library allocates for the application: a `#[repr(C)]` struct whose
+/// first field is the public verbs struct `Ibv`, so the pointer the application holds
+/// (`*mut Ibv`) is the address of the whole object.
 ///
 /// # Safety
-/// `p` must be NULL or an object of type `T` this library created and that is alive.
-unsafe fn obj<'a, T>(p: *mut T) -> Result<&'a T, c_int> {
-    // SAFETY: the caller's contract.
-    unsafe { p.as_ref() }.ok_or(libc::EINVAL)
+/// Implementors are `#[repr(C)]` with an `Ibv` first field, or override every method
+/// with the offset they use.
+unsafe trait VerbsObj: Sized + 'static {
+    /// The public verbs struct the application sees.
+    type Ibv;
+
+    /// The object behind a pointer the application passed: EINVAL for NULL.
+    ///
+    /// # Safety
+    /// `p` must be NULL or a pointer this library returned for an object of this type
+    /// that is alive (and stays alive while the reference is used: the use counts).
+    unsafe fn from_ibv(p: *mut Self::Ibv) -> Result<&'static Self, c_int> {
+        // SAFETY: the caller's contract; `Ibv` is the first field of `#[repr(C)] Self`.
+        unsafe { (p as *mut Self).as_ref() }.ok_or(libc::EINVAL)
+    }
+
+    /// Gives the object to the application: the pointer it will hold.
+    fn into_ibv(self: Box<Self>) -> *mut Self::Ibv {
+        Box::into_raw(self) as *mut Self::Ibv
+    }
+
+    /// Takes an object back from the application to destroy it.
+    ///
+    /// # Safety
+    /// `p` must come from [`VerbsObj::into_ibv`] of this type, taken back once, with
+    /// nothing borrowing the object any more.
+    unsafe fn take(p: *mut Self::Ibv) -> Box<Self> {
+        // SAFETY: the caller's contract: `p` is the address `Box::into_raw` returned.
+        unsafe { Box::from_raw(p as *mut Self) }
+    }
+}
+
+/// Implements [`VerbsObj`] for objects whose first field is their verbs struct.
+macro_rules! verbs_obj {
+    ($($t:ty => $ibv:ty),* $(,)?) => {$(
+        // SAFETY: `#[repr(C)]` with the verbs struct as first field (see the struct).
+        unsafe impl VerbsObj for $t {
+            type Ibv = $ibv;
+        }
+    )*};
+}
+
+verbs_obj! {
+    PdObj => abi::ibv_pd,
+    MrObj => abi::ibv_mr,
+    ChanObj => abi::ibv_comp_channel,
+    CqObj => abi::ibv_cq,
+    QpObj => abi::ibv_qp,
+    SrqObj => abi::ibv_srq,
+    AhObj => abi::ibv_ah,
+}
+
+/// How many objects use one (a use count): destroying an object in use fails with
+/// `EBUSY`, as the kernel refuses it.
+#[derive(Default)]
+struct Users(AtomicUsize);
+
+impl Users {
+    fn acquire(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn release(&self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// `Ok` when nothing uses the object, else EBUSY.
+    fn idle(&self) -> Result<(), c_int> {
+        if self.0.load(Ordering::Acquire) == 0 {
+            Ok(())
+        } else {
+            Err(libc::EBUSY)
+        }
+    }
+}
+
+/// The shape shared by the int-returning verbs on one object: `obj` is the object's
+/// lookup ([`VerbsObj::from_ibv`]); runs `f` on it and returns 0 or the positive errno
+/// (also stored in errno); a panic returns EIO.
+fn int_verb<O>(
+    obj: Result<&'static O, c_int>,
+    f: impl FnOnce(&'static O) -> Result<(), c_int>,
+) -> c_int {
+    guard(libc::EIO, || int_result(obj.and_then(f)))
+}
+
+/// As [`int_verb`] for the verbs that create an object: the new object's pointer, or
+/// NULL with errno set (a panic gives NULL).
+fn ptr_verb<O, T>(
+    obj: Result<&'static O, c_int>,
+    f: impl FnOnce(&'static O) -> Result<*mut T, c_int>,
+) -> *mut T {
+    guard(ptr::null_mut(), || ptr_result(obj.and_then(f)))
+}
+
+/// The shape of the verbs that answer 0 or -1 and leave errno alone (`ibv_query_gid`,
+/// `ibv_get_cq_event`, ...): -1 for a failed lookup, `None` from `f`, or a panic.
+fn status_verb<O>(
+    obj: Result<&'static O, c_int>,
+    f: impl FnOnce(&'static O) -> Option<()>,
+) -> c_int {
+    guard(-1, || match obj.ok().and_then(f) {
+        Some(()) => 0,
+        None => -1,
+    })
+}
+
+/// Driver results as verbs results: the error's errno ([`convert::errno_of`]).
+trait OrErrno<T> {
+    fn or_errno(self) -> Result<T, c_int>;
+}
+
+impl<T> OrErrno<T> for Result<T, ferroverbs::verbs::Error> {
+    fn or_errno(self) -> Result<T, c_int> {
+        self.map_err(|e| convert::errno_of(&e))
+    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -198,17 +312,36 @@ pub(crate) struct CtxObj {
     own_async_fd: Option<RawFd>,
 }
 
-/// # Safety
-/// `ctx` must be a context this library returned, not closed.
-unsafe fn ctx_obj<'a>(ctx: *mut abi::ibv_context) -> Result<&'a CtxObj, c_int> {
-    if ctx.is_null() {
-        return Err(libc::EINVAL);
+// SAFETY: the application's pointer is the `context` member of the `verbs_context`
+// that is the first field of `#[repr(C)] CtxObj`; every method steps by its offset.
+unsafe impl VerbsObj for CtxObj {
+    type Ibv = abi::ibv_context;
+
+    unsafe fn from_ibv(ctx: *mut abi::ibv_context) -> Result<&'static Self, c_int> {
+        if ctx.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: our contexts are the `context` member of a `CtxObj` (whose first
+        // field is the `verbs_context`), so stepping back `CTX_OFFSET` bytes gives the
+        // `CtxObj`; the caller guarantees it is alive.
+        Ok(unsafe { &*((ctx as *mut u8).sub(CTX_OFFSET) as *const CtxObj) })
     }
-    let off = std::mem::offset_of!(abi::verbs_context, context);
-    // SAFETY: our contexts are the `context` member of a `CtxObj` (whose first field is
-    // the `verbs_context`), so stepping back `off` bytes gives the `CtxObj`.
-    Ok(unsafe { &*((ctx as *mut u8).sub(off) as *const CtxObj) })
+
+    fn into_ibv(self: Box<Self>) -> *mut abi::ibv_context {
+        let p = Box::into_raw(self);
+        // SAFETY: `p` is the box just leaked; the context is inside it.
+        unsafe { &mut (*p).vctx.context }
+    }
+
+    unsafe fn take(ctx: *mut abi::ibv_context) -> Box<Self> {
+        // SAFETY: as in `from_ibv`: `ctx - CTX_OFFSET` is the address `into_ibv`
+        // leaked, taken back once (the caller's contract).
+        unsafe { Box::from_raw((ctx as *mut u8).sub(CTX_OFFSET) as *mut CtxObj) }
+    }
 }
+
+/// Where the application's `ibv_context` lies in a [`CtxObj`].
+const CTX_OFFSET: usize = std::mem::offset_of!(abi::verbs_context, context);
 
 fn fnp(f: *const ()) -> *const c_void {
     f as *const c_void
@@ -245,7 +378,7 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
         let mut ext = [ptr::null::<c_void>(); 39];
         ext[abi::vops::QUERY_PORT] = fnp(query_port_ex as *const ());
         ext[abi::vops::QUERY_DEVICE_EX] = fnp(query_device_ex as *const ());
-        let obj = Box::new(CtxObj {
+        Box::new(CtxObj {
             vctx: abi::verbs_context {
                 ext,
                 sz: std::mem::size_of::<abi::verbs_context>(),
@@ -261,21 +394,18 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
             },
             nic,
             own_async_fd: own,
-        });
-        let p = Box::into_raw(obj);
-        // SAFETY: `p` is the box just leaked; the context is inside it.
-        unsafe { &mut (*p).vctx.context }
+        })
+        .into_ibv()
     })
 }
 
 pub(crate) unsafe extern "C" fn close_device(ctx: *mut abi::ibv_context) -> c_int {
     // SAFETY: the caller passes a context of ours, closed once.
-    let o = match unsafe { ctx_obj(ctx) } {
-        Ok(o) => o as *const CtxObj as *mut CtxObj,
-        Err(e) => return e,
-    };
-    // SAFETY: `o` was created by `Box::into_raw` in `open_device`.
-    let b = unsafe { Box::from_raw(o) };
+    if let Err(e) = unsafe { CtxObj::from_ibv(ctx) } {
+        return e;
+    }
+    // SAFETY: created by `open_device`, closed once.
+    let b = unsafe { CtxObj::take(ctx) };
     if std::env::var_os("FERROVERBS_STATS").is_some() {
         if let Some(s) = b.nic.stats() {
             eprintln!("libibverbs (ferroverbs): {s}");
@@ -292,18 +422,15 @@ pub(crate) unsafe extern "C" fn query_device(
     ctx: *mut abi::ibv_context,
     attr: *mut abi::ibv_device_attr,
 ) -> c_int {
-    guard(libc::EIO, || {
-        int_result((|| {
-            // SAFETY: the caller's context.
-            let o = unsafe { ctx_obj(ctx) }?;
-            let d = o.nic.ctx.query_device().map_err(|_| libc::EIO)?;
-            if attr.is_null() {
-                return Err(libc::EINVAL);
-            }
-            // SAFETY: `attr` is the caller's `ibv_device_attr`.
-            unsafe { attr.write(convert::device_attr_to_ibv(&d)) };
-            Ok(())
-        })())
+    // SAFETY: the caller's context.
+    int_verb(unsafe { CtxObj::from_ibv(ctx) }, |o| {
+        let d = o.nic.ctx.query_device().map_err(|_| libc::EIO)?;
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: `attr` is the caller's `ibv_device_attr`.
+        unsafe { attr.write(convert::device_attr_to_ibv(&d)) };
+        Ok(())
     })
 }
 
@@ -313,28 +440,24 @@ unsafe extern "C" fn query_device_ex(
     attr: *mut u8,
     attr_size: usize,
 ) -> c_int {
-    guard(libc::EIO, || {
-        int_result((|| {
-            // SAFETY: the caller's context.
-            let o = unsafe { ctx_obj(ctx) }?;
-            if attr.is_null() || attr_size < std::mem::size_of::<abi::ibv_device_attr>() {
-                return Err(libc::EINVAL);
+    // SAFETY: the caller's context.
+    int_verb(unsafe { CtxObj::from_ibv(ctx) }, |o| {
+        if attr.is_null() || attr_size < std::mem::size_of::<abi::ibv_device_attr>() {
+            return Err(libc::EINVAL);
+        }
+        let d = o.nic.ctx.query_device().map_err(|_| libc::EIO)?;
+        let n = attr_size.min(abi::DEVICE_ATTR_EX_SIZE);
+        // SAFETY: `attr` has `attr_size` writable bytes (the inline wrapper passes
+        // sizeof its struct); we write within the first `n`.
+        unsafe {
+            ptr::write_bytes(attr, 0, n);
+            (attr as *mut abi::ibv_device_attr).write_unaligned(convert::device_attr_to_ibv(&d));
+            if n >= abi::DEVICE_ATTR_EX_PHYS_PORT_CNT_EX + 4 {
+                (attr.add(abi::DEVICE_ATTR_EX_PHYS_PORT_CNT_EX) as *mut u32)
+                    .write_unaligned(u32::from(d.phys_port_cnt.max(1)));
             }
-            let d = o.nic.ctx.query_device().map_err(|_| libc::EIO)?;
-            let n = attr_size.min(abi::DEVICE_ATTR_EX_SIZE);
-            // SAFETY: `attr` has `attr_size` writable bytes (the inline wrapper passes
-            // sizeof its struct); we write within the first `n`.
-            unsafe {
-                ptr::write_bytes(attr, 0, n);
-                (attr as *mut abi::ibv_device_attr)
-                    .write_unaligned(convert::device_attr_to_ibv(&d));
-                if n >= abi::DEVICE_ATTR_EX_PHYS_PORT_CNT_EX + 4 {
-                    (attr.add(abi::DEVICE_ATTR_EX_PHYS_PORT_CNT_EX) as *mut u32)
-                        .write_unaligned(u32::from(d.phys_port_cnt.max(1)));
-                }
-            }
-            Ok(())
-        })())
+        }
+        Ok(())
     })
 }
 
@@ -360,22 +483,17 @@ unsafe extern "C" fn query_port_ex(
     attr: *mut u8,
     attr_size: usize,
 ) -> c_int {
-    guard(libc::EIO, || {
-        int_result((|| {
-            // SAFETY: the caller's context.
-            let o = unsafe { ctx_obj(ctx) }?;
-            if attr.is_null() {
-                return Err(libc::EINVAL);
-            }
-            let a = port_attr(o, port)?;
-            let n = attr_size.min(std::mem::size_of::<abi::ibv_port_attr>());
-            // SAFETY: `attr` has `attr_size` writable bytes; we copy `n` of them from
-            // a local struct.
-            unsafe {
-                ptr::copy_nonoverlapping(&a as *const abi::ibv_port_attr as *const u8, attr, n)
-            };
-            Ok(())
-        })())
+    // SAFETY: the caller's context.
+    int_verb(unsafe { CtxObj::from_ibv(ctx) }, |o| {
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let a = port_attr(o, port)?;
+        let n = attr_size.min(std::mem::size_of::<abi::ibv_port_attr>());
+        // SAFETY: `attr` has `attr_size` writable bytes; we copy `n` of them from a
+        // local struct.
+        unsafe { ptr::copy_nonoverlapping(&a as *const abi::ibv_port_attr as *const u8, attr, n) };
+        Ok(())
     })
 }
 
@@ -393,19 +511,12 @@ pub(crate) unsafe extern "C" fn query_gid(
     index: c_int,
     gid: *mut [u8; 16],
 ) -> c_int {
-    guard(-1, || {
-        // SAFETY: the caller's context.
-        let Ok(o) = (unsafe { ctx_obj(ctx) }) else {
-            return -1;
-        };
-        match gid_entry(o, port, index as u32) {
-            Ok(e) if !gid.is_null() => {
-                // SAFETY: `gid` is the caller's `union ibv_gid`.
-                unsafe { gid.write(e.gid) };
-                0
-            }
-            _ => -1,
-        }
+    // SAFETY: the caller's context.
+    status_verb(unsafe { CtxObj::from_ibv(ctx) }, |o| {
+        let e = gid_entry(o, port, index as u32).ok()?;
+        // SAFETY: `gid` is NULL or the caller's `union ibv_gid`.
+        unsafe { gid.as_mut() }?.copy_from_slice(&e.gid);
+        Some(())
     })
 }
 
@@ -417,31 +528,31 @@ pub(crate) unsafe extern "C" fn query_gid_ex(
     _flags: u32,
     entry_size: usize,
 ) -> c_int {
-    guard(libc::EIO, || {
-        int_result((|| {
-            // SAFETY: the caller's context.
-            let o = unsafe { ctx_obj(ctx) }?;
-            if entry.is_null() || entry_size < std::mem::size_of::<abi::ibv_gid_entry>() {
-                return Err(libc::EINVAL);
-            }
-            let port = u8::try_from(port).map_err(|_| libc::EINVAL)?;
-            let e = gid_entry(o, port, index)?;
-            if e.is_empty() {
-                return Err(libc::ENODATA);
-            }
-            // SAFETY: `entry` is the caller's `ibv_gid_entry`.
-            unsafe {
-                entry.write(abi::ibv_gid_entry {
-                    gid: e.gid,
-                    gid_index: index,
-                    port_num: u32::from(port),
-                    gid_type: c::IBV_GID_TYPE_ROCE_V2,
-                    ndev_ifindex: 0,
-                })
-            };
-            Ok(())
-        })())
+    // SAFETY: the caller's context.
+    int_verb(unsafe { CtxObj::from_ibv(ctx) }, |o| {
+        if entry.is_null() || entry_size < std::mem::size_of::<abi::ibv_gid_entry>() {
+            return Err(libc::EINVAL);
+        }
+        let port = u8::try_from(port).map_err(|_| libc::EINVAL)?;
+        let e = gid_entry(o, port, index)?;
+        if e.is_empty() {
+            return Err(libc::ENODATA);
+        }
+        // SAFETY: `entry` is the caller's `ibv_gid_entry`.
+        unsafe { entry.write(gid_entry_to_ibv(&e.gid, index, port)) };
+        Ok(())
     })
+}
+
+/// The `ibv_gid_entry` of a RoCE v2 GID of ours.
+fn gid_entry_to_ibv(gid: &[u8; 16], index: u32, port: u8) -> abi::ibv_gid_entry {
+    abi::ibv_gid_entry {
+        gid: *gid,
+        gid_index: index,
+        port_num: u32::from(port),
+        gid_type: c::IBV_GID_TYPE_ROCE_V2,
+        ndev_ifindex: 0,
+    }
 }
 
 pub(crate) unsafe extern "C" fn query_gid_table(
@@ -453,7 +564,7 @@ pub(crate) unsafe extern "C" fn query_gid_table(
 ) -> isize {
     guard(-(libc::EIO as isize), || {
         // SAFETY: the caller's context.
-        let Ok(o) = (unsafe { ctx_obj(ctx) }) else {
+        let Ok(o) = (unsafe { CtxObj::from_ibv(ctx) }) else {
             return -(libc::EINVAL as isize);
         };
         if entries.is_null() || entry_size < std::mem::size_of::<abi::ibv_gid_entry>() {
@@ -472,13 +583,7 @@ pub(crate) unsafe extern "C" fn query_gid_table(
                 (entries as *mut u8)
                     .add(n * entry_size)
                     .cast::<abi::ibv_gid_entry>()
-                    .write_unaligned(abi::ibv_gid_entry {
-                        gid: e.gid,
-                        gid_index: u32::from(e.index),
-                        port_num: 1,
-                        gid_type: c::IBV_GID_TYPE_ROCE_V2,
-                        ndev_ifindex: 0,
-                    })
+                    .write_unaligned(gid_entry_to_ibv(&e.gid, u32::from(e.index), 1))
             };
             n += 1;
         }
@@ -492,19 +597,12 @@ pub(crate) unsafe extern "C" fn query_gid_type(
     index: c_uint,
     ty: *mut c_uint,
 ) -> c_int {
-    guard(-1, || {
-        // SAFETY: the caller's context.
-        let Ok(o) = (unsafe { ctx_obj(ctx) }) else {
-            return -1;
-        };
-        match gid_entry(o, port, index) {
-            Ok(_) if !ty.is_null() => {
-                // SAFETY: the caller's out-parameter.
-                unsafe { ty.write(c::IBV_GID_TYPE_SYSFS_ROCE_V2) };
-                0
-            }
-            _ => -1,
-        }
+    // SAFETY: the caller's context.
+    status_verb(unsafe { CtxObj::from_ibv(ctx) }, |o| {
+        gid_entry(o, port, index).ok()?;
+        // SAFETY: NULL or the caller's out-parameter.
+        *unsafe { ty.as_mut() }? = c::IBV_GID_TYPE_SYSFS_ROCE_V2;
+        Some(())
     })
 }
 
@@ -542,41 +640,32 @@ pub(crate) unsafe extern "C" fn get_pkey_index(
 pub(crate) struct PdObj {
     ibv: abi::ibv_pd,
     pd: Pd<'static, B>,
-    users: AtomicUsize,
+    users: Users,
 }
 
 pub(crate) unsafe extern "C" fn alloc_pd(ctx: *mut abi::ibv_context) -> *mut abi::ibv_pd {
-    guard(ptr::null_mut(), || {
-        ptr_result((|| {
-            // SAFETY: the caller's context.
-            let o = unsafe { ctx_obj(ctx) }?;
-            let pd = o.nic.ctx.alloc_pd().map_err(|e| convert::errno_of(&e))?;
-            let handle = pd.pdn();
-            let b = Box::new(PdObj {
-                ibv: abi::ibv_pd {
-                    context: ctx,
-                    handle,
-                },
-                pd,
-                users: AtomicUsize::new(0),
-            });
-            Ok(Box::into_raw(b) as *mut abi::ibv_pd)
-        })())
+    // SAFETY: the caller's context.
+    ptr_verb(unsafe { CtxObj::from_ibv(ctx) }, |o| {
+        let pd = o.nic.ctx.alloc_pd().or_errno()?;
+        let handle = pd.pdn();
+        Ok(Box::new(PdObj {
+            ibv: abi::ibv_pd {
+                context: ctx,
+                handle,
+            },
+            pd,
+            users: Users::default(),
+        })
+        .into_ibv())
     })
 }
 
 pub(crate) unsafe extern "C" fn dealloc_pd(pd: *mut abi::ibv_pd) -> c_int {
-    guard(libc::EIO, || {
-        int_result((|| {
-            // SAFETY: the caller's PD.
-            let p = unsafe { obj(pd as *mut PdObj) }?;
-            if p.users.load(Ordering::Acquire) != 0 {
-                return Err(libc::EBUSY);
-            }
-            // SAFETY: created by `Box::into_raw` in `alloc_pd`; nothing borrows it.
-            let b = unsafe { Box::from_raw(pd as *mut PdObj) };
-            b.pd.dealloc().map_err(|e| convert::errno_of(&e))
-        })())
+    // SAFETY: the caller's PD.
+    int_verb(unsafe { PdObj::from_ibv(pd) }, |p| {
+        p.users.idle()?;
+        // SAFETY: created by `alloc_pd`; nothing borrows it.
+        unsafe { PdObj::take(pd) }.pd.dealloc().or_errno()
     })
 }
 
@@ -587,46 +676,49 @@ pub(crate) struct MrObj {
     pd: &'static PdObj,
 }
 
-fn reg_mr_impl(
+/// # Safety
+/// `pd` must be NULL or a live PD of ours.
+unsafe fn reg_mr_impl(
     pd: *mut abi::ibv_pd,
     addr: *mut c_void,
     len: usize,
     iova: u64,
     access: c_int,
-) -> Result<*mut abi::ibv_mr, c_int> {
+) -> *mut abi::ibv_mr {
     // SAFETY: the caller's PD, alive while the MR exists (use count).
-    let p: &'static PdObj = unsafe { obj(pd as *mut PdObj) }?;
-    let acc = convert::access_from_ibv(access as u32)?;
-    let start = NonNull::new(addr as *mut u8).ok_or(libc::EINVAL)?;
-    if len == 0 {
-        return Err(libc::EINVAL);
-    }
-    if (iova ^ addr as u64) & 0xfff != 0 {
-        // Linux refuses an IOVA whose offset in a 4 KiB page differs from the
-        // buffer's (`ib_umem_find_best_pgsz` finds no page size): EINVAL.
-        return Err(libc::EINVAL);
-    }
-    // SAFETY: the verbs contract of ibv_reg_mr: the application keeps the memory
-    // allocated until ibv_dereg_mr, and the device may access it meanwhile. The keys
-    // translate from `iova` (`mkc.start_addr`), the address the application's work
-    // requests and its peers use (`ibv_reg_mr_iova2`; `iova == addr` for ibv_reg_mr).
-    let mr = unsafe { p.pd.reg_mr_raw_iova(start, len, acc, iova) }
-        .map_err(|e| convert::errno_of(&e))?;
-    p.users.fetch_add(1, Ordering::AcqRel);
-    let b = Box::new(MrObj {
-        ibv: abi::ibv_mr {
-            context: p.ibv.context,
-            pd,
-            addr,
-            length: len,
-            handle: mr.lkey(),
-            lkey: mr.lkey(),
-            rkey: mr.rkey(),
-        },
-        mr,
-        pd: p,
-    });
-    Ok(Box::into_raw(b) as *mut abi::ibv_mr)
+    ptr_verb(unsafe { PdObj::from_ibv(pd) }, |p| {
+        let acc = convert::access_from_ibv(access as u32)?;
+        let start = NonNull::new(addr as *mut u8).ok_or(libc::EINVAL)?;
+        if len == 0 {
+            return Err(libc::EINVAL);
+        }
+        if (iova ^ addr as u64) & 0xfff != 0 {
+            // Linux refuses an IOVA whose offset in a 4 KiB page differs from the
+            // buffer's (`ib_umem_find_best_pgsz` finds no page size): EINVAL.
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the verbs contract of ibv_reg_mr: the application keeps the memory
+        // allocated until ibv_dereg_mr, and the device may access it meanwhile. The
+        // keys translate from `iova` (`mkc.start_addr`), the address the application's
+        // work requests and its peers use (`ibv_reg_mr_iova2`; `iova == addr` for
+        // ibv_reg_mr).
+        let mr = unsafe { p.pd.reg_mr_raw_iova(start, len, acc, iova) }.or_errno()?;
+        p.users.acquire();
+        Ok(Box::new(MrObj {
+            ibv: abi::ibv_mr {
+                context: p.ibv.context,
+                pd,
+                addr,
+                length: len,
+                handle: mr.lkey(),
+                lkey: mr.lkey(),
+                rkey: mr.rkey(),
+            },
+            mr,
+            pd: p,
+        })
+        .into_ibv())
+    })
 }
 
 pub(crate) unsafe extern "C" fn reg_mr(
@@ -635,9 +727,8 @@ pub(crate) unsafe extern "C" fn reg_mr(
     len: usize,
     access: c_int,
 ) -> *mut abi::ibv_mr {
-    guard(ptr::null_mut(), || {
-        ptr_result(reg_mr_impl(pd, addr, len, addr as u64, access))
-    })
+    // SAFETY: the caller's PD.
+    unsafe { reg_mr_impl(pd, addr, len, addr as u64, access) }
 }
 
 pub(crate) unsafe extern "C" fn reg_mr_iova(
@@ -647,9 +738,8 @@ pub(crate) unsafe extern "C" fn reg_mr_iova(
     iova: u64,
     access: c_int,
 ) -> *mut abi::ibv_mr {
-    guard(ptr::null_mut(), || {
-        ptr_result(reg_mr_impl(pd, addr, len, iova, access))
-    })
+    // SAFETY: the caller's PD.
+    unsafe { reg_mr_impl(pd, addr, len, iova, access) }
 }
 
 pub(crate) unsafe extern "C" fn reg_mr_iova2(
@@ -659,24 +749,19 @@ pub(crate) unsafe extern "C" fn reg_mr_iova2(
     iova: u64,
     access: c_uint,
 ) -> *mut abi::ibv_mr {
-    guard(ptr::null_mut(), || {
-        ptr_result(reg_mr_impl(pd, addr, len, iova, access as c_int))
-    })
+    // SAFETY: the caller's PD.
+    unsafe { reg_mr_impl(pd, addr, len, iova, access as c_int) }
 }
 
 pub(crate) unsafe extern "C" fn dereg_mr(mr: *mut abi::ibv_mr) -> c_int {
-    guard(libc::EIO, || {
-        int_result((|| {
-            if mr.is_null() {
-                return Err(libc::EINVAL);
-            }
-            // SAFETY: created by `Box::into_raw` in `reg_mr_impl`, deregistered once.
-            let b = unsafe { Box::from_raw(mr as *mut MrObj) };
-            let pd = b.pd;
-            let r = b.mr.deregister().map(|_| ());
-            pd.users.fetch_sub(1, Ordering::AcqRel);
-            r.map_err(|e| convert::errno_of(&e))
-        })())
+    // SAFETY: the caller's MR.
+    int_verb(unsafe { MrObj::from_ibv(mr) }, |_| {
+        // SAFETY: created by `reg_mr_impl`, deregistered once.
+        let b = unsafe { MrObj::take(mr) };
+        let pd = b.pd;
+        let r = b.mr.deregister().map(|_| ());
+        pd.users.release();
+        r.or_errno()
     })
 }
 
@@ -690,49 +775,37 @@ pub(crate) struct ChanObj {
     ch: CompletionChannel<'static, B>,
     /// CQN -> CQ object, for `ibv_get_cq_event`.
     cqs: Mutex<Vec<(u32, SyncPtr<CqObj>)>>,
-    users: AtomicUsize,
+    users: Users,
 }
 
 pub(crate) unsafe extern "C" fn create_comp_channel(
     ctx: *mut abi::ibv_context,
 ) -> *mut abi::ibv_comp_channel {
-    guard(ptr::null_mut(), || {
-        ptr_result((|| {
-            // SAFETY: the caller's context.
-            let o = unsafe { ctx_obj(ctx) }?;
-            let ch = o
-                .nic
-                .ctx
-                .create_comp_channel()
-                .map_err(|e| convert::errno_of(&e))?;
-            let fd = ch.fd();
-            let b = Box::new(ChanObj {
-                ibv: abi::ibv_comp_channel {
-                    context: ctx,
-                    fd,
-                    refcnt: 0,
-                },
-                ch,
-                cqs: Mutex::new(Vec::new()),
-                users: AtomicUsize::new(0),
-            });
-            Ok(Box::into_raw(b) as *mut abi::ibv_comp_channel)
-        })())
+    // SAFETY: the caller's context.
+    ptr_verb(unsafe { CtxObj::from_ibv(ctx) }, |o| {
+        let ch = o.nic.ctx.create_comp_channel().or_errno()?;
+        let fd = ch.fd();
+        Ok(Box::new(ChanObj {
+            ibv: abi::ibv_comp_channel {
+                context: ctx,
+                fd,
+                refcnt: 0,
+            },
+            ch,
+            cqs: Mutex::new(Vec::new()),
+            users: Users::default(),
+        })
+        .into_ibv())
     })
 }
 
 pub(crate) unsafe extern "C" fn destroy_comp_channel(ch: *mut abi::ibv_comp_channel) -> c_int {
-    guard(libc::EIO, || {
-        int_result((|| {
-            // SAFETY: the caller's channel.
-            let c = unsafe { obj(ch as *mut ChanObj) }?;
-            if c.users.load(Ordering::Acquire) != 0 {
-                return Err(libc::EBUSY);
-            }
-            // SAFETY: created by `Box::into_raw`; no CQ uses it.
-            drop(unsafe { Box::from_raw(ch as *mut ChanObj) });
-            Ok(())
-        })())
+    // SAFETY: the caller's channel.
+    int_verb(unsafe { ChanObj::from_ibv(ch) }, |c| {
+        c.users.idle()?;
+        // SAFETY: created by `create_comp_channel`; no CQ uses it.
+        drop(unsafe { ChanObj::take(ch) });
+        Ok(())
     })
 }
 
@@ -742,7 +815,7 @@ pub(crate) struct CqObj {
     cq: Mutex<CompletionQueue<'static, B>>,
     cqn: u32,
     chan: Option<&'static ChanObj>,
-    users: AtomicUsize,
+    users: Users,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -756,71 +829,63 @@ pub(crate) unsafe extern "C" fn create_cq(
     channel: *mut abi::ibv_comp_channel,
     _comp_vector: c_int,
 ) -> *mut abi::ibv_cq {
-    guard(ptr::null_mut(), || {
-        ptr_result((|| {
-            // SAFETY: the caller's context.
-            let o = unsafe { ctx_obj(ctx) }?;
-            let n = u32::try_from(cqe).map_err(|_| libc::EINVAL)?.max(1);
-            // SAFETY: NULL or the caller's channel, alive while CQs use it.
-            let chan: Option<&'static ChanObj> = unsafe { (channel as *mut ChanObj).as_ref() };
-            let cq = match chan {
-                Some(c) => c.ch.create_cq(n),
-                None => o.nic.ctx.create_cq(n),
-            }
-            .map_err(|e| convert::errno_of(&e))?;
-            let cqn = cq.cqn();
-            let cap = cq.capacity();
-            let b = Box::new(CqObj {
-                ibv: abi::ibv_cq {
-                    context: ctx,
-                    channel,
-                    cq_context,
-                    handle: cqn,
-                    cqe: cap.min(i32::MAX as u32) as c_int,
-                    mutex: abi::pthread_mutex_t([0; 40]),
-                    cond: abi::pthread_cond_t([0; 48]),
-                    comp_events_completed: 0,
-                    async_events_completed: 0,
-                },
-                cq: Mutex::new(cq),
-                cqn,
-                chan,
-                users: AtomicUsize::new(0),
-            });
-            let p = Box::into_raw(b);
-            if let Some(c) = chan {
-                c.users.fetch_add(1, Ordering::AcqRel);
-                lock(&c.cqs).push((cqn, SyncPtr(p)));
-            }
-            Ok(p as *mut abi::ibv_cq)
-        })())
+    // SAFETY: the caller's context.
+    ptr_verb(unsafe { CtxObj::from_ibv(ctx) }, |o| {
+        let n = u32::try_from(cqe).map_err(|_| libc::EINVAL)?.max(1);
+        // SAFETY: NULL or the caller's channel, alive while CQs use it.
+        let chan = unsafe { ChanObj::from_ibv(channel) }.ok();
+        let cq = match chan {
+            Some(c) => c.ch.create_cq(n),
+            None => o.nic.ctx.create_cq(n),
+        }
+        .or_errno()?;
+        let cqn = cq.cqn();
+        let cap = cq.capacity();
+        let p = Box::new(CqObj {
+            ibv: abi::ibv_cq {
+                context: ctx,
+                channel,
+                cq_context,
+                handle: cqn,
+                cqe: cap.min(i32::MAX as u32) as c_int,
+                mutex: abi::pthread_mutex_t([0; 40]),
+                cond: abi::pthread_cond_t([0; 48]),
+                comp_events_completed: 0,
+                async_events_completed: 0,
+            },
+            cq: Mutex::new(cq),
+            cqn,
+            chan,
+            users: Users::default(),
+        })
+        .into_ibv();
+        if let Some(c) = chan {
+            c.users.acquire();
+            lock(&c.cqs).push((cqn, SyncPtr(p as *mut CqObj)));
+        }
+        Ok(p)
     })
 }
 
 pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut abi::ibv_cq) -> c_int {
-    guard(libc::EIO, || {
-        int_result((|| {
-            // SAFETY: the caller's CQ.
-            let q = unsafe { obj(cq as *mut CqObj) }?;
-            if q.users.load(Ordering::Acquire) != 0 {
-                return Err(libc::EBUSY);
-            }
-            if let Some(c) = q.chan {
-                lock(&c.cqs).retain(|(n, _)| *n != q.cqn);
-                c.users.fetch_sub(1, Ordering::AcqRel);
-            }
-            // SAFETY: created by `Box::into_raw` in `create_cq`; no QP uses it.
-            let b = unsafe { Box::from_raw(cq as *mut CqObj) };
-            let cq = b.cq.into_inner().unwrap_or_else(|e| e.into_inner());
-            cq.destroy().map_err(|(_, e)| convert::errno_of(&e))
-        })())
+    // SAFETY: the caller's CQ.
+    int_verb(unsafe { CqObj::from_ibv(cq) }, |q| {
+        q.users.idle()?;
+        if let Some(c) = q.chan {
+            lock(&c.cqs).retain(|(n, _)| *n != q.cqn);
+            c.users.release();
+        }
+        // SAFETY: created by `create_cq`; no QP uses it.
+        let b = unsafe { CqObj::take(cq) };
+        let cq = b.cq.into_inner().unwrap_or_else(|e| e.into_inner());
+        cq.destroy().map_err(|(_, e)| convert::errno_of(&e))
     })
 }
 
 /// `ops.poll_cq`.
 unsafe extern "C" fn poll_cq(cq: *mut abi::ibv_cq, n: c_int, wc: *mut abi::ibv_wc) -> c_int {
     // SAFETY: the caller's CQ.
-    let Ok(q) = (unsafe { obj(cq as *mut CqObj) }) else {
+    let Ok(q) = (unsafe { CqObj::from_ibv(cq) }) else {
         return -1;
     };
     if n <= 0 {
@@ -857,7 +922,7 @@ unsafe extern "C" fn poll_cq(cq: *mut abi::ibv_cq, n: c_int, wc: *mut abi::ibv_w
 /// `ops.req_notify_cq`.
 unsafe extern "C" fn req_notify_cq(cq: *mut abi::ibv_cq, solicited_only: c_int) -> c_int {
     // SAFETY: the caller's CQ.
-    let Ok(q) = (unsafe { obj(cq as *mut CqObj) }) else {
+    let Ok(q) = (unsafe { CqObj::from_ibv(cq) }) else {
         return libc::EINVAL;
     };
     if q.chan.is_none() {
@@ -872,19 +937,13 @@ pub(crate) unsafe extern "C" fn get_cq_event(
     cq: *mut *mut abi::ibv_cq,
     cq_context: *mut *mut c_void,
 ) -> c_int {
-    guard(-1, || {
-        // SAFETY: the caller's channel.
-        let Ok(c) = (unsafe { obj(ch as *mut ChanObj) }) else {
-            return -1;
-        };
+    // SAFETY: the caller's channel.
+    status_verb(unsafe { ChanObj::from_ibv(ch) }, |c| {
         let ev = c.ch.get_cq_event();
-        let found = lock(&c.cqs)
+        let p = lock(&c.cqs)
             .iter()
             .find(|(n, _)| *n == ev.cqn)
-            .map(|(_, p)| *p);
-        let Some(p) = found else {
-            return -1;
-        };
+            .map(|(_, p)| *p)?;
         // SAFETY: the CQ is registered, hence alive; the out-parameters are the
         // caller's.
         unsafe {
@@ -895,18 +954,17 @@ pub(crate) unsafe extern "C" fn get_cq_event(
                 *cq_context = (*p.0).ibv.cq_context;
             }
         }
-        0
+        Some(())
     })
 }
 
 pub(crate) unsafe extern "C" fn ack_cq_events(cq: *mut abi::ibv_cq, nevents: c_uint) {
     guard((), || {
         // SAFETY: the caller's CQ.
-        let Ok(q) = (unsafe { obj(cq as *mut CqObj) }) else {
-            return;
-        };
-        if let Some(c) = q.chan {
-            c.ch.ack_cq_events(&mut lock(&q.cq), nevents);
+        if let Ok(q) = unsafe { CqObj::from_ibv(cq) } {
+            if let Some(c) = q.chan {
+                c.ch.ack_cq_events(&mut lock(&q.cq), nevents);
+            }
         }
     })
 }
@@ -938,104 +996,92 @@ pub(crate) unsafe extern "C" fn create_qp(
     pd: *mut abi::ibv_pd,
     init: *mut abi::ibv_qp_init_attr,
 ) -> *mut abi::ibv_qp {
-    guard(ptr::null_mut(), || {
-        ptr_result((|| {
-            // SAFETY: the caller's PD, kept alive by the use count.
-            let p: &'static PdObj = unsafe { obj(pd as *mut PdObj) }?;
-            // SAFETY: the caller's init attributes.
-            let ia = unsafe { init.as_mut() }.ok_or(libc::EINVAL)?;
-            let ty = match ia.qp_type {
-                c::IBV_QPT_RC => QpType::Rc,
-                c::IBV_QPT_UC => QpType::Uc,
-                c::IBV_QPT_UD => QpType::Ud,
-                _ => return Err(libc::EOPNOTSUPP),
-            };
-            // SAFETY: NULL or the caller's SRQ, kept alive by its use count.
-            let srq: Option<&'static SrqObj> = unsafe { (ia.srq as *mut SrqObj).as_ref() };
-            if srq.is_some() && ty == QpType::Ud {
-                // RC and UC QPs only: the SRQs of the driver and simulator are
-                // tested with those transports.
-                return Err(libc::EOPNOTSUPP);
-            }
-            // SAFETY: the caller's CQs, kept alive by their use counts.
-            let scq: &'static CqObj = unsafe { obj(ia.send_cq as *mut CqObj) }?;
-            // SAFETY: as above.
-            let rcq: &'static CqObj = unsafe { obj(ia.recv_cq as *mut CqObj) }?;
-            let cap = QpCap {
-                max_send_wr: ia.cap.max_send_wr.max(1),
-                max_recv_wr: ia.cap.max_recv_wr.max(1),
-                max_send_sge: ia.cap.max_send_sge.clamp(1, MAX_SGE as u32),
-                max_recv_sge: ia.cap.max_recv_sge.clamp(1, MAX_SGE as u32),
-                max_inline_data: ia.cap.max_inline_data,
-            };
-            if ia.cap.max_send_sge as usize > MAX_SGE || ia.cap.max_recv_sge as usize > MAX_SGE {
-                return Err(libc::EINVAL);
-            }
-            let qp = {
-                let sg = lock(&scq.cq);
-                let srq_guard = srq.map(|s| lock(&s.srq));
-                let r = if std::ptr::eq(scq, rcq) {
-                    let mut a = QpInitAttr::new(&sg, &sg, cap);
-                    a.qp_type = ty;
-                    a.sq_sig_all = ia.sq_sig_all != 0;
-                    a.srq = srq_guard.as_deref();
-                    p.pd.create_qp(&a)
-                } else {
-                    let rg = lock(&rcq.cq);
-                    let mut a = QpInitAttr::new(&sg, &rg, cap);
-                    a.qp_type = ty;
-                    a.sq_sig_all = ia.sq_sig_all != 0;
-                    a.srq = srq_guard.as_deref();
-                    p.pd.create_qp(&a)
-                };
-                // A transport the driver does not offer (yet) is "not supported".
-                r.map_err(|e| match ty {
-                    QpType::Uc => libc::EOPNOTSUPP,
-                    _ => convert::errno_of(&e),
-                })?
-            };
-            let granted = qp.cap();
-            ia.cap = convert::cap_to_ibv(&granted);
-            if srq.is_some() {
-                // The receives come from the SRQ (rdma-core reports 0 for such QPs).
-                ia.cap.max_recv_wr = 0;
-                ia.cap.max_recv_sge = 0;
-            }
-            let qpn = qp.qp_num();
-            p.users.fetch_add(1, Ordering::AcqRel);
-            scq.users.fetch_add(1, Ordering::AcqRel);
-            rcq.users.fetch_add(1, Ordering::AcqRel);
-            if let Some(s) = srq {
-                s.users.fetch_add(1, Ordering::AcqRel);
-            }
-            let sim_link = p_sim(p);
-            let b = Box::new(QpObj {
-                ibv: abi::ibv_qp {
-                    context: p.ibv.context,
-                    qp_context: ia.qp_context,
-                    pd,
-                    send_cq: ia.send_cq,
-                    recv_cq: ia.recv_cq,
-                    srq: ia.srq,
-                    handle: qpn,
-                    qp_num: qpn,
-                    state: 0,
-                    qp_type: ia.qp_type,
-                    mutex: abi::pthread_mutex_t([0; 40]),
-                    cond: abi::pthread_cond_t([0; 48]),
-                    events_completed: 0,
-                },
-                qp: Mutex::new(qp),
-                pd: p,
-                send_cq: scq,
-                recv_cq: rcq,
-                srq,
-                sq_sig_all: ia.sq_sig_all != 0,
-                sim_link,
-                ud: ty == QpType::Ud,
-            });
-            Ok(Box::into_raw(b) as *mut abi::ibv_qp)
-        })())
+    // SAFETY: the caller's PD, kept alive by the use count.
+    ptr_verb(unsafe { PdObj::from_ibv(pd) }, |p| {
+        // SAFETY: the caller's init attributes.
+        let ia = unsafe { init.as_mut() }.ok_or(libc::EINVAL)?;
+        let ty = match ia.qp_type {
+            c::IBV_QPT_RC => QpType::Rc,
+            c::IBV_QPT_UC => QpType::Uc,
+            c::IBV_QPT_UD => QpType::Ud,
+            _ => return Err(libc::EOPNOTSUPP),
+        };
+        // SAFETY: NULL or the caller's SRQ, kept alive by its use count.
+        let srq = unsafe { SrqObj::from_ibv(ia.srq) }.ok();
+        if srq.is_some() && ty == QpType::Ud {
+            // RC and UC QPs only: the SRQs of the driver and simulator are tested with
+            // those transports.
+            return Err(libc::EOPNOTSUPP);
+        }
+        // SAFETY: the caller's CQs, kept alive by their use counts.
+        let scq = unsafe { CqObj::from_ibv(ia.send_cq) }?;
+        // SAFETY: as above.
+        let rcq = unsafe { CqObj::from_ibv(ia.recv_cq) }?;
+        let cap = QpCap {
+            max_send_wr: ia.cap.max_send_wr.max(1),
+            max_recv_wr: ia.cap.max_recv_wr.max(1),
+            max_send_sge: ia.cap.max_send_sge.clamp(1, MAX_SGE as u32),
+            max_recv_sge: ia.cap.max_recv_sge.clamp(1, MAX_SGE as u32),
+            max_inline_data: ia.cap.max_inline_data,
+        };
+        if ia.cap.max_send_sge as usize > MAX_SGE || ia.cap.max_recv_sge as usize > MAX_SGE {
+            return Err(libc::EINVAL);
+        }
+        let qp = {
+            let sg = lock(&scq.cq);
+            let srq_guard = srq.map(|s| lock(&s.srq));
+            let rg = (!std::ptr::eq(scq, rcq)).then(|| lock(&rcq.cq));
+            let mut a = QpInitAttr::new(&sg, rg.as_deref().unwrap_or(&sg), cap);
+            a.qp_type = ty;
+            a.sq_sig_all = ia.sq_sig_all != 0;
+            a.srq = srq_guard.as_deref();
+            // A transport the driver does not offer (yet) is "not supported".
+            p.pd.create_qp(&a).map_err(|e| match ty {
+                QpType::Uc => libc::EOPNOTSUPP,
+                _ => convert::errno_of(&e),
+            })?
+        };
+        let granted = qp.cap();
+        ia.cap = convert::cap_to_ibv(&granted);
+        if srq.is_some() {
+            // The receives come from the SRQ (rdma-core reports 0 for such QPs).
+            ia.cap.max_recv_wr = 0;
+            ia.cap.max_recv_sge = 0;
+        }
+        let qpn = qp.qp_num();
+        p.users.acquire();
+        scq.users.acquire();
+        rcq.users.acquire();
+        if let Some(s) = srq {
+            s.users.acquire();
+        }
+        let sim_link = p_sim(p);
+        Ok(Box::new(QpObj {
+            ibv: abi::ibv_qp {
+                context: p.ibv.context,
+                qp_context: ia.qp_context,
+                pd,
+                send_cq: ia.send_cq,
+                recv_cq: ia.recv_cq,
+                srq: ia.srq,
+                handle: qpn,
+                qp_num: qpn,
+                state: 0,
+                qp_type: ia.qp_type,
+                mutex: abi::pthread_mutex_t([0; 40]),
+                cond: abi::pthread_cond_t([0; 48]),
+                events_completed: 0,
+            },
+            qp: Mutex::new(qp),
+            pd: p,
+            send_cq: scq,
+            recv_cq: rcq,
+            srq,
+            sq_sig_all: ia.sq_sig_all != 0,
+            sim_link,
+            ud: ty == QpType::Ud,
+        })
+        .into_ibv())
     })
 }
 
@@ -1048,21 +1094,18 @@ pub(crate) unsafe extern "C" fn modify_qp(
     attr: *mut abi::ibv_qp_attr,
     mask: c_int,
 ) -> c_int {
-    guard(libc::EIO, || {
-        int_result((|| {
-            // SAFETY: the caller's QP.
-            let q = unsafe { obj(qp as *mut QpObj) }?;
-            // SAFETY: the caller's attributes.
-            let a = unsafe { attr.as_ref() }.ok_or(libc::EINVAL)?;
-            let mut g = lock(&q.qp);
-            let (to, qa) = convert::qp_attr_from_ibv(a, mask, g.state(), q.sim_link)?;
-            g.modify(to, &qa).map_err(|e| convert::errno_of(&e))?;
-            let st = convert::qp_state_to_ibv(g.state());
-            // SAFETY: `state` is a plain field of our object the application may read;
-            // written under the QP lock.
-            unsafe { (*(qp as *mut QpObj)).ibv.state = st };
-            Ok(())
-        })())
+    // SAFETY: the caller's QP.
+    int_verb(unsafe { QpObj::from_ibv(qp) }, |q| {
+        // SAFETY: the caller's attributes.
+        let a = unsafe { attr.as_ref() }.ok_or(libc::EINVAL)?;
+        let mut g = lock(&q.qp);
+        let (to, qa) = convert::qp_attr_from_ibv(a, mask, g.state(), q.sim_link)?;
+        g.modify(to, &qa).or_errno()?;
+        let st = convert::qp_state_to_ibv(g.state());
+        // SAFETY: `state` is a plain field of our object the application may read;
+        // written under the QP lock.
+        unsafe { (*(qp as *mut QpObj)).ibv.state = st };
+        Ok(())
     })
 }
 
@@ -1072,57 +1115,50 @@ pub(crate) unsafe extern "C" fn query_qp(
     _mask: c_int,
     init: *mut abi::ibv_qp_init_attr,
 ) -> c_int {
-    guard(libc::EIO, || {
-        int_result((|| {
-            // SAFETY: the caller's QP.
-            let q = unsafe { obj(qp as *mut QpObj) }?;
-            let info = lock(&q.qp).query().map_err(|e| convert::errno_of(&e))?;
-            let a = convert::qp_info_to_ibv(&info);
-            // SAFETY: the caller's out-parameters.
-            unsafe {
-                if !attr.is_null() {
-                    attr.write(a);
-                }
-                if let Some(i) = init.as_mut() {
-                    i.qp_context = q.ibv.qp_context;
-                    i.send_cq = q.ibv.send_cq;
-                    i.recv_cq = q.ibv.recv_cq;
-                    i.srq = q.ibv.srq;
-                    i.cap = a.cap;
-                    if q.srq.is_some() {
-                        i.cap.max_recv_wr = 0;
-                        i.cap.max_recv_sge = 0;
-                    }
-                    i.qp_type = q.ibv.qp_type;
-                    i.sq_sig_all = c_int::from(q.sq_sig_all);
-                }
+    // SAFETY: the caller's QP.
+    int_verb(unsafe { QpObj::from_ibv(qp) }, |q| {
+        let info = lock(&q.qp).query().or_errno()?;
+        let a = convert::qp_info_to_ibv(&info);
+        // SAFETY: the caller's out-parameters.
+        unsafe {
+            if !attr.is_null() {
+                attr.write(a);
             }
-            Ok(())
-        })())
+            if let Some(i) = init.as_mut() {
+                i.qp_context = q.ibv.qp_context;
+                i.send_cq = q.ibv.send_cq;
+                i.recv_cq = q.ibv.recv_cq;
+                i.srq = q.ibv.srq;
+                i.cap = a.cap;
+                if q.srq.is_some() {
+                    i.cap.max_recv_wr = 0;
+                    i.cap.max_recv_sge = 0;
+                }
+                i.qp_type = q.ibv.qp_type;
+                i.sq_sig_all = c_int::from(q.sq_sig_all);
+            }
+        }
+        Ok(())
     })
 }
 
 pub(crate) unsafe extern "C" fn destroy_qp(qp: *mut abi::ibv_qp) -> c_int {
-    guard(libc::EIO, || {
-        int_result((|| {
-            if qp.is_null() {
-                return Err(libc::EINVAL);
-            }
-            // SAFETY: created by `Box::into_raw` in `create_qp`, destroyed once.
-            let b = unsafe { Box::from_raw(qp as *mut QpObj) };
-            let (pd, s, r, srq) = (b.pd, b.send_cq, b.recv_cq, b.srq);
-            let res =
-                b.qp.into_inner()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .destroy();
-            pd.users.fetch_sub(1, Ordering::AcqRel);
-            s.users.fetch_sub(1, Ordering::AcqRel);
-            r.users.fetch_sub(1, Ordering::AcqRel);
-            if let Some(q) = srq {
-                q.users.fetch_sub(1, Ordering::AcqRel);
-            }
-            res.map_err(|e| convert::errno_of(&e))
-        })())
+    // SAFETY: the caller's QP.
+    int_verb(unsafe { QpObj::from_ibv(qp) }, |_| {
+        // SAFETY: created by `create_qp`, destroyed once.
+        let b = unsafe { QpObj::take(qp) };
+        let (pd, s, r, srq) = (b.pd, b.send_cq, b.recv_cq, b.srq);
+        let res =
+            b.qp.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .destroy();
+        pd.users.release();
+        s.users.release();
+        r.users.release();
+        if let Some(q) = srq {
+            q.users.release();
+        }
+        res.or_errno()
     })
 }
 
@@ -1175,7 +1211,7 @@ unsafe extern "C" fn post_send(
     bad: *mut *mut abi::ibv_send_wr,
 ) -> c_int {
     // SAFETY: the caller's QP.
-    let Ok(q) = (unsafe { obj(qp as *mut QpObj) }) else {
+    let Ok(q) = (unsafe { QpObj::from_ibv(qp) }) else {
         return libc::EINVAL;
     };
     let mut g = lock(&q.qp);
@@ -1285,7 +1321,7 @@ unsafe fn post_one(
         // SAFETY: on a UD QP the `ud` member of the union is the one the caller set.
         let u = unsafe { w.wr.ud };
         // SAFETY: the caller's address handle, alive while requests use it.
-        let ah = unsafe { obj(u.ah as *mut AhObj) }?;
+        let ah = unsafe { AhObj::from_ibv(u.ah) }?;
         wr = wr.ud(&ah.ah, u.remote_qpn, u.remote_qkey);
     }
     qp.post_send(&[wr]).map_err(|b| post_errno(&b.error))
@@ -1331,7 +1367,7 @@ unsafe extern "C" fn post_recv(
     bad: *mut *mut abi::ibv_recv_wr,
 ) -> c_int {
     // SAFETY: the caller's QP.
-    let Ok(q) = (unsafe { obj(qp as *mut QpObj) }) else {
+    let Ok(q) = (unsafe { QpObj::from_ibv(qp) }) else {
         return libc::EINVAL;
     };
     let mut g = lock(&q.qp);
@@ -1355,7 +1391,7 @@ pub(crate) struct SrqObj {
     srqn: u32,
     pd: &'static PdObj,
     /// QPs attached: `ibv_destroy_srq` fails with `EBUSY` while any is.
-    users: AtomicUsize,
+    users: Users,
 }
 
 /// SRQN -> SRQ object, for the SRQ events of `ibv_get_async_event`.
@@ -1376,47 +1412,44 @@ pub(crate) unsafe extern "C" fn create_srq(
     pd: *mut abi::ibv_pd,
     init: *mut abi::ibv_srq_init_attr,
 ) -> *mut abi::ibv_srq {
-    guard(ptr::null_mut(), || {
-        ptr_result((|| {
-            // SAFETY: the caller's PD, kept alive by the use count.
-            let p: &'static PdObj = unsafe { obj(pd as *mut PdObj) }?;
-            // SAFETY: the caller's init attributes.
-            let ia = unsafe { init.as_mut() }.ok_or(libc::EINVAL)?;
-            let a = ia.attr;
-            if a.max_wr == 0 || a.max_sge as usize > MAX_SGE || a.srq_limit > a.max_wr {
-                return Err(libc::EINVAL);
-            }
-            let srq =
-                p.pd.create_srq(&SrqAttr {
-                    max_wr: a.max_wr,
-                    max_sge: a.max_sge.max(1),
-                    srq_limit: a.srq_limit,
-                })
-                .map_err(|e| convert::errno_of(&e))?;
-            let srqn = srq.srq_num();
-            // As rdma-core's mlx5: the sizes granted go back to the caller.
-            ia.attr.max_wr = srq.max_wr();
-            ia.attr.max_sge = srq.max_sge();
-            p.users.fetch_add(1, Ordering::AcqRel);
-            let b = Box::new(SrqObj {
-                ibv: abi::ibv_srq {
-                    context: p.ibv.context,
-                    srq_context: ia.srq_context,
-                    pd,
-                    handle: srqn,
-                    mutex: abi::pthread_mutex_t([0; 40]),
-                    cond: abi::pthread_cond_t([0; 48]),
-                    events_completed: 0,
-                },
-                srq: Mutex::new(srq),
-                srqn,
-                pd: p,
-                users: AtomicUsize::new(0),
-            });
-            let ptr = Box::into_raw(b);
-            lock(&SRQS).push((srqn, SyncPtr(ptr)));
-            Ok(ptr as *mut abi::ibv_srq)
-        })())
+    // SAFETY: the caller's PD, kept alive by the use count.
+    ptr_verb(unsafe { PdObj::from_ibv(pd) }, |p| {
+        // SAFETY: the caller's init attributes.
+        let ia = unsafe { init.as_mut() }.ok_or(libc::EINVAL)?;
+        let a = ia.attr;
+        if a.max_wr == 0 || a.max_sge as usize > MAX_SGE || a.srq_limit > a.max_wr {
+            return Err(libc::EINVAL);
+        }
+        let srq =
+            p.pd.create_srq(&SrqAttr {
+                max_wr: a.max_wr,
+                max_sge: a.max_sge.max(1),
+                srq_limit: a.srq_limit,
+            })
+            .or_errno()?;
+        let srqn = srq.srq_num();
+        // As rdma-core's mlx5: the sizes granted go back to the caller.
+        ia.attr.max_wr = srq.max_wr();
+        ia.attr.max_sge = srq.max_sge();
+        p.users.acquire();
+        let ptr = Box::new(SrqObj {
+            ibv: abi::ibv_srq {
+                context: p.ibv.context,
+                srq_context: ia.srq_context,
+                pd,
+                handle: srqn,
+                mutex: abi::pthread_mutex_t([0; 40]),
+                cond: abi::pthread_cond_t([0; 48]),
+                events_completed: 0,
+            },
+            srq: Mutex::new(srq),
+            srqn,
+            pd: p,
+            users: Users::default(),
+        })
+        .into_ibv();
+        lock(&SRQS).push((srqn, SyncPtr(ptr as *mut SrqObj)));
+        Ok(ptr)
     })
 }
 
@@ -1425,28 +1458,25 @@ pub(crate) unsafe extern "C" fn modify_srq(
     attr: *mut abi::ibv_srq_attr,
     mask: c_int,
 ) -> c_int {
-    guard(libc::EIO, || {
-        int_result((|| {
-            // SAFETY: the caller's SRQ.
-            let s = unsafe { obj(srq as *mut SrqObj) }?;
-            // SAFETY: the caller's attributes.
-            let a = unsafe { attr.as_ref() }.ok_or(libc::EINVAL)?;
-            if mask & !(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT) != 0 {
+    // SAFETY: the caller's SRQ.
+    int_verb(unsafe { SrqObj::from_ibv(srq) }, |s| {
+        // SAFETY: the caller's attributes.
+        let a = unsafe { attr.as_ref() }.ok_or(libc::EINVAL)?;
+        if mask & !(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT) != 0 {
+            return Err(libc::EINVAL);
+        }
+        if mask & IBV_SRQ_MAX_WR != 0 {
+            // Resizing is not offered (mlx5_ib refuses IB_SRQ_MAX_WR with EINVAL).
+            return Err(libc::EINVAL);
+        }
+        if mask & IBV_SRQ_LIMIT != 0 {
+            let mut g = lock(&s.srq);
+            if a.srq_limit > g.max_wr() {
                 return Err(libc::EINVAL);
             }
-            if mask & IBV_SRQ_MAX_WR != 0 {
-                // Resizing is not offered (mlx5_ib refuses IB_SRQ_MAX_WR with EINVAL).
-                return Err(libc::EINVAL);
-            }
-            if mask & IBV_SRQ_LIMIT != 0 {
-                let mut g = lock(&s.srq);
-                if a.srq_limit > g.max_wr() {
-                    return Err(libc::EINVAL);
-                }
-                g.arm(a.srq_limit).map_err(|e| convert::errno_of(&e))?;
-            }
-            Ok(())
-        })())
+            g.arm(a.srq_limit).or_errno()?;
+        }
+        Ok(())
     })
 }
 
@@ -1454,48 +1484,40 @@ pub(crate) unsafe extern "C" fn query_srq(
     srq: *mut abi::ibv_srq,
     attr: *mut abi::ibv_srq_attr,
 ) -> c_int {
-    guard(libc::EIO, || {
-        int_result((|| {
-            // SAFETY: the caller's SRQ.
-            let s = unsafe { obj(srq as *mut SrqObj) }?;
-            if attr.is_null() {
-                return Err(libc::EINVAL);
-            }
-            let i = lock(&s.srq).query().map_err(|e| convert::errno_of(&e))?;
-            // SAFETY: the caller's out-parameter.
-            unsafe {
-                attr.write(abi::ibv_srq_attr {
-                    max_wr: i.max_wr,
-                    max_sge: i.max_sge,
-                    srq_limit: i.srq_limit,
-                })
-            };
-            Ok(())
-        })())
+    // SAFETY: the caller's SRQ.
+    int_verb(unsafe { SrqObj::from_ibv(srq) }, |s| {
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let i = lock(&s.srq).query().or_errno()?;
+        // SAFETY: the caller's out-parameter.
+        unsafe {
+            attr.write(abi::ibv_srq_attr {
+                max_wr: i.max_wr,
+                max_sge: i.max_sge,
+                srq_limit: i.srq_limit,
+            })
+        };
+        Ok(())
     })
 }
 
 pub(crate) unsafe extern "C" fn destroy_srq(srq: *mut abi::ibv_srq) -> c_int {
-    guard(libc::EIO, || {
-        int_result((|| {
-            // SAFETY: the caller's SRQ.
-            let s = unsafe { obj(srq as *mut SrqObj) }?;
-            if s.users.load(Ordering::Acquire) != 0 {
-                return Err(libc::EBUSY);
-            }
-            lock(&SRQS).retain(|(n, _)| *n != s.srqn);
-            // SAFETY: created by `Box::into_raw` in `create_srq`; no QP uses it and
-            // the event table no longer names it.
-            let b = unsafe { Box::from_raw(srq as *mut SrqObj) };
-            let pd = b.pd;
-            let r = b
-                .srq
-                .into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .destroy();
-            pd.users.fetch_sub(1, Ordering::AcqRel);
-            r.map_err(|e| convert::errno_of(&e))
-        })())
+    // SAFETY: the caller's SRQ.
+    int_verb(unsafe { SrqObj::from_ibv(srq) }, |s| {
+        s.users.idle()?;
+        lock(&SRQS).retain(|(n, _)| *n != s.srqn);
+        // SAFETY: created by `create_srq`; no QP uses it and the event table no longer
+        // names it.
+        let b = unsafe { SrqObj::take(srq) };
+        let pd = b.pd;
+        let r = b
+            .srq
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .destroy();
+        pd.users.release();
+        r.or_errno()
     })
 }
 
@@ -1506,7 +1528,7 @@ unsafe extern "C" fn post_srq_recv(
     bad: *mut *mut abi::ibv_recv_wr,
 ) -> c_int {
     // SAFETY: the caller's SRQ.
-    let Ok(s) = (unsafe { obj(srq as *mut SrqObj) }) else {
+    let Ok(s) = (unsafe { SrqObj::from_ibv(srq) }) else {
         return libc::EINVAL;
     };
     let mut g = lock(&s.srq);
@@ -1533,42 +1555,32 @@ pub(crate) unsafe extern "C" fn create_ah(
     pd: *mut abi::ibv_pd,
     attr: *mut abi::ibv_ah_attr,
 ) -> *mut abi::ibv_ah {
-    guard(ptr::null_mut(), || {
-        ptr_result((|| {
-            // SAFETY: the caller's PD, kept alive by the use count.
-            let p: &'static PdObj = unsafe { obj(pd as *mut PdObj) }?;
-            // SAFETY: the caller's attributes.
-            let a = unsafe { attr.as_ref() }.ok_or(libc::EINVAL)?;
-            let av = convert::av_from_ibv(a, p_sim(p))?;
-            let ah =
-                p.pd.create_ah(a.port_num.max(1), &av)
-                    .map_err(|e| convert::errno_of(&e))?;
-            p.users.fetch_add(1, Ordering::AcqRel);
-            let b = Box::new(AhObj {
-                ibv: abi::ibv_ah {
-                    context: p.ibv.context,
-                    pd,
-                    handle: 0,
-                },
-                ah,
-                pd: p,
-            });
-            Ok(Box::into_raw(b) as *mut abi::ibv_ah)
-        })())
+    // SAFETY: the caller's PD, kept alive by the use count.
+    ptr_verb(unsafe { PdObj::from_ibv(pd) }, |p| {
+        // SAFETY: the caller's attributes.
+        let a = unsafe { attr.as_ref() }.ok_or(libc::EINVAL)?;
+        let av = convert::av_from_ibv(a, p_sim(p))?;
+        let ah = p.pd.create_ah(a.port_num.max(1), &av).or_errno()?;
+        p.users.acquire();
+        Ok(Box::new(AhObj {
+            ibv: abi::ibv_ah {
+                context: p.ibv.context,
+                pd,
+                handle: 0,
+            },
+            ah,
+            pd: p,
+        })
+        .into_ibv())
     })
 }
 
 pub(crate) unsafe extern "C" fn destroy_ah(ah: *mut abi::ibv_ah) -> c_int {
-    guard(libc::EIO, || {
-        int_result((|| {
-            if ah.is_null() {
-                return Err(libc::EINVAL);
-            }
-            // SAFETY: created by `Box::into_raw` in `create_ah`, destroyed once.
-            let b = unsafe { Box::from_raw(ah as *mut AhObj) };
-            b.pd.users.fetch_sub(1, Ordering::AcqRel);
-            Ok(())
-        })())
+    // SAFETY: the caller's address handle.
+    int_verb(unsafe { AhObj::from_ibv(ah) }, |_| {
+        // SAFETY: created by `create_ah`, destroyed once.
+        unsafe { AhObj::take(ah) }.pd.users.release();
+        Ok(())
     })
 }
 
@@ -1580,13 +1592,10 @@ pub(crate) unsafe extern "C" fn get_async_event(
     ctx: *mut abi::ibv_context,
     event: *mut abi::ibv_async_event,
 ) -> c_int {
-    guard(-1, || {
-        // SAFETY: the caller's context.
-        let Ok(o) = (unsafe { ctx_obj(ctx) }) else {
-            return -1;
-        };
+    // SAFETY: the caller's context.
+    status_verb(unsafe { CtxObj::from_ibv(ctx) }, |o| {
         if event.is_null() {
-            return -1;
+            return None;
         }
         loop {
             if let Some(e) = o.nic.ctx.get_async_event() {
@@ -1617,7 +1626,7 @@ pub(crate) unsafe extern "C" fn get_async_event(
                         event_type: ty,
                     })
                 };
-                return 0;
+                return Some(());
             }
             std::thread::sleep(Duration::from_millis(10));
         }
