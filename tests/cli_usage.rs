@@ -113,6 +113,24 @@ fn cross_process_modes_run_on_the_simulator_only() {
 }
 
 #[test]
+fn the_udp_link_device_string_is_refused_with_exit_code_3() {
+    // `sim:A.B.C.D` parses (the libibverbs form) but the tool's NICs are in-process.
+    for args in [
+        &["devinfo", "-d", "sim:127.0.0.2"][..],
+        &["perf", "send-lat", "-n", "5", "-d", "sim:127.0.0.2:5000"][..],
+        &["perf", "send-lat", "--server", "-d", "sim:127.0.0.2"][..],
+    ] {
+        let o = ferroverbs(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {err}");
+        assert!(err.contains("--device sim:127.0.0.2"), "{args:?}: {err}");
+        assert!(err.contains("--ip/--udp-port"), "{args:?}: {err}");
+    }
+    let o = ferroverbs(&["devinfo", "-d", "sim:127.0.0.300"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
 fn a_cpu_that_does_not_exist_is_a_setup_error() {
     let o = ferroverbs(&["perf", "send-lat", "--cpu", "1023", "-n", "5"]);
     let err = stderr(&o);

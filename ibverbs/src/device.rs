@@ -17,7 +17,7 @@
 //! The NIC is brought up by the first `ibv_open_device` and then stays up for the life
 //! of the process (its UDP socket stays bound); every `ibv_open_device` shares it.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::{Arc, Mutex};
 
 use ferroverbs::vfio::{PciAddress, VfioBus, VfioConfig};
@@ -32,85 +32,50 @@ pub const DEVICE_ENV: &str = "FERROVERBS_DEVICE";
 /// The environment variable that names the device.
 pub const NAME_ENV: &str = "FERROVERBS_DEVICE_NAME";
 
-/// Which NIC to drive.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DeviceSpec {
-    /// A simulated NIC on the UDP link.
-    Sim {
-        /// Its IPv4 address (bound, and GID 0).
-        addr: Ipv4Addr,
-        /// The UDP port (4791).
-        port: u16,
-    },
-    /// A ConnectX behind VFIO.
-    Vfio(PciAddress),
-}
+pub use ferroverbs::DeviceSpec;
 
-impl DeviceSpec {
-    /// Parses `sim:A.B.C.D[:PORT]` or `vfio:DDDD:BB:DD.F`.
-    pub fn parse(s: &str) -> Result<DeviceSpec, String> {
-        if let Some(rest) = s.strip_prefix("sim:") {
-            let (ip, port) = match rest.split_once(':') {
-                Some((ip, p)) => (ip, p.parse().map_err(|e| format!("{s}: port: {e}"))?),
-                None => (rest, ferroverbs_sim::link::udp::ROCEV2_PORT),
-            };
-            let addr = ip.parse().map_err(|e| format!("{s}: address: {e}"))?;
-            Ok(DeviceSpec::Sim { addr, port })
-        } else if s == "sim" {
-            Ok(DeviceSpec::default())
-        } else if let Some(bdf) = s.strip_prefix("vfio:") {
-            Ok(DeviceSpec::Vfio(
-                bdf.parse().map_err(|e| format!("{s}: {e:?}"))?,
-            ))
-        } else {
-            Err(format!(
-                "{s}: expected sim:A.B.C.D[:PORT] or vfio:DDDD:BB:DD.F"
-            ))
-        }
-    }
-
-    /// The device the environment selects.
-    pub fn from_env() -> Result<DeviceSpec, String> {
-        match std::env::var(DEVICE_ENV) {
-            Ok(s) if !s.trim().is_empty() => DeviceSpec::parse(s.trim()),
-            _ => Ok(DeviceSpec::default()),
-        }
-    }
-
-    /// The node GUID shown before the device is opened: the EUI-64 of the simulated
-    /// NIC's MAC, or one derived from the PCI address.
-    pub fn guid(&self) -> u64 {
-        let mac = match self {
-            DeviceSpec::Sim { addr, .. } => mac_for(*addr),
-            DeviceSpec::Vfio(bdf) => {
-                let h = bdf
-                    .to_string()
-                    .bytes()
-                    .fold(0u32, |h, b| h.rotate_left(5) ^ u32::from(b));
-                let b = h.to_be_bytes();
-                [0x02, 0xc9, b[0], b[1], b[2], b[3]]
-            }
-        };
-        u64::from_be_bytes([
-            mac[0] ^ 2,
-            mac[1],
-            mac[2],
-            0xff,
-            0xfe,
-            mac[3],
-            mac[4],
-            mac[5],
-        ])
+/// The device the environment selects ([`DeviceSpec`]'s syntax; unset or empty:
+/// `sim`).
+pub fn spec_from_env() -> Result<DeviceSpec, String> {
+    match std::env::var(DEVICE_ENV) {
+        Ok(s) if !s.trim().is_empty() => s.parse().map_err(|e| format!("{e}")),
+        _ => Ok(DeviceSpec::default()),
     }
 }
 
-impl Default for DeviceSpec {
-    fn default() -> Self {
-        DeviceSpec::Sim {
-            addr: Ipv4Addr::LOCALHOST,
-            port: ferroverbs_sim::link::udp::ROCEV2_PORT,
-        }
+/// What the library opens for `spec`: a simulated NIC on the UDP link at this address
+/// (`sim` is `sim:127.0.0.1`, port 4791), or a ConnectX at this PCI address.
+fn sim_or_vfio(spec: &DeviceSpec) -> Result<SocketAddrV4, PciAddress> {
+    match *spec {
+        DeviceSpec::Sim => Ok(SocketAddrV4::new(
+            Ipv4Addr::LOCALHOST,
+            DeviceSpec::ROCEV2_PORT,
+        )),
+        DeviceSpec::SimUdp(a) => Ok(a),
+        DeviceSpec::Vfio(bdf) => Err(bdf),
     }
+}
+
+/// The UDP link address of a simulated NIC: `sim` is `sim:127.0.0.1` (port 4791).
+pub fn sim_addr(spec: &DeviceSpec) -> Option<SocketAddrV4> {
+    sim_or_vfio(spec).ok()
+}
+
+/// The node GUID shown before the device is opened: the EUI-64 of the simulated NIC's
+/// MAC, or one derived from the PCI address.
+pub fn guid(spec: &DeviceSpec) -> u64 {
+    let mac = match sim_or_vfio(spec) {
+        Ok(a) => mac_for(*a.ip()),
+        Err(bdf) => {
+            let h = bdf
+                .to_string()
+                .bytes()
+                .fold(0u32, |h, b| h.rotate_left(5) ^ u32::from(b));
+            let b = h.to_be_bytes();
+            [0x02, 0xc9, b[0], b[1], b[2], b[3]]
+        }
+    };
+    u64::from_be_bytes(ferroverbs_hw::control::roce::eui64(mac))
 }
 
 /// The device name: `FERROVERBS_DEVICE_NAME`, or `ferroverbs0`.
@@ -189,10 +154,7 @@ pub struct Nic {
 impl Nic {
     /// The IPv4 address of a simulated NIC.
     pub fn ipv4(&self) -> Option<Ipv4Addr> {
-        match self.spec {
-            DeviceSpec::Sim { addr, .. } => Some(addr),
-            DeviceSpec::Vfio(_) => None,
-        }
+        sim_addr(&self.spec).map(|a| *a.ip())
     }
 
     /// A summary of the simulated NIC's wire and data path counters (link datagrams,
@@ -213,9 +175,10 @@ impl Nic {
     }
 
     fn open(spec: &DeviceSpec) -> Result<Nic, String> {
-        match spec {
-            DeviceSpec::Sim { addr, port } => {
-                let cfg = UdpConfig::new(*addr).port(*port);
+        match sim_or_vfio(spec) {
+            Ok(sa) => {
+                let (addr, port) = (sa.ip(), sa.port());
+                let cfg = UdpConfig::new(*addr).port(port);
                 let sim = Sim::new(cfg.sim_config(true));
                 let link = UdpLink::attach(&sim, cfg)
                     .map_err(|e| format!("cannot bind the simulated NIC to {addr}:{port}: {e}"))?;
@@ -231,19 +194,19 @@ impl Nic {
                 }
                 Ok(Nic {
                     ctx,
-                    spec: spec.clone(),
+                    spec: *spec,
                     sim: Some(sim),
                     link: Some(link),
                 })
             }
-            DeviceSpec::Vfio(bdf) => {
-                let bus = VfioBus::open(bdf, &VfioConfig::default())
+            Err(bdf) => {
+                let bus = VfioBus::open(&bdf, &VfioConfig::default())
                     .map_err(|e| format!("cannot open vfio:{bdf}: {e}"))?;
                 let ctx = Device::open(AnyBus::Vfio(bus), DeviceConfig::default())
                     .map_err(|e| format!("bring-up of vfio:{bdf} failed: {e}"))?;
                 Ok(Nic {
                     ctx,
-                    spec: spec.clone(),
+                    spec: *spec,
                     sim: None,
                     link: None,
                 })
@@ -303,7 +266,7 @@ pub fn nic() -> Result<&'static Nic, String> {
     if let Some(n) = *g {
         return Ok(n);
     }
-    let spec = DeviceSpec::from_env()?;
+    let spec = spec_from_env()?;
     let n: &'static Nic = Box::leak(Box::new(Nic::open(&spec)?));
     *g = Some(n);
     Ok(n)
@@ -314,34 +277,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn specs_parse() {
+    fn sim_is_the_udp_link_at_localhost() {
+        let a = |s: &str| sim_addr(&s.parse().unwrap());
+        assert_eq!(a("sim"), Some("127.0.0.1:4791".parse().unwrap()));
+        assert_eq!(a("sim:127.0.0.2"), Some("127.0.0.2:4791".parse().unwrap()));
         assert_eq!(
-            DeviceSpec::parse("sim:127.0.0.2").unwrap(),
-            DeviceSpec::Sim {
-                addr: Ipv4Addr::new(127, 0, 0, 2),
-                port: 4791
-            }
+            a("sim:10.1.2.3:5000"),
+            Some("10.1.2.3:5000".parse().unwrap())
         );
-        assert_eq!(
-            DeviceSpec::parse("sim:10.1.2.3:5000").unwrap(),
-            DeviceSpec::Sim {
-                addr: Ipv4Addr::new(10, 1, 2, 3),
-                port: 5000
-            }
-        );
-        assert_eq!(DeviceSpec::parse("sim").unwrap(), DeviceSpec::default());
-        assert!(matches!(
-            DeviceSpec::parse("vfio:0000:3b:00.0").unwrap(),
-            DeviceSpec::Vfio(_)
-        ));
-        assert!(DeviceSpec::parse("nic0").is_err());
-        assert!(DeviceSpec::parse("sim:300.0.0.1").is_err());
+        assert_eq!(a("vfio:0000:3b:00.0"), None);
     }
 
     #[test]
     fn guid_is_the_eui64_of_the_mac() {
-        let s = DeviceSpec::parse("sim:127.0.0.2").unwrap();
+        let s: DeviceSpec = "sim:127.0.0.2".parse().unwrap();
         // MAC 02:00:7f:00:00:02 -> 00:00:7f:ff:fe:00:00:02.
-        assert_eq!(s.guid(), 0x0000_7fff_fe00_0002);
+        assert_eq!(guid(&s), 0x0000_7fff_fe00_0002);
+        assert_eq!(guid(&DeviceSpec::Sim), 0x0000_7fff_fe00_0001);
+        // MAC 02:c9 + a hash of the PCI address's kernel spelling `0000:3b:00.0`.
+        assert_eq!(
+            guid(&"vfio:0000:3b:00.0".parse().unwrap()),
+            0x00c9_1fff_fe7e_f42c
+        );
     }
 }

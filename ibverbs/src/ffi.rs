@@ -246,7 +246,7 @@ fn the_device() -> *mut abi::verbs_device {
 }
 
 fn spec_or_warn() -> Option<device::DeviceSpec> {
-    match device::DeviceSpec::from_env() {
+    match device::spec_from_env() {
         Ok(s) => Some(s),
         Err(e) => {
             eprintln!("libibverbs (ferroverbs): {}: {e}", device::DEVICE_ENV);
@@ -292,8 +292,8 @@ pub(crate) unsafe extern "C" fn get_device_name(dev: *mut abi::ibv_device) -> *c
 
 pub(crate) unsafe extern "C" fn get_device_guid(_dev: *mut abi::ibv_device) -> u64 {
     guard(0, || {
-        let g = match device::DeviceSpec::from_env() {
-            Ok(s) => s.guid(),
+        let g = match device::spec_from_env() {
+            Ok(s) => device::guid(&s),
             Err(_) => 0,
         };
         g.to_be()

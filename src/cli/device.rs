@@ -2,10 +2,12 @@
 //! behind VFIO (`vfio:BDF`). Every failure here is a setup error (exit code 3) whose
 //! message is the driver's, which names the fix.
 
+use std::net::SocketAddrV4;
 use std::path::Path;
 
 use ferroverbs::vfio::{PciAddress, VfioBus, VfioConfig, VfioDeviceInfo};
 use ferroverbs::{Context, Device, DeviceConfig, GidEntry};
+use ferroverbs_hw::control::roce::eui64;
 use ferroverbs_sim::{Sim, SimBus, SimConfig};
 
 use super::error::CliError;
@@ -46,24 +48,10 @@ pub fn sim_ipv4(index: u8) -> [u8; 4] {
 
 /// The modified EUI-64 link-local IPv6 address of a MAC (RFC 4291 appendix A).
 pub fn link_local(mac: [u8; 6]) -> [u8; 16] {
-    [
-        0xfe,
-        0x80,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        mac[0] ^ 2,
-        mac[1],
-        mac[2],
-        0xff,
-        0xfe,
-        mac[3],
-        mac[4],
-        mac[5],
-    ]
+    let mut a = [0; 16];
+    a[..2].copy_from_slice(&[0xfe, 0x80]);
+    a[8..].copy_from_slice(&eui64(mac));
+    a
 }
 
 /// The simulator configuration of NIC `index` (one port, MAC derived from the index).
@@ -128,6 +116,17 @@ fn pci_revision(sysfs_root: &Path, bdf: &PciAddress) -> u32 {
         .ok()
         .and_then(|s| u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok())
         .unwrap_or(0)
+}
+
+/// The answer to `--device sim:A.B.C.D[:PORT]` (the `libibverbs.so.1` form): this
+/// tool's simulated NICs live in its own process; across processes it takes
+/// `--server`/`--client` with `--ip` and `--udp-port`.
+pub fn sim_udp_unsupported(addr: SocketAddrV4) -> CliError {
+    CliError::unsupported(
+        format!("--device sim:{addr}"),
+        "the tool's simulated NICs are in its own process: use --device sim, and \
+         --server/--client with --ip/--udp-port for a NIC on the UDP link",
+    )
 }
 
 /// Opens `bdf` through VFIO and brings the device up.

@@ -11,7 +11,7 @@ use ferroverbs::{AtomicCap, Context, DeviceSpec, LinkLayer, PortAttr, PortState,
 use ferroverbs_hw::Bus;
 
 use super::args::DevinfoArgs;
-use super::device::{open_sim, open_vfio, SIM_PART_ID};
+use super::device::{open_sim, open_vfio, sim_udp_unsupported, SIM_PART_ID};
 use super::error::CliError;
 
 /// What identifies the device besides what the firmware reports.
@@ -206,6 +206,7 @@ pub fn run(args: &DevinfoArgs) -> Result<(), CliError> {
                 .map_err(|e| CliError::runtime("closing the device", e))?;
             t
         }
+        DeviceSpec::SimUdp(a) => return Err(sim_udp_unsupported(a)),
         DeviceSpec::Vfio(bdf) => {
             let nic = open_vfio(&bdf)?;
             let id = Identity {

@@ -4,6 +4,10 @@
 //! string into a [`DeviceSpec`]:
 //!
 //! * `sim` (the default): the software ConnectX of `ferroverbs-sim`;
+//! * `sim:A.B.C.D[:PORT]`: a software ConnectX attached to the UDP link (RoCE v2 over
+//!   real UDP datagrams) at IPv4 address `A.B.C.D`, UDP port `PORT` (default 4791):
+//!   the form the `libibverbs.so.1` of `ferroverbs-ibverbs` takes, where every process
+//!   has its own NIC;
 //! * `vfio:0000:3b:00.0`: the PCI function `0000:3b:00.0` bound to vfio-pci, opened
 //!   with [`VfioBus::open`](super::VfioBus::open). The domain may be left out
 //!   (`vfio:3b:00.0` means domain `0000`).
@@ -13,6 +17,7 @@
 //! upper case on input and are printed lower case, the form sysfs uses.
 
 use std::fmt;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::str::FromStr;
 
 /// A PCI function address: domain, bus, device (slot) and function.
@@ -113,19 +118,27 @@ pub enum DeviceSpec {
     /// The software ConnectX (`sim`), the default.
     #[default]
     Sim,
+    /// A software ConnectX on the UDP link at this address (`sim:127.0.0.2`,
+    /// `sim:127.0.0.2:5000`).
+    SimUdp(SocketAddrV4),
     /// A PCI function bound to vfio-pci (`vfio:0000:3b:00.0`).
     Vfio(PciAddress),
 }
 
 impl DeviceSpec {
     /// The spelling accepted by [`FromStr`], for help texts.
-    pub const SYNTAX: &'static str = "sim | vfio:DDDD:BB:DD.F";
+    pub const SYNTAX: &'static str = "sim | sim:A.B.C.D[:PORT] | vfio:DDDD:BB:DD.F";
+
+    /// The RoCE v2 UDP port (IANA 4791): the port of `sim:A.B.C.D` without `:PORT`.
+    pub const ROCEV2_PORT: u16 = 4791;
 }
 
 impl fmt::Display for DeviceSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DeviceSpec::Sim => f.write_str("sim"),
+            DeviceSpec::SimUdp(a) if a.port() == Self::ROCEV2_PORT => write!(f, "sim:{}", a.ip()),
+            DeviceSpec::SimUdp(a) => write!(f, "sim:{a}"),
             DeviceSpec::Vfio(a) => write!(f, "vfio:{a}"),
         }
     }
@@ -145,6 +158,24 @@ impl FromStr for DeviceSpec {
         match s.split_once(':') {
             Some((scheme, rest)) if scheme.eq_ignore_ascii_case("vfio") => {
                 Ok(DeviceSpec::Vfio(rest.parse()?))
+            }
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("sim") => {
+                let bad = |reason| DeviceSpecError::BadSimAddress {
+                    input: rest.to_string(),
+                    reason,
+                };
+                let (ip, port) = match rest.split_once(':') {
+                    Some((ip, port)) => (
+                        ip,
+                        port.parse()
+                            .map_err(|_| bad("the port is a number 0..65535"))?,
+                    ),
+                    None => (rest, Self::ROCEV2_PORT),
+                };
+                let ip: Ipv4Addr = ip
+                    .parse()
+                    .map_err(|_| bad("the address is an IPv4 address A.B.C.D"))?;
+                Ok(DeviceSpec::SimUdp(SocketAddrV4::new(ip, port)))
             }
             _ => Err(DeviceSpecError::UnknownScheme {
                 input: input.to_string(),
@@ -167,6 +198,14 @@ pub enum DeviceSpecError {
     UnknownScheme {
         /// The string given.
         input: String,
+    },
+    /// `sim:` followed by something that is not `A.B.C.D[:PORT]`.
+    #[error("bad simulated NIC address {input:?}: {reason}; expected sim:A.B.C.D[:PORT]")]
+    BadSimAddress {
+        /// The address part given.
+        input: String,
+        /// What is wrong with it.
+        reason: &'static str,
     },
     /// `vfio:` followed by something that is not a PCI address.
     #[error("bad PCI address {input:?}: {reason}; find it with `lspci -D -d 15b3:`")]
@@ -202,6 +241,46 @@ mod tests {
         assert_eq!(spec.to_string(), "vfio:0000:3b:1f.7");
         let spec: DeviceSpec = "vfio:10000:e1:00.1".parse().unwrap();
         assert_eq!(spec.to_string(), "vfio:10000:e1:00.1");
+    }
+
+    #[test]
+    fn parses_simulated_nics_on_the_udp_link() {
+        let a = |s: &str| s.parse::<DeviceSpec>();
+        assert_eq!(
+            a("sim:127.0.0.2"),
+            Ok(DeviceSpec::SimUdp(SocketAddrV4::new(
+                Ipv4Addr::new(127, 0, 0, 2),
+                4791
+            )))
+        );
+        assert_eq!(
+            a("Sim:10.1.2.3:5000"),
+            Ok(DeviceSpec::SimUdp(SocketAddrV4::new(
+                Ipv4Addr::new(10, 1, 2, 3),
+                5000
+            )))
+        );
+        assert_eq!(a("sim:127.0.0.2").unwrap().to_string(), "sim:127.0.0.2");
+        assert_eq!(
+            a("sim:127.0.0.2:5000").unwrap().to_string(),
+            "sim:127.0.0.2:5000"
+        );
+        for bad in [
+            "sim:",
+            "sim:300.0.0.1",
+            "sim:127.0.0",
+            "sim:::1",
+            "sim:127.0.0.1:",
+            "sim:127.0.0.1:70000",
+            "sim:127.0.0.1:x",
+        ] {
+            assert!(
+                matches!(a(bad), Err(DeviceSpecError::BadSimAddress { .. })),
+                "{bad}"
+            );
+        }
+        let msg = a("sim:1.2.3.4:p").unwrap_err().to_string();
+        assert!(msg.contains("port"), "{msg}");
     }
 
     #[test]

@@ -200,6 +200,22 @@ pub const fn ipv4_mapped_gid(ip: [u8; 4]) -> [u8; 16] {
     ]
 }
 
+/// The modified EUI-64 interface identifier of a MAC (RFC 4291 appendix A): the
+/// universal/local bit flipped and `ff:fe` in the middle. It is a RoCE port's node
+/// GUID and the low half of its link-local GID (`fe80::/64`).
+pub const fn eui64(mac: [u8; 6]) -> [u8; 8] {
+    [
+        mac[0] ^ 2,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ]
+}
+
 /// A SET_ROCE_ADDRESS input writing `addr` to GID table entry `index` of `port`
 /// (`vhca_port_num`, used only when the device reports `num_vhca_ports`).
 pub fn set_roce_address_input(index: u16, port: u8, addr: &RoceAddr) -> Vec<u8> {
@@ -222,6 +238,15 @@ mod tests {
         );
         let ip = std::net::Ipv4Addr::new(10, 0, 0, 72);
         assert_eq!(ipv4_mapped_gid(ip.octets()), ip.to_ipv6_mapped().octets());
+    }
+
+    #[test]
+    fn eui64_flips_the_universal_bit_and_inserts_fffe() {
+        assert_eq!(
+            eui64([0x02, 0x11, 0x22, 0x33, 0x44, 0x55]),
+            [0x00, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55]
+        );
+        assert_eq!(eui64([0; 6]), [2, 0, 0, 0xff, 0xfe, 0, 0, 0]);
     }
 
     #[test]

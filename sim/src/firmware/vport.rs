@@ -2,7 +2,7 @@
 //! loopback), QUERY_VPORT_STATE, SET/QUERY_ROCE_ADDRESS (the GID table), and the
 //! PAOS port register (`mlx5-controlpath.md` §4.8).
 
-use ferroverbs_hw::control::roce::{ipv4_mapped_gid, RoceL3Type, RoceVersion};
+use ferroverbs_hw::control::roce::{eui64, ipv4_mapped_gid, RoceL3Type, RoceVersion};
 use ferroverbs_hw::Field;
 
 use super::caps::Caps;
@@ -80,8 +80,7 @@ impl Port {
 
     /// EUI-64 GUID derived from the MAC.
     pub fn guid(&self) -> u64 {
-        let m = self.mac;
-        u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]])
+        u64::from_be_bytes(eui64(self.mac))
     }
 }
 

@@ -306,12 +306,16 @@ fn rendezvous(cfg: &PerfConfig, blocking: bool) -> Result<Conn, CliError> {
 
 /// Runs this process's side of a cross-process test.
 pub fn run(cfg: &PerfConfig) -> Result<(), CliError> {
-    if let DeviceSpec::Vfio(bdf) = cfg.device {
-        return Err(CliError::unsupported(
-            format!("--server/--client with --device vfio:{bdf}"),
-            "the cross-process modes run on simulated NICs over the UDP link; on hardware run \
-             both sides in one process (leave out --server/--client)",
-        ));
+    match cfg.device {
+        DeviceSpec::Sim => {}
+        DeviceSpec::SimUdp(a) => return Err(crate::cli::device::sim_udp_unsupported(a)),
+        DeviceSpec::Vfio(bdf) => {
+            return Err(CliError::unsupported(
+                format!("--server/--client with --device vfio:{bdf}"),
+                "the cross-process modes run on simulated NICs over the UDP link; on hardware \
+                 run both sides in one process (leave out --server/--client)",
+            ))
+        }
     }
     let server = matches!(cfg.role, Role::Server { .. });
     let threaded = cfg.sim_mode == SimMode::Threaded;

@@ -54,7 +54,9 @@ use super::progress::Progress;
 use super::report::{self, Address, TestInfo, RESULT_LINE};
 use super::stats::{bw_report, rtt_factor, BwReport, LatencyReport, LatencySamples};
 use crate::cli::args::AtomicType;
-use crate::cli::device::{link_local, open_sim_with, open_vfio, sim_config, SIM_IPV4_GID_INDEX};
+use crate::cli::device::{
+    link_local, open_sim_with, open_vfio, sim_config, sim_udp_unsupported, SIM_IPV4_GID_INDEX,
+};
 use crate::cli::error::CliError;
 
 /// A test that makes no progress for this long fails (exit code 1).
@@ -97,6 +99,7 @@ pub(super) struct Setup {
 pub fn run(cfg: &PerfConfig) -> Result<(), CliError> {
     match cfg.device {
         DeviceSpec::Sim => run_sim(cfg),
+        DeviceSpec::SimUdp(a) => Err(sim_udp_unsupported(a)),
         DeviceSpec::Vfio(bdf) => {
             let nic = open_vfio(&bdf)?;
             let port = nic
