@@ -686,16 +686,21 @@ unsafe fn volatile_read(src: *const u8, dst: &mut [u8]) {
         dst[i] = unsafe { src.add(i).read_volatile() };
         i += 1;
     }
-    while i + 8 <= n {
-        // SAFETY: `src + i` is 8-aligned and `i + 8 <= n`.
-        let w = unsafe { (src.add(i) as *const u64).read_volatile() };
-        dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
-        i += 8;
+    // The aligned middle, a word at a time (no per-word bounds check).
+    let mut words = dst[i..].chunks_exact_mut(8);
+    let mut p = src.wrapping_add(i) as *const u64;
+    for d in &mut words {
+        // SAFETY: `p` is `src + i + 8k` for the k-th chunk, 8-aligned (the loop above
+        // stopped at an aligned address), and the chunk's 8 bytes are within `n`.
+        let w = unsafe { p.read_volatile() };
+        d.copy_from_slice(&w.to_ne_bytes());
+        p = p.wrapping_add(1);
     }
-    while i < n {
-        // SAFETY: `i < n`.
-        dst[i] = unsafe { src.add(i).read_volatile() };
-        i += 1;
+    let tail = words.into_remainder();
+    let at = n - tail.len();
+    for (k, d) in tail.iter_mut().enumerate() {
+        // SAFETY: `at + k < n`.
+        *d = unsafe { src.add(at + k).read_volatile() };
     }
 }
 
@@ -711,17 +716,22 @@ unsafe fn volatile_write(dst: *mut u8, src: &[u8]) {
         unsafe { dst.add(i).write_volatile(src[i]) };
         i += 1;
     }
-    while i + 8 <= n {
+    // The aligned middle, a word at a time (no per-word bounds check).
+    let mut words = src[i..].chunks_exact(8);
+    let mut p = dst.wrapping_add(i) as *mut u64;
+    for s in &mut words {
         let mut w = [0u8; 8];
-        w.copy_from_slice(&src[i..i + 8]);
-        // SAFETY: `dst + i` is 8-aligned and `i + 8 <= n`.
-        unsafe { (dst.add(i) as *mut u64).write_volatile(u64::from_ne_bytes(w)) };
-        i += 8;
+        w.copy_from_slice(s);
+        // SAFETY: `p` is `dst + i + 8k` for the k-th chunk, 8-aligned (the loop above
+        // stopped at an aligned address), and the chunk's 8 bytes are within `n`.
+        unsafe { p.write_volatile(u64::from_ne_bytes(w)) };
+        p = p.wrapping_add(1);
     }
-    while i < n {
-        // SAFETY: `i < n`.
-        unsafe { dst.add(i).write_volatile(src[i]) };
-        i += 1;
+    let tail = words.remainder();
+    let at = n - tail.len();
+    for (k, &b) in tail.iter().enumerate() {
+        // SAFETY: `at + k < n`.
+        unsafe { dst.add(at + k).write_volatile(b) };
     }
 }
 

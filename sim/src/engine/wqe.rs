@@ -26,7 +26,7 @@ use ferroverbs_hw::datapath::wqe::{
 use super::mem::{self, Need, Sge};
 use super::qp::QpCfg;
 use crate::firmware::{Firmware, ServiceType};
-use crate::iommu::Iommu;
+use crate::iommu::{Iommu, Window};
 
 /// Largest send WQE: 63 DS (the 6-bit field), 16 WQEBBs of buffer.
 pub const MAX_WQE_BYTES: usize = 1024;
@@ -152,6 +152,10 @@ pub struct WqeData {
     pub inline: Vec<u8>,
     /// The SQ position of the WQE these belong to.
     pub pos: Option<u32>,
+    /// The cached translation of the SQ ring's mapping the WQEs are read through
+    /// ([`Iommu::read_cached`]: every read still checked against the map table, only
+    /// its search saved while no unmap happened).
+    pub win: Window,
 }
 
 /// Reads WQEBB `pos` (a counter) of the SQ into `dst` (64 bytes).
@@ -161,6 +165,38 @@ fn read_wqebb(io: &Iommu, cfg: &QpCfg, pos: u32, dst: &mut [u8]) -> bool {
     }
     cfg.sq_iova(pos & (cfg.sq_size - 1), 0)
         .is_some_and(|iova| io.read(iova, dst).is_ok())
+}
+
+/// Reads the `dst.len() / 64` WQEBBs from SQ counter `pos` into `dst` through the
+/// cached window `win`, one IOMMU access per run of WQEBBs contiguous in IOVA space
+/// (a WQE crosses at most one page boundary of the buffer, or the ring's end).
+fn read_wqebbs(io: &Iommu, cfg: &QpCfg, win: &mut Window, pos: u32, dst: &mut [u8]) -> bool {
+    if cfg.sq_size == 0 {
+        return false;
+    }
+    let mask = cfg.sq_size - 1;
+    let n = dst.len() / 64;
+    let mut k = 0;
+    while k < n {
+        let Some(start) = cfg.sq_iova(pos.wrapping_add(k as u32) & mask, 0) else {
+            return false;
+        };
+        let mut run = 1;
+        while k + run < n
+            && cfg.sq_iova(pos.wrapping_add((k + run) as u32) & mask, 0)
+                == Some(start + 64 * run as u64)
+        {
+            run += 1;
+        }
+        if io
+            .read_cached(win, start, &mut dst[k * 64..(k + run) * 64])
+            .is_err()
+        {
+            return false;
+        }
+        k += run;
+    }
+    true
 }
 
 fn be32(b: &[u8]) -> u32 {
@@ -240,7 +276,7 @@ pub fn parse_send(
     data.pos = Some(pos);
     let mut w = malformed(pos);
     let mut first = [0u8; 64];
-    if !read_wqebb(io, cfg, pos, &mut first) {
+    if !read_wqebbs(io, cfg, &mut data.win, pos, &mut first) {
         return w;
     }
     let Some((ds, wqebbs, qpn)) = header(&mut w, &first, avail) else {
@@ -253,11 +289,9 @@ pub fn parse_send(
         &mut big
     };
     raw[..64].copy_from_slice(&first);
-    for k in 1..wqebbs {
-        let at = k as usize * 64;
-        if !read_wqebb(io, cfg, pos.wrapping_add(k), &mut raw[at..at + 64]) {
-            return w;
-        }
+    let end = wqebbs as usize * 64;
+    if end > 64 && !read_wqebbs(io, cfg, &mut data.win, pos.wrapping_add(1), &mut raw[64..end]) {
+        return w;
     }
     decode(fw, cfg, &raw[..wqebbs as usize * 64], ds, qpn, &mut w, data);
     w
