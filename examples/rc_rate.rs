@@ -26,6 +26,7 @@ struct Args {
     batch: usize,
     size: usize,
     threaded: bool,
+    busy_poll: bool,
 }
 
 fn args() -> Args {
@@ -34,6 +35,7 @@ fn args() -> Args {
         batch: 64,
         size: 64,
         threaded: false,
+        busy_poll: false,
     };
     let mut it = std::env::args().skip(1);
     let num = |it: &mut std::iter::Skip<std::env::Args>, what: &str| -> u64 {
@@ -47,6 +49,7 @@ fn args() -> Args {
             "--batch" => a.batch = num(&mut it, "--batch").clamp(1, 64) as usize,
             "--size" => a.size = num(&mut it, "--size").min(64) as usize,
             "--threaded" => a.threaded = true,
+            "--busy-poll" => a.busy_poll = true,
             _ => {
                 eprintln!(
                     "usage: rc_rate [--msgs N] [--batch B (1-64)] [--size BYTES (0-64)] [--threaded]"
@@ -147,6 +150,13 @@ fn main() {
             got_rx += r;
             got_tx += t;
             if a.threaded && r + t == 0 {
+                if a.busy_poll {
+                    // NAPI-style busy polling of the sender's own NIC (its ACK and
+                    // completion on this thread; its device thread naps meanwhile).
+                    if sa.try_service() != Some(0) {
+                        continue;
+                    }
+                }
                 // Leave the CPU to the device threads (2 cores shared by 3 threads).
                 std::thread::yield_now();
             }

@@ -47,6 +47,23 @@ impl QueueBuf {
     }
 }
 
+impl QueueBuf {
+    /// The IOVA of bytes `byte..byte + len` of the buffer if they lie in one page
+    /// (so contiguous in IOVA space), else `None`.
+    #[inline]
+    pub fn iova_in_page(&self, byte: u64, len: u64) -> Option<u64> {
+        let b = self.offset.checked_add(byte)?;
+        let last = b.checked_add(len.checked_sub(1)?)?;
+        if b >> self.page_shift != last >> self.page_shift {
+            return None;
+        }
+        let page = self
+            .pages
+            .get(usize::try_from(b >> self.page_shift).ok()?)?;
+        Some(page + (b & ((1u64 << self.page_shift) - 1)))
+    }
+}
+
 /// A resolved RoCEv2 path: both ends' Ethernet and IPv4 addresses and the header
 /// values the address vector asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

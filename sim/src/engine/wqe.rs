@@ -176,6 +176,14 @@ fn read_wqebbs(io: &Iommu, cfg: &QpCfg, win: &mut Window, pos: u32, dst: &mut [u
     }
     let mask = cfg.sq_size - 1;
     let n = dst.len() / 64;
+    // The common case: the WQEBBs neither wrap the ring nor cross a page.
+    let slot = pos & mask;
+    if u64::from(slot) + n as u64 <= u64::from(cfg.sq_size) {
+        let byte = cfg.sq_base + u64::from(slot) * 64;
+        if let Some(iova) = cfg.buf.iova_in_page(byte, n as u64 * 64) {
+            return io.read_cached(win, iova, &mut dst[..n * 64]).is_ok();
+        }
+    }
     let mut k = 0;
     while k < n {
         let Some(start) = cfg.sq_iova(pos.wrapping_add(k as u32) & mask, 0) else {
@@ -267,33 +275,40 @@ pub fn parse_send(
     avail: u32,
     data: &mut WqeData,
 ) -> SendWqe {
-    // The WQE's bytes: most WQEs fit the small buffer; only a larger one pays for
-    // zeroing `MAX_WQE_BYTES` on the stack.
-    let mut small = [0u8; 256];
-    let mut big;
     data.sges.clear();
     data.inline.clear();
     data.pos = Some(pos);
     let mut w = malformed(pos);
-    let mut first = [0u8; 64];
-    if !read_wqebbs(io, cfg, &mut data.win, pos, &mut first) {
-        return w;
+    // The WQE's bytes: most WQEs fit the small buffer; only a larger one pays for
+    // zeroing `MAX_WQE_BYTES` on the stack. Most WQEs take one or two WQEBBs: the
+    // first access reads two when both were posted (only posted WQEBBs are read; if
+    // the second cannot be read, the first alone is).
+    let mut small = [0u8; 256];
+    let mut pre = if avail >= 2 { 128 } else { 64 };
+    if !read_wqebbs(io, cfg, &mut data.win, pos, &mut small[..pre]) {
+        pre = 64;
+        if !read_wqebbs(io, cfg, &mut data.win, pos, &mut small[..pre]) {
+            return w;
+        }
     }
-    let Some((ds, wqebbs, qpn)) = header(&mut w, &first, avail) else {
+    let Some((ds, wqebbs, qpn)) = header(&mut w, &small[..64], avail) else {
         return w;
     };
-    let raw: &mut [u8] = if wqebbs as usize * 64 <= small.len() {
-        &mut small
-    } else {
-        big = [0u8; MAX_WQE_BYTES];
-        &mut big
-    };
-    raw[..64].copy_from_slice(&first);
     let end = wqebbs as usize * 64;
-    if end > 64 && !read_wqebbs(io, cfg, &mut data.win, pos.wrapping_add(1), &mut raw[64..end]) {
-        return w;
+    let rest = pos.wrapping_add(pre as u32 / 64);
+    if end <= small.len() {
+        if end > pre && !read_wqebbs(io, cfg, &mut data.win, rest, &mut small[pre..end]) {
+            return w;
+        }
+        decode(fw, cfg, &small[..end], ds, qpn, &mut w, data);
+    } else {
+        let mut big = [0u8; MAX_WQE_BYTES];
+        big[..pre].copy_from_slice(&small[..pre]);
+        if !read_wqebbs(io, cfg, &mut data.win, rest, &mut big[pre..end]) {
+            return w;
+        }
+        decode(fw, cfg, &big[..end], ds, qpn, &mut w, data);
     }
-    decode(fw, cfg, &raw[..wqebbs as usize * 64], ds, qpn, &mut w, data);
     w
 }
 
