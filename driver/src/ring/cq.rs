@@ -93,6 +93,12 @@ impl<M: QueueMem, D: DoorbellWord> CompletionQueue<M, D> {
         self.cons_index
     }
 
+    /// Sets the software consumer index, for a consumer that keeps the index itself
+    /// (and writes the doorbell record itself) and uses this ring only to arm.
+    pub fn set_consumer_index(&mut self, ci: u32) {
+        self.cons_index = ci;
+    }
+
     /// Marks every entry invalid (`op_own` = [`CQE_OP_OWN_INIT`]): done once, before the
     /// CQ is created in firmware.
     pub fn init_entries(&mut self) {

@@ -17,8 +17,9 @@ use ferroverbs_hw::datapath::wqe::{
 };
 use ferroverbs_hw::{Bus, DmaPerm};
 
-use super::fastmem::{CqeCursor, FastMem, FastWord};
+use super::fastmem::{put_tail, CqeCursor, FastMem, FastWord};
 use super::qp::{WqShared, CQE_QPN_MASK};
+use super::wc::{WcTail, WcTailBits};
 use super::{exec, Error, Result, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::dma::{DmaBuf, PAGE_SIZE};
 use crate::ring::{self, CqConfig, QueueMem};
@@ -110,7 +111,8 @@ impl<B: Bus> Poller<B> {
         let buf = Arc::new(DmaBuf::new(bus, ring_len + 64, DmaPerm::RW)?);
         let mut ring = Self::ring(&buf, ncqe, cqn, uar)?;
         ring.init_entries();
-        let cur = CqeCursor::new(&buf, ncqe).ok_or(Error::InvalidArgument("CQ geometry"))?;
+        let cur = CqeCursor::new(&buf, ncqe, ring_len + 4 * MLX5_CQ_SET_CI)
+            .ok_or(Error::InvalidArgument("CQ geometry"))?;
         // The hot QP is always one of `qps` (by identity), so that replacing it in
         // the poll path never drops the last reference (no deallocation there).
         let hot = Arc::new(WqShared::dead());
@@ -177,8 +179,7 @@ impl<B: Bus> Poller<B> {
     /// INVALID and owner bit = the expected parity), as one compare: with `x = op_own
     /// ^ parity`, the entry is software's when bit 0 of `x` is clear and `x < 0xf0`,
     /// i.e. when `x` rotated right by one is below `0x78`. Returns that rotated value
-    /// (below `0x78` when owned; below `0x08` when, besides, the CQE opcode is
-    /// [`MLX5_CQE_REQ`]).
+    /// (below [`OWNED_BELOW`] when owned).
     #[inline(always)]
     fn owner_test(&self) -> u8 {
         (self.cur.op_own() ^ self.cur.parity()).rotate_right(1)
@@ -189,91 +190,89 @@ impl<B: Bus> Poller<B> {
     pub(crate) fn poll(&mut self, wc: &mut [WorkCompletion]) -> usize {
         // The common empty case first, without entering the ring: the owner byte of
         // the next entry at the cursor.
-        let r = self.owner_test();
-        if r >= OWNED_BELOW {
+        if self.owner_test() >= OWNED_BELOW {
             return 0;
         }
-        self.poll_owned(wc, r)
+        self.poll_owned(wc)
     }
 
     /// See [`CompletionQueue::poll_one`]: the empty test, then a successful
     /// requester CQE of the QP seen last taken inline (no register saves, no call,
     /// [`Poller::take_entry`]); everything else (other CQE kinds, another or unknown
-    /// QP) out of line by [`Poller::take_slow`], with the same results as
-    /// [`Poller::poll`].
+    /// QP, the last entry of a cursor chunk) out of line by [`Poller::take_slow`],
+    /// with the same results as [`Poller::poll`].
     #[inline(always)]
     pub(crate) fn poll_one(&mut self) -> Option<WorkCompletion> {
-        let r = self.owner_test();
-        if r >= OWNED_BELOW {
+        if self.owner_test() >= OWNED_BELOW {
             return None;
         }
-        match self.take_entry::<true>(r) {
-            Ok(wc) => Some(wc),
-            Err(Taken) => self.take_slow(),
-        }
+        self.take_entry(Self::take_slow)
     }
 
-    /// Takes the entry at the cursor, which software owns (`r`: its
-    /// [`Poller::owner_test`] value): the cursor moved on, the read barrier (before
-    /// any other byte of the entry), the consumer index; then, if it is a successful
-    /// requester CQE of the hot QP, its completion: the CQE's raw QPN word compared
-    /// with the QP's key (QPN and liveness), the `wr_id` read and the slot released
-    /// at the QP, the rest from the send opcode's [`ReqTail`]. With `PUBLISH`, the
-    /// consumer index goes to the doorbell record as soon as the entry is read.
-    /// `Err(Taken)` for any other entry (taken, not decoded: [`Poller::decode_taken`]).
+    /// Takes the entry at the cursor, which software owns (its owner test passed):
+    /// the cursor moved on, the read barrier (before any other byte of the entry);
+    /// then, if the entry is not the last of its cursor chunk and is a successful
+    /// requester CQE of the hot QP, its completion: the CQE's last 8 bytes compared
+    /// with the QP's key (QPN, CQE opcode and liveness), the fields read, the
+    /// consumer index published (the device may have the entry back), the `wr_id`
+    /// read and the slot released at the QP, the rest from the send opcode's
+    /// [`REQ_TAIL`]. Any other entry (taken, neither decoded nor published) goes to
+    /// `slow` ([`Poller::take_slow`] or [`Poller::decode_taken`]), whose result is
+    /// returned. (A continuation rather than a `Result`: the completion's status is
+    /// loaded from the table, so testing a `Result` or `Option` built from it would
+    /// cost a compare with the niche value.)
     #[inline(always)]
-    fn take_entry<const PUBLISH: bool>(
+    fn take_entry(
         &mut self,
-        r: u8,
-    ) -> std::result::Result<WorkCompletion, Taken> {
+        slow: impl FnOnce(&mut Self) -> Option<WorkCompletion>,
+    ) -> Option<WorkCompletion> {
         let e = self.cur.next();
-        self.ring.take_owned(&*self.bus);
-        if r >= REQ_BELOW {
-            return Err(Taken);
-        }
-        // `struct mlx5_cqe64`: sop_drop_qpn at byte 56 (7 before op_own),
-        // wqe_counter at 60 (3 before), byte_cnt at 44 (19 before).
-        let sop = e.raw32::<7>();
+        self.bus.rmb();
+        let Some(e) = e else {
+            return slow(self);
+        };
+        // `struct mlx5_cqe64` from byte 56 (7 before op_own): sop_drop_qpn,
+        // wqe_counter (its 2 bytes end the 4 from 58, 5 before), signature, op_own;
+        // byte_cnt at 44 (19 before). The owner test passed: the QPN, the CQE opcode
+        // (requester) and the QP's liveness are one masked compare with its key.
+        let last8 = e.raw64::<7>();
         let qp = &*self.hot;
-        if sop & CQE_QPN_MASK != qp.key() {
-            return Err(Taken);
+        if last8 & CQE_QPN_MASK != qp.key() {
+            return slow(self);
         }
-        let counter = e.raw16::<3>();
+        // The counter in the low 16 bits (the QPN's low bytes above it).
+        let counter = u32::from_be(e.raw32::<5>());
         let op = e.byte::<7>();
-        let read_len = e.raw32::<19>();
-        if PUBLISH {
-            // Every byte of the entry read: the device may have it back.
-            self.ring.update_ci();
-        }
-        let wr_id = qp.sq_retire(u16::from_be(counter));
-        let t = REQ_TAIL[usize::from(op)];
-        let byte_len = std::hint::select_unpredictable(
-            op == MLX5_OPCODE_RDMA_READ,
-            u32::from_be(read_len),
-            t.byte_len,
-        );
-        Ok(WorkCompletion {
-            wr_id,
-            byte_len,
-            wc_flags: t.wc_flags,
-            status: WcStatus::Success,
-            opcode: t.opcode,
-            vendor_err: 0,
+        let mut wc = WorkCompletion {
             qp_num: qp.qpn,
-            imm_data: 0,
-            src_qp: 0,
-        })
+            ..WorkCompletion::default()
+        };
+        let mut t = REQ_TAIL[usize::from(op)];
+        if op == MLX5_OPCODE_RDMA_READ {
+            // A branch taken by RDMA READs only (not a select, which would load the
+            // tail in two halves).
+            std::hint::cold_path();
+            t = t.with_byte_len(u32::from_be(e.raw32::<19>()));
+        }
+        put_tail(&mut wc, t);
+        // Every byte of the entry read: the device may have it back.
+        self.cur.publish_next();
+        wc.wr_id = qp.sq_retire_word(counter);
+        Some(wc)
     }
 
     /// The completion of the entry taken last ([`decode`], as `poll` decodes it),
     /// and the hot QP updated after a successful requester CQE; `None` for a CQE of
-    /// an unknown QP or of a kind verbs does not report, counted in `unknown`.
+    /// an unknown QP or of a kind verbs does not report, counted in `unknown`. The
+    /// entry is published (the consumer index after it, in full).
     #[inline(never)]
     fn decode_taken(&mut self) -> Option<WorkCompletion> {
-        let off = self.ring.last_taken_offset();
+        let off = self.cur.last_offset();
+        // The record still holds the index of this entry (nothing published it).
+        let ci = self.cur.consumer_index();
         let qps = self.qps.get_mut().unwrap_or_else(|p| p.into_inner());
         let mut wc = WorkCompletion::default();
-        match decode(self.ring.mem(), off, qps, &mut self.last, &mut wc) {
+        let got = match decode(self.ring.mem(), off, qps, &mut self.last, &mut wc) {
             Some(req) => {
                 if req && !Arc::ptr_eq(&self.hot, &qps[self.last]) {
                     self.hot = Arc::clone(&qps[self.last]);
@@ -284,7 +283,9 @@ impl<B: Bus> Poller<B> {
                 self.unknown += 1;
                 None
             }
-        }
+        };
+        self.cur.publish(ci.wrapping_add(1));
+        got
     }
 
     /// The rest of [`Poller::poll_one`] for an entry [`Poller::take_entry`] took but
@@ -293,51 +294,55 @@ impl<B: Bus> Poller<B> {
     /// next entry is tried.
     #[inline(never)]
     fn take_slow(&mut self) -> Option<WorkCompletion> {
+        if let Some(wc) = self.decode_taken() {
+            return Some(wc);
+        }
         loop {
-            let got = self.decode_taken();
-            self.ring.update_ci();
-            if got.is_some() {
-                return got;
-            }
-            let r = self.owner_test();
-            if r >= OWNED_BELOW {
+            if self.owner_test() >= OWNED_BELOW {
                 return None;
             }
-            if let Ok(wc) = self.take_entry::<true>(r) {
+            if let Some(wc) = self.take_entry(Self::decode_taken) {
                 return Some(wc);
             }
         }
     }
 
-    /// The rest of [`Poller::poll`] once the next entry is ours (`r`: its owner test
-    /// value): kept out of line so that an empty poll costs only the test. Each entry
-    /// through [`Poller::take_entry`] (and [`Poller::decode_taken`] for what it does
-    /// not decode); the doorbell record once, at the end.
+    /// The rest of [`Poller::poll`] once the next entry is ours: kept out of line so
+    /// that an empty poll costs only the test. Each entry through
+    /// [`Poller::take_entry`] (and [`Poller::decode_taken`] for what it does not
+    /// decode), each published as soon as it is read (the doorbell record is never
+    /// behind the entries taken).
     #[inline(never)]
-    fn poll_owned(&mut self, wc: &mut [WorkCompletion], mut r: u8) -> usize {
+    fn poll_owned(&mut self, wc: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
         while n < wc.len() {
-            let got = match self.take_entry::<false>(r) {
-                Ok(w) => Some(w),
-                Err(Taken) => self.decode_taken(),
-            };
-            if let Some(w) = got {
+            if let Some(w) = self.take_entry(Self::decode_taken) {
                 wc[n] = w;
                 n += 1;
                 if n == wc.len() {
                     break;
                 }
             }
-            r = self.owner_test();
-            if r >= OWNED_BELOW {
+            if self.owner_test() >= OWNED_BELOW {
                 break;
             }
         }
-        self.ring.update_ci();
         n
     }
 
+    /// The consumer index the device sees (24 bits).
+    pub(crate) fn consumer_index(&self) -> u32 {
+        self.cur.consumer_index()
+    }
+
+    /// Starts the consumer at index `ci` (tests near the 24-bit wrap).
+    #[cfg(test)]
+    pub(crate) fn start_at(&mut self, ci: u32) {
+        self.cur.start_at(ci);
+    }
+
     pub(crate) fn arm(&mut self, cmd: CqArmCmd) {
+        self.ring.set_consumer_index(self.cur.consumer_index());
         self.ring.arm(&*self.bus, cmd);
     }
 }
@@ -347,7 +352,7 @@ impl<B: Bus> std::fmt::Debug for CompletionQueue<'_, B> {
         f.debug_struct("CompletionQueue")
             .field("cqn", &self.core.cqn)
             .field("cqe", &(self.p.ncqe - 1))
-            .field("consumer_index", &self.p.ring.consumer_index())
+            .field("consumer_index", &self.p.consumer_index())
             .finish()
     }
 }
@@ -422,9 +427,9 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
         self.p.ncqe - 1
     }
 
-    /// The consumer index (CQEs polled; 32 bits, the device sees the low 24).
+    /// The consumer index (CQEs polled, modulo 2^24: what the device sees).
     pub(crate) fn consumer_index(&self) -> u32 {
-        self.p.ring.consumer_index()
+        self.p.consumer_index()
     }
 
     /// Completions skipped because their QP is gone.
@@ -551,70 +556,72 @@ fn decode(
         return decode_other(mem, off, qp, qpn, counter, wc).then_some(false);
     }
     let op = (sop_drop_qpn >> 24) as u8;
-    let t = REQ_TAIL[usize::from(op)];
     *wc = WorkCompletion {
         wr_id: qp.sq_retire(counter),
-        byte_len: if op == MLX5_OPCODE_RDMA_READ {
-            be32(44 - 32)
-        } else {
-            t.byte_len
-        },
-        wc_flags: t.wc_flags,
-        status: WcStatus::Success,
-        opcode: t.opcode,
-        vendor_err: 0,
         qp_num: qpn,
-        imm_data: 0,
-        src_qp: 0,
+        ..WorkCompletion::default()
     };
+    let mut t = REQ_TAIL[usize::from(op)];
+    if op == MLX5_OPCODE_RDMA_READ {
+        t = t.with_byte_len(be32(44 - 32));
+    }
+    put_tail(wc, t);
     Some(true)
 }
 
 /// What a successful requester CQE reports besides `wr_id` and `qp_num` (rdma-core
 /// `handle_good_req`; the other fields are 0): the fields of [`WorkCompletion`]
-/// from `byte_len` to `wc_flags`, in its order.
-#[derive(Clone, Copy)]
-#[repr(C)]
-struct ReqTail {
-    byte_len: u32,
-    opcode: WcOpcode,
-    wc_flags: WcFlags,
-}
-
-/// [`ReqTail`] of each send opcode byte: the completion opcode from
-/// [`WcOpcode::of_send`], `WITH_IMM` from [`WcOpcode::send_has_imm`], `byte_len` 8
-/// for the atomics and 0 otherwise (an RDMA READ takes the CQE's byte count instead).
-/// One indexed load instead of a chain of compares.
-const REQ_TAIL: [ReqTail; 256] = {
-    let mut t = [ReqTail {
+/// from `byte_len` to `vendor_err` ([`WcTail`], 8 bytes: one load and one store), for
+/// each send opcode byte: the completion opcode from [`WcOpcode::of_send`],
+/// `WITH_IMM` from [`WcOpcode::send_has_imm`], `byte_len` 8 for the atomics and 0
+/// otherwise (an RDMA READ takes the CQE's byte count instead). One indexed load
+/// instead of a chain of compares.
+const REQ_TAIL: [WcTailBits; 256] = {
+    let mut t = [WcTailBits::of(WcTail {
         byte_len: 0,
         opcode: WcOpcode::Send,
         wc_flags: WcFlags::empty(),
-    }; 256];
+        status: WcStatus::Success,
+        vendor_err: 0,
+    }); 256];
     let mut op = 0;
     while op < 256 {
         let o = op as u8;
-        t[op].opcode = WcOpcode::of_send(o);
-        if WcOpcode::send_has_imm(o) {
-            t[op].wc_flags = WcFlags::WITH_IMM;
-        }
-        if o == MLX5_OPCODE_ATOMIC_CS || o == MLX5_OPCODE_ATOMIC_FA {
-            t[op].byte_len = 8;
-        }
+        t[op] = WcTailBits::of(WcTail {
+            byte_len: if o == MLX5_OPCODE_ATOMIC_CS || o == MLX5_OPCODE_ATOMIC_FA {
+                8
+            } else {
+                0
+            },
+            opcode: WcOpcode::of_send(o),
+            wc_flags: if WcOpcode::send_has_imm(o) {
+                WcFlags::WITH_IMM
+            } else {
+                WcFlags::empty()
+            },
+            status: WcStatus::Success,
+            vendor_err: 0,
+        });
         op += 1;
     }
     t
 };
 
-/// An entry [`Poller::take_entry`] took without decoding it.
-struct Taken;
+// An RDMA READ's tail has `byte_len` 0, which `WcTailBits::with_byte_len` needs.
+const _: () = assert!(
+    REQ_TAIL[MLX5_OPCODE_RDMA_READ as usize].get()
+        == WcTailBits::of(WcTail {
+            byte_len: 0,
+            opcode: WcOpcode::RdmaRead,
+            wc_flags: WcFlags::empty(),
+            status: WcStatus::Success,
+            vendor_err: 0,
+        })
+        .get()
+);
 
 /// [`Poller::owner_test`] values of an entry software owns are below this.
 const OWNED_BELOW: u8 = 0x78;
-/// [`Poller::owner_test`] values of an owned [`MLX5_CQE_REQ`] entry are below this
-/// (opcode nibble 0: `op_own < 0x10`).
-const REQ_BELOW: u8 = 0x08;
-const _: () = assert!(MLX5_CQE_REQ == 0 && (MLX5_CQE_REQ << 4) >> 1 < REQ_BELOW);
 
 /// [`decode`] of the CQEs other than successful requester completions.
 #[inline(never)]

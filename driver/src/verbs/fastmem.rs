@@ -22,6 +22,8 @@ use std::sync::Arc;
 
 use ferroverbs_hw::Bus;
 
+use super::wc::{WcTailBits, WC_TAIL_AT};
+use super::WorkCompletion;
 use crate::dma::DmaBuf;
 use crate::ring::{DoorbellWord, QueueMem};
 
@@ -244,11 +246,12 @@ unsafe impl Send for WrIdTable {}
 unsafe impl Sync for WrIdTable {}
 
 impl WrIdTable {
-    /// The table over `table`; `None` unless its length is a power of two that fits
-    /// a 32-bit mask.
+    /// The table over `table`; `None` unless its length is a power of two of at
+    /// most 2^16 (what a 16-bit counter indexes; so the mask keeps only a counter's
+    /// bits, see [`WrIdTable::slot_word`]).
     pub(crate) fn new(table: &Arc<[AtomicU64]>) -> Option<Self> {
         let len = table.len();
-        if !len.is_power_of_two() || len > 1 << 31 {
+        if !len.is_power_of_two() || len > 1 << 16 {
             return None;
         }
         Some(WrIdTable {
@@ -258,12 +261,14 @@ impl WrIdTable {
         })
     }
 
-    /// The slot of counter `index` (`index & mask`).
+    /// The slot of the counter in the low 16 bits of `word` (`word & mask`: the mask
+    /// is below 2^16, checked in [`WrIdTable::new`], so the bits above the counter
+    /// are dropped).
     #[inline(always)]
-    pub(crate) fn slot(&self, index: u16) -> &AtomicU64 {
-        let i = (u32::from(index) & self.mask) as usize;
+    pub(crate) fn slot_word(&self, word: u32) -> &AtomicU64 {
+        let i = (word & self.mask) as usize;
         // SAFETY: `i <= mask = len - 1` (the mask is the length minus one, checked
-        // to be a power of two in `new`, so `index & mask` is below the length); the
+        // to be a power of two in `new`, so `word & mask` is below the length); the
         // `Arc` held by `self` keeps the slice alive and unmoved; the slot is an
         // `AtomicU64`, accessed only atomically.
         unsafe { &*self.ptr.add(i) }
@@ -273,28 +278,61 @@ impl WrIdTable {
 /// Bytes between consecutive CQEs in a [`CqeCursor`]'s ring (64-byte CQEs).
 pub(crate) const CQE_STRIDE: usize = 64;
 
-/// Where the next CQE of a ring of 64-byte entries is, kept as a pointer to its
-/// `op_own` byte (the entry's last) with the owner bit software expects there (the
-/// wrap parity of the consumer index): the empty test of a poll is a pointer load,
-/// a byte load and a compare, with no bounds check, and moving on is one add and
-/// one compare with the ring's end.
+/// Entries in a [`CqeCursor`]'s chunk at most: the low byte of the consumer index
+/// wraps every 256 entries.
+const CHUNK_MAX: u32 = 256;
+
+/// What [`CqeCursor::publish_next`] adds to the doorbell record's memory image
+/// (`BE32(ci & 0xffffff)` read as a native-endian `u32`): 1 in its last byte, the
+/// index's low byte, whatever the host's byte order. While that byte does not wrap
+/// (no carry), the add is exactly one more consumed entry.
+const CI_ONE: u32 = u32::from_ne_bytes([0, 0, 0, 1]);
+
+/// Where the next CQE of a ring of 64-byte entries is, and the consumer index the
+/// device sees.
+///
+/// The entry is kept as a pointer to its `op_own` byte (the entry's last) with the
+/// owner bit software expects there (the wrap parity of the consumer index): the
+/// empty test of a poll is a pointer load, a byte load and a compare, with no bounds
+/// check.
+///
+/// The consumer index lives in one place only: the CQ's doorbell record word
+/// (`MLX5_CQ_SET_CI`), which holds `BE32(ci & 0xffffff)` and which the cursor keeps
+/// exact after every entry taken (the device reads it for overrun detection and
+/// arming: it never sees an index older than the entries software has finished
+/// with). The ring is cut into chunks of `min(n, 256)` entries (a power of two, so a
+/// chunk ends at the ring's end or where the index's low byte wraps, and never
+/// across either). Inside a chunk, moving on is one decrement of `left` and one add
+/// to `at`, and publishing an entry is one add of [`CI_ONE`] to the record (no
+/// carry can leave the low byte); the last entry of a chunk takes the out-of-line
+/// [`CqeCursor::cross`] and is published with the full index
+/// ([`CqeCursor::publish`]).
 ///
 /// Invariant (the proof of every access below): `at = base + k * 64 + 63` for some
 /// `k < n`, where `base..base + n * 64` lies inside the DMA buffer the cursor keeps
 /// alive (checked in [`CqeCursor::new`]); `first` is the `k = 0` value and `end`
-/// is `base + n * 64`. Only [`CqeCursor::new`], [`CqeCursor::advance`] change `at`, and each keeps the invariant.
+/// is `base + n * 64`; `1 <= left <= chunk` and `k + left` is a multiple of
+/// `chunk`, which divides `n` (so `k + left <= n`); `rec` is a 4-byte aligned word
+/// of the same buffer outside the ring. Only [`CqeCursor::new`],
+/// [`CqeCursor::next`] and [`CqeCursor::cross`] change `at` and `left`, and each
+/// keeps the invariant.
 pub(crate) struct CqeCursor<B: Bus> {
     at: *const u8,
+    left: u32,
+    parity: u8,
+    chunk: u32,
     first: *const u8,
     end: *const u8,
-    parity: u8,
+    rec: NonNull<AtomicU32>,
     _buf: Arc<DmaBuf<B>>,
 }
 
 // SAFETY: as for `FastMem`: the cursor owns a reference to its allocation; it is
 // reachable only through the `&mut self` of the CQ that holds it; the owner byte,
-// which the device writes concurrently, is only loaded atomically, and the rest of an
-// entry is read only after the owner byte and the read barrier gave it to software.
+// which the device writes concurrently, is only loaded atomically, the doorbell
+// record (which the device reads concurrently) only accessed atomically, and the rest
+// of an entry is read only after the owner byte and the read barrier gave it to
+// software.
 unsafe impl<B: Bus> Send for CqeCursor<B> {}
 // SAFETY: as for `Send` (shared references are never used on two threads at once:
 // every method that reads takes `&self` of a CQ polled under `&mut self`).
@@ -302,24 +340,36 @@ unsafe impl<B: Bus> Sync for CqeCursor<B> {}
 
 impl<B: Bus> CqeCursor<B> {
     /// A cursor over the `ncqe` (a power of two) 64-byte entries at byte 0 of
-    /// `buf`, at entry 0 with owner parity 0; `None` if they do not fit.
-    pub(crate) fn new(buf: &Arc<DmaBuf<B>>, ncqe: u32) -> Option<Self> {
+    /// `buf`, with the doorbell record word at byte `rec_off` (after the ring), at
+    /// entry 0 with owner parity 0 and consumer index 0 (written to the record);
+    /// `None` if they do not fit or the record is misaligned.
+    pub(crate) fn new(buf: &Arc<DmaBuf<B>>, ncqe: u32, rec_off: usize) -> Option<Self> {
         if !ncqe.is_power_of_two() {
             return None;
         }
         let len = (ncqe as usize).checked_mul(CQE_STRIDE)?;
-        if len > buf.len() {
+        if len > buf.len() || rec_off < len || rec_off.checked_add(4)? > buf.len() {
             return None;
         }
         let base = buf.as_ptr().cast_const();
-        Some(CqeCursor {
+        let rec = buf.as_ptr().wrapping_add(rec_off);
+        if !(rec as usize).is_multiple_of(4) {
+            return None;
+        }
+        let chunk = ncqe.min(CHUNK_MAX);
+        let c = CqeCursor {
             // Inside the buffer (checked above); `wrapping_add` needs no unsafe.
             at: base.wrapping_add(CQE_STRIDE - 1),
+            left: chunk,
+            parity: 0,
+            chunk,
             first: base.wrapping_add(CQE_STRIDE - 1),
             end: base.wrapping_add(len),
-            parity: 0,
+            rec: NonNull::new(rec.cast::<AtomicU32>())?,
             _buf: Arc::clone(buf),
-        })
+        };
+        c.publish(0);
+        Some(c)
     }
 
     /// The `op_own` byte of the entry at the cursor (an atomic load: the device
@@ -337,36 +387,124 @@ impl<B: Bus> CqeCursor<B> {
         self.parity
     }
 
-    /// Moves to the next entry (flipping the parity at the ring's end).
-    #[inline(always)]
-    pub(crate) fn advance(&mut self) {
-        let next = self.at.wrapping_add(CQE_STRIDE);
-        if next < self.end {
-            // `next = base + (k + 1) * 64 + 63` with `k + 1 < n`: the invariant holds.
-            self.at = next;
-        } else {
-            // The `k = 0` entry, next pass. (The compiler barrier, no instruction,
-            // makes the parity be read again here, so the owner test before keeps
-            // it a memory operand instead of a register load shared with this rare
-            // branch.)
-            std::sync::atomic::compiler_fence(Ordering::SeqCst);
-            self.at = self.first;
-            self.parity ^= 1;
-        }
-    }
-
     /// Moves to the next entry and returns the one it left, for reads after the
     /// caller's owner test and read barrier (taken before the barrier, so the
-    /// pointer stays in a register across it).
+    /// pointer stays in a register across it); `None` when the entry left was the
+    /// last of its chunk ([`CqeCursor::cross`]: the caller takes it out of line,
+    /// reading it at [`CqeCursor::last_offset`], and publishes it with
+    /// [`CqeCursor::publish`]). After `Some`, [`CqeCursor::publish_next`] publishes
+    /// the entry.
     #[inline(always)]
-    pub(crate) fn next(&mut self) -> CqeAt<'_> {
-        let e = CqeAt {
-            at: self.at,
+    pub(crate) fn next(&mut self) -> Option<CqeAt<'_>> {
+        let at = self.at;
+        // `left >= 1` (invariant).
+        self.left = self.left.wrapping_sub(1);
+        if self.left == 0 {
+            self.cross();
+            return None;
+        }
+        // `k + 1 < k + left' + 1 <= n` with `left' = left - 1 >= 1`, and `k + 1 +
+        // left'` is the same multiple of `chunk`: the invariant holds.
+        self.at = at.wrapping_add(CQE_STRIDE);
+        Some(CqeAt {
+            at,
             _cur: std::marker::PhantomData,
-        };
-        self.advance();
-        e
+        })
     }
+
+    /// [`CqeCursor::next`] from the last entry of a chunk (`k + 1` a multiple of
+    /// `chunk`): the first entry of the next chunk, which is entry 0 of the next pass
+    /// (parity flipped) at the ring's end.
+    #[cold]
+    #[inline(never)]
+    fn cross(&mut self) {
+        let next = self.at.wrapping_add(CQE_STRIDE);
+        if next >= self.end {
+            // `k + 1 = n`: the `k = 0` entry, next pass.
+            self.at = self.first;
+            self.parity ^= 1;
+        } else {
+            // `k + 1 < n` (a multiple of `chunk`, which divides `n`): inside.
+            self.at = next;
+        }
+        // `k' + chunk` is a multiple of `chunk` at most `n`.
+        self.left = self.chunk;
+    }
+
+    /// Byte offset in the ring of the entry taken last (the one before the cursor),
+    /// for the out-of-line decoders.
+    pub(crate) fn last_offset(&self) -> usize {
+        let prev = if self.at == self.first {
+            self.end.wrapping_sub(1)
+        } else {
+            self.at.wrapping_sub(CQE_STRIDE)
+        };
+        // `prev = base + j * 64 + 63`, `first = base + 63`: the difference is `j * 64`.
+        prev as usize - self.first as usize
+    }
+
+    #[inline(always)]
+    fn rec(&self) -> &AtomicU32 {
+        // SAFETY: `rec` is a 4-byte aligned word inside the buffer the cursor keeps
+        // alive (checked in `new`), outside the ring; the driver accesses it only
+        // atomically (the device reads it concurrently).
+        unsafe { self.rec.as_ref() }
+    }
+
+    /// The consumer index the device sees (24 bits, from the doorbell record).
+    pub(crate) fn consumer_index(&self) -> u32 {
+        u32::from_be(self.rec().load(Ordering::Relaxed))
+    }
+
+    /// Publishes consumer index `ci` (its low 24 bits) to the doorbell record, with
+    /// release ordering: every read of the entries before it happens before the
+    /// device may reuse them.
+    pub(crate) fn publish(&self, ci: u32) {
+        self.rec()
+            .store((ci & 0x00ff_ffff).to_be(), Ordering::Release)
+    }
+
+    /// Moves the cursor to consumer index `ci` (entry `ci mod n`, the parity of pass
+    /// `ci / n`, the chunk's remaining entries) and publishes it: for tests that
+    /// start a CQ near the 24-bit wrap of the index.
+    #[cfg(test)]
+    pub(crate) fn start_at(&mut self, ci: u32) {
+        // `end - first = n * 64 - 63`.
+        let n = (self.end as usize - self.first as usize).div_ceil(CQE_STRIDE) as u32;
+        let k = ci & (n - 1);
+        self.at = self.first.wrapping_add(k as usize * CQE_STRIDE);
+        self.parity = ((ci / n) & 1) as u8;
+        self.left = self.chunk - k % self.chunk;
+        self.publish(ci);
+    }
+
+    /// Publishes one more entry, taken by a [`CqeCursor::next`] that returned `Some`
+    /// (not the last of a chunk, so the index's low byte does not wrap and the add of
+    /// [`CI_ONE`] carries nowhere), once every byte of it was read: one add to the
+    /// record's memory image, with release ordering as [`CqeCursor::publish`].
+    #[inline(always)]
+    pub(crate) fn publish_next(&self) {
+        let r = self.rec();
+        let v = r.load(Ordering::Relaxed);
+        debug_assert_ne!(v.to_ne_bytes()[3], 0xff, "publish_next at a chunk's end");
+        r.store(v.wrapping_add(CI_ONE), Ordering::Release);
+    }
+}
+
+/// Writes the fields `byte_len` .. `vendor_err` of `wc` from `tail` with one 8-byte
+/// store (the compiler, which sees that some of a constant table's fields are the
+/// same in every entry, would otherwise split the copy into a store per field).
+#[inline(always)]
+pub(crate) fn put_tail(wc: &mut WorkCompletion, tail: WcTailBits) {
+    let p = std::ptr::from_mut(wc).cast::<u8>().wrapping_add(WC_TAIL_AT);
+    // SAFETY: `WC_TAIL_AT .. WC_TAIL_AT + 8` are the bytes of `wc`'s fields
+    // `byte_len` .. `vendor_err`, at the offsets (from `byte_len`) of the same fields
+    // in `WcTail` (asserted at compile time in `wc.rs`), inside `wc`, which is
+    // exclusively borrowed (no other reference sees the write); `tail` holds the
+    // bytes of a valid `WcTail` in memory order (`WcTailBits`' invariant), so each
+    // field gets a valid value of its type; an unaligned store (`byte_len`'s offset
+    // is not a multiple of 8).
+    unsafe { p.cast::<u64>().write_unaligned(tail.get()) }
 }
 
 /// An entry of a [`CqeCursor`]'s ring (borrowing the cursor, so its buffer stays
@@ -395,21 +533,25 @@ impl CqeAt<'_> {
         unsafe { self.at.sub(BACK).cast::<u32>().read_unaligned() }
     }
 
-    /// The 2 bytes that start `BACK` bytes before the `op_own` byte, as
-    /// [`CqeAt::raw32`] (native-endian, not swapped).
+    /// The 8 bytes that end with the `op_own` byte (`BACK` = 7: bytes 56..=63 of the
+    /// entry), as [`CqeAt::raw32`] (native-endian, not swapped).
     #[inline(always)]
-    pub(crate) fn raw16<const BACK: usize>(self) -> u16 {
-        const { assert!(BACK >= 1 && BACK < CQE_STRIDE) };
-        // SAFETY: as in `raw32`: `at - BACK .. at - BACK + 2` is inside the entry.
-        unsafe { self.at.sub(BACK).cast::<u16>().read_unaligned() }
+    pub(crate) fn raw64<const BACK: usize>(self) -> u64 {
+        const { assert!(BACK >= 7 && BACK < CQE_STRIDE) };
+        // SAFETY: as in `raw32`: `at - BACK .. at - BACK + 8` is inside the entry
+        // (`7 <= BACK <= 63`).
+        unsafe { self.at.sub(BACK).cast::<u64>().read_unaligned() }
     }
 
-    /// The byte `BACK` bytes before the `op_own` byte.
+    /// The byte `BACK` bytes before the `op_own` byte. A volatile read: one load of
+    /// its own, which the compiler does not derive from a wider read of the same
+    /// bytes (that costs a register copy on the poll path).
     #[inline(always)]
     pub(crate) fn byte<const BACK: usize>(self) -> u8 {
         const { assert!(BACK < CQE_STRIDE) };
-        // SAFETY: as in `raw32`: `at - BACK` is inside the entry.
-        unsafe { self.at.sub(BACK).read() }
+        // SAFETY: as in `raw32`: `at - BACK` is inside the entry; a plain (volatile)
+        // read of a byte the device no longer writes.
+        unsafe { self.at.sub(BACK).read_volatile() }
     }
 }
 

@@ -189,6 +189,25 @@ impl<B: Bus> DetachedCq<B> {
         self.p.poll_one()
     }
 
+    /// The doorbell record's consumer index word (`MLX5_CQ_SET_CI`) as the device
+    /// reads it: `consumer index & 0xffffff`.
+    pub fn doorbell_record(&self) -> u32 {
+        let off = self.p.ncqe as usize * 64 + 4 * ferroverbs_hw::datapath::dbr::MLX5_CQ_SET_CI;
+        self.p.buf.read_be32(off)
+    }
+
+    /// The device's producer index (entries produced so far, from where it started).
+    pub fn producer_index(&self) -> u32 {
+        self.pi
+    }
+
+    /// Starts the CQ (consumer and producer) at index `ci`.
+    #[cfg(test)]
+    fn start_at(&mut self, ci: u32) {
+        self.p.start_at(ci);
+        self.pi = ci;
+    }
+
     /// Writes `cqe` as the device would: at the producer index, body first, then
     /// `op_own` with the owner bit of this pass (`cqe`'s own owner bit is ignored).
     pub fn produce(&mut self, cqe: &Cqe64) {
@@ -233,6 +252,185 @@ mod tests {
     use ferroverbs_hw::MemBus;
 
     type Cqs = [DetachedCq<MemBus>; 2];
+
+    /// The doorbell record holds the consumer index (modulo 2^24) after every poll,
+    /// through the cursor's chunk ends (every 256 entries, or the ring's end on
+    /// smaller rings), ring wraps and the index's 24-bit wrap (and the device's
+    /// 32-bit one), with `poll_one` and `poll` of 1 to 4 entries; and every
+    /// completion has its own values, written here from the CQE that was produced
+    /// (not from the driver's other poll path): requester SEND, RDMA READ (the CQE's
+    /// byte count), atomics (8), WRITE with immediate, CQEs with the SE bit, a switch
+    /// to another QP, responder, requester error, and CQEs of an unknown QP (skipped,
+    /// but consumed and published).
+    #[test]
+    fn the_doorbell_record_is_exact_after_every_poll() {
+        use ferroverbs_hw::datapath::cqe::{CqeSyndrome, MLX5_CQE_REQ_ERR};
+        use ferroverbs_hw::datapath::wqe::{MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_WRITE_IMM};
+        use std::collections::VecDeque;
+
+        use crate::verbs::{RecvWr, WcFlags, WcStatus};
+
+        const A: u32 = 0x12_3456;
+        const B: u32 = 0x10;
+        let sge = [Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 5,
+        }];
+        let configs: [(u32, u32, u32); 7] = [
+            (1, 0, 40),
+            (3, 0, 300),
+            (255, 0, 1100),
+            (511, 0, 1500),
+            (1023, (1 << 24) - 700, 1500),
+            (3, (1 << 24) - 5, 40),
+            (255, u32::MAX - 600, 1300),
+        ];
+        let mut seed = 0x2545_f491_u32;
+        let mut rnd = |n: u32| {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed % n
+        };
+        for (cqe, start, entries) in configs {
+            let bus = Arc::new(MemBus::new(1 << 20));
+            let mut cq = DetachedCq::new(&bus, cqe).unwrap();
+            cq.start_at(start);
+            assert_eq!(cq.doorbell_record(), start & 0xff_ffff);
+            let mut a = DetachedQp::new(&bus, A, &QpCap::default(), false).unwrap();
+            let mut b = DetachedQp::new(&bus, B, &QpCap::default(), false).unwrap();
+            cq.attach(&a);
+            cq.attach(&b);
+            a.set_state(QpState::Rts);
+            b.set_state(QpState::Rts);
+            // What each produced entry must give (`None`: skipped).
+            let mut want: VecDeque<Option<WorkCompletion>> = VecDeque::new();
+            let mut consumed = start;
+            let mut produced = 0;
+            let mut wr_id = 0u64;
+            while produced < entries {
+                let burst = 1 + rnd(5).min(cqe - 1);
+                for _ in 0..burst {
+                    produced += 1;
+                    wr_id += 1;
+                    let kind = rnd(9);
+                    let mut wc = WorkCompletion {
+                        wr_id,
+                        qp_num: A,
+                        ..WorkCompletion::default()
+                    };
+                    let mut c = zeroed_cqe();
+                    let (qp, qpn) = if kind == 4 { (&mut b, B) } else { (&mut a, A) };
+                    match kind {
+                        0..=4 | 8 => {
+                            let idx = qp.next_send_index();
+                            qp.post_send(&[SendWr::send(wr_id, &sge).signaled()])
+                                .unwrap();
+                            let op = match kind {
+                                1 => MLX5_OPCODE_RDMA_READ,
+                                2 => MLX5_OPCODE_ATOMIC_FA,
+                                3 => MLX5_OPCODE_RDMA_WRITE_IMM,
+                                _ => MLX5_OPCODE_SEND,
+                            };
+                            c.set_sop_drop_qpn(op, qpn);
+                            c.wqe_counter.set(idx);
+                            c.byte_cnt.set(0x1_0000 + produced);
+                            c.op_own = make_op_own(MLX5_CQE_REQ, 0, kind == 8, 0);
+                            wc.qp_num = qpn;
+                            match kind {
+                                1 => {
+                                    wc.opcode = WcOpcode::RdmaRead;
+                                    wc.byte_len = 0x1_0000 + produced;
+                                }
+                                2 => {
+                                    wc.opcode = WcOpcode::FetchAdd;
+                                    wc.byte_len = 8;
+                                }
+                                3 => {
+                                    wc.opcode = WcOpcode::RdmaWrite;
+                                    wc.wc_flags = WcFlags::WITH_IMM;
+                                }
+                                _ => {}
+                            }
+                            cq.produce(&c);
+                            want.push_back(Some(wc));
+                        }
+                        5 => {
+                            let idx = a.next_recv_index();
+                            a.post_recv(&[RecvWr::new(wr_id, &sge)]).unwrap();
+                            cq.produce_recv(A, idx, 100 + produced);
+                            wc.opcode = WcOpcode::Recv;
+                            wc.byte_len = 100 + produced;
+                            want.push_back(Some(wc));
+                        }
+                        6 => {
+                            c.set_sop_drop_qpn(MLX5_OPCODE_SEND, A + 1);
+                            c.op_own = make_op_own(MLX5_CQE_REQ, 0, false, 0);
+                            cq.produce(&c);
+                            want.push_back(None);
+                        }
+                        _ => {
+                            let idx = a.next_send_index();
+                            a.post_send(&[SendWr::send(wr_id, &sge).signaled()])
+                                .unwrap();
+                            c.set_sop_drop_qpn(MLX5_OPCODE_SEND, A);
+                            c.wqe_counter.set(idx);
+                            {
+                                let bytes = zerocopy::IntoBytes::as_mut_bytes(&mut c);
+                                bytes[54] = 0x88;
+                                bytes[55] = CqeSyndrome::RemoteAccessErr as u8;
+                            }
+                            c.op_own = make_op_own(MLX5_CQE_REQ_ERR, 0, false, 0);
+                            cq.produce(&c);
+                            wc.status = WcStatus::RemAccessErr;
+                            wc.vendor_err = 0x88;
+                            want.push_back(Some(wc));
+                        }
+                    }
+                }
+                // Take them all, with `poll_one` or `poll` of 1 to 4 entries.
+                let mode = rnd(5);
+                loop {
+                    // What the call must return: skipped entries before each
+                    // completion are consumed with it.
+                    let max = if mode == 0 { 1 } else { mode as usize };
+                    let mut expect = Vec::new();
+                    let mut taken = 0;
+                    while expect.len() < max {
+                        match want.pop_front() {
+                            Some(w) => {
+                                taken += 1;
+                                if let Some(w) = w {
+                                    expect.push(w);
+                                }
+                            }
+                            None => break,
+                        }
+                    }
+                    let got: Vec<WorkCompletion> = if mode == 0 {
+                        cq.poll_one().into_iter().collect()
+                    } else {
+                        let mut w = [WorkCompletion::default(); 4];
+                        let n = cq.poll(&mut w[..max]);
+                        w[..n].to_vec()
+                    };
+                    consumed = consumed.wrapping_add(taken);
+                    assert_eq!(got, expect, "cqe {cqe} start {start:#x} at {consumed:#x}");
+                    assert_eq!(
+                        cq.doorbell_record(),
+                        consumed & 0xff_ffff,
+                        "cqe {cqe} start {start:#x}"
+                    );
+                    if want.is_empty() && got.len() < max {
+                        break;
+                    }
+                }
+                assert_eq!(consumed, cq.producer_index());
+            }
+            assert!(cq.poll_one().is_none());
+        }
+    }
 
     /// Posts one signaled SEND on `qp` and produces its requester CQE (send opcode
     /// `op`) on both CQs.

@@ -27,6 +27,7 @@ use ferroverbs_hw::control::qp::{
     MLX5_QP_OPTPAR_RRE, MLX5_QP_OPTPAR_RWE, MLX5_QP_OPTPAR_SRA_MAX,
 };
 use ferroverbs_hw::control::uar_pd_td::{alloc_uar_out, dealloc_uar_in, dealloc_uar_out};
+use ferroverbs_hw::datapath::cqe::MLX5_CQE_REQ;
 use ferroverbs_hw::datapath::dbr::{MLX5_RCV_DBR, MLX5_SND_DBR};
 use ferroverbs_hw::datapath::uar::{bf_buf_size, bfreg_offset, uar_bar_offset};
 use ferroverbs_hw::{Bus, DmaPerm};
@@ -252,9 +253,9 @@ pub struct BadWr {
 pub(crate) struct WqShared {
     pub(crate) qpn: u32,
     /// [`cqe_qpn_key`] of `qpn` while the QP lives, [`DEAD_KEY`] once destroyed: a
-    /// CQ matches a CQE's raw `sop_drop_qpn` word against it (QPN and liveness in
-    /// one compare).
-    key: AtomicU32,
+    /// CQ matches a CQE's raw last 8 bytes against it (QPN, requester CQE and
+    /// liveness in one compare).
+    key: AtomicU64,
     /// The send ring's own per-slot `wr_id` table (written once per WR, at post).
     sq_wr_id: Arc<[AtomicU64]>,
     /// The same table for the CQ's lookups, its bound proved once.
@@ -270,22 +271,27 @@ pub(crate) struct WqShared {
     srq: std::sync::OnceLock<Arc<SrqShared>>,
 }
 
-/// Marks a published completion counter.
-pub(super) const DONE: u32 = 1 << 16;
+/// Marks a published completion counter: every bit above the 16-bit counter, so that
+/// `DONE | w` is the mark and counter for any `w` whose low 16 bits are the counter
+/// (the poll path ORs it onto a swapped CQE word without clearing the bits above).
+pub(super) const DONE: u32 = 0xffff_0000;
 
-/// The 4 bytes of a CQE's `sop_drop_qpn` word read as a native-endian `u32` and
-/// masked with [`CQE_QPN_MASK`] equal this for QPN `qpn` (no byte swap on the poll
-/// path).
-pub(crate) const fn cqe_qpn_key(qpn: u32) -> u32 {
-    u32::from_ne_bytes((qpn & 0x00ff_ffff).to_be_bytes())
+/// The last 8 bytes of a CQE (`sop_drop_qpn`, `wqe_counter`, `signature`, `op_own`)
+/// read as a native-endian `u64` and masked with [`CQE_QPN_MASK`] equal this for a
+/// successful requester CQE ([`MLX5_CQE_REQ`]) of QPN `qpn` (no byte swap on the
+/// poll path).
+pub(crate) const fn cqe_qpn_key(qpn: u32) -> u64 {
+    let q = (qpn & 0x00ff_ffff).to_be_bytes();
+    u64::from_ne_bytes([0, q[1], q[2], q[3], 0, 0, 0, MLX5_CQE_REQ << 4])
 }
 
-/// Keeps the QPN bytes of a native-endian read of `sop_drop_qpn` (drops the send
-/// opcode byte).
-pub(crate) const CQE_QPN_MASK: u32 = u32::from_ne_bytes([0, 0xff, 0xff, 0xff]);
+/// Keeps, of a native-endian read of a CQE's last 8 bytes, the QPN bytes of
+/// `sop_drop_qpn` and the CQE opcode (the high nibble of `op_own`); drops the send
+/// opcode byte, the counter, the signature and the owner, SE and format bits.
+pub(crate) const CQE_QPN_MASK: u64 = u64::from_ne_bytes([0, 0xff, 0xff, 0xff, 0, 0, 0, 0xf0]);
 
-/// A key no masked `sop_drop_qpn` word equals (its opcode byte is not zero).
-pub(crate) const DEAD_KEY: u32 = u32::from_ne_bytes([1, 0, 0, 0]);
+/// A key no masked word equals (its send opcode byte is not zero).
+pub(crate) const DEAD_KEY: u64 = u64::from_ne_bytes([1, 0, 0, 0, 0, 0, 0, 0]);
 
 impl WqShared {
     #[inline]
@@ -295,7 +301,7 @@ impl WqShared {
 
     /// [`cqe_qpn_key`] of the QPN while the QP lives, [`DEAD_KEY`] after.
     #[inline(always)]
-    pub(crate) fn key(&self) -> u32 {
+    pub(crate) fn key(&self) -> u64 {
         self.key.load(Ordering::Relaxed)
     }
 
@@ -311,7 +317,7 @@ impl WqShared {
         let sq_wr_id = one();
         WqShared {
             qpn: 0,
-            key: AtomicU32::new(DEAD_KEY),
+            key: AtomicU64::new(DEAD_KEY),
             sq_ids: WrIdTable::new(&sq_wr_id).expect("one slot"),
             sq_wr_id,
             sq_done: AtomicU32::new(0),
@@ -326,10 +332,16 @@ impl WqShared {
     /// complete.
     #[inline(always)]
     pub(crate) fn sq_retire(&self, counter: u16) -> u64 {
-        let wr_id = self.sq_ids.slot(counter).load(Ordering::Relaxed);
+        self.sq_retire_word(u32::from(counter))
+    }
+
+    /// [`WqShared::sq_retire`] of the counter in the low 16 bits of `word` (the bits
+    /// above are ignored: [`DONE`] covers them).
+    #[inline(always)]
+    pub(crate) fn sq_retire_word(&self, word: u32) -> u64 {
+        let wr_id = self.sq_ids.slot_word(word).load(Ordering::Relaxed);
         // Release: the read above happens before the QP may reuse the slot.
-        self.sq_done
-            .store(DONE | u32::from(counter), Ordering::Release);
+        self.sq_done.store(DONE | word, Ordering::Release);
         wr_id
     }
 
@@ -770,7 +782,7 @@ impl<B: Bus> Queues<B> {
         let (sq, rq) = rings(&buf, &geo, sq_cfg, &sq_wr_id, &rq_wr_id)?;
         let shared = Arc::new(WqShared {
             qpn,
-            key: AtomicU32::new(cqe_qpn_key(qpn)),
+            key: AtomicU64::new(cqe_qpn_key(qpn)),
             sq_ids: WrIdTable::new(&sq_wr_id).ok_or(Error::InvalidArgument("QP geometry"))?,
             sq_wr_id,
             sq_done: AtomicU32::new(0),

@@ -196,3 +196,80 @@ impl WorkCompletion {
         self.status.is_ok()
     }
 }
+
+/// The fields of a [`WorkCompletion`] from `byte_len` to `vendor_err`, in its order:
+/// 8 contiguous bytes of its `repr(C)` layout (checked below), which the poll path
+/// takes from a per-opcode table and writes with one store
+/// ([`put_tail`](super::fastmem::put_tail)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, align(8))]
+pub(crate) struct WcTail {
+    pub(crate) byte_len: u32,
+    pub(crate) opcode: WcOpcode,
+    pub(crate) wc_flags: WcFlags,
+    pub(crate) status: WcStatus,
+    pub(crate) vendor_err: u8,
+}
+
+/// The 8 bytes of a valid [`WcTail`] (in memory order, read as a native-endian
+/// `u64`): what the poll path's per-opcode table holds, so that the tail is one
+/// load and one store even when an RDMA READ replaces its `byte_len`. Made only from
+/// a [`WcTail`] and changed only in its `byte_len` bytes, so its bytes are always
+/// those of a valid tail ([`put_tail`](super::fastmem::put_tail) relies on it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WcTailBits(u64);
+
+impl WcTailBits {
+    /// The bytes of `t`.
+    pub(crate) const fn of(t: WcTail) -> WcTailBits {
+        let n = t.byte_len.to_ne_bytes();
+        WcTailBits(u64::from_ne_bytes([
+            n[0],
+            n[1],
+            n[2],
+            n[3],
+            t.opcode as u8,
+            t.wc_flags.0,
+            t.status as u8,
+            t.vendor_err,
+        ]))
+    }
+
+    /// The same tail with `byte_len` = `n`; `self`'s `byte_len` must be 0 (else the
+    /// result's `byte_len` is `n` ORed with it; the other fields are unchanged
+    /// either way, so the result is a valid tail).
+    #[inline(always)]
+    pub(crate) const fn with_byte_len(self, n: u32) -> WcTailBits {
+        // `n`'s bytes where `byte_len`'s are: the first 4 in memory order.
+        let at = if cfg!(target_endian = "little") {
+            0
+        } else {
+            32
+        };
+        WcTailBits(self.0 | ((n as u64) << at))
+    }
+
+    /// The bytes.
+    #[inline(always)]
+    pub(crate) const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// Where [`WcTail`] lies in [`WorkCompletion`]: its fields at the same distances from
+/// `byte_len` as in the tail, and nothing else between.
+pub(crate) const WC_TAIL_AT: usize = std::mem::offset_of!(WorkCompletion, byte_len);
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<WcTail>() == 8);
+    assert!(size_of::<WcOpcode>() == 1 && size_of::<WcFlags>() == 1);
+    assert!(size_of::<WcStatus>() == 1);
+    assert!(offset_of!(WorkCompletion, opcode) == WC_TAIL_AT + offset_of!(WcTail, opcode));
+    assert!(offset_of!(WorkCompletion, wc_flags) == WC_TAIL_AT + offset_of!(WcTail, wc_flags));
+    assert!(offset_of!(WorkCompletion, status) == WC_TAIL_AT + offset_of!(WcTail, status));
+    assert!(offset_of!(WorkCompletion, vendor_err) == WC_TAIL_AT + offset_of!(WcTail, vendor_err));
+    assert!(WC_TAIL_AT + 8 <= size_of::<WorkCompletion>());
+    assert!(offset_of!(WcTail, byte_len) == 0 && offset_of!(WcTail, opcode) == 4);
+    assert!(offset_of!(WcTail, wc_flags) == 5 && offset_of!(WcTail, status) == 6);
+    assert!(offset_of!(WcTail, vendor_err) == 7);
+};
