@@ -378,7 +378,12 @@ fn parse_lean(bytes: &[u8]) -> Option<(Repr, &[u8])> {
         psn: super::Psn::new(be24(B + 9)),
     });
     roce.parse_extensions(t).ok()?;
-    let ip = ipv4::Packet::new_unchecked(&ip_header[..]);
+    // The IPv4 fields straight from the fixed-size header (what `ipv4::Packet`'s
+    // accessors read, without their slice bounds checks).
+    let addr = |at: usize| {
+        std::net::Ipv4Addr::new(h[IP + at], h[IP + at + 1], h[IP + at + 2], h[IP + at + 3])
+    };
+    let tos = h[IP + 1];
     let mac = |at: usize| {
         let mut a = [0u8; 6];
         a.copy_from_slice(&h[at..at + 6]);
@@ -391,14 +396,14 @@ fn parse_lean(bytes: &[u8]) -> Option<(Repr, &[u8])> {
             ethertype: ethernet::EtherType::IPV4,
         },
         ipv4: ipv4::Repr {
-            src_addr: ip.src_addr(),
-            dst_addr: ip.dst_addr(),
+            src_addr: addr(12),
+            dst_addr: addr(16),
             protocol: ipv4::PROTOCOL_UDP,
-            dscp: ip.dscp(),
-            ecn: ip.ecn(),
-            ttl: ip.ttl(),
-            ident: ip.ident(),
-            dont_frag: ip.dont_frag(),
+            dscp: tos >> 2,
+            ecn: ipv4::Ecn::from_bits(tos),
+            ttl: h[IP + 8],
+            ident: be16(IP + 4),
+            dont_frag: be16(IP + 6) & ipv4::DF != 0,
         },
         udp: udp::Repr {
             src_port: be16(U),

@@ -55,7 +55,7 @@ pub const ICRC_MASKED_BYTES: [usize; 4] = [
     field::CHECKSUM.start + 1,
 ];
 
-const DF: u16 = 0x4000;
+pub(crate) const DF: u16 = 0x4000;
 const MF: u16 = 0x2000;
 const FRAG_OFFSET: u16 = 0x1fff;
 
