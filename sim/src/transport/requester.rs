@@ -59,11 +59,19 @@ pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
             continue;
         }
         let i = qp.sq.tx;
-        let f = qp.sq.wqes[i];
+        // The few fields the checks need (not a copy of the whole flight).
+        let f = &qp.sq.wqes[i];
+        let (op, sent, fence, counted, next) = (
+            f.w.op,
+            f.sent,
+            f.w.fence,
+            f.counted,
+            f.first_psn.add(f.sent),
+        );
         if f.err.is_some() {
             break;
         }
-        let Some(op) = f.w.op else { break };
+        let Some(op) = op else { break };
         if op == Op::Nop {
             qp.sq.wqes[i].done = true;
             qp.sq.tx += 1;
@@ -71,13 +79,13 @@ pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
         }
         // A fenced WQE waits for every earlier READ/atomic (itself excluded, when a
         // go-back-N resends it).
-        if f.sent == 0 && f.w.fence && qp.sq.reads_out > u32::from(f.counted) {
+        if sent == 0 && fence && qp.sq.reads_out > u32::from(counted) {
             break;
         }
-        if op.is_read_atomic() && !f.counted && qp.sq.reads_out >= qp.cfg.sra_max {
+        if op.is_read_atomic() && !counted && qp.sq.reads_out >= qp.cfg.sra_max {
             break;
         }
-        if f.first_psn.add(f.sent).distance(qp.sq.una) >= WINDOW as i32 {
+        if next.distance(qp.sq.una) >= WINDOW as i32 {
             break;
         }
         if let Err(e) = transmit(qp, cx, i) {
@@ -164,11 +172,12 @@ fn send_opcode(op: Op, pos: Position) -> Opcode {
 
 /// Transmits the next packet (or the READ request) of flight `i`.
 fn transmit(qp: &mut QpRt, cx: &mut Ctx, i: usize) -> Result<(), TxError> {
-    let f = qp.sq.wqes[i];
-    let (Some(path), Some(op)) = (qp.cfg.path, f.w.op) else {
+    let sq = &mut qp.sq;
+    let f = &sq.wqes[i];
+    let (Some(path), Some(op)) = (&qp.cfg.path, f.w.op) else {
         return Err(TxError::Build);
     };
-    if !wqe::reload(cx.fw, cx.io, &qp.cfg, &f.w, &mut qp.sq.txd) {
+    if !wqe::reload(cx.fw, cx.io, &qp.cfg, &f.w, &mut sq.txd) {
         return Err(TxError::Memory(mem::KeyError::Translation));
     }
     let pmtu = u64::from(qp.cfg.pmtu);
@@ -203,9 +212,10 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, i: usize) -> Result<(), TxError> {
             if imm && last {
                 roce.immdt = Some(immdt::Repr { immediate: f.w.imm });
             }
-            let data = &qp.sq.txd;
-            send_packet(cx, &path, &roce, plen, |fw, io, dst| {
-                if f.w.inline {
+            let data = &sq.txd;
+            let inline = f.w.inline;
+            send_packet(cx, path, &roce, plen, |fw, io, dst| {
+                if inline {
                     let o = off as usize;
                     dst.copy_from_slice(&data.inline[o..o + dst.len()]);
                     Ok(())
@@ -213,7 +223,7 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, i: usize) -> Result<(), TxError> {
                     mem::gather(fw, io, &data.sges, off, dst)
                 }
             })?;
-            qp.sq.wqes[i].sent += 1;
+            sq.wqes[i].sent += 1;
         }
         Op::Read => {
             let off = u64::from(f.sent) * pmtu;
@@ -225,8 +235,8 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, i: usize) -> Result<(), TxError> {
                 rkey: f.w.rkey,
                 dma_length: f.w.len.saturating_sub(off) as u32,
             });
-            send_packet(cx, &path, &roce, 0, |_, _, _| Ok(()))?;
-            qp.sq.wqes[i].sent = f.npsn;
+            send_packet(cx, path, &roce, 0, |_, _, _| Ok(()))?;
+            sq.wqes[i].sent = f.npsn;
         }
         Op::CmpSwap | Op::FetchAdd => {
             let cas = op == Op::CmpSwap;
@@ -244,8 +254,8 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, i: usize) -> Result<(), TxError> {
                 swap_add: f.w.swap_add,
                 compare: if cas { f.w.compare } else { 0 },
             });
-            send_packet(cx, &path, &roce, 0, |_, _, _| Ok(()))?;
-            qp.sq.wqes[i].sent = 1;
+            send_packet(cx, path, &roce, 0, |_, _, _| Ok(()))?;
+            sq.wqes[i].sent = 1;
         }
         Op::Nop => {}
     }
