@@ -159,6 +159,8 @@ pub struct QpCfg {
     pub rra_max: u32,
     /// The resolved path, once the QP has one (INIT2RTR) and it is IPv4 RoCEv2.
     pub path: Option<Path>,
+    /// The Ethernet, IPv4 and UDP headers of that path, built with it.
+    pub encap: Option<crate::wire::encap::Encap>,
     /// The local port (1-based; from RST2INIT).
     pub port: u8,
     /// UD: the QP's Q_Key (`qpc.q_key`).
@@ -211,6 +213,7 @@ impl QpCfg {
         } else {
             0
         };
+        let path = Self::path(fw, img, qpn);
         QpCfg {
             qpn,
             st: qp.st,
@@ -261,7 +264,8 @@ impl QpCfg {
             rnr_retry: g(qpc::rnr_retry) as u8,
             ack_timeout: g(pri(ads::ack_timeout)) as u8,
             rra_max: 1u32 << g(qpc::log_rra_max).min(16),
-            path: Self::path(fw, img, qpn),
+            path,
+            encap: path.and_then(|p| crate::transport::encap_of(&p).ok()),
             port,
             qkey: g(qpc::q_key) as u32,
         }

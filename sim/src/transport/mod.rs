@@ -86,7 +86,7 @@ impl EncapCache {
 }
 
 /// The Ethernet, IPv4 and UDP headers of frames on `path`.
-fn encap_of(path: &Path) -> Result<Encap, wire::Error> {
+pub(crate) fn encap_of(path: &Path) -> Result<Encap, wire::Error> {
     let mut ip = ipv4::Repr::rocev2(path.sip, path.dip);
     ip.dscp = path.tos >> 2;
     ip.ecn = ipv4::Ecn::from_bits(path.tos & 3);
@@ -115,6 +115,19 @@ pub fn send_packet(
     let Some(encap) = cx.net.encaps.get(path) else {
         return Err(TxError::Build);
     };
+    let encap = *encap;
+    send_frame(cx, &encap, roce, len, fill)
+}
+
+/// [`send_packet`] on a path whose encapsulation the caller has (an RC QP keeps its
+/// path's in its [`crate::engine::qp::QpCfg`]).
+pub fn send_frame(
+    cx: &mut Ctx,
+    encap: &Encap,
+    roce: &RoceRepr,
+    len: usize,
+    fill: impl FnOnce(&Firmware, &Iommu, &mut [u8]) -> Result<(), KeyError>,
+) -> Result<(), TxError> {
     let n = Encap::frame_len(roce, len);
     let mut buf = cx.net.pool.get();
     buf.resize(n, 0);

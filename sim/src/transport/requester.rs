@@ -21,7 +21,7 @@ use crate::engine::{Ctx, Flight, QpRt, Synd};
 use crate::wire::{atomic_eth, immdt, opcode::Position, reth, Opcode, RoceRepr};
 use ferroverbs_hw::control::qp::QpcState;
 
-use super::{bth, completer, send_packet, TxError};
+use super::{bth, completer, send_frame, send_packet, TxError};
 
 /// Most PSNs in flight past the oldest unacknowledged one.
 pub const WINDOW: u32 = 256;
@@ -214,7 +214,7 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, i: usize) -> Result<(), TxError> {
             }
             let data = &sq.txd;
             let inline = f.w.inline;
-            send_packet(cx, path, &roce, plen, |fw, io, dst| {
+            let send = |fw: &_, io: &_, dst: &mut [u8]| {
                 if inline {
                     let o = off as usize;
                     dst.copy_from_slice(&data.inline[o..o + dst.len()]);
@@ -222,7 +222,11 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, i: usize) -> Result<(), TxError> {
                 } else {
                     mem::gather(fw, io, &data.sges, off, dst)
                 }
-            })?;
+            };
+            match &qp.cfg.encap {
+                Some(e) => send_frame(cx, e, &roce, plen, send)?,
+                None => send_packet(cx, path, &roce, plen, send)?,
+            }
             sq.wqes[i].sent += 1;
         }
         Op::Read => {

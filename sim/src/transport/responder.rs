@@ -30,7 +30,7 @@ use crate::wire::psn::PsnClass;
 use crate::wire::{atomic_ack_eth, Opcode, Psn, RoceRepr};
 use ferroverbs_hw::control::qp::QpcState;
 
-use super::{bth, send_packet};
+use super::{bth, send_frame, send_packet};
 
 /// 24-bit MSN.
 const MASK24: u32 = 0x00ff_ffff;
@@ -121,7 +121,10 @@ fn send_ack(qp: &QpRt, cx: &mut Ctx, psn: Psn, syndrome: Syndrome) {
         syndrome,
         msn: qp.resp.msn & MASK24,
     });
-    let _ = send_packet(cx, &path, &roce, 0, |_, _, _| Ok(()));
+    let _ = match &qp.cfg.encap {
+        Some(e) => send_frame(cx, e, &roce, 0, |_, _, _| Ok(())),
+        None => send_packet(cx, &path, &roce, 0, |_, _, _| Ok(())),
+    };
 }
 
 /// Sends the ACK the QP owes, if any (the latest PSN asked for: ACKs coalesce).
