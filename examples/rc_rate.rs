@@ -3,13 +3,15 @@
 //! keeps its receive queue full; prints messages per second.
 //!
 //! ```text
-//! cargo run --release --example rc_rate -- [--msgs N] [--batch B] [--size BYTES] [--threaded]
+//! cargo run --release --example rc_rate -- [--msgs N] [--batch B] [--size BYTES] [--threaded [--busy-poll]]
 //! ```
 //!
 //! Deterministic mode (the default) runs everything on this thread: the send doorbell
 //! is serviced while `post_send` runs, and the example steps the fabric (the receiver's
 //! packet processing, its ACKs, the sender's completions). With `--threaded` each NIC
-//! has its own device thread and this thread only posts and polls. This is also the
+//! has its own device thread and this thread only posts and polls; `--busy-poll` adds
+//! NAPI-style busy polling: an empty poll services the sending NIC on this thread
+//! (`Sim::try_service`), whose device thread then naps. This is also the
 //! workload profiled for `docs/performance.md` (valgrind `--tool=callgrind`).
 
 use std::time::Instant;
@@ -52,7 +54,7 @@ fn args() -> Args {
             "--busy-poll" => a.busy_poll = true,
             _ => {
                 eprintln!(
-                    "usage: rc_rate [--msgs N] [--batch B (1-64)] [--size BYTES (0-64)] [--threaded]"
+                    "usage: rc_rate [--msgs N] [--batch B (1-64)] [--size BYTES (0-64)] [--threaded [--busy-poll]]"
                 );
                 std::process::exit(2);
             }
