@@ -457,7 +457,8 @@ impl Iommu {
         self.count(r)
     }
 
-    /// Reads a big-endian u32 at `iova`.
+    /// Reads a big-endian u32 at `iova`: at a 4-aligned address (a doorbell record)
+    /// with one load, so a concurrent store of the driver is seen whole or not at all.
     pub fn read_be32(&self, iova: u64) -> Result<u32, IommuFault> {
         let mut b = [0u8; 4];
         self.read(iova, &mut b)?;
@@ -674,33 +675,79 @@ unsafe fn volatile_write_entry64(dst: *mut u8, e: &[u8; 64]) {
     }
 }
 
-/// Volatile copy from host memory, word-wise where aligned.
+/// Volatile copy from host memory in naturally aligned words (see [`read_pieces`]),
+/// with no per-word bounds check.
 ///
 /// # Safety
 /// `src..src + dst.len()` must be valid for reads.
 unsafe fn volatile_read(src: *const u8, dst: &mut [u8]) {
+    let d = dst.as_mut_ptr();
+    read_pieces(src as usize, dst.len(), |i, width| {
+        // SAFETY (every arm): `read_pieces` calls with `i + width <= dst.len()` and
+        // `src + i` a multiple of `width`, so the load is aligned for its type and
+        // inside the range the caller vouched for, and the (unaligned) store lies
+        // inside `dst`.
+        unsafe {
+            match width {
+                8 => d
+                    .add(i)
+                    .cast::<u64>()
+                    .write_unaligned((src.add(i) as *const u64).read_volatile()),
+                4 => d
+                    .add(i)
+                    .cast::<u32>()
+                    .write_unaligned((src.add(i) as *const u32).read_volatile()),
+                2 => d
+                    .add(i)
+                    .cast::<u16>()
+                    .write_unaligned((src.add(i) as *const u16).read_volatile()),
+                _ => *d.add(i) = src.add(i).read_volatile(),
+            }
+        }
+    });
+}
+
+/// The loads of a device read of `n` bytes at host address `addr`, in order: calls
+/// `load(offset, width)` for pieces covering `0..n` exactly, each of width 1, 2, 4 or
+/// 8 at an address that is a multiple of its width, the widest that fits (bytes, then
+/// 2- and 4-byte words up to the first 8-byte boundary; 8-byte words; then 4, 2, 1).
+///
+/// So every naturally aligned 2-, 4- or 8-byte field inside the range is read by one
+/// load and is never seen half old, half new while the driver stores it (as a NIC
+/// reads a doorbell record: one aligned DWORD of a PCIe read). A doorbell record read
+/// byte by byte could be torn by the driver's store of the next counter (`0x00ff` →
+/// `0x0100` read as `0x0000` or `0x01ff`), and the device then took up to a ring of
+/// stale WQEs as posted (the stale-payload failure of session 3,
+/// docs/performance.md §7.5.2).
+#[inline(always)]
+fn read_pieces(addr: usize, n: usize, mut load: impl FnMut(usize, usize)) {
     let mut i = 0;
-    let n = dst.len();
-    while i < n && !(src as usize + i).is_multiple_of(8) {
-        // SAFETY: `i < n`, within the range the caller vouched for.
-        dst[i] = unsafe { src.add(i).read_volatile() };
-        i += 1;
+    while i < n && !(addr + i).is_multiple_of(8) {
+        let a = addr + i;
+        let w = if a.is_multiple_of(4) && n - i >= 4 {
+            4
+        } else if a.is_multiple_of(2) && n - i >= 2 {
+            2
+        } else {
+            1
+        };
+        load(i, w);
+        i += w;
     }
-    // The aligned middle, a word at a time (no per-word bounds check).
-    let mut words = dst[i..].chunks_exact_mut(8);
-    let mut p = src.wrapping_add(i) as *const u64;
-    for d in &mut words {
-        // SAFETY: `p` is `src + i + 8k` for the k-th chunk, 8-aligned (the loop above
-        // stopped at an aligned address), and the chunk's 8 bytes are within `n`.
-        let w = unsafe { p.read_volatile() };
-        d.copy_from_slice(&w.to_ne_bytes());
-        p = p.wrapping_add(1);
+    while i + 8 <= n {
+        load(i, 8);
+        i += 8;
     }
-    let tail = words.into_remainder();
-    let at = n - tail.len();
-    for (k, d) in tail.iter_mut().enumerate() {
-        // SAFETY: `at + k < n`.
-        *d = unsafe { src.add(at + k).read_volatile() };
+    if i + 4 <= n {
+        load(i, 4);
+        i += 4;
+    }
+    if i + 2 <= n {
+        load(i, 2);
+        i += 2;
+    }
+    if i < n {
+        load(i, 1);
     }
 }
 
@@ -738,6 +785,92 @@ unsafe fn volatile_write(dst: *mut u8, src: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every naturally aligned word of a device read is one load: a 4-byte doorbell
+    /// record at any 4-aligned address (`dbr + 4` is 4- but not 8-aligned) is read
+    /// whole (it was read as four bytes, which a concurrent store could tear).
+    #[test]
+    fn device_reads_take_aligned_words_whole() {
+        let plan = |addr: usize, n: usize| {
+            let mut v = Vec::new();
+            read_pieces(addr, n, |i, w| v.push((i, w)));
+            v
+        };
+        // The doorbell records: RQ at `dbr` (8-aligned), SQ at `dbr + 4`.
+        assert_eq!(plan(0x1000, 4), [(0, 4)]);
+        assert_eq!(plan(0x1004, 4), [(0, 4)]);
+        assert_eq!(plan(0x1002, 2), [(0, 2)]);
+        assert_eq!(plan(0x1004, 8), [(0, 4), (4, 4)]);
+        assert_eq!(plan(0x1003, 9), [(0, 1), (1, 4), (5, 4)]);
+        assert_eq!(plan(0x1004, 16), [(0, 4), (4, 8), (12, 4)]);
+        assert_eq!(
+            plan(0x1000, 64),
+            (0..8).map(|k| (8 * k, 8)).collect::<Vec<_>>()
+        );
+        // Any address and length: the pieces cover the range in order, each aligned
+        // to its width, and every aligned 2-, 4- or 8-byte field inside the range
+        // lies within one piece.
+        for base in 0x1000..0x1010usize {
+            for n in 0..80 {
+                let p = plan(base, n);
+                let mut at = 0;
+                for &(i, w) in &p {
+                    assert_eq!(i, at, "{base:#x} {n}");
+                    assert!(matches!(w, 1 | 2 | 4 | 8));
+                    assert!((base + i).is_multiple_of(w), "{base:#x} {n} {p:?}");
+                    at += w;
+                }
+                assert_eq!(at, n);
+                for fw in [2usize, 4, 8] {
+                    for f in 0..n {
+                        if !(base + f).is_multiple_of(fw) || f + fw > n {
+                            continue;
+                        }
+                        assert!(
+                            p.iter().any(|&(i, w)| i <= f && f + fw <= i + w),
+                            "{base:#x} {n}: field {f}+{fw} split in {p:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// A doorbell record read while another thread stores counters into it always
+    /// reads one of the values stored (before the fix, read byte by byte, this test
+    /// saw torn values such as 0x01ff in one run of three with 200,000 reads).
+    #[test]
+    fn a_doorbell_record_is_never_read_torn() {
+        use std::sync::atomic::{AtomicBool, AtomicU32};
+        use std::sync::Arc;
+        let words: Arc<Vec<AtomicU32>> =
+            Arc::new((0..4).map(|_| AtomicU32::new(u32::to_be(0x00ff))).collect());
+        let io = Iommu::new();
+        let iova = io.map(words.as_ptr() as usize, 16, DmaPerm::RW).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (w, s) = (words.clone(), stop.clone());
+        // The driver's SQ doorbell record (`dbr + 4`) alternating between two
+        // counters that differ in both bytes: 0x00ff and 0x0100.
+        let writer = std::thread::spawn(move || {
+            let mut k = 0u32;
+            while !s.load(Ordering::Relaxed) {
+                k += 1;
+                let v = if k & 1 == 0 { 0x00ff } else { 0x0100 };
+                w[1].store(u32::to_be(v), Ordering::Release);
+            }
+        });
+        // Reads from once the writer runs (on another CPU when there is one).
+        while words[1].load(Ordering::Relaxed) == u32::to_be(0x00ff) {
+            std::thread::yield_now();
+        }
+        for _ in 0..1_000_000 {
+            let v = io.read_be32(iova + 4).unwrap();
+            assert!(matches!(v, 0x00ff | 0x0100), "torn read {v:#x}");
+        }
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
+        io.unmap(iova, 16).unwrap();
+    }
 
     #[test]
     fn iova_is_not_the_host_address_and_keeps_the_page_offset() {
