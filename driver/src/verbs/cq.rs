@@ -18,7 +18,7 @@ use ferroverbs_hw::datapath::wqe::{
 use ferroverbs_hw::{Bus, DmaPerm};
 
 use super::fastmem::{put_tail, CqeCursor, FastMem, FastWord};
-use super::qp::{WqShared, CQE_QPN_MASK};
+use super::qp::WqShared;
 use super::wc::{WcTail, WcTailBits};
 use super::{exec, Error, Result, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::dma::{DmaBuf, PAGE_SIZE};
@@ -237,7 +237,7 @@ impl<B: Bus> Poller<B> {
         // (requester) and the QP's liveness are one masked compare with its key.
         let last8 = e.raw64::<7>();
         let qp = &*self.hot;
-        if last8 & CQE_QPN_MASK != qp.key() {
+        if !qp.matches(last8) {
             return slow(self);
         }
         // The counter in the low 16 bits (the QPN's low bytes above it).

@@ -404,8 +404,11 @@ impl<B: Bus> CqeCursor<B> {
             return None;
         }
         // `k + 1 < k + left' + 1 <= n` with `left' = left - 1 >= 1`, and `k + 1 +
-        // left'` is the same multiple of `chunk`: the invariant holds.
-        self.at = at.wrapping_add(CQE_STRIDE);
+        // left'` is the same multiple of `chunk`: the invariant holds. (The compiler
+        // barrier, no instruction, makes `at` be read again, so the move is one add
+        // to memory instead of an add and a store of the copy in a register.)
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        self.at = self.at.wrapping_add(CQE_STRIDE);
         Some(CqeAt {
             at,
             _cur: std::marker::PhantomData,
