@@ -385,6 +385,19 @@ pub enum Mtu {
 }
 
 impl Mtu {
+    /// The MTU of its IB encoding (1 = 256 .. 5 = 4096): `enum ibv_mtu`, the qpc `mtu`
+    /// field and `port_mtu` alike.
+    pub fn from_ib(v: u32) -> Option<Mtu> {
+        Some(match v {
+            1 => Mtu::Mtu256,
+            2 => Mtu::Mtu512,
+            3 => Mtu::Mtu1024,
+            4 => Mtu::Mtu2048,
+            5 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+
     /// The MTU in bytes.
     pub fn bytes(self) -> u32 {
         128 << (self as u32)
@@ -800,6 +813,16 @@ impl<B: Bus> Drop for Context<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mtus_of_their_ib_encoding() {
+        for (v, bytes) in [(1, 256), (2, 512), (3, 1024), (4, 2048), (5, 4096)] {
+            let m = Mtu::from_ib(v).unwrap();
+            assert_eq!((m as u32, m.bytes()), (v, bytes));
+        }
+        assert_eq!(Mtu::from_ib(0), None);
+        assert_eq!(Mtu::from_ib(6), None);
+    }
 
     #[test]
     fn gid_entries_round_trip_through_roce_addr_layout() {

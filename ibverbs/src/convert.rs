@@ -52,21 +52,10 @@ pub fn qp_state_from_ibv(s: u32) -> Option<QpState> {
     })
 }
 
-/// `enum ibv_mtu` of an MTU.
+/// `enum ibv_mtu` of an MTU (the IB encoding the driver's [`Mtu`] carries; the other
+/// way is [`Mtu::from_ib`]).
 pub fn mtu_to_ibv(m: Mtu) -> u32 {
     m as u32
-}
-
-/// The MTU of an `enum ibv_mtu`.
-pub fn mtu_from_ibv(v: u32) -> Option<Mtu> {
-    Some(match v {
-        1 => Mtu::Mtu256,
-        2 => Mtu::Mtu512,
-        3 => Mtu::Mtu1024,
-        4 => Mtu::Mtu2048,
-        5 => Mtu::Mtu4096,
-        _ => return None,
-    })
 }
 
 /// The errno of a driver error: EINVAL for what the caller asked wrongly, ENOMEM when a
@@ -89,18 +78,7 @@ pub fn access_from_ibv(bits: u32) -> Result<AccessFlags, i32> {
     if bits & !(c::IBV_ACCESS_BASIC | ignored) != 0 {
         return Err(libc::EINVAL);
     }
-    let mut a = AccessFlags::empty();
-    for (bit, f) in [
-        (1, AccessFlags::LOCAL_WRITE),
-        (2, AccessFlags::REMOTE_WRITE),
-        (4, AccessFlags::REMOTE_READ),
-        (8, AccessFlags::REMOTE_ATOMIC),
-    ] {
-        if bits & bit != 0 {
-            a |= f;
-        }
-    }
-    Ok(a)
+    AccessFlags::from_bits(bits & c::IBV_ACCESS_BASIC).ok_or(libc::EINVAL)
 }
 
 /// The MAC of a peer on the simulated link (derived from its IPv4-mapped GID), or
@@ -148,19 +126,8 @@ pub fn qp_attr_from_ibv(
         q = q.port(a.port_num);
     }
     if mask & c::IBV_QP_ACCESS_FLAGS != 0 {
-        let acc = access_from_ibv(a.qp_access_flags)?;
         // The QP's access flags are the remote ones.
-        let mut r = AccessFlags::empty();
-        for f in [
-            AccessFlags::REMOTE_WRITE,
-            AccessFlags::REMOTE_READ,
-            AccessFlags::REMOTE_ATOMIC,
-        ] {
-            if acc.contains(f) {
-                r |= f;
-            }
-        }
-        q = q.access(r);
+        q = q.access(access_from_ibv(a.qp_access_flags)?.remote());
     }
     if mask & c::IBV_QP_AV != 0 {
         q = q.av(av_from_ibv(&a.ah_attr, sim_link)?);
@@ -169,7 +136,7 @@ pub fn qp_attr_from_ibv(
         q = q.qkey(a.qkey);
     }
     if mask & c::IBV_QP_PATH_MTU != 0 {
-        q = q.path_mtu(mtu_from_ibv(a.path_mtu).ok_or(libc::EINVAL)?);
+        q = q.path_mtu(Mtu::from_ib(a.path_mtu).ok_or(libc::EINVAL)?);
     }
     if mask & c::IBV_QP_DEST_QPN != 0 {
         q = q.dest_qpn(a.dest_qp_num);
@@ -539,9 +506,10 @@ mod tests {
         }
         assert!(qp_state_from_ibv(7).is_none());
         for v in 1..=5 {
-            assert_eq!(mtu_to_ibv(mtu_from_ibv(v).unwrap()), v);
+            assert_eq!(mtu_to_ibv(Mtu::from_ib(v).unwrap()), v);
         }
-        assert!(mtu_from_ibv(0).is_none());
+        assert!(Mtu::from_ib(0).is_none());
+        assert!(Mtu::from_ib(6).is_none());
     }
 
     #[test]

@@ -684,15 +684,3 @@ pub(crate) fn ceil_log2(n: u8) -> u8 {
         (8 - (n - 1).leading_zeros()) as u8
     }
 }
-
-/// The values of `Mtu` by qpc encoding.
-pub(crate) fn mtu_from_qpc(v: u8) -> Option<Mtu> {
-    Some(match v {
-        1 => Mtu::Mtu256,
-        2 => Mtu::Mtu512,
-        3 => Mtu::Mtu1024,
-        4 => Mtu::Mtu2048,
-        5 => Mtu::Mtu4096,
-        _ => return None,
-    })
-}

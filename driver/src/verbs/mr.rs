@@ -59,6 +59,21 @@ impl AccessFlags {
         self.0
     }
 
+    /// The flags of `ibv_access_flags` bits, or `None` when a bit is not one of the
+    /// four above.
+    pub const fn from_bits(bits: u32) -> Option<AccessFlags> {
+        if bits & !Self::all().0 == 0 {
+            Some(AccessFlags(bits))
+        } else {
+            None
+        }
+    }
+
+    /// Only the remote rights (what a QP's access flags grant its peers).
+    pub const fn remote(self) -> AccessFlags {
+        AccessFlags(self.0 & !Self::LOCAL_WRITE.0)
+    }
+
     /// Whether the device may write memory with these rights.
     pub const fn writable(self) -> bool {
         self.0 & (1 | 2 | 8) != 0
@@ -591,5 +606,24 @@ impl<B: Bus> Drop for MemoryRegion<'_, B> {
             }
         }
         // The backing (if still here) unmaps, then frees, after the key is gone.
+    }
+}
+
+#[cfg(test)]
+mod access_tests {
+    use super::AccessFlags as A;
+
+    #[test]
+    fn flags_of_their_verbs_bits() {
+        assert_eq!(A::from_bits(0), Some(A::empty()));
+        assert_eq!(A::from_bits(9), Some(A::LOCAL_WRITE | A::REMOTE_ATOMIC));
+        assert_eq!(A::from_bits(15), Some(A::all()));
+        assert_eq!(A::from_bits(0x10), None);
+        assert_eq!(A::from_bits(0x100001), None);
+        assert_eq!(
+            A::all().remote(),
+            A::REMOTE_WRITE | A::REMOTE_READ | A::REMOTE_ATOMIC
+        );
+        assert_eq!(A::LOCAL_WRITE.remote(), A::empty());
     }
 }

@@ -32,7 +32,7 @@ use ferroverbs_hw::datapath::dbr::{MLX5_RCV_DBR, MLX5_SND_DBR};
 use ferroverbs_hw::datapath::uar::{bf_buf_size, bfreg_offset, uar_bar_offset};
 use ferroverbs_hw::{Bus, DmaPerm};
 
-use super::attr::{ceil_log2, mtu_from_qpc};
+use super::attr::ceil_log2;
 use super::cq::CqCore;
 use super::fastmem::{FastMem, FastWord, SqSlots, WrIdTable};
 use super::srq::{SharedReceiveQueue, SrqShared};
@@ -1515,7 +1515,7 @@ impl<'a, B: Bus> QueuePair<'a, B> {
             port: p(ads::vhca_port_num) as u8,
             pkey_index: p(ads::pkey_index) as u16,
             access,
-            path_mtu: mtu_from_qpc(q(qpc::mtu) as u8),
+            path_mtu: Mtu::from_ib(q(qpc::mtu) as u32),
             dest_qpn: q(qpc::remote_qpn) as u32,
             rq_psn: q(qpc::next_rcv_psn) as u32,
             sq_psn: q(qpc::next_send_psn) as u32,
