@@ -19,7 +19,7 @@
 //! ([`AsyncEvent::SrqLimitReached`](super::AsyncEvent::SrqLimitReached)) and disarms
 //! it (the limit reads 0) until [`SharedReceiveQueue::arm`] sets it again.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ferroverbs_hw::control::caps::cmd_hca_cap as g;
@@ -60,21 +60,63 @@ impl Default for SrqAttr {
 
 /// What the CQs of the QPs attached to an SRQ share with it: the per-WQE `wr_id`s and
 /// the WQE indexes completed since the owner last posted.
+///
+/// A device reports each posted WQE once. One that reports a WQE again before the
+/// owner posted it anew (a buggy or hostile device) would hand the index back twice:
+/// the owner would link it into the free list twice (a cycle) and the completions
+/// could outnumber the [`DoneRing`]'s slots, whose producers would then lap the
+/// consumer and stall it (posting fails with `QueueFull` for good). So each WQE
+/// carries a posted flag, set by the post and taken by the completion that retires
+/// it: a completion that finds it clear is a duplicate, and its index is dropped and
+/// counted ([`SharedReceiveQueue::duplicate_completions`]). The completion itself is
+/// still reported as the device wrote it (with the `wr_id` the WQE had). A duplicate
+/// that arrives after the WQE was posted again cannot be told from its completion.
 pub(crate) struct SrqShared {
     mask: u32,
     wr_id: Box<[AtomicU64]>,
+    /// Per WQE: posted and not yet completed.
+    posted: Box<[AtomicBool]>,
+    /// Completions of WQEs that were not posted: dropped.
+    duplicates: AtomicU64,
     /// Completed WQE indexes, in completion order.
     done: DoneRing,
 }
 
 impl SrqShared {
+    /// The shared state of an SRQ of `nwqe` (a power of two) WQEs, none posted.
+    fn new(nwqe: u32) -> SrqShared {
+        SrqShared {
+            mask: nwqe - 1,
+            wr_id: (0..nwqe).map(|_| AtomicU64::new(0)).collect(),
+            posted: (0..nwqe).map(|_| AtomicBool::new(false)).collect(),
+            duplicates: AtomicU64::new(0),
+            done: DoneRing::new(nwqe),
+        }
+    }
+
+    /// Records the post of WQE `i` (the owner, before the doorbell record).
+    #[inline]
+    fn posted(&self, i: usize, wr_id: u64) {
+        self.wr_id[i].store(wr_id, Ordering::Relaxed);
+        self.posted[i].store(true, Ordering::Relaxed);
+    }
+
     /// The `wr_id` of SRQ WQE `index`, which completed; the index goes back to the
-    /// owner's free list. Lock-free (any number of CQ pollers at once).
+    /// owner's free list, unless the WQE was not posted (a duplicate completion:
+    /// dropped and counted). Lock-free (any number of CQ pollers at once), no
+    /// allocation.
     #[inline]
     pub(crate) fn retire(&self, index: u16) -> u64 {
         let i = (u32::from(index) & self.mask) as usize;
         let wr_id = self.wr_id[i].load(Ordering::Relaxed);
-        self.done.push(i as u16);
+        // The flag was set by the post the device completed (published to the device
+        // by the doorbell record, as the `wr_id` was); the pop that hands the index
+        // back to the owner orders this swap before the next post's store.
+        if self.posted[i].swap(false, Ordering::Relaxed) {
+            self.done.push(i as u16);
+        } else {
+            self.duplicates.fetch_add(1, Ordering::Relaxed);
+        }
         wr_id
     }
 }
@@ -88,9 +130,9 @@ impl SrqShared {
 /// Each slot holds its lap stamp (the producer's ticket + 1) above the index, so the
 /// consumer tells a slot written for its current ticket from a stale one of an
 /// earlier lap. The ring has at least as many slots as the SRQ has WQEs; an index
-/// is pushed only when its WQE completes, and a WQE completes at most once per post,
-/// so at most `slots` indexes are ever queued and a producer never laps the
-/// consumer.
+/// is pushed only when its WQE completes, and [`SrqShared::retire`] pushes it at most
+/// once per post (a duplicate completion is dropped), so at most `slots` indexes are
+/// ever queued and a producer never laps the consumer.
 struct DoneRing {
     slots: Box<[AtomicU64]>,
     mask: u32,
@@ -233,11 +275,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         );
         let out = exec(ctx, &input, create_srq_out::SIZE)?;
         let srqn = create_srq_out::srqn.get(&out) as u32;
-        let shared = Arc::new(SrqShared {
-            mask: nwqe - 1,
-            wr_id: (0..nwqe).map(|_| AtomicU64::new(0)).collect(),
-            done: DoneRing::new(nwqe),
-        });
+        let shared = Arc::new(SrqShared::new(nwqe));
         Ok(SharedReceiveQueue {
             pd: self,
             srqn,
@@ -336,7 +374,7 @@ impl<'a, B: Bus> SharedReceiveQueue<'a, B> {
             if k < self.max_sge as usize {
                 self.write_seg(base + 16 * k, 0, MLX5_INVALID_LKEY, 0);
             }
-            self.shared.wr_id[i].store(wr.wr_id, Ordering::Relaxed);
+            self.shared.posted(i, wr.wr_id);
             self.head = self.next[i];
             n = n.wrapping_add(1);
         }
@@ -352,6 +390,13 @@ impl<'a, B: Bus> SharedReceiveQueue<'a, B> {
         self.buf.write_be32(off, len);
         self.buf.write_be32(off + 4, lkey);
         self.buf.write_be64(off + 8, addr);
+    }
+
+    /// Completions of WQEs that were not posted (the device reported a WQE twice):
+    /// reported on the CQ as the device wrote them, but their WQE was not handed back
+    /// to the free list a second time.
+    pub fn duplicate_completions(&self) -> u64 {
+        self.shared.duplicates.load(Ordering::Relaxed)
     }
 
     /// Requests posted and not yet handed back by a completion (an upper bound of
@@ -431,7 +476,7 @@ impl<B: Bus> Drop for SharedReceiveQueue<'_, B> {
 
 #[cfg(test)]
 mod tests {
-    use super::DoneRing;
+    use super::{DoneRing, SrqShared};
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     use std::sync::Arc;
 
@@ -449,6 +494,39 @@ mod tests {
             }
             assert_eq!(r.pop(), None, "a stale slot of an earlier lap is not taken");
         }
+    }
+
+    #[test]
+    fn a_duplicate_completion_is_dropped_and_counted() {
+        let s = SrqShared::new(4);
+        for i in 0..3 {
+            s.posted(i, 100 + i as u64);
+        }
+        assert_eq!(s.retire(1), 101);
+        // The device reports WQE 1 again, and WQE 3, never posted, too.
+        assert_eq!(s.retire(1), 101);
+        assert_eq!(s.retire(3), 0);
+        assert_eq!(s.duplicates.load(Ordering::Relaxed), 2);
+        assert_eq!(s.done.pop(), Some(1));
+        assert_eq!(s.done.pop(), None, "index 1 is handed back once");
+        // Laps of a device that completes every WQE twice: the ring never holds more
+        // than the WQEs posted, so its producers never lap the consumer (without the
+        // check, the second lap's pushes overwrite unread slots and `pop` stalls).
+        let s = SrqShared::new(4);
+        for lap in 0..1000u64 {
+            for i in 0..3 {
+                s.posted(i, lap);
+            }
+            for i in [2u16, 0, 1] {
+                assert_eq!(s.retire(i), lap);
+                assert_eq!(s.retire(i), lap);
+            }
+            for i in [2, 0, 1] {
+                assert_eq!(s.done.pop(), Some(i), "lap {lap}");
+            }
+            assert_eq!(s.done.pop(), None, "lap {lap}");
+        }
+        assert_eq!(s.duplicates.load(Ordering::Relaxed), 3000);
     }
 
     #[test]
