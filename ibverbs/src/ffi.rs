@@ -25,6 +25,7 @@ use ferroverbs::verbs::{
     SharedReceiveQueue, SrqAttr, WorkCompletion,
 };
 use ferroverbs::GidEntry;
+use ferroverbs_sim::Sim;
 
 use crate::abi::{self, c};
 use crate::convert;
@@ -815,6 +816,8 @@ pub(crate) struct CqObj {
     cq: Mutex<CompletionQueue<'static, B>>,
     cqn: u32,
     chan: Option<&'static ChanObj>,
+    /// The simulated device, which a thread polling an empty CQ services.
+    sim: Option<&'static Sim>,
     users: Users,
 }
 
@@ -856,6 +859,7 @@ pub(crate) unsafe extern "C" fn create_cq(
             cq: Mutex::new(cq),
             cqn,
             chan,
+            sim: o.nic.sim.as_ref(),
             users: Users::default(),
         })
         .into_ibv();
@@ -912,9 +916,16 @@ unsafe extern "C" fn poll_cq(cq: *mut abi::ibv_cq, n: c_int, wc: *mut abi::ibv_w
     }
     drop(g);
     if done == 0 {
-        // Applications spin on an empty CQ; on a machine with fewer cores than busy
-        // threads, leave the core to the device and link threads that make progress.
-        std::thread::yield_now();
+        // Applications spin on an empty CQ. On a simulated NIC the polling thread
+        // services the device itself unless its thread is doing so (NAPI-style busy
+        // polling, `Sim::try_service`, as the `ferroverbs perf` cross-process mode
+        // does): it reads the UDP ingress and delivers the completion the next poll
+        // finds, with no hand-off from the device thread, which naps meanwhile. With
+        // nothing to do, on a machine with fewer cores than busy threads, leave the
+        // core to the device and link threads that make progress.
+        if q.sim.and_then(Sim::try_service).unwrap_or(0) == 0 {
+            std::thread::yield_now();
+        }
     }
     done as c_int
 }
