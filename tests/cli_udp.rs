@@ -7,6 +7,9 @@
 //! Each run uses its own pair of loopback addresses, derived from this process's id
 //! and the test, so that tests (and concurrent test runs) do not share sockets.
 
+#[path = "common/net.rs"]
+mod net;
+
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -68,10 +71,13 @@ fn finish(mut c: Child, deadline: Instant) -> Run {
     }
 }
 
-/// The server's and the client's NIC addresses for test number `k`.
+/// The server's and the client's NIC addresses for test number `k` (in this
+/// process's loopback /24, `common::net`).
 fn addresses(k: u8) -> (String, String) {
-    let base = format!("127.{}.{k}", 150 + std::process::id() % 100);
-    (format!("{base}.1"), format!("{base}.2"))
+    (
+        net::host(2 * k + 1).to_string(),
+        net::host(2 * k + 2).to_string(),
+    )
 }
 
 /// Runs `perf <server args>` as the server and `perf <client args>` as the client.

@@ -3,6 +3,9 @@
 //! its GRH area (IPv4 addresses of the sockets) and the completion's source QPN are
 //! checked, and a wrong Q_Key is dropped and counted by the receiving device.
 
+#[path = "common/net.rs"]
+mod net;
+
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
@@ -56,7 +59,7 @@ fn wait(cq: &mut CompletionQueue<'_, SimBus>) -> WorkCompletion {
 
 #[test]
 fn ud_over_the_udp_link() {
-    let (ia, ib) = (Ipv4Addr::new(127, 0, 23, 1), Ipv4Addr::new(127, 0, 23, 2));
+    let (ia, ib) = (net::host(1), net::host(2));
     let (a, b) = (nic(ia), nic(ib));
     let (ca, cb) = (open(&a), open(&b));
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());

@@ -1,5 +1,6 @@
 //! The `rc_udp` example as two OS processes: a server and a client, each with its own
-//! simulated NIC on the UDP link (127.0.31.1 and 127.0.31.2), connected over TCP as
+//! simulated NIC on the UDP link (hosts 1 and 2 of this process's loopback /24,
+//! `common::net`), connected over TCP as
 //! `ibv_rc_pingpong` connects, then RC SEND ping-pong over UDP with every message
 //! verified by its receiver (the server checks each ping, the client each pong).
 //!
@@ -11,6 +12,9 @@
 #[allow(dead_code)]
 #[path = "../examples/rc_udp.rs"]
 mod rc_udp;
+
+#[path = "common/net.rs"]
+mod net;
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
@@ -69,8 +73,9 @@ fn two_processes_ping_pong_over_udp() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(50_000);
+    let (sip, cip) = (net::host(1), net::host(2));
     let mut server = spawn(&format!(
-        "--server --ip 127.0.31.1 --tcp 127.0.31.1:0 --iters {n} --size 64"
+        "--server --ip {sip} --tcp {sip}:0 --iters {n} --size 64"
     ));
     // The server prints where it listens before it waits.
     let mut so = BufReader::new(server.stdout.take().unwrap());
@@ -87,9 +92,7 @@ fn two_processes_ping_pong_over_udp() {
             break line[i + 5..].trim().to_string();
         }
     };
-    let client = spawn(&format!(
-        "--ip 127.0.31.2 --connect {tcp} --iters {n} --size 64"
-    ));
+    let client = spawn(&format!("--ip {cip} --connect {tcp} --iters {n} --size 64"));
     let start = Instant::now();
     // Drain the server's stdout on a thread (the pipe must not fill).
     let reader = std::thread::spawn(move || {

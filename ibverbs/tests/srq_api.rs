@@ -1,6 +1,6 @@
 //! The SRQ verbs of the library, called in process through its exported C symbols and
 //! the inline functions' `ibv_context.ops` slots, as a C program would: two RC QPs of
-//! one simulated NIC (127.0.78.83) connected to each other, the receiving one on an
+//! one simulated NIC (host 83 of this process's loopback /24) connected to each other, the receiving one on an
 //! SRQ. Checks the granted sizes, `ibv_query_srq`, `ibv_modify_srq` (limit arming,
 //! resize refused), `ibv_post_recv` on the QP refused with `EINVAL`, completions
 //! carrying the SRQ requests' `wr_id`s, `IBV_EVENT_SRQ_LIMIT_REACHED` naming the SRQ,
@@ -12,6 +12,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use ibverbs::abi;
+
+#[path = "../../tests/common/net.rs"]
+mod net;
 
 extern "C" {
     fn ibv_get_device_list(num: *mut c_int) -> *mut *mut abi::ibv_device;
@@ -100,8 +103,8 @@ unsafe fn connect(qp: *mut abi::ibv_qp, dest: u32, gid: [u8; 16]) {
 #[test]
 fn srq_verbs_through_the_c_abi() {
     // SAFETY: set before the library reads it, in the only test of this process.
-    unsafe { std::env::set_var("FERROVERBS_DEVICE", "sim:127.0.78.83") };
-    let gid = ferroverbs_sim::link::udp::gid_for([127, 0, 78, 83].into());
+    unsafe { std::env::set_var("FERROVERBS_DEVICE", format!("sim:{}", net::host(83))) };
+    let gid = ferroverbs_sim::link::udp::gid_for(net::host(83));
     // SAFETY: the verbs API used as its contract says.
     unsafe {
         let mut n = 0;

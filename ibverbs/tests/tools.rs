@@ -1,8 +1,9 @@
 //! Unmodified Debian 12 verbs tools (`ibverbs-utils`, `perftest`) on the built
 //! `libibverbs.so.1`: each runs with `LD_LIBRARY_PATH` pointing at a directory holding
 //! it, on a simulated NIC chosen by `FERROVERBS_DEVICE`. Pairs run as two processes,
-//! each with its own NIC address (127.0.78.x) and the RoCE v2 traffic on real UDP
-//! datagrams; every test has its own addresses and TCP port.
+//! each with its own NIC address (a host of this process's loopback /24, `net`) and
+//! the RoCE v2 traffic on real UDP datagrams; every test has its own addresses and
+//! TCP port.
 //!
 //! A tool that is not installed skips its test with a printed notice, unless
 //! `FERROVERBS_REQUIRE_IBVERBS_UTILS=1` (CI) makes that a failure.
@@ -16,7 +17,7 @@ mod support;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use support::{have, library_dir, pair, run_ok};
+use support::{have, library_dir, net, pair, run_ok};
 
 /// The pairs run one at a time: each is four busy processes' worth of threads.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -36,13 +37,17 @@ fn ibv_devices_lists_the_device() {
     let out = run_ok(
         "ibv_devices",
         &lib,
-        "sim:127.0.78.1",
+        &format!("sim:{}", net::host(1)),
         &["ibv_devices"],
         Duration::from_secs(120),
     );
     assert!(out.contains("ferroverbs0"), "{out}");
-    // The node GUID: EUI-64 of the simulated NIC's MAC 02:00:7f:00:4e:01.
-    assert!(out.contains("00007ffffe004e01"), "{out}");
+    // The node GUID: EUI-64 of the simulated NIC's MAC 02:00:7f:A:B:01.
+    let [_, a, b, _] = net::host(1).octets();
+    assert!(
+        out.contains(&format!("00007ffffe{a:02x}{b:02x}01")),
+        "{out}"
+    );
 }
 
 #[test]
@@ -54,17 +59,18 @@ fn ibv_devinfo_verbose_shows_an_active_roce_v2_port() {
     let out = run_ok(
         "ibv_devinfo -v",
         &lib,
-        "sim:127.0.78.2",
+        &format!("sim:{}", net::host(2)),
         &["ibv_devinfo", "-v"],
         Duration::from_secs(300),
     );
+    let gid = format!("GID[  0]:\t\t::ffff:{}, RoCE v2", net::host(2));
     for want in [
         "hca_id:\tferroverbs0",
         "vendor_id:\t\t\t0x02c9",
         "PORT_ACTIVE (4)",
         "active_mtu:\t\t1024 (3)",
         "link_layer:\t\tEthernet",
-        "GID[  0]:\t\t::ffff:127.0.78.2, RoCE v2",
+        &gid,
         "atomic_cap:\t\t\tATOMIC_HCA (1)",
     ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
@@ -88,14 +94,14 @@ fn ibv_rc_pingpong_between_two_processes() {
         &lib,
         "ibv_rc_pingpong",
         &["-g", "0"],
-        "127.0.78.11",
-        "127.0.78.12",
-        18611,
+        11,
+        12,
+        1,
         LIMIT,
     );
     pingpong_done(&s);
     pingpong_done(&c);
-    assert!(c.contains("GID ::ffff:127.0.78.12"), "{c}");
+    assert!(c.contains(&format!("GID ::ffff:{}", net::host(12))), "{c}");
     assert!(c.contains("remote address: LID 0x0000, QPN"), "{c}");
 }
 
@@ -111,9 +117,9 @@ fn ibv_rc_pingpong_with_completion_events() {
         &lib,
         "ibv_rc_pingpong",
         &["-g", "0", "-e", "-n", "200"],
-        "127.0.78.13",
-        "127.0.78.14",
-        18612,
+        13,
+        14,
+        2,
         LIMIT,
     );
     for out in [&s, &c] {
@@ -144,16 +150,7 @@ fn ib_send_lat_default() {
     }
     let _s = serial();
     let lib = library_dir("send_lat");
-    let (s, c) = pair(
-        "ib_send_lat",
-        &lib,
-        "ib_send_lat",
-        &[],
-        "127.0.78.21",
-        "127.0.78.22",
-        18621,
-        LIMIT,
-    );
+    let (s, c) = pair("ib_send_lat", &lib, "ib_send_lat", &[], 21, 22, 3, LIMIT);
     for out in [&s, &c] {
         assert!(out.contains("Send Latency Test"), "{out}");
         let l = result_line(out, "2");
@@ -171,16 +168,7 @@ fn ib_send_bw_default() {
     }
     let _s = serial();
     let lib = library_dir("send_bw");
-    let (_s, c) = pair(
-        "ib_send_bw",
-        &lib,
-        "ib_send_bw",
-        &[],
-        "127.0.78.31",
-        "127.0.78.32",
-        18631,
-        LIMIT,
-    );
+    let (_s, c) = pair("ib_send_bw", &lib, "ib_send_bw", &[], 31, 32, 4, LIMIT);
     let l = result_line(&c, "65536");
     assert_eq!(l.split_whitespace().nth(1), Some("1000"), "{l}");
     // BW peak, BW average (MB/s), message rate: the average is positive.
@@ -200,9 +188,9 @@ fn ibv_ud_pingpong_between_two_processes() {
         &lib,
         "ibv_ud_pingpong",
         &["-g", "0"],
-        "127.0.78.61",
-        "127.0.78.62",
-        18661,
+        61,
+        62,
+        5,
         LIMIT,
     );
     for out in [&s, &c] {
@@ -224,9 +212,9 @@ fn ibv_uc_pingpong_between_two_processes() {
         &lib,
         "ibv_uc_pingpong",
         &["-g", "0"],
-        "127.0.78.71",
-        "127.0.78.72",
-        18671,
+        71,
+        72,
+        6,
         LIMIT,
     );
     pingpong_done(&s);
@@ -247,9 +235,9 @@ fn ibv_srq_pingpong_between_two_processes() {
         &lib,
         "ibv_srq_pingpong",
         &["-g", "0"],
-        "127.0.78.81",
-        "127.0.78.82",
-        18681,
+        81,
+        82,
+        7,
         LIMIT,
     );
     pingpong_done(&s);
@@ -277,9 +265,9 @@ fn ib_send_lat_all_sizes() {
         &lib,
         "ib_send_lat",
         &["-a", "-n", "5"],
-        "127.0.78.41",
-        "127.0.78.42",
-        18641,
+        41,
+        42,
+        8,
         LIMIT,
     );
     for out in [&s, &c] {
@@ -303,9 +291,9 @@ fn ib_send_bw_all_sizes() {
         &lib,
         "ib_send_bw",
         &["-a", "-n", "5"],
-        "127.0.78.51",
-        "127.0.78.52",
-        18651,
+        51,
+        52,
+        9,
         LIMIT,
     );
     for size in ALL_SIZES {

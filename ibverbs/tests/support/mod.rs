@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+#[path = "../../../tests/common/net.rs"]
+pub mod net;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -166,40 +169,28 @@ pub fn run_ok(name: &str, lib: &Path, device: &str, cmd: &[&str], limit: Duratio
     }
 }
 
-/// Whether a process listens on TCP `port` (from /proc/net/tcp and tcp6, state 0A).
-pub fn tcp_listening(port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f)
-            .map(|t| {
-                t.lines().skip(1).any(|l| {
-                    let c: Vec<&str> = l.split_whitespace().collect();
-                    c.len() > 3 && c[1].ends_with(&want) && c[3] == "0A"
-                })
-            })
-            .unwrap_or(false)
-    })
-}
-
-/// Runs a server/client pair of `tool` (the server on `server_ip`, the client on
-/// `client_ip` connecting to it over TCP `port`), both with `args`; asserts both exit
-/// 0 within `limit`; returns (server stdout, client stdout).
+/// Runs a server/client pair of `tool` (the server on host `server` of this process's
+/// loopback /24, the client on host `client` connecting to it over TCP port slot
+/// `slot`, see [`net`]), both with `args`; asserts both exit 0 within `limit`; returns
+/// (server stdout, client stdout).
 #[allow(clippy::too_many_arguments)]
 pub fn pair(
     name: &str,
     lib: &Path,
     tool: &str,
     args: &[&str],
-    server_ip: &str,
-    client_ip: &str,
-    port: u16,
+    server: u8,
+    client: u8,
+    slot: u16,
     limit: Duration,
 ) -> (String, String) {
+    let (server_ip, client_ip) = (net::host(server).to_string(), net::host(client).to_string());
+    let port = net::tcp_port(slot);
     let port_s = port.to_string();
     let mut scmd = vec![tool, "-p", &port_s];
     scmd.extend_from_slice(args);
     let mut ccmd = scmd.clone();
-    ccmd.push(server_ip);
+    ccmd.push(&server_ip);
     let mut server = Proc::spawn(
         &format!("{name} server"),
         lib,
@@ -207,7 +198,7 @@ pub fn pair(
         &scmd,
     );
     let start = Instant::now();
-    while !tcp_listening(port) {
+    while !net::tcp_listening(port) {
         if !server.running() {
             let (s, o, e) = server.finish(Duration::from_secs(5));
             panic!("{name} server exited ({s:?}) before listening on {port}\n{o}\n{e}");
