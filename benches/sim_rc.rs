@@ -17,44 +17,18 @@ use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use ferroverbs::verbs::{
-    AccessFlags, AddressVector, Mtu, QpCap, QpInitAttr, QueuePair, RecvWr, RtrAttr, RtsAttr,
-    SendWr, WcOpcode, WorkCompletion,
-};
-use ferroverbs::{Context, Device, DeviceConfig, GidEntry};
-use ferroverbs_sim::{Fabric, Sim, SimBus, SimConfig};
 
-fn open(sim: &Sim, n: u8) -> (Context<SimBus>, GidEntry) {
-    let gid = GidEntry::ipv4(0, [10, 0, 0, n], sim.port_macs()[0]);
-    let clock = sim.clock().clone();
-    let cfg = DeviceConfig::default()
-        .with_clock(std::sync::Arc::new(move || clock.now()))
-        .with_gid(gid);
-    (Device::open(sim.bus(), cfg).expect("bring-up"), gid)
-}
-
-fn to_rts(q: &mut QueuePair<'_, SimBus>, peer: &GidEntry, peer_qpn: u32, psn: (u32, u32)) {
-    q.to_init(1, AccessFlags::empty()).expect("INIT");
-    q.to_rtr(&RtrAttr {
-        av: AddressVector::new(peer.gid, peer.mac, 0),
-        path_mtu: Mtu::Mtu1024,
-        dest_qpn: peer_qpn,
-        rq_psn: psn.0,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 1,
-    })
-    .expect("RTR");
-    q.to_rts(&RtsAttr::new(psn.1)).expect("RTS");
-}
+#[path = "../examples/common/mod.rs"]
+mod common;
+use common::{open, to_rts_send as to_rts};
+use ferroverbs::verbs::{AccessFlags, QpCap, QpInitAttr, RecvWr, SendWr, WcOpcode, WorkCompletion};
 
 fn sim_rc(c: &mut Criterion) {
-    let fabric = Fabric::new(1);
-    let (sa, sb) = (
-        Sim::new(SimConfig::deterministic(11, 1)),
-        Sim::new(SimConfig::deterministic(22, 1)),
-    );
-    fabric.attach(&sa);
-    fabric.attach(&sb);
+    let common::Net {
+        fabric,
+        a: sa,
+        b: sb,
+    } = common::net();
     let (ca, ga) = open(&sa, 1);
     let (cb, gb) = open(&sb, 2);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());

@@ -14,14 +14,13 @@
 //! (`Sim::try_service`), whose device thread then naps. This is also the
 //! workload profiled for `docs/performance.md` (valgrind `--tool=callgrind`).
 
+#[path = "common/mod.rs"]
+mod common;
+use common::{open, to_rts_send};
+
 use std::time::Instant;
 
-use ferroverbs::verbs::{
-    AccessFlags, AddressVector, Mtu, QpCap, QpInitAttr, QueuePair, RecvWr, RtrAttr, RtsAttr,
-    SendWr, Sge, WorkCompletion,
-};
-use ferroverbs::{Context, Device, DeviceConfig, GidEntry};
-use ferroverbs_sim::{Fabric, Sim, SimBus, SimConfig};
+use ferroverbs::verbs::{AccessFlags, QpCap, QpInitAttr, RecvWr, SendWr, Sge, WorkCompletion};
 
 struct Args {
     msgs: u64,
@@ -63,42 +62,13 @@ fn args() -> Args {
     a
 }
 
-fn open(sim: &Sim, n: u8) -> (Context<SimBus>, GidEntry) {
-    let gid = GidEntry::ipv4(0, [10, 0, 0, n], sim.port_macs()[0]);
-    let clock = sim.clock().clone();
-    let cfg = DeviceConfig::default()
-        .with_clock(std::sync::Arc::new(move || clock.now()))
-        .with_gid(gid);
-    (Device::open(sim.bus(), cfg).expect("bring-up"), gid)
-}
-
-fn connect(qp: &mut QueuePair<'_, SimBus>, peer: &GidEntry, peer_qpn: u32, psn: (u32, u32)) {
-    qp.to_init(1, AccessFlags::empty()).expect("INIT");
-    qp.to_rtr(&RtrAttr {
-        av: AddressVector::new(peer.gid, peer.mac, 0),
-        path_mtu: Mtu::Mtu1024,
-        dest_qpn: peer_qpn,
-        rq_psn: psn.0,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 1,
-    })
-    .expect("RTR");
-    qp.to_rts(&RtsAttr::new(psn.1)).expect("RTS");
-}
-
 fn main() {
     let a = args();
-    let cfg = |seed| {
-        if a.threaded {
-            SimConfig::threaded(seed, 1)
-        } else {
-            SimConfig::deterministic(seed, 1)
-        }
-    };
-    let fabric = Fabric::new(1);
-    let (sa, sb) = (Sim::new(cfg(11)), Sim::new(cfg(22)));
-    fabric.attach(&sa);
-    fabric.attach(&sb);
+    let common::Net {
+        fabric,
+        a: sa,
+        b: sb,
+    } = common::net_with(a.threaded);
     let (ca, ga) = open(&sa, 1);
     let (cb, gb) = open(&sb, 2);
     let (pa, pb) = (ca.alloc_pd().expect("pd"), cb.alloc_pd().expect("pd"));
@@ -116,8 +86,8 @@ fn main() {
     let mut qa = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, cap)).expect("qp");
     let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap)).expect("qp");
     let (na, nb) = (qa.qp_num(), qb.qp_num());
-    connect(&mut qa, &gb, nb, (0x200, 0x100));
-    connect(&mut qb, &ga, na, (0x100, 0x200));
+    to_rts_send(&mut qa, &gb, nb, (0x200, 0x100));
+    to_rts_send(&mut qb, &ga, na, (0x100, 0x200));
     let rb = pb.alloc_mr(64 * 128, AccessFlags::LOCAL_WRITE).expect("mr");
     let payload = vec![0x5au8; a.size];
     let parts: [&[u8]; 1] = [&payload];

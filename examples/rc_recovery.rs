@@ -30,15 +30,18 @@
 //! 5. **Resume.** Once a probe succeeds the remaining messages go out; B checks that
 //!    every message number arrived, in order, once.
 
+#[path = "common/mod.rs"]
+mod common;
+use common::open;
+
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::Duration;
 
 use ferroverbs::verbs::{
     AccessFlags, AddressVector, CompletionQueue, MemoryRegion, Mtu, QpCap, QpInitAttr, QpState,
     QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
-use ferroverbs::{Context, Device, DeviceConfig, GidEntry};
+use ferroverbs::GidEntry;
 use ferroverbs_sim::link::Impairments;
 use ferroverbs_sim::{Fabric, Sim, SimBus, SimConfig};
 
@@ -79,15 +82,6 @@ fn args() -> Args {
         }
     }
     a
-}
-
-fn open(sim: &Sim, n: u8) -> (Context<SimBus>, GidEntry) {
-    let gid = GidEntry::ipv4(0, [10, 0, 0, n], sim.port_macs()[0]);
-    let clock = sim.clock().clone();
-    let cfg = DeviceConfig::default()
-        .with_clock(Arc::new(move || clock.now()))
-        .with_gid(gid);
-    (Device::open(sim.bus(), cfg).expect("bring-up"), gid)
 }
 
 /// RESET (whatever the state) → INIT → RTR → RTS towards `peer_qpn` at `peer`.

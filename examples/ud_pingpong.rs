@@ -13,14 +13,17 @@
 //! mode on this thread (the example steps the fabric); with `--threaded` each NIC has
 //! its own device thread and the example only posts and polls.
 
+#[path = "common/mod.rs"]
+mod common;
+use common::open;
+
 use std::time::{Duration, Instant};
 
 use ferroverbs::verbs::{
     AccessFlags, AddressHandle, AddressVector, CompletionQueue, MemoryRegion, QpCap, QpInitAttr,
     QueuePair, RecvWr, SendWr, UdInitAttr, WcFlags, WcOpcode, WorkCompletion,
 };
-use ferroverbs::{Context, Device, DeviceConfig, GidEntry};
-use ferroverbs_sim::{Fabric, Sim, SimBus, SimConfig};
+use ferroverbs_sim::SimBus;
 
 /// Bytes of the GRH area at the start of a UD receive buffer.
 const GRH: usize = 40;
@@ -57,16 +60,6 @@ fn args() -> Args {
         }
     }
     a
-}
-
-/// Opens NIC `n` of the fabric with the RoCE v2 GID 10.0.0.n.
-fn open(sim: &Sim, n: u8) -> (Context<SimBus>, GidEntry) {
-    let gid = GidEntry::ipv4(0, [10, 0, 0, n], sim.port_macs()[0]);
-    let clock = sim.clock().clone();
-    let cfg = DeviceConfig::default()
-        .with_clock(std::sync::Arc::new(move || clock.now()))
-        .with_gid(gid);
-    (Device::open(sim.bus(), cfg).expect("bring-up"), gid)
 }
 
 /// One side: its UD QP, CQ, buffer (receive area of GRH + size, then the send area),
@@ -132,17 +125,11 @@ impl Side<'_> {
 
 fn main() {
     let a = args();
-    let cfg = |seed| {
-        if a.threaded {
-            SimConfig::threaded(seed, 1)
-        } else {
-            SimConfig::deterministic(seed, 1)
-        }
-    };
-    let fabric = Fabric::new(1);
-    let (sa, sb) = (Sim::new(cfg(11)), Sim::new(cfg(22)));
-    fabric.attach(&sa);
-    fabric.attach(&sb);
+    let common::Net {
+        fabric,
+        a: sa,
+        b: sb,
+    } = common::net_with(a.threaded);
     let (ca, ga) = open(&sa, 1);
     let (cb, gb) = open(&sb, 2);
     let (pa, pb) = (ca.alloc_pd().expect("pd"), cb.alloc_pd().expect("pd"));

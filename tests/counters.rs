@@ -13,10 +13,10 @@ use verbs_support::*;
 use std::time::Duration;
 
 use ferroverbs::verbs::{
-    AccessFlags as A, CompletionQueue, DeviceCounters, Mtu, QpCap, QpInitAttr, QueuePair, RecvWr,
-    RtsAttr, SendWr, WcStatus, WorkCompletion,
+    AccessFlags as A, CompletionQueue, DeviceCounters, QpCap, QpInitAttr, RecvWr, SendWr, WcStatus,
+    WorkCompletion,
 };
-use ferroverbs::{Context, GidEntry};
+use ferroverbs::Context;
 use ferroverbs_sim::link::Impairments;
 use ferroverbs_sim::wire::{self, Opcode, Psn};
 use ferroverbs_sim::SimBus;
@@ -39,29 +39,6 @@ fn cap() -> QpCap {
         max_recv_sge: 1,
         max_inline_data: 0,
     }
-}
-
-/// RESET → RTS towards `peer_qpn` (MTU 1024) with these reliability attributes.
-#[allow(clippy::too_many_arguments)]
-fn bring_up(
-    q: &mut QueuePair<'_, SimBus>,
-    peer: &GidEntry,
-    peer_qpn: u32,
-    rq_psn: u32,
-    sq_psn: u32,
-    timeout: u8,
-    retry_cnt: u8,
-    rnr_retry: u8,
-) {
-    let all = A::REMOTE_READ | A::REMOTE_WRITE | A::REMOTE_ATOMIC;
-    let rts = RtsAttr {
-        sq_psn,
-        timeout,
-        retry_cnt,
-        rnr_retry,
-        max_rd_atomic: 4,
-    };
-    to_rts_with(q, peer, peer_qpn, rq_psn, Mtu::Mtu1024, all, &rts);
 }
 
 /// Polls `cq` until `n` completions arrived, running the fabric and, when nothing
@@ -164,8 +141,8 @@ fn sends_and_writes_of_known_sizes() {
         other.counter_set_id()
     });
     let (na, nb) = (qa.qp_num(), qb.qp_num());
-    bring_up(&mut qa, &gb, nb, 0x200, 0x100, 14, 7, 7);
-    bring_up(&mut qb, &ga, na, 0x100, 0x200, 14, 7, 7);
+    to_rts_reliable(&mut qa, &gb, nb, 0x200, 0x100, 14, 7, 7);
+    to_rts_reliable(&mut qb, &ga, na, 0x100, 0x200, 14, 7, 7);
     let src = pa.alloc_mr(64 << 10, A::LOCAL_WRITE).unwrap();
     let dst = pb
         .alloc_mr(64 << 10, A::LOCAL_WRITE | A::REMOTE_WRITE | A::REMOTE_READ)
@@ -274,8 +251,8 @@ fn a_lost_packet_a_sequence_nak_and_its_retransmission() {
     let mut qa = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, cap())).unwrap();
     let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap())).unwrap();
     let (na, nb) = (qa.qp_num(), qb.qp_num());
-    bring_up(&mut qa, &gb, nb, 0x200, 0x100, 14, 7, 7);
-    bring_up(&mut qb, &ga, na, 0x100, 0x200, 14, 7, 7);
+    to_rts_reliable(&mut qa, &gb, nb, 0x200, 0x100, 14, 7, 7);
+    to_rts_reliable(&mut qb, &ga, na, 0x100, 0x200, 14, 7, 7);
     let src = pa.alloc_mr(8192, A::LOCAL_WRITE).unwrap();
     let dst = pb.alloc_mr(8192, A::LOCAL_WRITE).unwrap();
     src.write(0, &pattern(4096, 3));
@@ -336,8 +313,8 @@ fn local_ack_timeouts_until_the_retry_budget_is_spent() {
     let mut qa = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, cap())).unwrap();
     let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap())).unwrap();
     let (na, nb) = (qa.qp_num(), qb.qp_num());
-    bring_up(&mut qa, &gb, nb, 0x200, 0x100, 12, 2, 7);
-    bring_up(&mut qb, &ga, na, 0x100, 0x200, 12, 2, 7);
+    to_rts_reliable(&mut qa, &gb, nb, 0x200, 0x100, 12, 2, 7);
+    to_rts_reliable(&mut qb, &ga, na, 0x100, 0x200, 12, 2, 7);
     let src = pa.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
     let (ma, mb) = (net.a.port_macs()[0], net.b.port_macs()[0]);
     net.fabric.partition_both(ma, mb, true);
@@ -376,8 +353,8 @@ fn an_rnr_nak_then_the_retransmission_that_lands() {
     let mut qa = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, cap())).unwrap();
     let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap())).unwrap();
     let (na, nb) = (qa.qp_num(), qb.qp_num());
-    bring_up(&mut qa, &gb, nb, 0x200, 0x100, 14, 7, 7);
-    bring_up(&mut qb, &ga, na, 0x100, 0x200, 14, 7, 7);
+    to_rts_reliable(&mut qa, &gb, nb, 0x200, 0x100, 14, 7, 7);
+    to_rts_reliable(&mut qb, &ga, na, 0x100, 0x200, 14, 7, 7);
     let src = pa.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
     let dst = pb.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
     // No receive posted: B answers with an RNR NAK.
@@ -422,8 +399,8 @@ fn cq_backlog_and_an_overrun_with_oi_off() {
         .unwrap();
     let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap())).unwrap();
     let (na, nb) = (qa.qp_num(), qb.qp_num());
-    bring_up(&mut qa, &gb, nb, 0x200, 0x100, 14, 7, 7);
-    bring_up(&mut qb, &ga, na, 0x100, 0x200, 14, 7, 7);
+    to_rts_reliable(&mut qa, &gb, nb, 0x200, 0x100, 14, 7, 7);
+    to_rts_reliable(&mut qb, &ga, na, 0x100, 0x200, 14, 7, 7);
     let src = pa.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
     let dst = pb.alloc_mr(4096, A::LOCAL_WRITE | A::REMOTE_WRITE).unwrap();
     let c = small.counters().unwrap();
@@ -485,8 +462,8 @@ fn one_garbage_frame_of_every_drop_reason() {
     let mut idle = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap())).unwrap();
     idle.to_init(1, A::empty()).unwrap();
     let (na, nb) = (qa.qp_num(), qb.qp_num());
-    bring_up(&mut qa, &gb, nb, 0x200, 0x100, 14, 7, 7);
-    bring_up(&mut qb, &ga, na, 0x100, 0x200, 14, 7, 7);
+    to_rts_reliable(&mut qa, &gb, nb, 0x200, 0x100, 14, 7, 7);
+    to_rts_reliable(&mut qb, &ga, na, 0x100, 0x200, 14, 7, 7);
     let src = pa.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
     let dst = pb.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
     // Capture one real SEND (and its ACK).

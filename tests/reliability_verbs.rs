@@ -11,8 +11,8 @@ use verbs_support::*;
 use std::time::{Duration, Instant};
 
 use ferroverbs::verbs::{
-    AccessFlags as A, CompletionQueue, Mtu, QpCap, QpInitAttr, QpState, QueuePair, RecvWr, RtsAttr,
-    SendWr, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags as A, CompletionQueue, QpCap, QpInitAttr, QpState, QueuePair, RecvWr, SendWr,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 use ferroverbs::GidEntry;
 use ferroverbs_sim::link::Impairments;
@@ -40,16 +40,10 @@ fn bring_up(
     retry_cnt: u8,
     rnr_retry: u8,
 ) {
-    let all = A::REMOTE_READ | A::REMOTE_WRITE | A::REMOTE_ATOMIC;
     q.reset().expect("RESET");
-    let rts = RtsAttr {
-        sq_psn,
-        timeout,
-        retry_cnt,
-        rnr_retry,
-        max_rd_atomic: 4,
-    };
-    to_rts_with(q, peer, peer_qpn, rq_psn, Mtu::Mtu1024, all, &rts);
+    to_rts_reliable(
+        q, peer, peer_qpn, rq_psn, sq_psn, timeout, retry_cnt, rnr_retry,
+    );
 }
 
 /// Polls until `n` completions arrived, moving virtual time to the next timer when

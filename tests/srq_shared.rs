@@ -12,9 +12,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use ferroverbs::verbs::{
-    AccessFlags as A, AddressVector, AsyncEvent, CompletionQueue, Error, Mtu, PostError, QpAttr,
-    QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, SrqAttr, WcOpcode, WcStatus,
-    WorkCompletion,
+    AccessFlags as A, AsyncEvent, Error, Mtu, PostError, QpCap, QpInitAttr, QpType, RecvWr, SendWr,
+    SrqAttr, WcOpcode, WcStatus, WorkCompletion,
 };
 use ferroverbs_sim::SimBus;
 
@@ -41,17 +40,6 @@ fn message(q: usize, seq: usize) -> Vec<u8> {
     v[..2].copy_from_slice(&(q as u16).to_le_bytes());
     v[2..6].copy_from_slice(&(seq as u32).to_le_bytes());
     v
-}
-
-fn poll_all(cq: &mut CompletionQueue<'_, SimBus>, out: &mut Vec<WorkCompletion>) {
-    let mut wc = [WorkCompletion::default(); 64];
-    loop {
-        let k = cq.poll(&mut wc);
-        out.extend_from_slice(&wc[..k]);
-        if k == 0 {
-            break;
-        }
-    }
 }
 
 #[test]
@@ -332,20 +320,7 @@ fn uc_qps_on_an_srq() {
                 .with_srq(&srq),
         )
         .unwrap();
-    let (na, nb) = (qa.qp_num(), qb.qp_num());
-    for (q, peer, peer_qpn) in [(&mut qa, &gb, nb), (&mut qb, &ga, na)] {
-        q.to_init(1, A::REMOTE_WRITE).unwrap();
-        q.modify(
-            QpState::Rtr,
-            &QpAttr::new()
-                .av(AddressVector::new(peer.gid, peer.mac, 0))
-                .path_mtu(Mtu::Mtu1024)
-                .dest_qpn(peer_qpn)
-                .rq_psn(1),
-        )
-        .unwrap();
-        q.modify(QpState::Rts, &QpAttr::new().sq_psn(1)).unwrap();
-    }
+    connect_uc(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024, 1);
     let rbuf = pb.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
     let sge = [rbuf.sge(0, 4096).unwrap()];
     srq.post_recv(&[RecvWr::new(9, &sge)]).unwrap();

@@ -13,10 +13,9 @@ use verbs_support::*;
 use std::collections::{BTreeSet, HashMap};
 
 use ferroverbs::verbs::{
-    AccessFlags as A, AddressVector, CompletionQueue, Mtu, QpAttr, QpCap, QpInitAttr, QpState,
-    QpType, QueuePair, RecvWr, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags as A, Mtu, QpCap, QpInitAttr, QpType, RecvWr, SendWr, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion,
 };
-use ferroverbs::GidEntry;
 use ferroverbs_sim::link::Impairments;
 use ferroverbs_sim::SimBus;
 
@@ -63,22 +62,6 @@ fn data(i: usize) -> Vec<u8> {
     v
 }
 
-/// RESET → RTS as a UC QP (no RC-only attribute).
-fn uc_up(q: &mut QueuePair<'_, SimBus>, peer: &GidEntry, peer_qpn: u32, rq_psn: u32, sq_psn: u32) {
-    q.to_init(1, A::REMOTE_WRITE).expect("INIT");
-    q.modify(
-        QpState::Rtr,
-        &QpAttr::new()
-            .av(AddressVector::new(peer.gid, peer.mac, 0))
-            .path_mtu(Mtu::Mtu1024)
-            .dest_qpn(peer_qpn)
-            .rq_psn(rq_psn),
-    )
-    .expect("RTR");
-    q.modify(QpState::Rts, &QpAttr::new().sq_psn(sq_psn))
-        .expect("RTS");
-}
-
 fn cap() -> QpCap {
     QpCap {
         max_send_wr: 64,
@@ -86,17 +69,6 @@ fn cap() -> QpCap {
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 64,
-    }
-}
-
-fn poll_all(cq: &mut CompletionQueue<'_, SimBus>, out: &mut Vec<WorkCompletion>) {
-    let mut wc = [WorkCompletion::default(); 64];
-    loop {
-        let k = cq.poll(&mut wc);
-        out.extend_from_slice(&wc[..k]);
-        if k == 0 {
-            break;
-        }
     }
 }
 
@@ -174,8 +146,7 @@ fn run(imp: Impairments) -> Outcome {
         .create_qp(&QpInitAttr::new(&cqb, &cqb, cap()).with_type(QpType::Uc))
         .unwrap();
     assert_eq!(qa.qp_type(), QpType::Uc);
-    uc_up(&mut qa, &gb, qb.qp_num(), SQ_PSN, SQ_PSN);
-    uc_up(&mut qb, &ga, qa.qp_num(), SQ_PSN, SQ_PSN);
+    connect_uc(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024, SQ_PSN);
     for i in 0..N {
         src.write(i * SLOT, &data(i));
     }

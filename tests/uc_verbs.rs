@@ -89,17 +89,7 @@ fn uc_attributes_and_unsupported_operations() {
     assert_eq!(info.rq_psn, 7);
     assert_eq!(info.access, A::REMOTE_WRITE);
 
-    qb.to_init(1, A::REMOTE_WRITE).unwrap();
-    qb.modify(
-        QpState::Rtr,
-        &QpAttr::new()
-            .av(AddressVector::new(ga.gid, ga.mac, 0))
-            .path_mtu(Mtu::Mtu1024)
-            .dest_qpn(qa.qp_num())
-            .rq_psn(9),
-    )
-    .unwrap();
-    qb.modify(QpState::Rts, &QpAttr::new().sq_psn(7)).unwrap();
+    uc_to_rts(&mut qb, &ga, qa.qp_num(), 9, 7, Mtu::Mtu1024);
 
     // READ and atomics: typed errors, nothing posted.
     let mr = pa.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
@@ -172,20 +162,7 @@ fn uc_write_segmented_by_mtu() {
     let mut qb = pb
         .create_qp(&QpInitAttr::new(&cqb, &cqb, cap).with_type(QpType::Uc))
         .unwrap();
-    let (na, nb) = (qa.qp_num(), qb.qp_num());
-    for (q, peer, peer_qpn) in [(&mut qa, &gb, nb), (&mut qb, &ga, na)] {
-        q.to_init(1, A::REMOTE_WRITE).unwrap();
-        q.modify(
-            QpState::Rtr,
-            &QpAttr::new()
-                .av(AddressVector::new(peer.gid, peer.mac, 0))
-                .path_mtu(Mtu::Mtu256)
-                .dest_qpn(peer_qpn)
-                .rq_psn(0x10),
-        )
-        .unwrap();
-        q.modify(QpState::Rts, &QpAttr::new().sq_psn(0x10)).unwrap();
-    }
+    connect_uc(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu256, 0x10);
     let src = pa.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
     let dst = pb.alloc_mr(4096, A::LOCAL_WRITE | A::REMOTE_WRITE).unwrap();
     let data = pattern(1000, 3);

@@ -17,9 +17,21 @@ pub struct Net {
 
 /// Two deterministic NICs on one fabric.
 pub fn net() -> Net {
+    net_with(false)
+}
+
+/// Two NICs on one fabric, deterministic (stepped by the fabric) or `threaded`.
+pub fn net_with(threaded: bool) -> Net {
+    let cfg = |seed| {
+        if threaded {
+            SimConfig::threaded(seed, 1)
+        } else {
+            SimConfig::deterministic(seed, 1)
+        }
+    };
     let fabric = Fabric::new(1);
-    let a = Sim::new(SimConfig::deterministic(11, 1));
-    let b = Sim::new(SimConfig::deterministic(22, 1));
+    let a = Sim::new(cfg(11));
+    let b = Sim::new(cfg(22));
     fabric.attach(&a);
     fabric.attach(&b);
     Net { fabric, a, b }
@@ -72,6 +84,22 @@ pub fn to_rts(
         ..RtsAttr::new(psn.1)
     })
     .expect("RTS");
+}
+
+/// RESET → INIT → RTR → RTS towards QP `peer_qpn` at `peer` for SENDs: no remote
+/// access, one RDMA READ / atomic in flight each way; `psn` = (expected, first sent).
+pub fn to_rts_send(q: &mut QueuePair<'_, SimBus>, peer: &GidEntry, peer_qpn: u32, psn: (u32, u32)) {
+    q.to_init(1, AccessFlags::empty()).expect("INIT");
+    q.to_rtr(&RtrAttr {
+        av: AddressVector::new(peer.gid, peer.mac, 0),
+        path_mtu: Mtu::Mtu1024,
+        dest_qpn: peer_qpn,
+        rq_psn: psn.0,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 1,
+    })
+    .expect("RTR");
+    q.to_rts(&RtsAttr::new(psn.1)).expect("RTS");
 }
 
 /// Runs the fabric and polls `cq` until one completion arrives.

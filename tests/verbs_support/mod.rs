@@ -177,6 +177,31 @@ pub fn to_rts<B: ferroverbs_hw::Bus>(
     to_rts_with(q, peer, peer_qpn, rq_psn, mtu, access, &rts);
 }
 
+/// Takes `q` from RESET to RTS towards QP `peer_qpn` at `peer` (every remote right,
+/// MTU 1024) with these reliability attributes.
+#[allow(clippy::too_many_arguments)]
+pub fn to_rts_reliable<B: ferroverbs_hw::Bus>(
+    q: &mut ferroverbs::verbs::QueuePair<'_, B>,
+    peer: &GidEntry,
+    peer_qpn: u32,
+    rq_psn: u32,
+    sq_psn: u32,
+    timeout: u8,
+    retry_cnt: u8,
+    rnr_retry: u8,
+) {
+    use ferroverbs::verbs::AccessFlags as A;
+    let all = A::REMOTE_READ | A::REMOTE_WRITE | A::REMOTE_ATOMIC;
+    let rts = RtsAttr {
+        sq_psn,
+        timeout,
+        retry_cnt,
+        rnr_retry,
+        max_rd_atomic: 4,
+    };
+    to_rts_with(q, peer, peer_qpn, rq_psn, Mtu::Mtu1024, all, &rts);
+}
+
 /// Takes `q` from RESET to RTS towards QP `peer_qpn` at `peer` with the RTS
 /// attributes `rts` (reliability: timeout, retry_cnt, rnr_retry, ...).
 pub fn to_rts_with<B: ferroverbs_hw::Bus>(
@@ -199,6 +224,62 @@ pub fn to_rts_with<B: ferroverbs_hw::Bus>(
     })
     .expect("RTR");
     q.to_rts(rts).expect("RTS");
+}
+
+/// Takes the UC QP `q` from RESET to RTS towards QP `peer_qpn` at `peer` (remote
+/// WRITE rights; no RC-only attribute: UC's RTR takes no `max_dest_rd_atomic` or
+/// `min_rnr_timer`, its RTS no timeout or retry counts).
+pub fn uc_to_rts<B: ferroverbs_hw::Bus>(
+    q: &mut ferroverbs::verbs::QueuePair<'_, B>,
+    peer: &GidEntry,
+    peer_qpn: u32,
+    rq_psn: u32,
+    sq_psn: u32,
+    mtu: Mtu,
+) {
+    use ferroverbs::verbs::{AccessFlags, QpAttr, QpState};
+    q.to_init(1, AccessFlags::REMOTE_WRITE).expect("INIT");
+    q.modify(
+        QpState::Rtr,
+        &QpAttr::new()
+            .av(AddressVector::new(peer.gid, peer.mac, 0))
+            .path_mtu(mtu)
+            .dest_qpn(peer_qpn)
+            .rq_psn(rq_psn),
+    )
+    .expect("RTR");
+    q.modify(QpState::Rts, &QpAttr::new().sq_psn(sq_psn))
+        .expect("RTS");
+}
+
+/// Connects the UC QPs `qa` (whose peer is `gb`) and `qb` (peer `ga`), every PSN
+/// `psn`, path MTU `mtu`.
+pub fn connect_uc<B: ferroverbs_hw::Bus>(
+    qa: &mut ferroverbs::verbs::QueuePair<'_, B>,
+    ga: &GidEntry,
+    qb: &mut ferroverbs::verbs::QueuePair<'_, B>,
+    gb: &GidEntry,
+    mtu: Mtu,
+    psn: u32,
+) {
+    let (na, nb) = (qa.qp_num(), qb.qp_num());
+    uc_to_rts(qa, gb, nb, psn, psn, mtu);
+    uc_to_rts(qb, ga, na, psn, psn, mtu);
+}
+
+/// Takes every completion `cq` holds into `out`.
+pub fn poll_all<B: ferroverbs_hw::Bus>(
+    cq: &mut ferroverbs::verbs::CompletionQueue<'_, B>,
+    out: &mut Vec<ferroverbs::verbs::WorkCompletion>,
+) {
+    let mut wc = [ferroverbs::verbs::WorkCompletion::default(); 64];
+    loop {
+        let k = cq.poll(&mut wc);
+        out.extend_from_slice(&wc[..k]);
+        if k == 0 {
+            break;
+        }
+    }
 }
 
 /// Polls `cq` until `n` completions arrived, letting the fabric run; panics after 10 s.
