@@ -25,6 +25,19 @@ use ferroverbs_sim::wire::frame::Frame;
 /// ACK timeout code 10: 4.096 µs × 2^10.
 const T10: Duration = Duration::from_nanos(4096 << 10);
 
+/// A signaled RDMA READ of `len` bytes from the start of `remote` into `rd` at `off`.
+fn read_wqe(qpn: u32, remote: &Mr, rd: &Mr, off: usize, len: u32) -> Vec<u8> {
+    rdma_wqe(
+        qpn,
+        true,
+        remote.va,
+        remote.key,
+        &[sge(rd, off, len)],
+        None,
+        SIG,
+    )
+}
+
 fn pair(f: impl FnOnce(&mut Conn)) -> Pair {
     let mut c = Conn {
         ack_timeout: 10,
@@ -237,18 +250,7 @@ fn implied_nak_exceeded_and_not_exceeded() {
         let (am, bm) = (p.a.mac, p.b.mac);
         // The READ executes at B, its response is lost.
         p.fabric.partition(bm, am, true);
-        let read = p.a.post(
-            &mut p.qa,
-            &rdma_wqe(
-                qpn,
-                true,
-                remote.va,
-                remote.key,
-                &[sge(&rd, 0, 12)],
-                None,
-                SIG,
-            ),
-        );
+        let read = p.a.post(&mut p.qa, &read_wqe(qpn, &remote, &rd, 0, 12));
         p.fabric.run_until_idle();
         p.fabric.partition(bm, am, false);
         // The SEND after it is acknowledged: the ACK skips the READ's response.
@@ -335,36 +337,14 @@ fn a_bad_read_response_fails_with_bad_resp_err() {
     let remote = p.b.reg_mr(8192, ALL);
     p.fabric.capture(Some(64));
     // A one-packet READ, to capture a READ_RESPONSE_ONLY.
-    p.a.post(
-        &mut p.qa,
-        &rdma_wqe(
-            qpn,
-            true,
-            remote.va,
-            remote.key,
-            &[sge(&rd, 0, 100)],
-            None,
-            SIG,
-        ),
-    );
+    p.a.post(&mut p.qa, &read_wqe(qpn, &remote, &rd, 0, 100));
     p.fabric.run_until_idle();
     assert_eq!(cqes(&p.a, &mut p.acq.0).len(), 1);
     let only = frames(&p, p.b.mac, 0x10).remove(0);
     // A three-packet READ whose responses are lost; a ONLY response where FIRST is due.
     let (am, bm) = (p.a.mac, p.b.mac);
     p.fabric.partition(bm, am, true);
-    let idx = p.a.post(
-        &mut p.qa,
-        &rdma_wqe(
-            qpn,
-            true,
-            remote.va,
-            remote.key,
-            &[sge(&rd, 0, 3000)],
-            None,
-            SIG,
-        ),
-    );
+    let idx = p.a.post(&mut p.qa, &read_wqe(qpn, &remote, &rd, 0, 3000));
     p.fabric.run_until_idle();
     let req = frames(&p, am, 0x0c).remove(0);
     p.fabric.partition(bm, am, false);
@@ -512,18 +492,7 @@ fn a_partial_read_is_retried_for_its_tail() {
     p.fabric
         .impair(bm, am, Impairments::new().drop_frames(1, 1));
     p.fabric.capture(Some(64));
-    let idx = p.a.post(
-        &mut p.qa,
-        &rdma_wqe(
-            qpn,
-            true,
-            remote.va,
-            remote.key,
-            &[sge(&rd, 0, 3000)],
-            None,
-            SIG,
-        ),
-    );
+    let idx = p.a.post(&mut p.qa, &read_wqe(qpn, &remote, &rd, 0, 3000));
     p.fabric.run_until_idle();
     ok(&cqes(&p.a, &mut p.acq.0)[0], idx);
     assert_eq!(p.a.mr_read(&rd, 0, 3000), data);
@@ -579,18 +548,7 @@ fn max_rd_atomic_limits_outstanding_reads() {
     let (am, bm) = (p.a.mac, p.b.mac);
     p.fabric.partition(bm, am, true);
     for k in 0..4 {
-        p.a.post(
-            &mut p.qa,
-            &rdma_wqe(
-                qpn,
-                true,
-                remote.va,
-                remote.key,
-                &[sge(&rd, k * 64, 64)],
-                None,
-                SIG,
-            ),
-        );
+        p.a.post(&mut p.qa, &read_wqe(qpn, &remote, &rd, k * 64, 64));
     }
     p.fabric.run_until_idle();
     // One READ outstanding: one request on the wire.
@@ -616,18 +574,7 @@ fn max_dest_rd_atomic_bounds_the_replay_cache() {
         let (am, bm) = (p.a.mac, p.b.mac);
         p.fabric.partition(bm, am, true);
         for k in 0..2 {
-            p.a.post(
-                &mut p.qa,
-                &rdma_wqe(
-                    qpn,
-                    true,
-                    remote.va,
-                    remote.key,
-                    &[sge(&rd, k * 64, 64)],
-                    None,
-                    SIG,
-                ),
-            );
+            p.a.post(&mut p.qa, &read_wqe(qpn, &remote, &rd, k * 64, 64));
         }
         p.fabric.run_until_idle();
         p.fabric.partition(bm, am, false);
