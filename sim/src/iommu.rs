@@ -682,35 +682,50 @@ unsafe fn volatile_write_entry64(dst: *mut u8, e: &[u8; 64]) {
 /// `src..src + dst.len()` must be valid for reads.
 unsafe fn volatile_read(src: *const u8, dst: &mut [u8]) {
     let d = dst.as_mut_ptr();
-    read_pieces(src as usize, dst.len(), |i, width| {
-        // SAFETY (every arm): `read_pieces` calls with `i + width <= dst.len()` and
-        // `src + i` a multiple of `width`, so the load is aligned for its type and
-        // inside the range the caller vouched for, and the (unaligned) store lies
-        // inside `dst`.
-        unsafe {
-            match width {
-                8 => d
-                    .add(i)
-                    .cast::<u64>()
-                    .write_unaligned((src.add(i) as *const u64).read_volatile()),
-                4 => d
-                    .add(i)
-                    .cast::<u32>()
-                    .write_unaligned((src.add(i) as *const u32).read_volatile()),
-                2 => d
-                    .add(i)
-                    .cast::<u16>()
-                    .write_unaligned((src.add(i) as *const u16).read_volatile()),
-                _ => *d.add(i) = src.add(i).read_volatile(),
+    read_pieces(
+        src as usize,
+        dst.len(),
+        |i, width| {
+            // SAFETY (every arm): `read_pieces` calls with `i + width <= dst.len()`
+            // and `src + i` a multiple of `width`, so the load is aligned for its type
+            // and inside the range the caller vouched for, and the (unaligned) store
+            // lies inside `dst`.
+            unsafe {
+                match width {
+                    4 => d
+                        .add(i)
+                        .cast::<u32>()
+                        .write_unaligned((src.add(i) as *const u32).read_volatile()),
+                    2 => d
+                        .add(i)
+                        .cast::<u16>()
+                        .write_unaligned((src.add(i) as *const u16).read_volatile()),
+                    _ => *d.add(i) = src.add(i).read_volatile(),
+                }
             }
-        }
-    });
+        },
+        |i, words| {
+            let mut p = src.wrapping_add(i) as *const u64;
+            let mut q = d.wrapping_add(i) as *mut u64;
+            for _ in 0..words {
+                // SAFETY: `read_pieces` calls with `src + i` 8-aligned and
+                // `i + 8 * words <= dst.len()`: the k-th load is the aligned word at
+                // `src + i + 8k` inside the caller's range, the store inside `dst`.
+                unsafe {
+                    q.write_unaligned(p.read_volatile());
+                    p = p.add(1);
+                    q = q.add(1);
+                }
+            }
+        },
+    );
 }
 
-/// The loads of a device read of `n` bytes at host address `addr`, in order: calls
-/// `load(offset, width)` for pieces covering `0..n` exactly, each of width 1, 2, 4 or
-/// 8 at an address that is a multiple of its width, the widest that fits (bytes, then
-/// 2- and 4-byte words up to the first 8-byte boundary; 8-byte words; then 4, 2, 1).
+/// The loads of a device read of `n` bytes at host address `addr`, in order: pieces
+/// covering `0..n` exactly, each of width 1, 2, 4 or 8 at an address that is a
+/// multiple of its width, the widest that fits: bytes and 2- and 4-byte words up to
+/// the first 8-byte boundary (`load(offset, width)`), then `words` 8-byte words from
+/// there (`load8(offset, words)`), then a 4-, a 2- and a 1-byte piece as they fit.
 ///
 /// So every naturally aligned 2-, 4- or 8-byte field inside the range is read by one
 /// load and is never seen half old, half new while the driver stores it (as a NIC
@@ -720,7 +735,12 @@ unsafe fn volatile_read(src: *const u8, dst: &mut [u8]) {
 /// stale WQEs as posted (the stale-payload failure of session 3,
 /// docs/performance.md §7.5.2).
 #[inline(always)]
-fn read_pieces(addr: usize, n: usize, mut load: impl FnMut(usize, usize)) {
+fn read_pieces(
+    addr: usize,
+    n: usize,
+    mut load: impl FnMut(usize, usize),
+    load8: impl FnOnce(usize, usize),
+) {
     let mut i = 0;
     while i < n && !(addr + i).is_multiple_of(8) {
         let a = addr + i;
@@ -734,9 +754,10 @@ fn read_pieces(addr: usize, n: usize, mut load: impl FnMut(usize, usize)) {
         load(i, w);
         i += w;
     }
-    while i + 8 <= n {
-        load(i, 8);
-        i += 8;
+    let words = (n - i) / 8;
+    if words > 0 {
+        load8(i, words);
+        i += 8 * words;
     }
     if i + 4 <= n {
         load(i, 4);
@@ -792,9 +813,14 @@ mod tests {
     #[test]
     fn device_reads_take_aligned_words_whole() {
         let plan = |addr: usize, n: usize| {
-            let mut v = Vec::new();
-            read_pieces(addr, n, |i, w| v.push((i, w)));
-            v
+            let v = std::cell::RefCell::new(Vec::new());
+            read_pieces(
+                addr,
+                n,
+                |i, w| v.borrow_mut().push((i, w)),
+                |i, words| v.borrow_mut().extend((0..words).map(|k| (i + 8 * k, 8))),
+            );
+            v.into_inner()
         };
         // The doorbell records: RQ at `dbr` (8-aligned), SQ at `dbr + 4`.
         assert_eq!(plan(0x1000, 4), [(0, 4)]);
