@@ -12,7 +12,7 @@ BIN=target/release/examples/fastpath_icount
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 printf '%-8s %12s %10s %s\n' case Ir iterations Ir/op
-CASES=${CASES:-inline inline_db send send_db list16 recv poll empty t_inline t_inline_db t_send t_send_db t_list16 t_poll t_empty}
+CASES=${CASES:-inline inline_db send send_db list16 recv poll empty t_inline t_inline_db t_send t_send_db t_list16 t_poll t_empty o_inline o_inline_db o_send o_send_db}
 for c in $CASES; do
     fn='*icount_post_send*'
     case $c in
@@ -22,6 +22,8 @@ for c in $CASES; do
         t_inline*) fn='*icount_post_typed_inline*' ;;
         t_send*) fn='*icount_post_typed_send*' ;;
         t_list16) fn='*icount_post_typed_list*' ;;
+        o_inline*) fn='*icount_post_one_inline*' ;;
+        o_send*) fn='*icount_post_one_send*' ;;
     esac
     valgrind --tool=callgrind --toggle-collect="$fn" \
         --callgrind-out-file="$OUT/$c.out" "$BIN" "$c" "$N" >/dev/null 2>"$OUT/$c.log"

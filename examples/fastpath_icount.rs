@@ -25,6 +25,8 @@
 //!   `ring()` (BlueFlame; 8-byte doorbell);
 //! * `t_send`, `t_send_db`: the same with one gather entry;
 //! * `t_list16`: one batch of 16 `send`s (the last signaled), one doorbell;
+//! * `o_inline`, `o_inline_db`, `o_send`, `o_send_db`: the one-request entries
+//!   `qp.send_inline(...)` / `qp.send(...)` (a batch of one, rung), same requests;
 //! * `t_poll`: `poll_one` taking one CQE;
 //! * `t_empty`: `poll_one` of an empty CQ.
 use std::hint::black_box;
@@ -76,6 +78,20 @@ fn icount_post_typed_send(qp: &mut DetachedQp<MemBus>, wr_id: u64, sge: &Sge) {
         failed(&e);
     }
     b.ring();
+}
+
+#[inline(never)]
+fn icount_post_one_inline(qp: &mut DetachedQp<MemBus>, wr_id: u64, data: &[u8]) {
+    if let Err(e) = qp.send_inline(wr_id, black_box(data), SendFlags::SIGNALED) {
+        failed(&e);
+    }
+}
+
+#[inline(never)]
+fn icount_post_one_send(qp: &mut DetachedQp<MemBus>, wr_id: u64, sge: &Sge) {
+    if let Err(e) = qp.send(wr_id, black_box(sge), SendFlags::SIGNALED) {
+        failed(&e);
+    }
 }
 
 #[inline(never)]
@@ -212,6 +228,20 @@ fn main() {
                 assert_eq!(wc[0].wr_id, 1);
             }
         }
+        "o_inline" | "o_send" | "o_inline_db" | "o_send_db" => {
+            for i in 0..iters {
+                let idx = qp.next_send_index();
+                if case.starts_with("o_inline") {
+                    icount_post_one_inline(&mut qp, 1, &payload);
+                } else {
+                    icount_post_one_send(&mut qp, 1, &sge[0]);
+                }
+                cq.produce_send(0x77, idx, MLX5_OPCODE_SEND);
+                let n = cq.poll(&mut wc);
+                assert_eq!(n, 1, "iteration {i}");
+                assert_eq!(wc[0].wr_id, 1);
+            }
+        }
         "t_list16" => {
             let sges = [sge[0]; 16];
             for _ in 0..iters {
@@ -240,7 +270,8 @@ fn main() {
         other => {
             eprintln!(
                 "unknown case {other}: inline, inline_db, send, send_db, list16, recv, poll, \
-                 empty, t_inline, t_inline_db, t_send, t_send_db, t_list16, t_poll, t_empty"
+                 empty, t_inline, t_inline_db, t_send, t_send_db, t_list16, t_poll, t_empty, o_inline, \
+                 o_inline_db, o_send, o_send_db"
             );
             std::process::exit(2);
         }

@@ -2,6 +2,7 @@
 //! `post_send` (one inline SEND, a list of 16 gather SENDs, RDMA and atomic requests),
 //! `post_recv`, `poll` (hits and misses), and the typed entries (`QueuePair::post`
 //! batches: `send_inline`, `send`, `write_imm`, ... `ring`, a batch published on drop;
+//! the one-request `QueuePair::send_inline` and `QueuePair::send`;
 //! `CompletionQueue::poll_one`) of the verbs code over `MemBus`, with the
 //! test playing the device (`verbs::fastpath`); and the same calls on real QPs and CQs
 //! of two simulated NICs (whose doorbells the simulator services on the posting
@@ -116,7 +117,14 @@ fn post_and_poll_allocate_nothing() {
             }
             let last = qp.next_send_index().wrapping_sub(1);
             cq.produce_send(7, last, MLX5_OPCODE_SEND);
-            for _ in 0..4 {
+            // The one-request entries: an inline SEND and a gather SEND, each rung.
+            let idx = qp.next_send_index();
+            qp.send_inline(20, &payload, SendFlags::SIGNALED).unwrap();
+            cq.produce_send(7, idx, MLX5_OPCODE_SEND);
+            let idx = qp.next_send_index();
+            qp.send(21, &sge[0], SendFlags::SIGNALED).unwrap();
+            cq.produce_send(7, idx, MLX5_OPCODE_SEND);
+            for _ in 0..6 {
                 assert!(cq.poll_one().is_some());
             }
             assert!(cq.poll_one().is_none());
@@ -206,6 +214,9 @@ fn verbs_objects_on_the_simulator_allocate_nothing_in_steady_state() {
             b.send_inline(4, &payload, SendFlags::SIGNALED).unwrap();
             b.ring();
         });
+        // And the one-request entry (its doorbell through the simulator's bus).
+        run(&mut || qb.post_recv(&[RecvWr::new(5, &sg)]).unwrap());
+        run(&mut || qa.send_inline(6, &payload, SendFlags::SIGNALED).unwrap());
         let mut got = (None, None);
         while got.0.is_none() || got.1.is_none() {
             fabric.run_until_idle();
@@ -217,6 +228,17 @@ fn verbs_objects_on_the_simulator_allocate_nothing_in_steady_state() {
         let (r, s) = (got.0.unwrap(), got.1.unwrap());
         assert!(r.is_ok() && s.is_ok());
         assert_eq!((r.wr_id, r.byte_len, s.wr_id), (3, 64, 4));
+        let mut got = (None, None);
+        while got.0.is_none() || got.1.is_none() {
+            fabric.run_until_idle();
+            run(&mut || {
+                got.0 = got.0.or(cqb.poll_one());
+                got.1 = got.1.or(cqa.poll_one());
+            });
+        }
+        let (r, s) = (got.0.unwrap(), got.1.unwrap());
+        assert!(r.is_ok() && s.is_ok());
+        assert_eq!((r.wr_id, r.byte_len, s.wr_id), (5, 64, 6));
         n
     };
     // Warm up (the simulator's frame pool fills), then count.

@@ -35,8 +35,9 @@ pub use cq::{CompletionQueue, CqConfig};
 pub use mem::{DoorbellWord, QueueMem, Region, Word};
 pub use rq::{ReceiveQueue, RqConfig};
 pub use sq::{
-    use_blueflame, BlueFlameReg, Doorbell, LastWqe, PostedWqe, QpType, RemoteAddr, SendData,
-    SendFlags, SendOp, SendQueue, SendWr, SqConfig, SqCursor, UdAddress, WqeSlots,
+    use_blueflame, BlueFlameReg, Doorbell, DoorbellRegs, LastWqe, PendingDoorbell, PostedWqe,
+    QpType, RemoteAddr, SendData, SendFlags, SendOp, SendQueue, SendWr, SqConfig, SqCursor,
+    UdAddress, WqeSlots,
 };
 
 /// One scatter/gather element: `length` bytes at `addr` of the memory region `lkey`.

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 mod fast;
-pub use fast::{SqCursor, WqeSlots};
+pub use fast::{DoorbellRegs, PendingDoorbell, SqCursor, WqeSlots};
 
 /// Largest SQ in WQEBBs for which 16-bit counter differences stay unambiguous
 /// (`qpc.log_sq_size` cannot describe a larger one anyway).

@@ -316,40 +316,57 @@ impl<B: Bus> Context<B> {
 }
 
 impl<B: Bus> Queues<B> {
-    /// Bookkeeping of a post of `nreq` send WRs (after its doorbell), the last of
-    /// which is the WQE at `last`, leaving the producer counter at `cur`: the posted
-    /// count and the depth high-water mark.
+    /// Bookkeeping of a post of `nreq` send WRs (between its doorbell record and its
+    /// doorbell), the first of which is the WQE at `start` and the last the WQE at
+    /// `last`, leaving the producer counter at `cur`: the posted count and the depth
+    /// high-water mark.
     ///
-    /// Within a batch the depth only grows, so measuring it once here, after the
-    /// doorbell, is exact. The depth is `cur_post` minus the end of the last WQE the
-    /// CQ published as completed (`sq_done`). When that WQE is the last one of the
-    /// previous post (the common case: post, complete, post again), its end is known
-    /// from that post (`hwm_prev`: `DONE | index` and the end), with no memory
-    /// access; otherwise the bound `cur_post - last_completed - 1` (exact when that
-    /// WQE took one WQEBB, too large otherwise) decides, and only when it exceeds the
-    /// mark does the cold path read the WQE's control segment and measure exactly.
+    /// Within a batch the depth only grows, so measuring it once here is exact. The
+    /// depth is `cur_post` minus the end of the last WQE the CQ published as
+    /// completed (`sq_done`). When that WQE is the last one of the previous post
+    /// (the common case: post, complete, post again; `hwm_prev` is `DONE | its
+    /// index`), it ended where this post started: every post comes here, so nothing
+    /// was written between them. Otherwise the bound `cur_post - last_completed - 1`
+    /// (exact when that WQE took one WQEBB, too large otherwise) decides, and only
+    /// when it exceeds the mark does the cold path read the WQE's control segment
+    /// and measure exactly.
     #[inline(always)]
-    pub(crate) fn note_posted(&mut self, nreq: u32, last: u16, cur: u16) {
+    pub(crate) fn note_posted(&mut self, nreq: u32, last: u16, start: u16, cur: u16) {
+        let d = self.shared.sq_done.load(Ordering::Relaxed);
+        self.note_posted_with(nreq, last, start, cur, d);
+    }
+
+    /// [`Queues::note_posted`] with the completion `d` read (`sq_done`).
+    #[inline(always)]
+    pub(crate) fn note_posted_with(&mut self, nreq: u32, last: u16, start: u16, cur: u16, d: u32) {
+        if d == self.hwm_prev {
+            self.note_posted_prev(nreq, last, start, cur);
+        } else {
+            debug_assert_eq!(cur, self.sq.cur_post());
+            self.posted += u64::from(nreq);
+            self.note_depth_slow(d, cur);
+            self.hwm_prev = DONE | u32::from(last);
+        }
+    }
+
+    /// [`Queues::note_posted`] when the completion the CQ published (`sq_done`) is
+    /// `hwm_prev`, the previous post's last WQE (or none, both 0): it ended where this
+    /// post started, so the depth is `cur - start`.
+    #[inline(always)]
+    pub(crate) fn note_posted_prev(&mut self, nreq: u32, last: u16, start: u16, cur: u16) {
         debug_assert_eq!(cur, self.sq.cur_post());
         self.posted += u64::from(nreq);
-        let d = self.shared.sq_done.load(Ordering::Relaxed);
-        let (prev, prev_end) = self.hwm_prev;
-        if d == prev {
-            // `prev` has the DONE bit (or is 0, which no `sq_done` with DONE equals):
-            // the completed WQE is the previous post's last, which ended at `prev_end`.
-            let depth = cur.wrapping_sub(prev_end);
-            if depth > self.sq_hwm {
-                self.sq_hwm = depth;
-            }
-        } else {
-            self.note_depth_slow(d, cur);
+        let depth = cur.wrapping_sub(start);
+        if depth > self.sq_hwm {
+            self.sq_hwm = depth;
         }
-        self.hwm_prev = (DONE | u32::from(last), cur);
+        self.hwm_prev = DONE | u32::from(last);
     }
 
     /// [`Queues::note_posted`] when the completion the CQ published is not the
     /// previous post's last WQE: the bound, then the control segment, then the walk.
-    #[inline(always)]
+    #[cold]
+    #[inline(never)]
     fn note_depth_slow(&mut self, d: u32, cur: u16) {
         let bound = if d & DONE != 0 {
             cur.wrapping_sub(d as u16).wrapping_sub(1)

@@ -559,43 +559,68 @@ impl CqeAt<'_> {
 }
 
 /// The send ring of a QP as the typed entries ([`SendBatch`](super::SendBatch)) write
-/// it, with every bound proved once, here, at creation instead of per store:
+/// it, with every bound proved once, here, instead of per store:
 ///
-/// * the ring holds `mask + 1` WQEBBs (a power of two) of 64 bytes, and a WQE
-///   index's slot is `index & mask`, so its first WQEBB is always inside the ring;
-/// * the `wr_id` table has `mask + 1` entries, so `index & mask` is always inside it;
+/// * the ring holds `mask + 1` WQEBBs (a power of two) of 64 bytes, and the `wr_id`
+///   table `mask + 1` entries;
+/// * the **position** of the next WQE: its slot `s` as two pointers (`wqe = ring +
+///   64 * s`, `id = ids + s`) and `left`, the WQEBBs the typed entries may still
+///   take from there, with `s + left <= mask + 1`: a WQE of `n <= left` WQEBBs lies
+///   inside the ring and before its end, and so does its `wr_id` entry. `left` is
+///   also the **post budget**: the QP places the position with at most the WQEBBs
+///   it knows free, and with 0 when its state forbids posting, so one
+///   subtract-and-branch per WQE checks the state, the room and the bound at once
+///   (0 sends every request to the out-of-line path, which checks exactly);
 /// * the doorbell register, when the bus lets the driver store to it directly
-///   ([`Bus::direct_reg`]), is `reg_len` bytes of words; each store checks its offset
-///   against that length (one compare; the offset is the BlueFlame half in use).
+///   ([`Bus::direct_reg`]): a power of two of bytes, so a store at `off &
+///   (len - 8)` is inside it with no compare.
 ///
 /// The owner keeps the ring's DMA buffer, the `wr_id` table and the bus alive;
-/// [`SqSlots::view`] hands out a [`Slots`] copy of the pointers for one batch,
-/// borrowed from the owner, so that a list of posts keeps them in registers (stores
-/// through raw pointers would otherwise force the compiler to reload them from the
-/// queue after each WQE).
+/// [`SqSlots::open`] hands out a [`Slots`] for one batch (a copy of the position,
+/// kept in registers, and a borrow of the owner to save it back).
 pub(crate) struct SqSlots<B: Bus> {
-    ring: NonNull<u8>,
-    ids: NonNull<AtomicU64>,
-    mask: u32,
-    reg: DirectReg,
+    fixed: SlotsFixed,
+    pos: SlotPos,
     _buf: Arc<DmaBuf<B>>,
     _ids: Arc<[AtomicU64]>,
     _bus: Arc<B>,
+}
+
+/// What does not change: the ring, the table, the register.
+struct SlotsFixed {
+    ring: NonNull<u8>,
+    ids: NonNull<AtomicU64>,
+    mask: u32,
+    /// The direct register, or `None`.
+    reg: Option<NonNull<AtomicU64>>,
+    /// `reg_len - 8` (the register is a power of two of bytes): `off & reg_mask` is
+    /// a word inside it.
+    reg_mask: usize,
+}
+
+/// A position in the ring (see [`SqSlots`]): `wqe = ring + 64 * s`, `id = ids + s`,
+/// `s + left <= mask + 1`.
+#[derive(Clone, Copy)]
+struct SlotPos {
+    wqe: *mut u8,
+    id: *const AtomicU64,
+    left: u32,
 }
 
 // SAFETY: the owner keeps its allocations alive (the Arcs); the ring bytes are used
 // as `FastMem`'s are (module doc: written only by the QP's owner, through `&mut` of
 // the QP), the `wr_id` table and the register words only atomically.
 unsafe impl<B: Bus> Send for SqSlots<B> {}
-// SAFETY: as for `Send`; a shared `SqSlots` is only used through the `&mut` of the QP
-// that owns it (its batch), so two threads never write the ring through it at once.
+// SAFETY: as for `Send`; the ring is only written through `&mut SqSlots`.
 unsafe impl<B: Bus> Sync for SqSlots<B> {}
 
 impl<B: Bus> SqSlots<B> {
     /// The send ring of `wqebbs` WQEBBs at byte `off` of `buf`, its `wr_id` table
     /// `ids`, and the doorbell register of `reg_len` bytes at BAR0 offset `reg` of
-    /// `bus` (used directly only if the bus allows it). `None` unless `wqebbs` is a
-    /// power of two, the ring lies inside `buf` and the table has `wqebbs` entries.
+    /// `bus` (used directly only if the bus allows it and `reg_len` is a power of
+    /// two). `None` unless `wqebbs` is a power of two, the ring lies inside `buf`
+    /// and the table has `wqebbs` entries. The position is slot 0 with nothing left
+    /// (the owner places it).
     pub(crate) fn new(
         buf: &Arc<DmaBuf<B>>,
         off: usize,
@@ -612,20 +637,28 @@ impl<B: Bus> SqSlots<B> {
         if end > buf.len() {
             return None;
         }
-        let (reg, reg_words) = match bus.direct_reg(reg, reg_len) {
-            Some(p) => (p, reg_len / 8),
-            // Never dereferenced: every store checks its word against `reg_words`.
-            None => (NonNull::dangling(), 0),
+        let direct = if reg_len.is_power_of_two() && reg_len >= 8 {
+            bus.direct_reg(reg, reg_len)
+        } else {
+            None
         };
+        // In bounds: checked above (`wrapping_add` needs no unsafe).
+        let ring = NonNull::new(buf.as_ptr().wrapping_add(off))?;
+        // A pointer to the whole table, so that it may address every entry.
+        let ids_ptr: NonNull<AtomicU64> = NonNull::from(&ids[..]).cast();
         Some(SqSlots {
-            // In bounds: checked above (`wrapping_add` needs no unsafe).
-            ring: NonNull::new(buf.as_ptr().wrapping_add(off))?,
-            // A pointer to the whole table, so that it may address every entry.
-            ids: NonNull::from(&ids[..]).cast(),
-            mask: wqebbs - 1,
-            reg: DirectReg {
-                ptr: reg,
-                words: reg_words,
+            fixed: SlotsFixed {
+                ring,
+                ids: ids_ptr,
+                mask: wqebbs - 1,
+                reg: direct,
+                reg_mask: reg_len.wrapping_sub(8),
+            },
+            // Slot 0, nothing left: `0 + 0 <= mask + 1`.
+            pos: SlotPos {
+                wqe: ring.as_ptr(),
+                id: ids_ptr.as_ptr(),
+                left: 0,
             },
             _buf: Arc::clone(buf),
             _ids: Arc::clone(ids),
@@ -633,121 +666,172 @@ impl<B: Bus> SqSlots<B> {
         })
     }
 
-    /// A copy of the pointers for one batch (see the type's documentation).
+    /// WQEBBs the typed entries may take without the out-of-line path (0: closed).
     #[inline(always)]
-    pub(crate) fn view(&self) -> Slots<'_> {
+    pub(crate) fn left(&self) -> u32 {
+        self.pos.left
+    }
+
+    /// Closes the fast path (nothing left): the next typed request goes out of line,
+    /// which checks the state and the room exactly and places the position again.
+    /// Whoever changes the QP's state or writes WQEs other than through [`Slots`]
+    /// calls this.
+    #[inline(always)]
+    pub(crate) fn close(&mut self) {
+        self.pos.left = 0;
+    }
+
+    /// The position for one batch (see the type's documentation).
+    #[inline(always)]
+    pub(crate) fn open(&mut self) -> Slots<'_> {
         Slots {
-            ring: self.ring,
-            ids: self.ids,
-            mask: self.mask,
-            reg: &self.reg,
+            pos: self.pos,
+            fixed: &self.fixed,
+            home: &mut self.pos,
+            _home: std::marker::PhantomData,
         }
     }
 }
 
-/// A doorbell register the driver stores to directly ([`Bus::direct_reg`]): `words`
-/// 8-byte words at `ptr`, valid while the bus lives; `words` is 0 (and `ptr`
-/// dangling, never used) when the bus offers none.
-struct DirectReg {
-    ptr: NonNull<AtomicU64>,
-    words: usize,
-}
-
-/// The pointers of a [`SqSlots`], copied for one batch and borrowed from it (so it
-/// cannot outlive the memory): the ring's, which every WQE uses, by value (kept in
-/// registers); the register's, used once per batch, through the owner. Every access
-/// is in bounds by the owner's invariants: see each method.
+/// The position of a [`SqSlots`] for one batch: a copy kept in registers, written
+/// back by [`WqeSlots::save`](crate::ring::WqeSlots::save); every access is in
+/// bounds by the position's invariant (see each method). `Copy`, so that a batch
+/// can hand it to an out-of-line function by value (a reference would keep it in
+/// memory); `home` is the owner's position, mutably borrowed for `'a`.
 #[derive(Clone, Copy)]
 pub(crate) struct Slots<'a> {
-    ring: NonNull<u8>,
-    ids: NonNull<AtomicU64>,
-    mask: u32,
-    reg: &'a DirectReg,
+    pos: SlotPos,
+    fixed: &'a SlotsFixed,
+    home: *mut SlotPos,
+    _home: std::marker::PhantomData<&'a mut SlotPos>,
 }
 
 impl Slots<'_> {
-    /// Byte offset of the slot of WQE index `index`: at most `mask * 64`, so the
-    /// 64 bytes from there are inside the ring (`(mask + 1) * 64` bytes).
+    /// Takes `n` WQEBBs at the position: the WQE's first byte and its `wr_id` entry,
+    /// or `None` (nothing changes) when fewer than `n` are left. On `Some`, the
+    /// `64 * n` bytes at the WQE pointer and the entry are inside the ring and the
+    /// table: `s + n <= s + left <= mask + 1`.
     #[inline(always)]
-    fn slot(self, index: u16) -> usize {
-        (u32::from(index) & self.mask) as usize
-    }
-
-    /// Stores `wr_id` in the table entry of `slot` (`slot <= mask`: in bounds).
-    #[inline(always)]
-    fn store_wr_id(self, slot: usize, wr_id: u64) {
-        debug_assert!(slot <= self.mask as usize);
-        // SAFETY: `slot <= mask` (from `Slots::slot`) and the table has `mask + 1`
-        // entries (checked in `SqSlots::new`), kept alive by the owner this view
-        // borrows; the entries are only accessed atomically.
-        unsafe { (*self.ids.as_ptr().add(slot)).store(wr_id, Ordering::Relaxed) }
+    fn take(&mut self, n: u32) -> Option<(*mut u8, *const AtomicU64)> {
+        let left = self.pos.left.checked_sub(n)?;
+        let (wqe, id) = (self.pos.wqe, self.pos.id);
+        // The new slot `s + n <= mask + 1` (at most one past the ring's last slot,
+        // which `left = 0` then keeps from being used): `wrapping_add` needs no
+        // unsafe, and the invariant holds with `left - n`.
+        self.pos = SlotPos {
+            wqe: wqe.wrapping_add(64 * n as usize),
+            id: id.wrapping_add(n as usize),
+            left,
+        };
+        Some((wqe, id))
     }
 }
 
-impl crate::ring::WqeSlots for Slots<'_> {
+impl<'a> crate::ring::WqeSlots for Slots<'a> {
     #[inline(always)]
-    fn put<const N: usize>(self, index: u16, segs: &[[u8; 16]; N], wr_id: u64) {
-        const { assert!(N >= 1 && N <= 4, "a WQE's leading segments fill one WQEBB") };
-        let slot = self.slot(index);
-        // SAFETY: `slot * 64 + 16 * N <= mask * 64 + 64`, inside the ring of
-        // `(mask + 1) * 64` bytes (`SqSlots::new`), which the owner keeps alive; no
-        // Rust reference points into it; `[[u8; 16]; N]` has alignment 1; the slot
-        // belongs to the driver until the doorbell (module doc).
-        unsafe {
-            self.ring
-                .as_ptr()
-                .add(slot * 64)
-                .cast::<[[u8; 16]; N]>()
-                .write_unaligned(*segs)
-        }
-        self.store_wr_id(slot, wr_id);
+    fn left(&self) -> u32 {
+        self.pos.left
     }
 
     #[inline(always)]
-    fn put_inline<const N: usize>(
-        self,
-        index: u16,
-        segs: &[[u8; 16]; N],
-        data: &[u8],
-        wr_id: u64,
-    ) -> bool {
-        const { assert!(N >= 1 && N <= 3, "leading segments before an inline part") };
-        let slot = self.slot(index);
-        let start = slot * 64;
-        let hdr = start + 16 * N;
-        // The bound, which is also the rule "an inline WQE written here does not
-        // cross the ring end" (the general writer splits those): the header and the
-        // payload end inside the ring.
-        let ring_len = (self.mask as usize + 1) * 64;
-        if data.len() > ring_len - hdr - 4 {
+    fn place(&mut self, index: u16, budget: u32) {
+        let f = self.fixed;
+        let s = u32::from(index) & f.mask;
+        // `s <= mask`, and `left <= mask + 1 - s`: the invariant.
+        self.pos = SlotPos {
+            wqe: f.ring.as_ptr().wrapping_add(64 * s as usize),
+            id: f.ids.as_ptr().wrapping_add(s as usize),
+            left: budget.min(f.mask + 1 - s),
+        };
+    }
+
+    #[inline(always)]
+    fn put<const W: usize>(&mut self, words: &[u64; W], wr_id: u64) -> bool {
+        const { assert!(W >= 2 && W <= 8, "a WQE's leading segments fill one WQEBB") };
+        let Some((wqe, id)) = self.take(1) else {
             return false;
-        }
-        let len = data.len() as u32 | ferroverbs_hw::datapath::wqe::MLX5_INLINE_SEG;
-        // SAFETY: `start + 16 * N <= mask * 64 + 48` and `hdr + 4 + data.len() <=
-        // ring_len` (checked just above), inside the ring the owner keeps alive; no
-        // Rust reference points into it; unaligned stores of alignment-1 arrays; the
-        // slots belong to the driver until the doorbell (module doc).
+        };
+        // SAFETY: `take(1)`: the 64 bytes at `wqe` are inside the ring, and `8 * W <=
+        // 64`; the owner (borrowed by `self`) keeps the ring and the table alive; no
+        // Rust reference points into the ring; unaligned stores of `u64` memory
+        // images; the slot belongs to the driver until the doorbell (module doc); the
+        // table entry is only accessed atomically.
         unsafe {
-            let base = self.ring.as_ptr();
-            base.add(start)
-                .cast::<[[u8; 16]; N]>()
-                .write_unaligned(*segs);
-            base.add(hdr)
-                .cast::<[u8; 4]>()
-                .write_unaligned(len.to_be_bytes());
-            copy_small(base.add(hdr + 4), data);
+            wqe.cast::<[u64; W]>().write_unaligned(*words);
+            (*id).store(wr_id, Ordering::Relaxed);
         }
-        self.store_wr_id(slot, wr_id);
         true
     }
 
     #[inline(always)]
+    fn put_inline<const W: usize>(&mut self, words: &[u64; W], data: &[u8], wr_id: u64) -> bool {
+        const { assert!(W >= 2 && W <= 6 && W.is_multiple_of(2), "leading segments") };
+        // The WQEBBs of the WQE: leading segments, header and payload, rounded up.
+        let n = (8 * W + 4 + 63 + data.len()) >> 6;
+        if n > u32::MAX as usize {
+            return false;
+        }
+        let Some((wqe, id)) = self.take(n as u32) else {
+            return false;
+        };
+        let len = data.len() as u32 | ferroverbs_hw::datapath::wqe::MLX5_INLINE_SEG;
+        // SAFETY: `take(n)`: the `64 * n >= 8 * W + 4 + data.len()` bytes at `wqe` are
+        // inside the ring, which the owner keeps alive; no Rust reference points into
+        // it; unaligned stores; the slots belong to the driver until the doorbell
+        // (module doc); the table entry is only accessed atomically.
+        unsafe {
+            wqe.cast::<[u64; W]>().write_unaligned(*words);
+            let hdr = wqe.add(8 * W);
+            hdr.cast::<[u8; 4]>().write_unaligned(len.to_be_bytes());
+            copy_small(hdr.add(4), data);
+            (*id).store(wr_id, Ordering::Relaxed);
+        }
+        true
+    }
+
+    #[inline(always)]
+    fn save(&mut self) {
+        let p = self.pos;
+        // SAFETY: `home` comes from the `&'a mut` of the owner's position
+        // (`SqSlots::open`), which stays borrowed for `'a` (the `PhantomData`), so
+        // nothing else reads or writes it meanwhile; copies of this `Slots` are
+        // used by one batch on one thread, one after the other. The value keeps the
+        // position's invariant (every `SlotPos` here does). Field by field (a
+        // whole-struct copy would move the padding too).
+        unsafe {
+            (*self.home).wqe = p.wqe;
+            (*self.home).id = p.id;
+            (*self.home).left = p.left;
+        }
+    }
+
+    type Regs = Regs<'a>;
+
+    #[inline(always)]
+    fn regs(&self) -> Regs<'a> {
+        Regs(self.fixed)
+    }
+}
+
+/// The fixed part of a [`SqSlots`] (ring, mask, direct register) for the doorbell,
+/// borrowed from the owner.
+#[derive(Clone, Copy)]
+pub(crate) struct Regs<'a>(&'a SlotsFixed);
+
+impl crate::ring::DoorbellRegs for Regs<'_> {
+    #[inline(always)]
+    fn direct(self) -> bool {
+        self.0.reg.is_some()
+    }
+
+    #[inline(always)]
     fn head(self, index: u16) -> u64 {
-        let slot = self.slot(index);
-        // SAFETY: the first 8 bytes of a slot, inside the ring (see `put`), which the
+        let f = self.0;
+        let slot = (u32::from(index) & f.mask) as usize;
+        // SAFETY: the first 8 bytes of slot `slot <= mask`, inside the ring, which the
         // owner keeps alive; the driver wrote them and the device only reads them.
         u64::from_be_bytes(unsafe {
-            self.ring
+            f.ring
                 .as_ptr()
                 .add(slot * 64)
                 .cast::<[u8; 8]>()
@@ -756,45 +840,48 @@ impl crate::ring::WqeSlots for Slots<'_> {
     }
 
     #[inline(always)]
-    fn db64(self, off: usize, value: u64) -> bool {
+    fn db64(self, off: usize, image: u64) -> bool {
         debug_assert!(off.is_multiple_of(8), "doorbell offsets are whole words");
-        let w = off / 8;
-        let reg = self.reg;
-        if w >= reg.words {
+        let f = self.0;
+        let Some(reg) = f.reg else {
             return false;
-        }
-        // SAFETY: `reg` is the bus's direct register of `reg_words` words
-        // (`Bus::direct_reg`: word-aligned, valid while the bus lives, which the owner
-        // keeps alive), and `w < reg_words` (checked; 0 words when there is none, so a
-        // dangling `reg` is never used). A relaxed atomic store of the memory image,
-        // as the contract says.
-        unsafe { (*reg.ptr.as_ptr().add(w)).store(value.to_be(), Ordering::Relaxed) };
+        };
+        debug_assert!(off <= f.reg_mask, "doorbell offset inside the register");
+        let at = off & f.reg_mask;
+        // SAFETY: `reg` is the bus's direct register of `reg_mask + 8` bytes, a power
+        // of two (`Bus::direct_reg`: word-aligned, valid while the bus lives, which
+        // the owner keeps alive); `at = off & (len - 8)` is a multiple of 8 below
+        // `len` (`reg_mask` has its low 3 bits clear). A relaxed atomic store of the
+        // memory image, as the contract says.
+        unsafe { (*reg.as_ptr().byte_add(at)).store(image, Ordering::Relaxed) };
         true
     }
 
     #[inline(always)]
     fn blueflame(self, index: u16, wqebbs: u16, off: usize) -> bool {
         debug_assert!(off.is_multiple_of(8), "BlueFlame offsets are whole words");
+        let f = self.0;
+        let Some(reg) = f.reg else {
+            return false;
+        };
         let n = usize::from(wqebbs);
+        let words = (f.reg_mask + 8) / 8;
         let w0 = off / 8;
-        // Copied out of the owner before the stores (which could otherwise make the
-        // compiler load it again after each).
-        let (ptr, words) = (self.reg.ptr, self.reg.words);
         if w0 + n * 8 > words {
             return false;
         }
-        let base = self.ring.as_ptr();
+        let base = f.ring.as_ptr();
         for k in 0..n {
-            let slot = self.slot(index.wrapping_add(k as u16));
+            let slot = (u32::from(index.wrapping_add(k as u16)) & f.mask) as usize;
             for w in 0..8 {
-                // SAFETY: the source is word `w` of a slot, inside the ring (see `put`);
-                // the destination word `w0 + 8k + w < w0 + 8n <= reg_words` is inside
-                // the register (checked), valid while the bus lives
+                // SAFETY: the source is word `w` of slot `slot <= mask`, inside the
+                // ring; the destination word `w0 + 8k + w < w0 + 8n <= words` is
+                // inside the register (checked), valid while the bus lives
                 // (`Bus::direct_reg`); relaxed atomic stores of the memory image, in
                 // ascending order.
                 unsafe {
                     let v = base.add(slot * 64 + w * 8).cast::<u64>().read_unaligned();
-                    (*ptr.as_ptr().add(w0 + k * 8 + w)).store(v, Ordering::Relaxed);
+                    (*reg.as_ptr().add(w0 + k * 8 + w)).store(v, Ordering::Relaxed);
                 }
             }
         }
@@ -823,15 +910,8 @@ unsafe fn copy_small(dst: *mut u8, src: &[u8]) {
                 .write_unaligned(s.add(at).cast::<[u8; 16]>().read_unaligned())
         };
         if n > 64 {
-            // 64 < n: 32-byte steps, then the last 32 bytes (overlapping).
-            let mut at = 0;
-            while at + 32 < n {
-                mv16(at);
-                mv16(at + 16);
-                at += 32;
-            }
-            mv16(n - 32);
-            mv16(n - 16);
+            // Out of line, so that the short copies need no registers saved.
+            copy_long(dst, src);
         } else if n > 32 {
             // 32 < n <= 64: the first 32 bytes and the last 32 (overlapping).
             mv16(0);
@@ -857,6 +937,36 @@ unsafe fn copy_small(dst: *mut u8, src: &[u8]) {
             *dst.add(n / 2) = *s.add(n / 2);
             *dst.add(n - 1) = *s.add(n - 1);
         }
+    }
+}
+
+/// [`copy_small`] of more than 64 bytes: 32-byte steps, then the last 32 bytes
+/// (overlapping).
+///
+/// # Safety
+/// As for [`copy_small`], and `src.len() > 64`.
+#[cold]
+#[inline(never)]
+unsafe fn copy_long(dst: *mut u8, src: &[u8]) {
+    let n = src.len();
+    let s = src.as_ptr();
+    debug_assert!(n > 64);
+    // SAFETY: every move reads 16 bytes at `at <= n - 16` of `src` and writes the
+    // same offsets of `dst`, valid by the caller's contract.
+    unsafe {
+        let mv16 = |at: usize| {
+            dst.add(at)
+                .cast::<[u8; 16]>()
+                .write_unaligned(s.add(at).cast::<[u8; 16]>().read_unaligned())
+        };
+        let mut at = 0;
+        while at + 32 < n {
+            mv16(at);
+            mv16(at + 16);
+            at += 32;
+        }
+        mv16(n - 32);
+        mv16(n - 16);
     }
 }
 

@@ -87,6 +87,7 @@ impl<B: Bus> DetachedQp<B> {
     /// Sets the state (no firmware: only what the post paths check).
     pub fn set_state(&mut self, state: QpState) {
         self.q.state = state;
+        self.sq_slots.close();
     }
 
     /// The granted capabilities.
@@ -113,6 +114,7 @@ impl<B: Bus> DetachedQp<B> {
     /// [`QueuePair::post_send`](super::QueuePair::post_send).
     #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), BadWr> {
+        self.sq_slots.close();
         self.q.post_send(wrs)
     }
 
@@ -140,7 +142,33 @@ impl<B: Bus> DetachedQp<B> {
     /// [`QueuePair::post`](super::QueuePair::post): a batch of typed send requests.
     #[inline(always)]
     pub fn post(&mut self) -> std::result::Result<super::SendBatch<'_, B>, super::PostError> {
-        self.q.batch(&self.sq_slots)
+        self.q.batch(&mut self.sq_slots)
+    }
+
+    /// [`QueuePair::send`](super::QueuePair::send): one SEND of a gather entry,
+    /// rung.
+    #[inline(always)]
+    pub fn send(
+        &mut self,
+        wr_id: u64,
+        sge: &super::Sge,
+        flags: super::SendFlags,
+    ) -> std::result::Result<(), super::PostError> {
+        let one = super::post::OneData::Sge(sge);
+        self.q.send_one(&mut self.sq_slots, wr_id, one, flags)
+    }
+
+    /// [`QueuePair::send_inline`](super::QueuePair::send_inline): one inline SEND,
+    /// rung.
+    #[inline(always)]
+    pub fn send_inline(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        flags: super::SendFlags,
+    ) -> std::result::Result<(), super::PostError> {
+        let one = super::post::OneData::Inline(data);
+        self.q.send_one(&mut self.sq_slots, wr_id, one, flags)
     }
 
     /// [`QueuePair::post_recv`](super::QueuePair::post_recv).

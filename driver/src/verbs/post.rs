@@ -48,7 +48,7 @@ use ferroverbs_hw::Bus;
 use super::fastmem::{Slots, SqSlots};
 use super::qp::Queues;
 use super::{PostError, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge};
-use crate::ring;
+use crate::ring::{self, DoorbellRegs, WqeSlots};
 
 /// A batch of send requests on one QP, published by one doorbell (see the module
 /// documentation). Obtained from [`QueuePair::post`](super::QueuePair::post).
@@ -61,28 +61,160 @@ pub struct SendBatch<'q, B: Bus> {
 }
 
 impl<B: Bus> Queues<B> {
-    /// Opens a batch: the state check (RTS or SQD... as `post_send`) and the QP type;
-    /// `slots` is this QP's send ring ([`Queues::sq_slots`]).
+    /// Opens a batch on this QP's send ring `slots` ([`Queues::sq_slots`]). When the
+    /// ring's post budget is spent (it is 0 after every state change), the state
+    /// (RTS, SQD, SQE or ERR, as `post_send`) and the QP type are checked, out of
+    /// line, and the budget placed again from the room known free.
     #[inline(always)]
     pub(crate) fn batch<'q>(
         &'q mut self,
-        slots: &'q SqSlots<B>,
+        slots: &'q mut SqSlots<B>,
     ) -> Result<SendBatch<'q, B>, PostError> {
+        if slots.left() == 0 {
+            self.open_slow(slots)?;
+        }
+        let c = self.sq.cursor(slots.open());
+        Ok(SendBatch { q: self, c })
+    }
+
+    /// The checks of a batch opened with no budget, and the budget placed again.
+    #[cold]
+    #[inline(never)]
+    fn open_slow(&mut self, slots: &mut SqSlots<B>) -> Result<(), PostError> {
         if !self.state.can_send() {
-            return Err(invalid_state(self));
+            return Err(PostError::InvalidState { state: self.state });
         }
         if !self.sq.fast_entries() {
             return Err(PostError::AddressMismatch);
         }
-        let c = self.sq.cursor(slots.view());
-        Ok(SendBatch { q: self, c })
+        self.sync_sq();
+        let mut s = slots.open();
+        s.place(self.sq.cur_post(), self.sq.free());
+        s.save();
+        Ok(())
+    }
+
+    /// Publishes a batch: the doorbell record, then the doorbell and the counters
+    /// (see [`SendBatch::ring`]). The straight path (the 8-byte doorbell stored
+    /// directly, the completed WQE the previous post's last) makes no call; every
+    /// other case goes to one out-of-line call that does the rest, so that no value
+    /// lives across a call.
+    #[inline(always)]
+    fn finish(&mut self, c: &mut ring::SqCursor<Slots<'_>>) {
+        let (n, start, cur) = (c.count(), c.start(), c.next_index());
+        let Some(p) = self.sq.publish(&*self.bus, c) else {
+            return;
+        };
+        // Read before the doorbell: it names no WQE of this batch, so the depth
+        // measured from it is the depth right after this post.
+        let d = self
+            .shared
+            .sq_done
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let regs = c.regs();
+        if p.maybe_bf || d != self.hwm_prev || !regs.direct() {
+            // Scalars only (a struct would be built in memory first).
+            finish_slow(self, regs, p.half, p.image, n, start);
+            return;
+        }
+        // The 8-byte doorbell (the register is there: `direct`), then the counters
+        // (plain stores to host memory, which the doorbell's order does not concern).
+        regs.db64(p.half, p.image);
+        self.note_posted_prev(n, p.last, start, cur);
+    }
+
+    /// One SEND of a gather entry or of inline data, posted and rung on its own
+    /// (the entries [`QueuePair::send`](super::QueuePair::send) and
+    /// [`QueuePair::send_inline`](super::QueuePair::send_inline)): a batch of one,
+    /// with every check of the batch; anything but the straight path (no budget, an
+    /// empty gather entry, inline data out of bounds) goes, as a tail call, to the
+    /// batch entries out of line, so that the straight path keeps its values in
+    /// registers.
+    #[inline(always)]
+    pub(crate) fn send_one(
+        &mut self,
+        slots: &mut SqSlots<B>,
+        wr_id: u64,
+        data: OneData<'_>,
+        flags: SendFlags,
+    ) -> Result<(), PostError> {
+        let mut c = self.sq.cursor(slots.open());
+        let ok = match data {
+            OneData::Sge(sge) => c.put_sge(MLX5_OPCODE_SEND, wr_id, sge, None, flags, 0),
+            OneData::Inline(d) => c.put_inline(MLX5_OPCODE_SEND, wr_id, d, None, flags, 0),
+        };
+        if !ok {
+            return match data {
+                OneData::Sge(sge) => send_one_slow(self, slots, wr_id, sge, flags),
+                OneData::Inline(d) => send_inline_one_slow(self, slots, wr_id, d, flags),
+            };
+        }
+        self.finish(&mut c);
+        Ok(())
     }
 }
 
+/// The data of [`Queues::send_one`].
+#[derive(Clone, Copy)]
+pub(crate) enum OneData<'a> {
+    /// One gather entry.
+    Sge(&'a Sge),
+    /// Inline data.
+    Inline(&'a [u8]),
+}
+
+/// The rest of [`Queues::finish`] when it is not the straight path: the doorbell
+/// (BlueFlame, or through the bus) and the counters. `half` and `image` are the
+/// published batch's ([`ring::PendingDoorbell`]); the completion is read again,
+/// still before the doorbell.
 #[cold]
 #[inline(never)]
-fn invalid_state<B: Bus>(q: &Queues<B>) -> PostError {
-    PostError::InvalidState { state: q.state }
+fn finish_slow<B: Bus>(
+    q: &mut Queues<B>,
+    regs: super::fastmem::Regs<'_>,
+    half: usize,
+    image: u64,
+    n: u32,
+    start: u16,
+) {
+    let d = q.shared.sq_done.load(std::sync::atomic::Ordering::Relaxed);
+    let p = q.sq.pending(n, half, image);
+    let last = p.last;
+    q.sq.ring_slow(&*q.bus, regs, p);
+    q.note_posted_with(n, last, start, q.sq.cur_post(), d);
+}
+
+/// [`Queues::send_one`] of a gather entry through a batch: the open checks, the
+/// general writer, the errors.
+#[cold]
+#[inline(never)]
+fn send_one_slow<B: Bus>(
+    q: &mut Queues<B>,
+    slots: &mut SqSlots<B>,
+    wr_id: u64,
+    sge: &Sge,
+    flags: SendFlags,
+) -> Result<(), PostError> {
+    let mut b = q.batch(slots)?;
+    b.send(wr_id, sge, flags)?;
+    b.ring();
+    Ok(())
+}
+
+/// [`Queues::send_one`] of inline data through a batch.
+#[cold]
+#[inline(never)]
+fn send_inline_one_slow<B: Bus>(
+    q: &mut Queues<B>,
+    slots: &mut SqSlots<B>,
+    wr_id: u64,
+    data: &[u8],
+    flags: SendFlags,
+) -> Result<(), PostError> {
+    let mut b = q.batch(slots)?;
+    b.send_inline(wr_id, data, flags)?;
+    b.ring();
+    Ok(())
 }
 
 impl<B: Bus> SendBatch<'_, B> {
@@ -182,18 +314,15 @@ impl<B: Bus> SendBatch<'_, B> {
         self.c.next_index()
     }
 
-    /// Publishes the batch: the doorbell record, then one doorbell (the BlueFlame
-    /// copy when the batch is one WQE that fits), and the QP's counters updated;
-    /// nothing when the batch is empty. Dropping the batch does the same.
+    /// Publishes the batch: the doorbell record, the QP's counters, then one
+    /// doorbell (the BlueFlame copy when the batch is one WQE that fits); nothing
+    /// when the batch is empty. Dropping the batch does the same.
     #[inline(always)]
     pub fn ring(self) {
         // No drop glue on this path: the batch is published here, once.
         let mut me = std::mem::ManuallyDrop::new(self);
         let SendBatch { q, c } = &mut *me;
-        let (n, last, cur) = (c.count(), c.last(), c.next_index());
-        if q.sq.publish(&*q.bus, c).is_some() {
-            q.note_posted(n, last, cur);
-        }
+        q.finish(c);
     }
 
     /// Requests written in this batch so far.
@@ -225,15 +354,17 @@ impl<B: Bus> SendBatch<'_, B> {
     }
 
     /// A request the typed writers did not take: the general writer (with the
-    /// queue-full retry of `post_send`), out of line. The cursor goes there and back
-    /// by value, so that on the fast path it never leaves registers.
+    /// queue-full retry of `post_send`), out of line, then the budget placed again
+    /// from the room known free.
     #[inline(always)]
     fn general(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         // The cursor does not go out of line (its fields stay in registers): the
         // queue gets the producer counter, and gives it back with the room.
         self.q.sq.sync_from(&self.c);
-        let r = general(self.q, wr);
-        self.q.sq.sync_to(&mut self.c, r.as_ref().ok().copied());
+        let (r, budget) = general(self.q, wr);
+        self.q
+            .sq
+            .sync_to(&mut self.c, r.as_ref().ok().copied(), budget);
         r.map(|_| ())
     }
 
@@ -262,10 +393,15 @@ impl<B: Bus> SendBatch<'_, B> {
     }
 }
 
+/// The general writer for a batch (the state was checked when it opened): the
+/// index it wrote, and the WQEBBs known free after it (completions reclaimed
+/// first), the budget the batch continues with.
 #[cold]
 #[inline(never)]
-fn general<B: Bus>(q: &mut Queues<B>, wr: &SendWr<'_>) -> Result<u16, PostError> {
-    q.post_send_slow(wr).map(|w| w.index())
+fn general<B: Bus>(q: &mut Queues<B>, wr: &SendWr<'_>) -> (Result<u16, PostError>, u32) {
+    let r = q.post_send_slow(wr).map(|w| w.index());
+    q.sync_sq();
+    (r, q.sq.free())
 }
 
 /// Publishes a batch dropped without [`SendBatch::ring`] (out of line, so that the
@@ -274,10 +410,7 @@ fn general<B: Bus>(q: &mut Queues<B>, wr: &SendWr<'_>) -> Result<u16, PostError>
 #[cold]
 #[inline(never)]
 fn publish_dropped<B: Bus>(q: &mut Queues<B>, mut c: ring::SqCursor<Slots<'_>>) {
-    let (nreq, last, cur) = (c.count(), c.last(), c.next_index());
-    if q.sq.publish(&*q.bus, &mut c).is_some() {
-        q.note_posted(nreq, last, cur);
-    }
+    q.finish(&mut c);
 }
 
 impl<B: Bus> Drop for SendBatch<'_, B> {
@@ -479,9 +612,22 @@ mod tests {
                 Ok(()) => n,
                 Err(e) => e.index,
             };
-            // The typed path: one batch, stopping at the first error as post_send does.
+            // The typed path: one batch, stopping at the first error as post_send does;
+            // a lone SEND every other time through the one-request entries
+            // (`send`, `send_inline`: a batch of one, rung).
             let mut rb = Ok(());
-            {
+            let one = n == 1 && chunk[0].kind == 0 && batch_no % 2 == 0;
+            if one {
+                let r = &chunk[0];
+                indices.push(b.qp.next_send_index());
+                let res = match &r.inline {
+                    None => b.qp.send(r.wr_id, &r.sge, r.flags),
+                    Some(d) => b.qp.send_inline(r.wr_id, d, r.flags),
+                };
+                if let Err(e) = res {
+                    rb = Err(BadWr { index: 0, error: e });
+                }
+            } else {
                 let mut batch = b.qp.post().unwrap();
                 for (k, r) in chunk.iter().enumerate() {
                     indices.push(batch.next_index());
@@ -781,13 +927,29 @@ mod tests {
     #[test]
     fn posting_outside_rts_is_refused() {
         let mut s = side(&QpCap::default(), true);
-        s.qp.set_state(QpState::Init);
-        assert!(matches!(
-            s.qp.post().err(),
-            Some(PostError::InvalidState {
-                state: QpState::Init
-            })
-        ));
+        let sge = Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 5,
+        };
+        // In RTS the post budget is placed; a state change closes it again, and
+        // every entry sees the new state.
+        s.qp.send(1, &sge, SendFlags::NONE).unwrap();
+        for state in [QpState::Init, QpState::Reset, QpState::Rtr] {
+            s.qp.set_state(state);
+            let before = s.qp.queue_bytes();
+            let refused = PostError::InvalidState { state };
+            assert_eq!(s.qp.post().err(), Some(refused));
+            assert_eq!(s.qp.send(2, &sge, SendFlags::NONE), Err(refused));
+            assert_eq!(s.qp.send_inline(3, b"abc", SendFlags::NONE), Err(refused));
+            assert_eq!(s.qp.queue_bytes(), before);
+        }
+        // ERR (and SQE, SQD) take posts, which the device flushes.
+        for state in [QpState::Err, QpState::Rts] {
+            s.qp.set_state(state);
+            s.qp.send_inline(4, b"abc", SendFlags::NONE).unwrap();
+            s.qp.post().unwrap().send(5, &sge, SendFlags::NONE).unwrap();
+        }
     }
 
     fn zeroed() -> Cqe64 {

@@ -38,7 +38,7 @@ use super::fastmem::{FastMem, FastWord, SqSlots, WrIdTable};
 use super::srq::{SharedReceiveQueue, SrqShared};
 use super::{
     exec, AccessFlags, AddressVector, CompletionQueue, Error, Pd, QpAttr, QpInfo, QpState, RecvWr,
-    Result, RtrAttr, RtsAttr, SendOp, SendWr, Transition, UdInitAttr,
+    Result, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge, Transition, UdInitAttr,
 };
 use crate::dma::{DmaBuf, PAGE_SIZE};
 use crate::ring::{self, BlueFlameReg, QpType, RqConfig, SqConfig};
@@ -587,10 +587,9 @@ pub(crate) struct Queues<B: Bus> {
     pub(super) posted: u64,
     /// High-water mark of the WQEBBs outstanding after a post (counters).
     pub(super) sq_hwm: u16,
-    /// `DONE | index` of the last WQE of the latest post and where it ended (the
-    /// `cur_post` after it), for the high-water mark (`note_posted`); `(0, 0)` after
-    /// (re)start.
-    pub(super) hwm_prev: (u32, u16),
+    /// `DONE | index` of the last WQE of the latest post, for the high-water mark
+    /// (`note_posted`); 0 after (re)start.
+    pub(super) hwm_prev: u32,
 }
 
 impl<B: Bus> std::fmt::Debug for QueuePair<'_, B> {
@@ -820,7 +819,7 @@ impl<B: Bus> Queues<B> {
             max_msg: u32::MAX,
             posted: 0,
             sq_hwm: 0,
-            hwm_prev: (0, 0),
+            hwm_prev: 0,
         })
     }
 
@@ -909,6 +908,7 @@ impl<B: Bus> Queues<B> {
         // error) goes out of line.
         let mut res = Ok(());
         let mut nreq = 0u32;
+        let start = self.sq.cur_post();
         let mut last = ring::LastWqe::default();
         for (index, wr) in wrs.iter().enumerate() {
             if let Some(w) = self.sq.write_lean(wr) {
@@ -929,7 +929,7 @@ impl<B: Bus> Queues<B> {
         }
         if nreq != 0 {
             self.sq.doorbell(&*self.bus, nreq, &last);
-            self.note_posted(nreq, last.index(), self.sq.cur_post());
+            self.note_posted(nreq, last.index(), start, self.sq.cur_post());
         }
         res
     }
@@ -1025,7 +1025,7 @@ impl<B: Bus> Queues<B> {
         self.shared.rq_done.store(0, Ordering::Release);
         self.sq_seen = 0;
         self.rq_tail = 0;
-        self.hwm_prev = (0, 0);
+        self.hwm_prev = 0;
         Ok(())
     }
 }
@@ -1129,7 +1129,40 @@ impl<'a, B: Bus> QueuePair<'a, B> {
     /// state forbids sending.
     #[inline(always)]
     pub fn post(&mut self) -> std::result::Result<super::SendBatch<'_, B>, PostError> {
-        self.q.batch(&self.sq_slots)
+        self.q.batch(&mut self.sq_slots)
+    }
+
+    /// Posts one SEND of the gather entry `sge` and rings its doorbell: the same as
+    /// `post()`, `send(wr_id, sge, flags)`, `ring()` (same WQE, doorbell and errors),
+    /// written as one straight path for the single request.
+    ///
+    /// Allocates nothing, takes no lock, makes no system call.
+    #[inline(always)]
+    pub fn send(
+        &mut self,
+        wr_id: u64,
+        sge: &Sge,
+        flags: SendFlags,
+    ) -> std::result::Result<(), PostError> {
+        let one = super::post::OneData::Sge(sge);
+        self.q.send_one(&mut self.sq_slots, wr_id, one, flags)
+    }
+
+    /// Posts one SEND of `data` copied into the WQE (`IBV_SEND_INLINE`) and rings its
+    /// doorbell: the same as `post()`, `send_inline(wr_id, data, flags)`, `ring()`
+    /// (same WQE, doorbell and errors), written as one straight path for the single
+    /// request.
+    ///
+    /// Allocates nothing, takes no lock, makes no system call.
+    #[inline(always)]
+    pub fn send_inline(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        flags: SendFlags,
+    ) -> std::result::Result<(), PostError> {
+        let one = super::post::OneData::Inline(data);
+        self.q.send_one(&mut self.sq_slots, wr_id, one, flags)
     }
 
     /// Posts a list of send requests and rings one doorbell for them (the BlueFlame
@@ -1139,6 +1172,8 @@ impl<'a, B: Bus> QueuePair<'a, B> {
     /// Allocates nothing, takes no lock, makes no system call.
     #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), BadWr> {
+        // The typed entries' position is behind the WQEs written here.
+        self.sq_slots.close();
         self.q.post_send(wrs)
     }
 
@@ -1290,6 +1325,9 @@ impl<'a, B: Bus> QueuePair<'a, B> {
             self.pkey_index = p;
         }
         self.q.state = t.target();
+        // The typed entries check the new state (and the room) before their next
+        // request.
+        self.sq_slots.close();
         if t == Transition::ToReset {
             self.q.restart()?;
         }

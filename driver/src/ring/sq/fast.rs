@@ -3,56 +3,83 @@
 //! `mlx5dv_wr_*` are the model).
 //!
 //! A batch is a [`SqCursor`] opened with [`SendQueue::cursor`]: it holds the next WQE
-//! index, the room left, what the doorbell will need, and a copy of everything about
-//! the queue that does not change during a batch (the ring's slots and `wr_id` table
-//! as a [`WqeSlots`], the QPN half of the control segment, the `fm_ce_se` of
+//! index, the batch's count, the last WQE's doorbell word, the ring position (a
+//! [`WqeSlots`]) and a copy of everything about the queue that does not change
+//! during a batch (the control segment's QPN template, the `fm_ce_se` of
 //! `sq_sig_all`, `max_inline`), so that a list of WQEs keeps all of it in registers
 //! (the queue itself may be changed by an out-of-line call of the general writer in
-//! the same loop, which would make the compiler reload its fields after every WQE);
-//! [`SendQueue::publish`] writes the producer counter back and rings the doorbell once
-//! (the sequence of [`SendQueue::doorbell`]).
+//! the same loop, which would make the compiler reload its fields after every WQE).
+//! [`SendQueue::publish`] writes the producer counter back and the doorbell record;
+//! [`SendQueue::ring`] then rings the doorbell once (the sequence of
+//! [`SendQueue::doorbell`]).
 //!
-//! Each entry checks its shape and the room once and, when they hold, writes the
-//! WQE's leading segments and its `wr_id` through [`WqeSlots`], whose bounds were
-//! proved once for the queue (slot = index & mask of a ring of mask + 1 WQEBBs); the
-//! bytes are exactly those of the general writer ([`SendQueue::write_wqe`]) for the
-//! same request. When a check fails the entry writes nothing and returns `false`; the
-//! caller then hands the request, as a [`SendWr`], to the general writer, which writes
-//! it or reports why not (a zero length, a full queue, inline data too large, a WQE
-//! crossing the ring end).
+//! The position's `left` is the **post budget**: the WQEBBs the entries may write
+//! with no other check, placed by the QP with at most the WQEBBs it knows free and
+//! 0 when its state forbids posting, and never past the ring end (see the driver's
+//! `fastmem::SqSlots`). Each entry checks its shape, then takes its WQEBBs from the
+//! budget (one subtract and branch: state, room and bounds at once) and writes the
+//! WQE's leading segments and its `wr_id`; the bytes are exactly those of the
+//! general writer ([`SendQueue::write_wqe`]) for the same request. When a check fails
+//! the entry writes nothing and returns `false`; the caller then hands the request,
+//! as a [`SendWr`], to the general writer, which writes it or reports why not (a
+//! zero length, a full queue, inline data too large, a WQE crossing the ring end),
+//! and places the position again.
 
 use super::*;
 
-/// The send ring's memory as the typed entries write it: WQEBB slots and the `wr_id`
-/// table addressed by WQE index (slot `index & mask`), with their bounds proved once
-/// for the queue, and the doorbell register when the bus lets the driver store to it
-/// directly. Implemented by the driver's `verbs::fastmem` (the unsafe stores live
-/// there); a `Copy` handle kept in registers for a batch.
-pub trait WqeSlots: Copy {
-    /// Writes the `N` leading 16-byte segments (at most one WQEBB) of the WQE at
-    /// `index` and records its `wr_id`.
-    fn put<const N: usize>(self, index: u16, segs: &[[u8; 16]; N], wr_id: u64);
+/// The send ring's memory as the typed entries write it: a position (the next WQE's
+/// slot and the WQEBBs left to take from there, never past the ring end) with its
+/// bounds proved by the implementation, and the doorbell register when the bus lets
+/// the driver store to it directly. Implemented by the driver's `verbs::fastmem`
+/// (the unsafe stores live there); kept in registers for a batch.
+///
+/// Words are 8-byte **memory images**: the word stored as it is (`x.to_be()` of a
+/// big-endian field value).
+pub trait WqeSlots {
+    /// WQEBBs left at the position (the post budget; 0: every request goes out of
+    /// line).
+    fn left(&self) -> u32;
 
-    /// Writes the `N` leading segments of the WQE at `index`, then the inline header
-    /// (`data.len() | MLX5_INLINE_SEG`, big-endian) and `data` from byte 4 after them
-    /// (the padding to the next 16 bytes left as it was), and records its `wr_id`;
-    /// `false`, with nothing written, when the payload would cross the ring end.
-    fn put_inline<const N: usize>(
-        self,
-        index: u16,
-        segs: &[[u8; 16]; N],
-        data: &[u8],
-        wr_id: u64,
-    ) -> bool;
+    /// Moves the position to WQE index `index`, with at most `budget` WQEBBs to
+    /// take (fewer when the ring end comes first).
+    fn place(&mut self, index: u16, budget: u32);
+
+    /// Takes one WQEBB: writes the `W` leading words of the WQE there, records its
+    /// `wr_id` and moves on; `false`, with nothing written, when none is left.
+    fn put<const W: usize>(&mut self, words: &[u64; W], wr_id: u64) -> bool;
+
+    /// Takes the `(8 * W + 4 + data.len() + 63) / 64` WQEBBs of an inline WQE:
+    /// writes its `W` leading words, the inline header (`data.len() |
+    /// MLX5_INLINE_SEG`, big-endian) and `data` from byte 4 after them (the padding
+    /// to the next 16 bytes left as it was), records its `wr_id` and moves on;
+    /// `false`, with nothing written, when fewer are left.
+    fn put_inline<const W: usize>(&mut self, words: &[u64; W], data: &[u8], wr_id: u64) -> bool;
+
+    /// Saves the position for the next batch.
+    fn save(&mut self);
+
+    /// The ring and doorbell register, for reads of written WQEs and the doorbell.
+    type Regs: DoorbellRegs;
+
+    /// See [`WqeSlots::Regs`].
+    fn regs(&self) -> Self::Regs;
+}
+
+/// The ring's written WQEs and the doorbell register as the doorbell uses them
+/// (a `Copy` handle: passed to out-of-line paths by value).
+pub trait DoorbellRegs: Copy {
+    /// Whether the bus offers a direct register ([`DoorbellRegs::db64`] then always
+    /// stores).
+    fn direct(self) -> bool;
 
     /// The first 8 bytes of the WQE at `index` (its control segment's head), as
     /// [`Bus::write64`] takes them.
     fn head(self, index: u16) -> u64;
 
-    /// Stores the 8-byte doorbell `value` (as [`Bus::write64`] takes it) at byte
-    /// `off` of the QP's BlueFlame register directly; `false` when the bus offers no
-    /// direct register (then the caller calls [`Bus::write64`]).
-    fn db64(self, off: usize, value: u64) -> bool;
+    /// Stores the 8-byte doorbell word `image` (the memory image) at byte `off` of
+    /// the QP's BlueFlame register directly; `false` when the bus offers no direct
+    /// register (then the caller calls [`Bus::write64`]).
+    fn db64(self, off: usize, image: u64) -> bool;
 
     /// Copies the `wqebbs` WQEBBs of the WQE at `index` (wrapping at the ring end)
     /// to byte `off` of the BlueFlame register directly, in ascending 8-byte
@@ -62,27 +89,25 @@ pub trait WqeSlots: Copy {
 
 /// An open batch of WQEs (see the module documentation): between
 /// [`SendQueue::cursor`] and [`SendQueue::publish`] the cursor, not the queue,
-/// holds the producer counter. Four 16-bit counters, a count of WQEs and the batch's
-/// copies of the queue's constants, so that a loop of posts keeps them in registers.
+/// holds the producer counter.
 #[derive(Clone, Copy, Debug)]
 pub struct SqCursor<S> {
     /// The index of the batch's first WQE (where the cursor was opened).
     start: u16,
-    /// The next WQE's index.
-    index: u16,
-    /// The index the ring is full at: the oldest outstanding WQEBB + `wqe_cnt` (a WQE
-    /// of `n` WQEBBs fits when `limit - index >= n`).
-    limit: u16,
-    /// The index of the batch's last WQE (meaningful once `index != start`).
-    last: u16,
+    /// The next WQE's index. Below `0x10000` for every WQE the entries write: the
+    /// position never passes the ring end, and the ring size divides `0x10000`.
+    index: u32,
     /// WQEs written in the batch.
     nreq: u32,
-    /// The ring's slots.
+    /// The memory image of the last WQE's first 8 bytes (the 8-byte doorbell).
+    last_head: u64,
+    /// The ring position.
     slots: S,
-    /// `qpn << 8` of the control segment (its second word, without the DS).
-    qpn_ds: u32,
-    /// `fm_ce_se` of `sq_sig_all`.
-    fm_ce_se: u8,
+    /// `qpn << 8`: the control segment's second word without the DS.
+    qpn8: u64,
+    /// The memory image of the control segment's bytes 8-15 with the `fm_ce_se` of
+    /// `sq_sig_all` and no immediate.
+    tail: u64,
     /// The largest inline payload the typed entries write themselves: `max_inline`,
     /// and small enough that the WQE's DS fits [`MAX_WQE_DS`] even with a remote
     /// address segment.
@@ -93,19 +118,34 @@ impl<S> SqCursor<S> {
     /// Whether the batch wrote anything.
     #[inline(always)]
     pub fn is_empty(&self) -> bool {
-        self.index == self.start
+        self.nreq == 0
     }
 
     /// The index the next WQE gets.
     #[inline(always)]
     pub fn next_index(&self) -> u16 {
-        self.index
+        self.index as u16
+    }
+
+    /// The ring and doorbell register of the batch's position.
+    #[inline(always)]
+    pub fn regs(&self) -> S::Regs
+    where
+        S: WqeSlots,
+    {
+        self.slots.regs()
+    }
+
+    /// The index of the batch's first WQE.
+    #[inline(always)]
+    pub fn start(&self) -> u16 {
+        self.start
     }
 
     /// The index of the batch's last WQE (meaningful when the batch is not empty).
     #[inline(always)]
     pub fn last(&self) -> u16 {
-        self.last
+        (u64::from_be(self.last_head) >> 40) as u16
     }
 
     /// WQEs written in the batch (since it was opened or last published).
@@ -119,6 +159,21 @@ impl<S> SqCursor<S> {
 /// payload) still fits [`MAX_WQE_DS`] segments.
 pub(super) const MAX_INLINE_FAST: u32 = (MAX_WQE_DS as u32 - 2) * DS as u32 - 4;
 
+/// A published batch's doorbell, to ring after the doorbell record
+/// ([`SendQueue::publish`], [`SendQueue::ring_direct`], [`SendQueue::ring_slow`]).
+#[derive(Clone, Copy, Debug)]
+pub struct PendingDoorbell {
+    /// BlueFlame half: 0 or `buf_size`.
+    pub half: usize,
+    /// Whether the BlueFlame copy may apply (one WQE of a DS BlueFlame takes); the
+    /// rest of the decision is [`SendQueue::ring_slow`]'s.
+    pub maybe_bf: bool,
+    /// The memory image of the last WQE's first 8 bytes.
+    pub image: u64,
+    /// The last WQE's index.
+    pub last: u16,
+}
+
 impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     /// Whether the typed entries apply to this queue: a connected QP (RC or UC: no
     /// address vector) with room for one gather entry.
@@ -127,19 +182,18 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         self.lean || (self.cfg.qp_type == QpType::Uc && self.cfg.max_sge >= 1)
     }
 
-    /// Opens a batch at `cur_post` with the free WQEBBs as its room, writing through
-    /// `slots` (which must be this queue's ring and `wr_id` table).
+    /// Opens a batch at `cur_post` over the position `slots` (which must be this
+    /// queue's ring and `wr_id` table, placed at `cur_post`).
     #[inline(always)]
     pub fn cursor<S: WqeSlots>(&self, slots: S) -> SqCursor<S> {
         SqCursor {
             start: self.cur_post,
-            index: self.cur_post,
-            limit: self.tail.wrapping_add(self.cfg.wqe_cnt as u16),
-            last: self.cur_post,
+            index: u32::from(self.cur_post),
             nreq: 0,
+            last_head: 0,
             slots,
-            qpn_ds: self.qpn_ds,
-            fm_ce_se: self.fm_ce_se,
+            qpn8: u64::from(self.qpn_ds),
+            tail: (u64::from(self.fm_ce_se) << 32).to_be(),
             max_inline: self.max_inline_fast,
         }
     }
@@ -148,89 +202,118 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     /// writer, or of [`SendQueue::complete`], in the middle of a batch).
     #[inline(always)]
     pub fn sync_from<S>(&mut self, c: &SqCursor<S>) {
-        self.cur_post = c.index;
+        self.cur_post = c.index as u16;
     }
 
-    /// Takes the producer counter and the room from the queue again after
-    /// [`SendQueue::sync_from`] and a call of the general writer; `written` is the
-    /// index of the WQE that call wrote, if any. Field by field, so that the cursor
-    /// can live in registers.
+    /// Takes the producer counter from the queue again after
+    /// [`SendQueue::sync_from`] and a call of the general writer, and places the
+    /// position there with `budget` WQEBBs (the room the caller knows free, 0 to
+    /// close); `written` is the index of the WQE that call wrote, if any.
     #[inline(always)]
-    pub fn sync_to<S>(&self, c: &mut SqCursor<S>, written: Option<u16>) {
-        c.index = self.cur_post;
-        c.limit = self.tail.wrapping_add(self.cfg.wqe_cnt as u16);
+    pub fn sync_to<S: WqeSlots>(&self, c: &mut SqCursor<S>, written: Option<u16>, budget: u32) {
+        c.index = u32::from(self.cur_post);
+        c.slots.place(self.cur_post, budget);
         if let Some(w) = written {
-            c.last = w;
+            c.last_head = c.slots.regs().head(w).to_be();
             c.nreq += 1;
         }
     }
 
-    /// Publishes a batch: the producer counter goes back to the queue and, when the
-    /// batch wrote anything, the doorbell is rung once for it (BlueFlame for a single
-    /// WQE that qualifies): the doorbell record, then the 8-byte doorbell or the
-    /// BlueFlame copy of the last WQE, with the barriers of [`SendQueue::doorbell`],
-    /// straight to the register when the bus allows it ([`WqeSlots::db64`]). The
-    /// cursor stays usable for a next batch (empty again). Returns what was written
-    /// to the device.
+    /// Publishes a batch's WQEs: the producer counter goes back to the queue, the
+    /// position is saved, and when the batch wrote anything: `wmb`, the doorbell
+    /// record, `wmb` ([`SendQueue::doorbell`]'s order), the BlueFlame half toggled
+    /// and the BlueFlame decision taken. Returns the doorbell to ring with
+    /// [`SendQueue::ring`] (nothing may be stored to the ring in between). The
+    /// cursor stays usable for a next batch (empty again).
     #[inline(always)]
     pub fn publish<B: Bus + ?Sized, S: WqeSlots>(
         &mut self,
         bus: &B,
         c: &mut SqCursor<S>,
-    ) -> Option<Doorbell> {
-        let cur = c.index;
+    ) -> Option<PendingDoorbell> {
+        let cur = c.index as u16;
         self.cur_post = cur;
-        if c.is_empty() {
+        c.slots.save();
+        if c.nreq == 0 {
             return None;
         }
         let nreq = c.nreq;
         c.nreq = 0;
         c.start = cur;
-        let last = c.last;
-        // The last WQE's doorbell data, read back from its control segment (the device
-        // only reads the ring).
-        let ctrl_head = c.slots.head(last);
-        let ds = (ctrl_head & 0x3f) as u8;
+        let image = c.last_head;
         // Everything the doorbell needs, read before the barriers (after a compiler
         // barrier every field would be loaded again).
         let half = self.bf_offset;
         self.bf_offset = half ^ self.cfg.bf.buf_size;
-        // `use_blueflame` with its constant part precomputed (`bf_max_ds`); the
-        // inline test only when BlueFlame is not preferred for every WQE.
-        // (`2 <= ds <= bf_max_ds` as one compare, with `bf_span = bf_max_ds - 1`.)
-        let bf = ds.wrapping_sub(2) < self.bf_span
-            && nreq == 1
-            && (self.cfg.prefer_bf || self.wqe_is_inline(last, ctrl_head));
-        debug_assert_eq!(bf, nreq == 1 && ds > 1 && ds <= self.bf_max_ds && bf);
-        let offset = self.cfg.bf.reg + half;
-
+        let p = self.pending(nreq, half, image);
         bus.wmb();
         self.dbr.store_be32(sq_counter(u32::from(cur)));
         bus.wmb();
+        Some(p)
+    }
 
+    /// The doorbell of a batch of `nreq` WQEs whose last one starts with `image`,
+    /// on BlueFlame half `half`: `use_blueflame` with its constant part
+    /// precomputed (`bf_max_ds`), and `2 <= ds <= bf_max_ds` as one compare
+    /// (`bf_span = bf_max_ds - 1`); the inline test is `ring_slow`'s.
+    #[inline(always)]
+    pub fn pending(&self, nreq: u32, half: usize, image: u64) -> PendingDoorbell {
+        let ds = (image >> 56) as u8 & 0x3f;
+        PendingDoorbell {
+            half,
+            maybe_bf: nreq == 1 && ds.wrapping_sub(2) < self.bf_span,
+            image,
+            last: (u64::from_be(image) >> 40) as u16,
+        }
+    }
+
+    /// Rings the 8-byte doorbell [`SendQueue::publish`] prepared straight to the
+    /// register ([`DoorbellRegs::db64`]); `false`, with nothing done, when that is
+    /// not the way (a possible BlueFlame copy, or a bus without a direct register):
+    /// then [`SendQueue::ring_slow`].
+    #[inline(always)]
+    pub fn ring_direct<S: WqeSlots>(&self, c: &SqCursor<S>, p: PendingDoorbell) -> bool {
+        !p.maybe_bf && c.slots.regs().db64(p.half, p.image)
+    }
+
+    /// The doorbell of [`SendQueue::publish`] when [`SendQueue::ring_direct`] did
+    /// not ring it: the BlueFlame copy when the WQE qualifies (`prefer_bf`, or an
+    /// inline WQE), else the 8-byte doorbell; directly when the bus allows it, else
+    /// through the [`Bus`]. Returns what was written.
+    #[inline(never)]
+    pub fn ring_slow<B: Bus + ?Sized, R: DoorbellRegs>(
+        &self,
+        bus: &B,
+        regs: R,
+        p: PendingDoorbell,
+    ) -> Doorbell {
+        let head = u64::from_be(p.image);
+        let ds = (head & 0x3f) as u8;
+        let offset = self.cfg.bf.reg + p.half;
+        let bf = p.maybe_bf && (self.cfg.prefer_bf || self.wqe_is_inline(p.last, head));
         if bf {
             let wqebbs = wqebbs_for_ds(ds);
-            if !c.slots.blueflame(last, wqebbs, half) {
+            if !regs.blueflame(p.last, wqebbs, p.half) {
                 let last = LastWqe {
-                    index: last,
+                    index: p.last,
                     ds,
                     inline: true,
-                    ctrl_head,
+                    ctrl_head: head,
                 };
                 self.blueflame(bus, offset, &last);
             }
-            Some(Doorbell::BlueFlame {
+            Doorbell::BlueFlame {
                 offset,
                 len: usize::from(wqebbs) * BB,
-            })
-        } else {
-            if !c.slots.db64(half, ctrl_head) {
-                bus.write64(offset, ctrl_head);
             }
-            Some(Doorbell::Db {
+        } else {
+            if !regs.db64(p.half, p.image) {
+                bus.write64(offset, head);
+            }
+            Doorbell::Db {
                 offset,
-                value: ctrl_head,
-            })
+                value: head,
+            }
         }
     }
 
@@ -260,24 +343,33 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
 }
 
 impl<S: WqeSlots> SqCursor<S> {
-    /// The control segment (`mlx5dv_x86_set_ctrl_seg`) of the WQE at `index`, as
-    /// [`SendQueue::ctrl`] builds it, from the batch's copies of the templates.
+    /// The control segment (`mlx5dv_x86_set_ctrl_seg`) of the next WQE as two memory
+    /// images, from the batch's templates: bytes 0-7 (index, opcode, QPN, DS) and
+    /// 8-15 (`fm_ce_se`, immediate).
     #[inline(always)]
-    fn ctrl(&self, index: u16, opcode: u8, ds: u8, flags: SendFlags, imm: u32) -> [u8; 16] {
-        let fm_ce_se = self.fm_ce_se | FM_CE_SE[usize::from(flags.0 & 7)];
-        let w0 = (u32::from(index) << 8) | u32::from(opcode);
-        let w1 = self.qpn_ds | u32::from(ds);
-        let ctrl_head = (u64::from(w0) << 32) | u64::from(w1);
-        let ctrl_tail = (u64::from(fm_ce_se) << 32) | u64::from(imm);
-        seg16(ctrl_head, ctrl_tail)
+    fn ctrl(&self, opcode: u8, ds: u8, flags: SendFlags, imm: u32) -> (u64, u64) {
+        debug_assert!(self.index < 0x1_0000);
+        let head =
+            (u64::from(self.index) << 40) | (u64::from(opcode) << 32) | self.qpn8 | u64::from(ds);
+        let fm = u64::from(FM_CE_SE[usize::from(flags.0 & 7)]) << 32;
+        let tail = self.tail | (fm | u64::from(imm)).to_be();
+        (head.to_be(), tail)
+    }
+
+    /// Records the WQE just written (`wqebbs` WQEBBs, first word `head`).
+    #[inline(always)]
+    fn wrote(&mut self, head: u64, wqebbs: u32) {
+        self.last_head = head;
+        self.index += wqebbs;
+        self.nreq += 1;
     }
 
     /// Writes a WQE of `opcode` (SEND, SEND with immediate, RDMA WRITE or RDMA WRITE
     /// with immediate; the caller guarantees one of them, and `remote` exactly for the
     /// writes) with the one gather entry `sge`: control segment, remote address
     /// segment if any, data segment; one WQEBB. `false`, with nothing written, when
-    /// `sge` is empty (the general writer leaves the data segment out) or the ring is
-    /// full.
+    /// `sge` is empty (the general writer leaves the data segment out) or the budget
+    /// is spent.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn put_sge(
@@ -289,38 +381,38 @@ impl<S: WqeSlots> SqCursor<S> {
         flags: SendFlags,
         imm: u32,
     ) -> bool {
-        let index = self.index;
-        if self.limit == index || sge.length == 0 {
+        if sge.length == 0 {
             return false;
         }
         // `struct mlx5_wqe_data_seg`: byte_count, lkey, addr.
-        let data = seg16(
-            (u64::from(sge.length) << 32) | u64::from(sge.lkey),
-            sge.addr,
-        );
-        match remote {
+        let d0 = ((u64::from(sge.length) << 32) | u64::from(sge.lkey)).to_be();
+        let d1 = sge.addr.to_be();
+        let ok = match remote {
             None => {
-                let ctrl = self.ctrl(index, opcode, 2, flags, imm);
-                self.slots.put(index, &[ctrl, data], wr_id);
+                let (h, t) = self.ctrl(opcode, 2, flags, imm);
+                self.slots.put(&[h, t, d0, d1], wr_id).then_some(h)
             }
             Some(r) => {
-                let ctrl = self.ctrl(index, opcode, 3, flags, imm);
-                let raddr = seg16(r.addr, u64::from(r.rkey) << 32);
-                self.slots.put(index, &[ctrl, raddr, data], wr_id);
+                let (h, t) = self.ctrl(opcode, 3, flags, imm);
+                let (r0, r1) = (r.addr.to_be(), (u64::from(r.rkey) << 32).to_be());
+                self.slots.put(&[h, t, r0, r1, d0, d1], wr_id).then_some(h)
             }
+        };
+        match ok {
+            Some(h) => {
+                self.wrote(h, 1);
+                true
+            }
+            None => false,
         }
-        self.last = index;
-        self.index = index.wrapping_add(1);
-        self.nreq += 1;
-        true
     }
 
     /// Writes a WQE of `opcode` (as for [`SqCursor::put_sge`]) whose data part is
     /// `data`, inline: control segment, remote address segment if any, the inline
     /// header and the payload (the padding to the next 16 bytes left as it was).
     /// `false`, with nothing written, when `data` is empty or longer than
-    /// `max_inline`, when the ring has no room, or when the WQE would cross the ring
-    /// end (the general writer splits it there).
+    /// `max_inline`, or when the budget does not cover it (a full ring, or a WQE
+    /// that would cross the ring end: the general writer splits it there).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn put_inline(
@@ -339,30 +431,25 @@ impl<S: WqeSlots> SqCursor<S> {
         }
         let hds = 1 + usize::from(remote.is_some());
         // `inline_ds` and `wqebbs_for_ds` as shifts (len >= 1); `max_inline` keeps
-        // `ds` within MAX_WQE_DS (see `SendQueue::cursor`).
+        // `ds` within MAX_WQE_DS (see `SendQueue::cursor`). The WQEBBs are counted as
+        // `WqeSlots::put_inline` counts them.
         let ds = hds + ((len + 4 + (DS - 1)) >> 4);
         debug_assert_eq!(ds, hds + inline_ds(len));
         debug_assert!(ds <= usize::from(MAX_WQE_DS));
-        let wqebbs = ((ds + 3) >> 2) as u16;
-        let ds = ds as u8;
-        let index = self.index;
-        if wqebbs > self.limit.wrapping_sub(index) {
-            return false;
-        }
-        let ctrl = self.ctrl(index, opcode, ds, flags, imm);
+        let wqebbs = ((16 * hds + 4 + 63 + len) >> 6) as u32;
+        debug_assert_eq!(wqebbs, u32::from(wqebbs_for_ds(ds as u8)));
+        let (h, t) = self.ctrl(opcode, ds as u8, flags, imm);
         let written = match remote {
-            None => self.slots.put_inline(index, &[ctrl], data, wr_id),
+            None => self.slots.put_inline(&[h, t], data, wr_id),
             Some(r) => {
-                let raddr = seg16(r.addr, u64::from(r.rkey) << 32);
-                self.slots.put_inline(index, &[ctrl, raddr], data, wr_id)
+                let (r0, r1) = (r.addr.to_be(), (u64::from(r.rkey) << 32).to_be());
+                self.slots.put_inline(&[h, t, r0, r1], data, wr_id)
             }
         };
         if !written {
             return false;
         }
-        self.last = index;
-        self.index = index.wrapping_add(wqebbs);
-        self.nreq += 1;
+        self.wrote(h, wqebbs);
         true
     }
 }
