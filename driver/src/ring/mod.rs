@@ -41,7 +41,11 @@ pub use sq::{
 };
 
 /// One scatter/gather element: `length` bytes at `addr` of the memory region `lkey`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+///
+/// `repr(C)` (16 bytes, no padding): the typed send entries read `length` and
+/// `lkey` as one 8-byte value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, zerocopy::IntoBytes, zerocopy::Immutable)]
+#[repr(C)]
 pub struct Sge {
     /// Address (as registered).
     pub addr: u64,

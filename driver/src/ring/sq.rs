@@ -336,6 +336,12 @@ pub struct SendQueue<M: QueueMem, D: DoorbellWord> {
     /// `bf_max_ds - 1` (0 when it is 0): `2 <= ds <= bf_max_ds` is
     /// `ds - 2 < bf_span` (wrapping).
     bf_span: u8,
+    /// The typed entries' template of the control segment's first 8 bytes:
+    /// `MLX5_OPCODE_SEND << 32 | qpn << 8` (index and DS added per WQE).
+    ctrl_send: u64,
+    /// The memory image of the control segment's bytes 8-15 with the `fm_ce_se` of
+    /// `sq_sig_all` (flags and immediate added per WQE).
+    ctrl_tail: u64,
 }
 
 impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
@@ -409,6 +415,13 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
             },
             max_inline_fast: cfg.max_inline.min(fast::MAX_INLINE_FAST),
             bf_span: 0,
+            ctrl_send: (u64::from(MLX5_OPCODE_SEND) << 32) | u64::from(cfg.qpn << 8),
+            ctrl_tail: (u64::from(if cfg.sig_all {
+                MLX5_WQE_CTRL_CQ_UPDATE
+            } else {
+                0
+            }) << 32)
+                .to_be(),
         })
         .map(|mut sq: Self| {
             sq.bf_span = sq.bf_max_ds.saturating_sub(1);

@@ -746,25 +746,33 @@ impl<'a> crate::ring::WqeSlots for Slots<'a> {
     }
 
     #[inline(always)]
-    fn put<const W: usize>(&mut self, words: &[u64; W], wr_id: u64) -> bool {
+    fn put<const W: usize, const SAVE: bool>(&mut self, words: &[u64; W], wr_id: u64) -> bool {
         const { assert!(W >= 2 && W <= 8, "a WQE's leading segments fill one WQEBB") };
         let Some((wqe, id)) = self.take(1) else {
             return false;
         };
+        if SAVE {
+            crate::ring::WqeSlots::save(self);
+        }
         // SAFETY: `take(1)`: the 64 bytes at `wqe` are inside the ring, and `8 * W <=
         // 64`; the owner (borrowed by `self`) keeps the ring and the table alive; no
         // Rust reference points into the ring; unaligned stores of `u64` memory
         // images; the slot belongs to the driver until the doorbell (module doc); the
         // table entry is only accessed atomically.
         unsafe {
-            wqe.cast::<[u64; W]>().write_unaligned(*words);
             (*id).store(wr_id, Ordering::Relaxed);
+            wqe.cast::<[u64; W]>().write_unaligned(*words);
         }
         true
     }
 
     #[inline(always)]
-    fn put_inline<const W: usize>(&mut self, words: &[u64; W], data: &[u8], wr_id: u64) -> bool {
+    fn put_inline<const W: usize, const SAVE: bool>(
+        &mut self,
+        words: &[u64; W],
+        data: &[u8],
+        wr_id: u64,
+    ) -> bool {
         const { assert!(W >= 2 && W <= 6 && W.is_multiple_of(2), "leading segments") };
         // The WQEBBs of the WQE: leading segments, header and payload, rounded up.
         let n = (8 * W + 4 + 63 + data.len()) >> 6;
@@ -774,17 +782,20 @@ impl<'a> crate::ring::WqeSlots for Slots<'a> {
         let Some((wqe, id)) = self.take(n as u32) else {
             return false;
         };
+        if SAVE {
+            crate::ring::WqeSlots::save(self);
+        }
         let len = data.len() as u32 | ferroverbs_hw::datapath::wqe::MLX5_INLINE_SEG;
         // SAFETY: `take(n)`: the `64 * n >= 8 * W + 4 + data.len()` bytes at `wqe` are
         // inside the ring, which the owner keeps alive; no Rust reference points into
         // it; unaligned stores; the slots belong to the driver until the doorbell
         // (module doc); the table entry is only accessed atomically.
         unsafe {
+            (*id).store(wr_id, Ordering::Relaxed);
             wqe.cast::<[u64; W]>().write_unaligned(*words);
             let hdr = wqe.add(8 * W);
             hdr.cast::<[u8; 4]>().write_unaligned(len.to_be_bytes());
             copy_small(hdr.add(4), data);
-            (*id).store(wr_id, Ordering::Relaxed);
         }
         true
     }

@@ -101,6 +101,14 @@ impl<B: Bus> Queues<B> {
     /// lives across a call.
     #[inline(always)]
     fn finish(&mut self, c: &mut ring::SqCursor<Slots<'_>>) {
+        c.save();
+        self.finish_saved::<false>(c);
+    }
+
+    /// [`Queues::finish`] of a cursor whose position is saved; `ONE`: the batch is
+    /// one WQE (its last is its first).
+    #[inline(always)]
+    fn finish_saved<const ONE: bool>(&mut self, c: &mut ring::SqCursor<Slots<'_>>) {
         let (n, start, cur) = (c.count(), c.start(), c.next_index());
         let Some(p) = self.sq.publish(&*self.bus, c) else {
             return;
@@ -112,7 +120,7 @@ impl<B: Bus> Queues<B> {
             .sq_done
             .load(std::sync::atomic::Ordering::Relaxed);
         let regs = c.regs();
-        if p.maybe_bf || d != self.hwm_prev || !regs.direct() {
+        if d != self.hwm_prev || p.maybe_bf || !regs.direct() {
             // Scalars only (a struct would be built in memory first).
             finish_slow(self, regs, p.half, p.image, n, start);
             return;
@@ -120,7 +128,8 @@ impl<B: Bus> Queues<B> {
         // The 8-byte doorbell (the register is there: `direct`), then the counters
         // (plain stores to host memory, which the doorbell's order does not concern).
         regs.db64(p.half, p.image);
-        self.note_posted_prev(n, p.last, start, cur);
+        let last = if ONE { start } else { p.last };
+        self.note_posted_prev(n, last, start, cur);
     }
 
     /// One SEND of a gather entry or of inline data, posted and rung on its own
@@ -139,9 +148,11 @@ impl<B: Bus> Queues<B> {
         flags: SendFlags,
     ) -> Result<(), PostError> {
         let mut c = self.sq.cursor(slots.open());
+        // The position is saved as soon as the WQE's room is taken (`NOW`), so that
+        // it does not stay in registers while the WQE is written.
         let ok = match data {
-            OneData::Sge(sge) => c.put_sge(MLX5_OPCODE_SEND, wr_id, sge, None, flags, 0),
-            OneData::Inline(d) => c.put_inline(MLX5_OPCODE_SEND, wr_id, d, None, flags, 0),
+            OneData::Sge(sge) => c.put_sge::<true>(MLX5_OPCODE_SEND, wr_id, sge, None, flags, 0),
+            OneData::Inline(d) => c.put_inline::<true>(MLX5_OPCODE_SEND, wr_id, d, None, flags, 0),
         };
         if !ok {
             return match data {
@@ -149,7 +160,7 @@ impl<B: Bus> Queues<B> {
                 OneData::Inline(d) => send_inline_one_slow(self, slots, wr_id, d, flags),
             };
         }
-        self.finish(&mut c);
+        self.finish_saved::<true>(&mut c);
         Ok(())
     }
 }
@@ -340,7 +351,10 @@ impl<B: Bus> SendBatch<'_, B> {
         flags: SendFlags,
         imm: u32,
     ) -> Result<(), PostError> {
-        if self.c.put_sge(opcode, wr_id, sge, remote, flags, imm) {
+        if self
+            .c
+            .put_sge::<false>(opcode, wr_id, sge, remote, flags, imm)
+        {
             return Ok(());
         }
         let wr = SendWr {
@@ -378,7 +392,10 @@ impl<B: Bus> SendBatch<'_, B> {
         flags: SendFlags,
         imm: u32,
     ) -> Result<(), PostError> {
-        if self.c.put_inline(opcode, wr_id, data, remote, flags, imm) {
+        if self
+            .c
+            .put_inline::<false>(opcode, wr_id, data, remote, flags, imm)
+        {
             return Ok(());
         }
         let parts = [data];

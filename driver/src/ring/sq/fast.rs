@@ -46,14 +46,21 @@ pub trait WqeSlots {
 
     /// Takes one WQEBB: writes the `W` leading words of the WQE there, records its
     /// `wr_id` and moves on; `false`, with nothing written, when none is left.
-    fn put<const W: usize>(&mut self, words: &[u64; W], wr_id: u64) -> bool;
+    /// `SAVE`: the new position is saved ([`WqeSlots::save`]) before the stores.
+    fn put<const W: usize, const SAVE: bool>(&mut self, words: &[u64; W], wr_id: u64) -> bool;
 
     /// Takes the `(8 * W + 4 + data.len() + 63) / 64` WQEBBs of an inline WQE:
     /// writes its `W` leading words, the inline header (`data.len() |
     /// MLX5_INLINE_SEG`, big-endian) and `data` from byte 4 after them (the padding
     /// to the next 16 bytes left as it was), records its `wr_id` and moves on;
-    /// `false`, with nothing written, when fewer are left.
-    fn put_inline<const W: usize>(&mut self, words: &[u64; W], data: &[u8], wr_id: u64) -> bool;
+    /// `false`, with nothing written, when fewer are left. `SAVE` as for
+    /// [`WqeSlots::put`].
+    fn put_inline<const W: usize, const SAVE: bool>(
+        &mut self,
+        words: &[u64; W],
+        data: &[u8],
+        wr_id: u64,
+    ) -> bool;
 
     /// Saves the position for the next batch.
     fn save(&mut self);
@@ -94,17 +101,18 @@ pub trait DoorbellRegs: Copy {
 pub struct SqCursor<S> {
     /// The index of the batch's first WQE (where the cursor was opened).
     start: u16,
-    /// The next WQE's index. Below `0x10000` for every WQE the entries write: the
-    /// position never passes the ring end, and the ring size divides `0x10000`.
-    index: u32,
+    /// The next WQE's control head before its DS: `index << 40 | ctrl_send`, so
+    /// that a WQE's head is one add (and an xor for opcodes other than SEND) and
+    /// moving on one add. The index is below `0x10000` for every WQE the entries
+    /// write (the position never passes the ring end, and the ring size divides
+    /// `0x10000`), so it never carries into the byte above it while it is used.
+    head: u64,
     /// WQEs written in the batch.
     nreq: u32,
     /// The memory image of the last WQE's first 8 bytes (the 8-byte doorbell).
     last_head: u64,
     /// The ring position.
     slots: S,
-    /// `qpn << 8`: the control segment's second word without the DS.
-    qpn8: u64,
     /// The memory image of the control segment's bytes 8-15 with the `fm_ce_se` of
     /// `sq_sig_all` and no immediate.
     tail: u64,
@@ -124,7 +132,16 @@ impl<S> SqCursor<S> {
     /// The index the next WQE gets.
     #[inline(always)]
     pub fn next_index(&self) -> u16 {
-        self.index as u16
+        (self.head >> 40) as u16
+    }
+
+    /// Saves the position for the next batch ([`WqeSlots::save`]).
+    #[inline(always)]
+    pub fn save(&mut self)
+    where
+        S: WqeSlots,
+    {
+        self.slots.save()
     }
 
     /// The ring and doorbell register of the batch's position.
@@ -188,12 +205,11 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     pub fn cursor<S: WqeSlots>(&self, slots: S) -> SqCursor<S> {
         SqCursor {
             start: self.cur_post,
-            index: u32::from(self.cur_post),
+            head: (u64::from(self.cur_post) << 40) | self.ctrl_send,
             nreq: 0,
             last_head: 0,
             slots,
-            qpn8: u64::from(self.qpn_ds),
-            tail: (u64::from(self.fm_ce_se) << 32).to_be(),
+            tail: self.ctrl_tail,
             max_inline: self.max_inline_fast,
         }
     }
@@ -202,7 +218,7 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     /// writer, or of [`SendQueue::complete`], in the middle of a batch).
     #[inline(always)]
     pub fn sync_from<S>(&mut self, c: &SqCursor<S>) {
-        self.cur_post = c.index as u16;
+        self.cur_post = c.next_index();
     }
 
     /// Takes the producer counter from the queue again after
@@ -211,7 +227,7 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     /// close); `written` is the index of the WQE that call wrote, if any.
     #[inline(always)]
     pub fn sync_to<S: WqeSlots>(&self, c: &mut SqCursor<S>, written: Option<u16>, budget: u32) {
-        c.index = u32::from(self.cur_post);
+        c.head = (u64::from(self.cur_post) << 40) | self.ctrl_send;
         c.slots.place(self.cur_post, budget);
         if let Some(w) = written {
             c.last_head = c.slots.regs().head(w).to_be();
@@ -219,8 +235,9 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         }
     }
 
-    /// Publishes a batch's WQEs: the producer counter goes back to the queue, the
-    /// position is saved, and when the batch wrote anything: `wmb`, the doorbell
+    /// Publishes a batch's WQEs (the caller saved the position,
+    /// [`SqCursor::save`]): the producer counter goes back to the queue, and when the
+    /// batch wrote anything: `wmb`, the doorbell
     /// record, `wmb` ([`SendQueue::doorbell`]'s order), the BlueFlame half toggled
     /// and the BlueFlame decision taken. Returns the doorbell to ring with
     /// [`SendQueue::ring`] (nothing may be stored to the ring in between). The
@@ -231,9 +248,8 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         bus: &B,
         c: &mut SqCursor<S>,
     ) -> Option<PendingDoorbell> {
-        let cur = c.index as u16;
+        let cur = c.next_index();
         self.cur_post = cur;
-        c.slots.save();
         if c.nreq == 0 {
             return None;
         }
@@ -258,7 +274,8 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     /// (`bf_span = bf_max_ds - 1`); the inline test is `ring_slow`'s.
     #[inline(always)]
     pub fn pending(&self, nreq: u32, half: usize, image: u64) -> PendingDoorbell {
-        let ds = (image >> 56) as u8 & 0x3f;
+        // The DS byte (its top 2 bits are 0: a DS is at most 63).
+        let ds = (image >> 56) as u8;
         PendingDoorbell {
             half,
             maybe_bf: nreq == 1 && ds.wrapping_sub(2) < self.bf_span,
@@ -342,15 +359,29 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     }
 }
 
+/// `length | lkey << 32` of `sge`, read as one 8-byte value (the two fields are
+/// adjacent: `Sge` is `repr(C)`).
+#[inline(always)]
+fn len_key(sge: &Sge) -> u64 {
+    let b = zerocopy::IntoBytes::as_bytes(sge);
+    let w: [u8; 8] = [b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]];
+    if cfg!(target_endian = "little") {
+        u64::from_le_bytes(w)
+    } else {
+        u64::from_be_bytes(w).rotate_left(32)
+    }
+}
+
 impl<S: WqeSlots> SqCursor<S> {
     /// The control segment (`mlx5dv_x86_set_ctrl_seg`) of the next WQE as two memory
     /// images, from the batch's templates: bytes 0-7 (index, opcode, QPN, DS) and
     /// 8-15 (`fm_ce_se`, immediate).
     #[inline(always)]
-    fn ctrl(&self, opcode: u8, ds: u8, flags: SendFlags, imm: u32) -> (u64, u64) {
-        debug_assert!(self.index < 0x1_0000);
-        let head =
-            (u64::from(self.index) << 40) | (u64::from(opcode) << 32) | self.qpn8 | u64::from(ds);
+    fn ctrl(&self, opcode: u8, ds: u64, flags: SendFlags, imm: u32) -> (u64, u64) {
+        debug_assert!(self.head >> 40 < 0x1_0000 && ds < 64);
+        // The opcode by an xor with SEND's (a constant: nothing for a SEND).
+        let op = u64::from(opcode ^ MLX5_OPCODE_SEND) << 32;
+        let head = (self.head ^ op) + ds;
         let fm = u64::from(FM_CE_SE[usize::from(flags.0 & 7)]) << 32;
         let tail = self.tail | (fm | u64::from(imm)).to_be();
         (head.to_be(), tail)
@@ -360,7 +391,7 @@ impl<S: WqeSlots> SqCursor<S> {
     #[inline(always)]
     fn wrote(&mut self, head: u64, wqebbs: u32) {
         self.last_head = head;
-        self.index += wqebbs;
+        self.head += u64::from(wqebbs) << 40;
         self.nreq += 1;
     }
 
@@ -370,9 +401,12 @@ impl<S: WqeSlots> SqCursor<S> {
     /// segment if any, data segment; one WQEBB. `false`, with nothing written, when
     /// `sge` is empty (the general writer leaves the data segment out) or the budget
     /// is spent.
+    ///
+    /// `NOW`: the position is saved as soon as the WQEBB is taken (a request
+    /// published on its own; a batch saves it when it publishes).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    pub fn put_sge(
+    pub fn put_sge<const NOW: bool>(
         &mut self,
         opcode: u8,
         wr_id: u64,
@@ -381,21 +415,29 @@ impl<S: WqeSlots> SqCursor<S> {
         flags: SendFlags,
         imm: u32,
     ) -> bool {
-        if sge.length == 0 {
+        // `struct mlx5_wqe_data_seg`: byte_count, lkey, addr. The length and the key
+        // as one value (`length` in the low half), turned into the segment's first
+        // 8 bytes by a rotation and one byte swap.
+        let d0 = len_key(sge).rotate_left(32).to_be();
+        // The length's 4 bytes are the first 4 of the segment (the low half of its
+        // memory image on a little-endian host).
+        if d0.to_ne_bytes()[..4] == [0; 4] {
             return false;
         }
-        // `struct mlx5_wqe_data_seg`: byte_count, lkey, addr.
-        let d0 = ((u64::from(sge.length) << 32) | u64::from(sge.lkey)).to_be();
         let d1 = sge.addr.to_be();
         let ok = match remote {
             None => {
                 let (h, t) = self.ctrl(opcode, 2, flags, imm);
-                self.slots.put(&[h, t, d0, d1], wr_id).then_some(h)
+                self.slots
+                    .put::<4, NOW>(&[h, t, d0, d1], wr_id)
+                    .then_some(h)
             }
             Some(r) => {
                 let (h, t) = self.ctrl(opcode, 3, flags, imm);
                 let (r0, r1) = (r.addr.to_be(), (u64::from(r.rkey) << 32).to_be());
-                self.slots.put(&[h, t, r0, r1, d0, d1], wr_id).then_some(h)
+                self.slots
+                    .put::<6, NOW>(&[h, t, r0, r1, d0, d1], wr_id)
+                    .then_some(h)
             }
         };
         match ok {
@@ -412,10 +454,11 @@ impl<S: WqeSlots> SqCursor<S> {
     /// header and the payload (the padding to the next 16 bytes left as it was).
     /// `false`, with nothing written, when `data` is empty or longer than
     /// `max_inline`, or when the budget does not cover it (a full ring, or a WQE
-    /// that would cross the ring end: the general writer splits it there).
+    /// that would cross the ring end: the general writer splits it there). `NOW`
+    /// as for [`SqCursor::put_sge`].
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    pub fn put_inline(
+    pub fn put_inline<const NOW: bool>(
         &mut self,
         opcode: u8,
         wr_id: u64,
@@ -438,12 +481,13 @@ impl<S: WqeSlots> SqCursor<S> {
         debug_assert!(ds <= usize::from(MAX_WQE_DS));
         let wqebbs = ((16 * hds + 4 + 63 + len) >> 6) as u32;
         debug_assert_eq!(wqebbs, u32::from(wqebbs_for_ds(ds as u8)));
-        let (h, t) = self.ctrl(opcode, ds as u8, flags, imm);
+        let (h, t) = self.ctrl(opcode, ds as u64, flags, imm);
         let written = match remote {
-            None => self.slots.put_inline(&[h, t], data, wr_id),
+            None => self.slots.put_inline::<2, NOW>(&[h, t], data, wr_id),
             Some(r) => {
                 let (r0, r1) = (r.addr.to_be(), (u64::from(r.rkey) << 32).to_be());
-                self.slots.put_inline(&[h, t, r0, r1], data, wr_id)
+                self.slots
+                    .put_inline::<4, NOW>(&[h, t, r0, r1], data, wr_id)
             }
         };
         if !written {
