@@ -120,16 +120,22 @@ impl<B: Bus> Queues<B> {
             .sq_done
             .load(std::sync::atomic::Ordering::Relaxed);
         let regs = c.regs();
-        if d != self.hwm_prev || p.maybe_bf || !regs.direct() {
+        if d != self.hwm_prev {
             // Scalars only (a struct would be built in memory first).
             finish_slow(self, regs, p.half, p.image, n, start);
             return;
         }
-        // The 8-byte doorbell (the register is there: `direct`), then the counters
-        // (plain stores to host memory, which the doorbell's order does not concern).
-        regs.db64(p.half, p.image);
+        // The counters (plain stores to host memory, which the doorbell's order does
+        // not concern), then the doorbell: the 8-byte doorbell stored directly, or,
+        // in tail position (nothing is needed after it), the BlueFlame copy or the
+        // bus's doorbell.
         let last = if ONE { start } else { p.last };
         self.note_posted_prev(n, last, start, cur);
+        if !p.maybe_bf && regs.direct() {
+            regs.db64(p.half, p.image);
+            return;
+        }
+        ring_other(self, regs, p.half, p.image, n);
     }
 
     /// One SEND of a gather entry or of inline data, posted and rung on its own
@@ -193,6 +199,20 @@ fn finish_slow<B: Bus>(
     let last = p.last;
     q.sq.ring_slow(&*q.bus, regs, p);
     q.note_posted_with(n, last, start, q.sq.cur_post(), d);
+}
+
+/// The doorbell of [`Queues::finish`] other than the direct 8-byte one: the
+/// BlueFlame copy (a BlueFlame QP's single WQE), or the bus's doorbell. Out of line
+/// but not cold (it is the common case of a BlueFlame QP), called last.
+#[inline(never)]
+fn ring_other<B: Bus>(
+    q: &Queues<B>,
+    regs: super::fastmem::Regs<'_>,
+    half: usize,
+    image: u64,
+    n: u32,
+) {
+    q.sq.ring_slow(&*q.bus, regs, q.sq.pending(n, half, image));
 }
 
 /// [`Queues::send_one`] of a gather entry through a batch: the open checks, the

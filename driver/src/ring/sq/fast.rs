@@ -296,8 +296,9 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     /// The doorbell of [`SendQueue::publish`] when [`SendQueue::ring_direct`] did
     /// not ring it: the BlueFlame copy when the WQE qualifies (`prefer_bf`, or an
     /// inline WQE), else the 8-byte doorbell; directly when the bus allows it, else
-    /// through the [`Bus`]. Returns what was written.
-    #[inline(never)]
+    /// through the [`Bus`]. Returns what was written. (Inlined into its out-of-line
+    /// callers.)
+    #[inline(always)]
     pub fn ring_slow<B: Bus + ?Sized, R: DoorbellRegs>(
         &self,
         bus: &B,
