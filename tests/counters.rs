@@ -127,9 +127,7 @@ fn sends_and_writes_of_known_sizes() {
     const S: u64 = 3000;
     const M: u64 = 8;
     const W: u64 = 2048;
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut cqa = ca.create_cq(128).unwrap();
     let mut cqb = cb.create_cq(128).unwrap();
@@ -242,9 +240,7 @@ fn sends_and_writes_of_known_sizes() {
 
 #[test]
 fn a_lost_packet_a_sequence_nak_and_its_retransmission() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut cqa = ca.create_cq(128).unwrap();
     let mut cqb = cb.create_cq(128).unwrap();
@@ -304,9 +300,7 @@ fn a_lost_packet_a_sequence_nak_and_its_retransmission() {
 
 #[test]
 fn local_ack_timeouts_until_the_retry_budget_is_spent() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut cqa = ca.create_cq(128).unwrap();
     let cqb = cb.create_cq(128).unwrap();
@@ -344,9 +338,7 @@ fn local_ack_timeouts_until_the_retry_budget_is_spent() {
 
 #[test]
 fn an_rnr_nak_then_the_retransmission_that_lands() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut cqa = ca.create_cq(128).unwrap();
     let mut cqb = cb.create_cq(128).unwrap();
@@ -387,9 +379,7 @@ fn an_rnr_nak_then_the_retransmission_that_lands() {
 
 #[test]
 fn cq_backlog_and_an_overrun_with_oi_off() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     // Four entries, overrun not ignored.
     let mut small = ca.create_cq(3).unwrap();
@@ -450,9 +440,7 @@ fn rewrite(frame: &[u8], f: impl FnOnce(&mut wire::FrameRepr)) -> Vec<u8> {
 
 #[test]
 fn one_garbage_frame_of_every_drop_reason() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut cqa = ca.create_cq(64).unwrap();
     let mut cqb = cb.create_cq(64).unwrap();

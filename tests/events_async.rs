@@ -41,9 +41,7 @@ fn all_events<B: ferroverbs_hw::Bus>(ctx: &ferroverbs::Context<B>) -> Vec<AsyncE
 
 #[test]
 fn a_cq_overrun_raises_a_cq_error_event() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let pa = ca.alloc_pd().unwrap();
     let pb = cb.alloc_pd().unwrap();
     // Two entries: the third completion overruns.
@@ -83,9 +81,7 @@ fn a_cq_overrun_raises_a_cq_error_event() {
 
 #[test]
 fn a_cq_ignoring_overrun_stays_usable_and_raises_nothing() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let pa = ca.alloc_pd().unwrap();
     let pb = cb.alloc_pd().unwrap();
     let opts = CqOptions {
@@ -121,9 +117,7 @@ fn a_cq_ignoring_overrun_stays_usable_and_raises_nothing() {
 
 #[test]
 fn a_remote_access_error_puts_the_responder_qp_in_error_with_its_event() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let pa = ca.alloc_pd().unwrap();
     let pb = cb.alloc_pd().unwrap();
     let mut cqa = ca.create_cq(16).unwrap();
@@ -175,9 +169,7 @@ fn a_remote_access_error_puts_the_responder_qp_in_error_with_its_event() {
 
 #[test]
 fn an_operation_the_responder_does_not_enable_raises_a_request_error_event() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let pa = ca.alloc_pd().unwrap();
     let pb = cb.alloc_pd().unwrap();
     let mut cqa = ca.create_cq(16).unwrap();

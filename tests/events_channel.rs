@@ -34,9 +34,7 @@ fn drain(cq: &mut CompletionQueue<'_, SimBus>) -> Vec<WorkCompletion> {
 
 #[test]
 fn an_armed_cq_fires_its_channel_in_deterministic_mode() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let pa = ca.alloc_pd().unwrap();
     let pb = cb.alloc_pd().unwrap();
     let ch = cb.create_comp_channel().unwrap();
@@ -117,9 +115,7 @@ fn an_armed_cq_fires_its_channel_in_deterministic_mode() {
 
 #[test]
 fn solicited_only_arming_ignores_unsolicited_sends() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let pa = ca.alloc_pd().unwrap();
     let pb = cb.alloc_pd().unwrap();
     let ch = cb.create_comp_channel().unwrap();
@@ -161,9 +157,7 @@ fn solicited_only_arming_ignores_unsolicited_sends() {
 
 #[test]
 fn two_cqs_share_a_channel_and_events_queue_until_taken() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let pa = ca.alloc_pd().unwrap();
     let pb = cb.alloc_pd().unwrap();
     let ch = cb.create_comp_channel().unwrap();
@@ -212,9 +206,7 @@ fn two_cqs_share_a_channel_and_events_queue_until_taken() {
 
 #[test]
 fn threaded_mode_the_device_makes_the_descriptor_readable() {
-    let net = Net::new(true);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (_net, (ca, ga), (cb, gb)) = two_nics(true);
     let pa = ca.alloc_pd().unwrap();
     let pb = cb.alloc_pd().unwrap();
     let cha = ca.create_comp_channel().unwrap();

@@ -13,9 +13,7 @@ use ferroverbs::verbs::{AccessFlags as A, Error, Mtu, QpCap, QpInitAttr, SendWr,
 
 #[test]
 fn keys_translate_from_the_iova() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut cqa = ca.create_cq(16).unwrap();
     let cqb = cb.create_cq(16).unwrap();

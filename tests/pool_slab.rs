@@ -153,9 +153,7 @@ fn churn_from_several_threads() {
 
 #[test]
 fn send_and_recv_through_pool_slots() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let pa = ca.alloc_pd().unwrap();
     let pb = cb.alloc_pd().unwrap();
     let mut cqa = ca.create_cq(64).unwrap();

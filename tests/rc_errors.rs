@@ -39,9 +39,7 @@ fn fresh<'a>(
 
 #[test]
 fn the_error_table() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let pa = ca.alloc_pd().unwrap();
     let pa2 = ca.alloc_pd().unwrap();
     let pb = cb.alloc_pd().unwrap();
@@ -219,9 +217,7 @@ fn the_error_table() {
 
 #[test]
 fn a_qp_in_error_flushes_every_outstanding_request() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let pa = ca.alloc_pd().unwrap();
     let pb = cb.alloc_pd().unwrap();
     let mut cqa = ca.create_cq(64).unwrap();

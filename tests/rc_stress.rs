@@ -13,9 +13,7 @@ use ferroverbs::verbs::{
 fn rings_wrap_over_100k_requests_with_unsignaled_batches() {
     const TOTAL: u64 = 100_000;
     const BATCH: u64 = 16;
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let pa = ca.alloc_pd().unwrap();
     let pb = cb.alloc_pd().unwrap();
     // Small rings so that every one of them wraps many times.
@@ -114,9 +112,7 @@ fn rings_wrap_over_100k_requests_with_unsignaled_batches() {
 
 #[test]
 fn two_qps_share_one_cq() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let pa = ca.alloc_pd().unwrap();
     let pb = cb.alloc_pd().unwrap();
     let mut cqa = ca.create_cq(64).unwrap();
@@ -179,9 +175,7 @@ fn two_qps_share_one_cq() {
 
 #[test]
 fn threaded_devices_progress_while_the_application_only_polls() {
-    let net = Net::new(true);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (_net, (ca, ga), (cb, gb)) = two_nics(true);
     let pa = ca.alloc_pd().unwrap();
     let pb = cb.alloc_pd().unwrap();
     let mut cqa = ca.create_cq(64).unwrap();

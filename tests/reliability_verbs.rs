@@ -73,9 +73,7 @@ fn drain(net: &Net, cq: &mut CompletionQueue<'_, SimBus>, n: usize) -> Vec<WorkC
 
 #[test]
 fn retry_exhaustion_flushes_everything_then_reset_and_reconnect() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut cqa = ca.create_cq(128).unwrap();
     let mut cqb = cb.create_cq(128).unwrap();
@@ -152,9 +150,7 @@ fn retry_exhaustion_flushes_everything_then_reset_and_reconnect() {
 #[test]
 fn rnr_retry_exhaustion_and_infinite_rnr() {
     for rnr_retry in [1u8, 7] {
-        let net = Net::new(false);
-        let (ca, ga) = open_nic(&net.a, 1);
-        let (cb, gb) = open_nic(&net.b, 2);
+        let (net, (ca, ga), (cb, gb)) = two_nics(false);
         let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
         let mut cqa = ca.create_cq(64).unwrap();
         let mut cqb = cb.create_cq(64).unwrap();
@@ -193,9 +189,7 @@ fn lossy_workload(
     n: u64,
     imp: Impairments,
 ) -> ferroverbs_sim::link::FaultStats {
-    let net = Net::new(threaded);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(threaded);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut cqa = ca.create_cq(128).unwrap();
     let mut cqb = cb.create_cq(128).unwrap();

@@ -15,16 +15,14 @@ use ferroverbs::verbs::{
 };
 
 mod verbs_support;
-use verbs_support::{connect, open_nic, Net};
+use verbs_support::{connect, two_nics};
 
 #[global_allocator]
 static ALLOC: counting_alloc::Counting = counting_alloc::Counting;
 
 #[test]
 fn rc_traffic_through_the_simulator_allocates_nothing_in_steady_state() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let (mut cqa, mut cqb) = (ca.create_cq(255).unwrap(), cb.create_cq(255).unwrap());
     let cap = QpCap {

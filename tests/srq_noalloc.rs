@@ -18,9 +18,7 @@ static ALLOC: counting_alloc::Counting = counting_alloc::Counting;
 
 #[test]
 fn srq_post_and_poll_allocate_nothing() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut scq = ca.create_cq(256).unwrap();
     let mut rcq = cb.create_cq(256).unwrap();

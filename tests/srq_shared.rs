@@ -44,9 +44,7 @@ fn message(q: usize, seq: usize) -> Vec<u8> {
 
 #[test]
 fn one_srq_shared_by_eight_qps_under_load() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut scq = ca.create_cq(1024).unwrap();
     let mut rcq = cb.create_cq(1024).unwrap();
@@ -212,9 +210,7 @@ fn one_srq_shared_by_eight_qps_under_load() {
 
 #[test]
 fn srq_wqe_counter_follows_the_free_list_and_full_is_an_error() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut scq = ca.create_cq(64).unwrap();
     let mut rcq = cb.create_cq(64).unwrap();
@@ -302,9 +298,7 @@ fn srq_wqe_counter_follows_the_free_list_and_full_is_an_error() {
 
 #[test]
 fn uc_qps_on_an_srq() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut scq = ca.create_cq(64).unwrap();
     let mut rcq = cb.create_cq(64).unwrap();

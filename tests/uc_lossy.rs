@@ -127,9 +127,7 @@ struct Outcome {
 
 /// Runs the N-message workload from A to B with `imp` on the link A→B.
 fn run(imp: Impairments) -> Outcome {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     net.fabric.impair(ga.mac, gb.mac, imp);
     net.fabric.capture(Some(1 << 20));
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());

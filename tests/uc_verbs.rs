@@ -15,9 +15,7 @@ use ferroverbs_sim::wire::Opcode;
 
 #[test]
 fn uc_attributes_and_unsupported_operations() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let (mut cqa, mut cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
     let cap = QpCap::default();
@@ -150,9 +148,7 @@ fn uc_attributes_and_unsupported_operations() {
 
 #[test]
 fn uc_write_segmented_by_mtu() {
-    let net = Net::new(false);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let (mut cqa, mut cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
     let cap = QpCap::default();

@@ -94,9 +94,7 @@ fn check_grh(
 }
 
 fn pingpong(threaded: bool) {
-    let net = Net::new(threaded);
-    let (ca, ga) = open_nic(&net.a, 1);
-    let (cb, gb) = open_nic(&net.b, 2);
+    let (net, (ca, ga), (cb, gb)) = two_nics(threaded);
     let pa = ca.alloc_pd().unwrap();
     let pb = cb.alloc_pd().unwrap();
     let mut cqa = ca.create_cq(128).unwrap();

@@ -131,6 +131,17 @@ pub fn open_nic(sim: &Sim, n: u8) -> (Context<SimBus>, GidEntry) {
     (Device::open(sim.bus(), cfg).expect("bring-up"), g)
 }
 
+/// An opened NIC and its GID ([`open_nic`]).
+pub type Nic = (Context<SimBus>, GidEntry);
+
+/// Two NICs on a fabric ([`Net::new`]), opened as NIC 1 and NIC 2 ([`open_nic`]).
+pub fn two_nics(threaded: bool) -> (Net, Nic, Nic) {
+    let net = Net::new(threaded);
+    let a = open_nic(&net.a, 1);
+    let b = open_nic(&net.b, 2);
+    (net, a, b)
+}
+
 /// Takes `qa` (whose peer is `gb`) and `qb` (peer `ga`) to RTS, connected to each
 /// other, with every remote access enabled and the path MTU `mtu`.
 pub fn connect<B: ferroverbs_hw::Bus>(
