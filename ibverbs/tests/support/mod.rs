@@ -30,15 +30,35 @@ pub fn built_library() -> PathBuf {
 }
 
 /// A directory holding the built library as `libibverbs.so.1` (for
-/// `LD_LIBRARY_PATH`), private to `name`.
-pub fn library_dir(name: &str) -> PathBuf {
+/// `LD_LIBRARY_PATH`), private to `name` and this process: a symbolic link to the
+/// library cargo built (not a copy: the library is ~30 MB and a test run creates one
+/// directory per tool test), removed with its directory when dropped.
+pub fn library_dir(name: &str) -> LibDir {
     let dir =
         std::env::temp_dir().join(format!("ferroverbs-ibverbs-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let dst = dir.join("libibverbs.so.1");
     let _ = std::fs::remove_file(&dst);
-    std::fs::copy(built_library(), &dst).unwrap();
-    dir
+    std::os::unix::fs::symlink(built_library(), &dst).unwrap();
+    LibDir(dir)
+}
+
+/// The directory [`library_dir`] made; it dereferences to its path and is removed
+/// (with the link in it) when dropped, so test runs leave nothing in the temporary
+/// directory.
+pub struct LibDir(PathBuf);
+
+impl std::ops::Deref for LibDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for LibDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Whether `tool` can run; otherwise prints a notice (the test then returns early) or,
