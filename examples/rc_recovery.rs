@@ -38,8 +38,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use ferroverbs::verbs::{
-    AccessFlags, AddressVector, CompletionQueue, MemoryRegion, Mtu, QpCap, QpInitAttr, QpState,
-    QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, MemoryRegion, QpCap, QpInitAttr, QpState, QueuePair, RecvWr,
+    RtsAttr, SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 use ferroverbs::GidEntry;
 use ferroverbs_sim::link::Impairments;
@@ -88,15 +88,8 @@ fn args() -> Args {
 fn reconnect(qp: &mut QueuePair<'_, SimBus>, peer: &GidEntry, peer_qpn: u32, psn: (u32, u32)) {
     qp.reset().expect("RESET");
     qp.to_init(1, AccessFlags::empty()).expect("INIT");
-    qp.to_rtr(&RtrAttr {
-        av: AddressVector::new(peer.gid, peer.mac, 0),
-        path_mtu: Mtu::Mtu1024,
-        dest_qpn: peer_qpn,
-        rq_psn: psn.0,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 1,
-    })
-    .expect("RTR");
+    qp.to_rtr(&common::rtr_attr(peer, peer_qpn, psn.0))
+        .expect("RTR");
     qp.to_rts(&RtsAttr {
         timeout: TIMEOUT,
         retry_cnt: RETRIES,

@@ -217,28 +217,20 @@ fn verbs_objects_on_the_simulator_allocate_nothing_in_steady_state() {
         // And the one-request entry (its doorbell through the simulator's bus).
         run(&mut || qb.post_recv(&[RecvWr::new(5, &sg)]).unwrap());
         run(&mut || qa.send_inline(6, &payload, SendFlags::SIGNALED).unwrap());
-        let mut got = (None, None);
-        while got.0.is_none() || got.1.is_none() {
-            fabric.run_until_idle();
-            run(&mut || {
-                got.0 = got.0.or(cqb.poll_one());
-                got.1 = got.1.or(cqa.poll_one());
-            });
+        // Both in flight; their completions come in order.
+        for (recv_id, send_id) in [(3u64, 4u64), (5, 6)] {
+            let mut got = (None, None);
+            while got.0.is_none() || got.1.is_none() {
+                fabric.run_until_idle();
+                run(&mut || {
+                    got.0 = got.0.or(cqb.poll_one());
+                    got.1 = got.1.or(cqa.poll_one());
+                });
+            }
+            let (r, s) = (got.0.unwrap(), got.1.unwrap());
+            assert!(r.is_ok() && s.is_ok());
+            assert_eq!((r.wr_id, r.byte_len, s.wr_id), (recv_id, 64, send_id));
         }
-        let (r, s) = (got.0.unwrap(), got.1.unwrap());
-        assert!(r.is_ok() && s.is_ok());
-        assert_eq!((r.wr_id, r.byte_len, s.wr_id), (3, 64, 4));
-        let mut got = (None, None);
-        while got.0.is_none() || got.1.is_none() {
-            fabric.run_until_idle();
-            run(&mut || {
-                got.0 = got.0.or(cqb.poll_one());
-                got.1 = got.1.or(cqa.poll_one());
-            });
-        }
-        let (r, s) = (got.0.unwrap(), got.1.unwrap());
-        assert!(r.is_ok() && s.is_ok());
-        assert_eq!((r.wr_id, r.byte_len, s.wr_id), (5, 64, 6));
         n
     };
     // Warm up (the simulator's frame pool fills), then count.

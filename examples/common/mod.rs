@@ -71,12 +71,8 @@ pub fn to_rts(
 ) {
     q.to_init(1, access).expect("INIT");
     q.to_rtr(&RtrAttr {
-        av: AddressVector::new(peer.gid, peer.mac, 0),
-        path_mtu: Mtu::Mtu1024,
-        dest_qpn: peer_qpn,
-        rq_psn: psn.0,
         max_dest_rd_atomic: 4,
-        min_rnr_timer: 1,
+        ..rtr_attr(peer, peer_qpn, psn.0)
     })
     .expect("RTR");
     q.to_rts(&RtsAttr {
@@ -86,19 +82,24 @@ pub fn to_rts(
     .expect("RTS");
 }
 
+/// The RTR attributes the examples use toward `peer`'s QP `peer_qpn`: path MTU 1024,
+/// one RDMA READ / atomic in flight, the shortest RNR timer, expected PSN `rq_psn`.
+pub fn rtr_attr(peer: &GidEntry, peer_qpn: u32, rq_psn: u32) -> RtrAttr {
+    RtrAttr {
+        av: AddressVector::new(peer.gid, peer.mac, 0),
+        path_mtu: Mtu::Mtu1024,
+        dest_qpn: peer_qpn,
+        rq_psn,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 1,
+    }
+}
+
 /// RESET → INIT → RTR → RTS towards QP `peer_qpn` at `peer` for SENDs: no remote
 /// access, one RDMA READ / atomic in flight each way; `psn` = (expected, first sent).
 pub fn to_rts_send(q: &mut QueuePair<'_, SimBus>, peer: &GidEntry, peer_qpn: u32, psn: (u32, u32)) {
     q.to_init(1, AccessFlags::empty()).expect("INIT");
-    q.to_rtr(&RtrAttr {
-        av: AddressVector::new(peer.gid, peer.mac, 0),
-        path_mtu: Mtu::Mtu1024,
-        dest_qpn: peer_qpn,
-        rq_psn: psn.0,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 1,
-    })
-    .expect("RTR");
+    q.to_rtr(&rtr_attr(peer, peer_qpn, psn.0)).expect("RTR");
     q.to_rts(&RtsAttr::new(psn.1)).expect("RTS");
 }
 
