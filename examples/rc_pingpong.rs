@@ -3,7 +3,7 @@
 //! latency.
 //!
 //! ```text
-//! cargo run --release --example rc_pingpong -- [--iters N] [--size BYTES] [--threaded] [--tcp]
+//! cargo run --release --example rc_pingpong -- [--iters N] [--size BYTES] [--threaded [--busy-poll]] [--tcp]
 //! ```
 //!
 //! `--tcp` also runs issue 4's baseline in the same process: a TCP loopback ping-pong
@@ -11,7 +11,12 @@
 //!
 //! By default both NICs run in deterministic mode on this thread (the example steps
 //! the fabric); with `--threaded` each NIC has its own device thread and the two sides
-//! of the ping-pong run on two application threads that only post and poll.
+//! of the ping-pong run on two application threads that only post and poll. With
+//! `--busy-poll` as well, each application thread services its own NIC when its CQ
+//! is empty (`Sim::try_service`, NAPI-style, as `ferroverbs perf` does across
+//! processes), so that the NIC's device thread naps instead of spinning: otherwise
+//! four busy threads share the CPUs, which on a 2-vCPU machine makes every hand-off
+//! wait for a scheduler switch.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -29,6 +34,7 @@ struct Args {
     iters: u64,
     size: usize,
     threaded: bool,
+    busy_poll: bool,
     tcp: bool,
 }
 
@@ -37,6 +43,7 @@ fn args() -> Args {
         iters: 10_000,
         size: 64,
         threaded: false,
+        busy_poll: false,
         tcp: false,
     };
     let mut it = std::env::args().skip(1);
@@ -50,9 +57,12 @@ fn args() -> Args {
                     .expect("--size BYTES")
             }
             "--threaded" => a.threaded = true,
+            "--busy-poll" => a.busy_poll = true,
             "--tcp" => a.tcp = true,
             _ => {
-                eprintln!("usage: rc_pingpong [--iters N] [--size BYTES] [--threaded] [--tcp]");
+                eprintln!(
+                    "usage: rc_pingpong [--iters N] [--size BYTES] [--threaded [--busy-poll]] [--tcp]"
+                );
                 std::process::exit(2);
             }
         }
@@ -153,7 +163,9 @@ fn main() {
         a.size,
         if inline { "inline" } else { "gather" },
         a.iters,
-        if a.threaded {
+        if a.threaded && a.busy_poll {
+            "threaded, busy-polling"
+        } else if a.threaded {
             "threaded"
         } else {
             "deterministic"
@@ -168,10 +180,19 @@ fn main() {
         std::thread::scope(|s| {
             let pong = &mut pong;
             let payload2 = payload.clone();
+            // What a side does when its CQ is empty: service its own NIC
+            // (`--busy-poll`), or leave the CPU to the device threads.
+            let busy = a.busy_poll;
+            let idle = move |sim: &ferroverbs_sim::Sim| {
+                if !busy || sim.try_service() == Some(0) {
+                    std::thread::yield_now();
+                }
+            };
+            let sb = &sb;
             s.spawn(move || {
                 for _ in 0..total {
                     pong.post_recv();
-                    pong.wait_recv(std::thread::yield_now);
+                    pong.wait_recv(|| idle(sb));
                     pong.send(&payload2);
                 }
             });
@@ -179,7 +200,7 @@ fn main() {
                 ping.post_recv();
                 let t = Instant::now();
                 ping.send(&payload);
-                ping.wait_recv(std::thread::yield_now);
+                ping.wait_recv(|| idle(&sa));
                 if i >= warmup {
                     rtts.push(t.elapsed());
                 }
