@@ -432,7 +432,9 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
         self.p.consumer_index()
     }
 
-    /// Completions skipped because their QP is gone.
+    /// Completions skipped: those of a QP that is gone, and repeated completions of
+    /// an SRQ WQE that was not posted again (a buggy device's; also counted by
+    /// [`SharedReceiveQueue::duplicate_completions`](super::SharedReceiveQueue::duplicate_completions)).
     pub fn skipped(&self) -> u64 {
         self.p.unknown
     }
@@ -531,7 +533,8 @@ fn find<'q>(qps: &'q [Arc<WqShared>], qpn: u32, last: &mut usize) -> Option<&'q 
 /// Writes the work completion of the CQE at byte `off` of the ring `mem` into `wc`,
 /// retiring its work request at its QP, and returns whether it was a successful
 /// requester CQE (of the QP at `qps[*last]`); `None` (and `wc` unspecified) for a CQE
-/// of an unknown QP or of a kind verbs does not report (resize, signature).
+/// of an unknown QP, of a kind verbs does not report (resize, signature), or repeating
+/// the completion of an SRQ WQE that was not posted again.
 ///
 /// Reads only the last 32 bytes of the entry (`imm_inval_pkey` .. `op_own`) for the
 /// common requester completion; every other kind copies the whole entry.
@@ -645,7 +648,10 @@ fn decode_other(
         | MLX5_CQE_RESP_SEND_IMM
         | MLX5_CQE_RESP_SEND_INV
         | MLX5_CQE_RESP_WR_IMM) => {
-            wc.wr_id = qp.rq_retire(counter);
+            let Some(wr_id) = qp.rq_retire(counter) else {
+                return false;
+            };
+            wc.wr_id = wr_id;
             wc.byte_len = cqe.byte_cnt();
             wc.src_qp = cqe.src_qpn();
             // "g" (rdma-core `handle_responder`): a GRH heads the buffer (UD).
@@ -683,7 +689,10 @@ fn decode_other(
         }
         MLX5_CQE_RESP_ERR => {
             let e = cqe.as_err();
-            wc.wr_id = qp.rq_retire(counter);
+            let Some(wr_id) = qp.rq_retire(counter) else {
+                return false;
+            };
+            wc.wr_id = wr_id;
             wc.status = WcStatus::from_syndrome(e.syndrome());
             wc.vendor_err = e.vendor_err_synd();
             wc.opcode = WcOpcode::Recv;

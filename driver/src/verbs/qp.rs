@@ -358,9 +358,11 @@ impl WqShared {
         wr_id
     }
 
-    /// The `wr_id` of the receive WQE at `counter`, which is complete.
+    /// The `wr_id` of the receive WQE at `counter`, which is complete; `None` for a
+    /// repeated completion of an SRQ WQE that was not posted again (see
+    /// `SrqShared`): the CQ skips it.
     #[inline]
-    pub(crate) fn rq_retire(&self, counter: u16) -> u64 {
+    pub(crate) fn rq_retire(&self, counter: u16) -> Option<u64> {
         if let Some(s) = self.srq.get() {
             // The counter is the SRQ WQE index.
             return s.retire(counter);
@@ -369,7 +371,7 @@ impl WqShared {
             self.rq_wr_id[(u32::from(counter) & self.rq_mask) as usize].load(Ordering::Relaxed);
         self.rq_done
             .store(DONE | u32::from(counter.wrapping_add(1)), Ordering::Release);
-        wr_id
+        Some(wr_id)
     }
 }
 

@@ -68,9 +68,11 @@ impl Default for SrqAttr {
 /// consumer and stall it (posting fails with `QueueFull` for good). So each WQE
 /// carries a posted flag, set by the post and taken by the completion that retires
 /// it: a completion that finds it clear is a duplicate, and its index is dropped and
-/// counted ([`SharedReceiveQueue::duplicate_completions`]). The completion itself is
-/// still reported as the device wrote it (with the `wr_id` the WQE had). A duplicate
-/// that arrives after the WQE was posted again cannot be told from its completion.
+/// counted ([`SharedReceiveQueue::duplicate_completions`]), and the CQ skips the
+/// completion (counted in [`CompletionQueue::skipped`](super::CompletionQueue::skipped)
+/// as well), so the application sees each posted receive complete exactly once. A
+/// duplicate that arrives after the WQE was posted again cannot be told from its
+/// completion.
 pub(crate) struct SrqShared {
     mask: u32,
     wr_id: Box<[AtomicU64]>,
@@ -102,11 +104,11 @@ impl SrqShared {
     }
 
     /// The `wr_id` of SRQ WQE `index`, which completed; the index goes back to the
-    /// owner's free list, unless the WQE was not posted (a duplicate completion:
-    /// dropped and counted). Lock-free (any number of CQ pollers at once), no
-    /// allocation.
+    /// owner's free list. `None` if the WQE was not posted (a duplicate completion:
+    /// counted, and the CQ skips it). Lock-free (any number of CQ pollers at once),
+    /// no allocation.
     #[inline]
-    pub(crate) fn retire(&self, index: u16) -> u64 {
+    pub(crate) fn retire(&self, index: u16) -> Option<u64> {
         let i = (u32::from(index) & self.mask) as usize;
         let wr_id = self.wr_id[i].load(Ordering::Relaxed);
         // The flag was set by the post the device completed (published to the device
@@ -114,10 +116,11 @@ impl SrqShared {
         // back to the owner orders this swap before the next post's store.
         if self.posted[i].swap(false, Ordering::Relaxed) {
             self.done.push(i as u16);
+            Some(wr_id)
         } else {
             self.duplicates.fetch_add(1, Ordering::Relaxed);
+            None
         }
-        wr_id
     }
 }
 
@@ -393,8 +396,8 @@ impl<'a, B: Bus> SharedReceiveQueue<'a, B> {
     }
 
     /// Completions of WQEs that were not posted (the device reported a WQE twice):
-    /// reported on the CQ as the device wrote them, but their WQE was not handed back
-    /// to the free list a second time.
+    /// skipped by the CQ (see [`CompletionQueue::skipped`](super::CompletionQueue::skipped)),
+    /// and their WQE not handed back to the free list a second time.
     pub fn duplicate_completions(&self) -> u64 {
         self.shared.duplicates.load(Ordering::Relaxed)
     }
@@ -502,10 +505,11 @@ mod tests {
         for i in 0..3 {
             s.posted(i, 100 + i as u64);
         }
-        assert_eq!(s.retire(1), 101);
-        // The device reports WQE 1 again, and WQE 3, never posted, too.
-        assert_eq!(s.retire(1), 101);
-        assert_eq!(s.retire(3), 0);
+        assert_eq!(s.retire(1), Some(101));
+        // The device reports WQE 1 again, and WQE 3, never posted, too: both dropped
+        // (the CQ skips them).
+        assert_eq!(s.retire(1), None);
+        assert_eq!(s.retire(3), None);
         assert_eq!(s.duplicates.load(Ordering::Relaxed), 2);
         assert_eq!(s.done.pop(), Some(1));
         assert_eq!(s.done.pop(), None, "index 1 is handed back once");
@@ -518,8 +522,8 @@ mod tests {
                 s.posted(i, lap);
             }
             for i in [2u16, 0, 1] {
-                assert_eq!(s.retire(i), lap);
-                assert_eq!(s.retire(i), lap);
+                assert_eq!(s.retire(i), Some(lap));
+                assert_eq!(s.retire(i), None);
             }
             for i in [2, 0, 1] {
                 assert_eq!(s.done.pop(), Some(i), "lap {lap}");
