@@ -328,12 +328,8 @@ fn parse_lean(bytes: &[u8]) -> Option<(Repr, &[u8])> {
     if end > bytes.len() || total < ipv4::HEADER_LEN + udp::HEADER_LEN + roce::MIN_LEN {
         return None;
     }
-    // The header checksum: the ones' complement of the sum of the other nine words.
-    let mut acc = 0u32;
-    for w in [0, 2, 4, 6, 8, 12, 14, 16, 18] {
-        acc += u32::from(be16(IP + w));
-    }
-    if !ipv4::fold(acc) != be16(IP + 10) {
+    let ip_header: &[u8; ipv4::HEADER_LEN] = h[IP..UDP_OFFSET].try_into().ok()?;
+    if ipv4::header_checksum(ip_header) != be16(IP + 10) {
         return None;
     }
     // UDP: to 4791, length = the IPv4 payload, no checksum.
@@ -358,7 +354,6 @@ fn parse_lean(bytes: &[u8]) -> Option<(Repr, &[u8])> {
         return None;
     }
     let icrc_at = t.len() - super::icrc::ICRC_LEN;
-    let ip_header: &[u8; ipv4::HEADER_LEN] = h[IP..U].try_into().ok()?;
     let udp_header: &[u8; udp::HEADER_LEN] = h[U..BTH_OFFSET].try_into().ok()?;
     let found = super::icrc::from_wire(t[icrc_at..].try_into().ok()?);
     if found != super::icrc::compute(ip_header, udp_header, &t[..icrc_at]) {
