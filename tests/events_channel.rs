@@ -215,7 +215,16 @@ fn threaded_mode_the_device_makes_the_descriptor_readable() {
     let mut cqb = chb.create_cq(32).unwrap();
     let mut qa = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, cap())).unwrap();
     let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap())).unwrap();
-    connect(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024);
+    // Real time, loss-free: no ACK timeout may fire while a device thread waits for a
+    // CPU (a retransmission is harmless here, running the retry budget out is not).
+    connect_timeout(
+        &mut qa,
+        &ga,
+        &mut qb,
+        &gb,
+        Mtu::Mtu1024,
+        REAL_TIME_ACK_TIMEOUT,
+    );
     let ra = pa.alloc_mr(64, A::LOCAL_WRITE).unwrap();
     let rb = pb.alloc_mr(64, A::LOCAL_WRITE).unwrap();
 
@@ -247,9 +256,10 @@ fn threaded_mode_the_device_makes_the_descriptor_readable() {
     let mut received = 0;
     while received < 2 * ROUNDS {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 2];
-        // SAFETY: `evs` is a live array of 2 epoll_events; 5 s timeout.
-        let n = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), 2, 5000) };
-        assert!(n > 0, "no event within 5 s after {received} messages");
+        // SAFETY: `evs` is a live array of 2 epoll_events; 60 s timeout (a hang
+        // guard: a message never takes a minute, however loaded the machine).
+        let n = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), 2, 60_000) };
+        assert!(n > 0, "no event within 60 s after {received} messages");
         wakeups += 1;
         for e in &evs[..n as usize] {
             let tag = e.u64;

@@ -186,7 +186,16 @@ fn threaded_devices_progress_while_the_application_only_polls() {
     let mut qb = pb
         .create_qp(&QpInitAttr::new(&cqb, &cqb, QpCap::default()))
         .unwrap();
-    connect(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024);
+    // Real time, loss-free: no timeout is needed, and none may fire spuriously or
+    // run the retry budget out while a device thread waits for a CPU.
+    connect_timeout(
+        &mut qa,
+        &ga,
+        &mut qb,
+        &gb,
+        Mtu::Mtu1024,
+        REAL_TIME_ACK_TIMEOUT,
+    );
     let ra = pa.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
     let rb = pb.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
     let sa = [ra.sge(0, 4096).unwrap()];

@@ -197,10 +197,13 @@ fn lossy_workload(
     let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap())).unwrap();
     let (na, nb) = (qa.qp_num(), qb.qp_num());
     // Timeout 8: 1 ms of virtual time. In threaded mode the timeout is wall-clock time
-    // on device threads that a loaded 2-core machine may not schedule for several
-    // milliseconds, so there it is 12 (16.8 ms): spurious timeouts stay rare enough
-    // that seven retries never run out (a hang guard, not a speed requirement).
-    let timeout = if threaded { 12 } else { 8 };
+    // on device threads that a loaded 2-core machine may not schedule for 100 ms or
+    // more, and a WR fails (RETRY_EXC_ERR) at the eighth timeout in a row without
+    // progress (retry_cnt 7; any progress restores the budget). So there it is 16
+    // (268 ms): running out takes 8 × 268 ms = 2.1 s in which the peer's device
+    // thread or the fabric's wire thread never runs, where 12 (16.8 ms) took 134 ms.
+    // The real losses the timer recovers cost 268 ms each, within `drain`'s 20 s.
+    let timeout = if threaded { 16 } else { 8 };
     bring_up(&mut qa, &gb, nb, 0x200, 0xff_fff0, timeout, 7, 7);
     bring_up(&mut qb, &ga, na, 0xff_fff0, 0x200, timeout, 7, 7);
     let (ma, mb) = (net.a.port_macs()[0], net.b.port_macs()[0]);

@@ -5,7 +5,9 @@
 //! by reason.
 
 mod verbs_support;
-use verbs_support::{connect, pattern};
+use verbs_support::{connect, connect_timeout, pattern, REAL_TIME_ACK_TIMEOUT as PATIENT};
+#[path = "common/net.rs"]
+mod net;
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
@@ -102,7 +104,7 @@ fn traffic(a: &Nic, b: &Nic, step: bool, rounds: usize) {
     let mut cqb = cb.create_cq(256).unwrap();
     let mut qa = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, cap())).unwrap();
     let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap())).unwrap();
-    connect(&mut qa, &a.gid, &mut qb, &b.gid, Mtu::Mtu1024);
+    connect_timeout(&mut qa, &a.gid, &mut qb, &b.gid, Mtu::Mtu1024, PATIENT);
     let all = A::LOCAL_WRITE | A::REMOTE_READ | A::REMOTE_WRITE | A::REMOTE_ATOMIC;
     let la = pa.alloc_mr(1 << 16, all).unwrap();
     let lb = pb.alloc_mr(1 << 16, all).unwrap();
@@ -155,8 +157,12 @@ fn traffic(a: &Nic, b: &Nic, step: bool, rounds: usize) {
     }
 }
 
+/// Host `y` (1 or 2) of test `x` (21..=32), in this process's loopback /24
+/// ([`net::host`]): every test has its own `x`, so tests running at once in this
+/// process (or another run of this binary) never bind the same address.
 fn addr(x: u8, y: u8) -> Ipv4Addr {
-    Ipv4Addr::new(127, 0, x, y)
+    assert!((21..=32).contains(&x) && (1..=9).contains(&y));
+    net::host((x - 20) * 10 + y)
 }
 
 #[test]
@@ -328,10 +334,12 @@ fn garbage_datagrams_are_dropped_and_counted_by_reason() {
     assert_eq!((d.rx_bad_icrc, d.rx_no_qp), (1, 1), "{d:?}");
 }
 
-/// Two connected RC QPs on `a` and `b` with 64 KiB regions; runs `f`.
+/// Two connected RC QPs on `a` and `b` (ACK timeout exponent `timeout`) with 64 KiB
+/// regions; runs `f`.
 fn with_pair(
     a: &Nic,
     b: &Nic,
+    timeout: u8,
     f: impl FnOnce(
         &mut ferroverbs::verbs::QueuePair<'_, SimBus>,
         &mut CompletionQueue<'_, SimBus>,
@@ -352,7 +360,7 @@ fn with_pair(
     };
     let mut qa = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, big)).unwrap();
     let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, big)).unwrap();
-    connect(&mut qa, &a.gid, &mut qb, &b.gid, Mtu::Mtu1024);
+    connect_timeout(&mut qa, &a.gid, &mut qb, &b.gid, Mtu::Mtu1024, timeout);
     let la = pa.alloc_mr(1 << 16, A::LOCAL_WRITE).unwrap();
     let lb = pb.alloc_mr(1 << 16, A::LOCAL_WRITE).unwrap();
     f(&mut qa, &mut cqa, &la, &mut qb, &mut cqb, &lb);
@@ -364,7 +372,7 @@ fn a_stepped_nic_reads_its_socket_on_the_stepping_thread() {
     // the kernel until the application steps the device, and that step reads it.
     let a = nic(UdpConfig::new(addr(25, 1)), false);
     let b = nic(UdpConfig::new(addr(25, 2)), false);
-    with_pair(&a, &b, |qa, cqa, la, qb, cqb, lb| {
+    with_pair(&a, &b, PATIENT, |qa, cqa, la, qb, cqb, lb| {
         qb.post_recv(&[RecvWr::new(7, &[lb.sge(0, 4096).unwrap()])])
             .unwrap();
         la.write(0, b"read by the step");
@@ -421,7 +429,7 @@ fn a_command_sends_the_deferred_ack_first() {
     // destroys the QP and exits. Any command sends the owed ACKs before it runs.
     let a = nic(UdpConfig::new(addr(26, 1)), false);
     let b = nic(UdpConfig::new(addr(26, 2)), false);
-    with_pair(&a, &b, |qa, cqa, la, qb, cqb, lb| {
+    with_pair(&a, &b, PATIENT, |qa, cqa, la, qb, cqb, lb| {
         qb.post_recv(&[RecvWr::new(7, &[lb.sge(0, 4096).unwrap()])])
             .unwrap();
         la.write(0, b"last message");
@@ -514,10 +522,13 @@ fn deferred_acks_complete_every_wr_exactly_once() {
     // The responder's ACKs leave one step after the packets they acknowledge (one
     // ACK for all of a step's packets): every SEND still completes once, in order,
     // with no ACK timeout and nothing retransmitted; ping-pong, bursts, and threaded.
-    for (k, threaded) in [(26u8, false), (27, true)] {
+    // Both modes run on real time over this link: the QPs' ACK timeout is
+    // REAL_TIME_ACK_TIMEOUT (34 s, longer than `wait` waits), so that a thread left
+    // without a CPU cannot fire it spuriously.
+    for (k, threaded) in [(29u8, false), (30, true)] {
         let a = nic(UdpConfig::new(addr(k, 1)), threaded);
         let b = nic(UdpConfig::new(addr(k, 2)), threaded);
-        with_pair(&a, &b, |qa, cqa, la, qb, cqb, lb| {
+        with_pair(&a, &b, PATIENT, |qa, cqa, la, qb, cqb, lb| {
             sends_complete_once(&[&a, &b], !threaded, 200, 1, qa, cqa, la, qb, cqb, lb);
             sends_complete_once(&[&a, &b], !threaded, 600, 100, qa, cqa, la, qb, cqb, lb);
         });
@@ -545,9 +556,12 @@ fn a_lost_datagram_is_recovered() {
     // A datagram taken off the receive queue before the device sees it (lost on the
     // wire): the responder NAKs the gap, the requester goes back and retransmits;
     // every message arrives once and in order.
-    let a = nic(UdpConfig::new(addr(28, 1)), false);
-    let b = nic(UdpConfig::new(addr(28, 2)), false);
-    with_pair(&a, &b, |qa, cqa, la, qb, cqb, lb| {
+    let a = nic(UdpConfig::new(addr(31, 1)), false);
+    let b = nic(UdpConfig::new(addr(31, 2)), false);
+    // The default ACK timeout (67 ms): the gap is NAKed, and should the NAK not do
+    // it, the timer recovers well within `wait`'s guard. A spurious timeout (a
+    // stalled thread) only adds a retransmission, which this test expects anyway.
+    with_pair(&a, &b, 14, |qa, cqa, la, qb, cqb, lb| {
         let rsg: Vec<[_; 1]> = (0..4).map(|i| [lb.sge(i * 64, 64).unwrap()]).collect();
         let recvs: Vec<RecvWr> = (0..).zip(&rsg).map(|(i, g)| RecvWr::new(i, g)).collect();
         qb.post_recv(&recvs).unwrap();

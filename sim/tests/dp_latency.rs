@@ -24,7 +24,15 @@ fn ping_pong(threaded: bool, doorbells: Doorbells, rounds: u32) -> Duration {
                 SimConfig::deterministic(s, 1)
             }
         },
-        Conn::default(),
+        // Threaded: real time with device threads that may wait 100 ms or more for a
+        // CPU; the in-process fabric loses nothing, so the ACK timeout is 34 s
+        // (exponent 23; the retry budget lasts 8 × 34 s, past `wait_cqe`'s guard)
+        // rather than the default 67 ms, eight spurious expiries of which in a row
+        // would fail the WR.
+        Conn {
+            ack_timeout: if threaded { 23 } else { 14 },
+            ..Conn::default()
+        },
     );
     let (qa, qb) = (p.qa.qpn, p.qb.qpn);
     let a = p.a.reg_mr(4096, ALL);

@@ -10,7 +10,16 @@ use ferroverbs_hw::datapath::cqe::*;
 use ferroverbs_sim::SimConfig;
 
 fn pair() -> Pair {
-    let p = Pair::new(|s| SimConfig::threaded(s, 1), Conn::default());
+    // The ACK timer runs on real time here, while the device threads may wait 100 ms
+    // or more for a CPU: at the default 67 ms (exponent 14) a spurious timeout costs a
+    // retransmission, eight in a row fail the WR. The in-process fabric loses nothing,
+    // so no timeout is needed: 4.096 µs × 2^23 = 34 s; running the retry budget out
+    // (retry_count 7) then takes 8 × 34 s, far past `wait_cqe`'s 60 s guard.
+    let conn = Conn {
+        ack_timeout: 23,
+        ..Conn::default()
+    };
+    let p = Pair::new(|s| SimConfig::threaded(s, 1), conn);
     assert!(p.a.h.sim.threaded() && p.b.h.sim.threaded());
     p
 }

@@ -170,6 +170,40 @@ pub fn connect_with<B: ferroverbs_hw::Bus>(
     to_rts(qb, ga, na, 0x100, 0x200, mtu, access);
 }
 
+/// The ACK timeout exponent for RC QPs on real-time devices (threaded mode, or the
+/// UDP link) over a loss-free link (the in-process fabric without impairments, UDP
+/// loopback) in tests that need no timeout to recover: 4.096 µs × 2^23 = 34 s. A QP's
+/// ACK timer runs on real time while the threads that would deliver its ACK (the
+/// peer's device thread, its own, a stepping test thread) wait for a CPU; with the
+/// default 14 (67 ms), a thread descheduled for 100 ms on a loaded 2-core machine
+/// fires it spuriously (a retransmission, which counters show), and eight in a row
+/// exhaust `retry_cnt` 7 and fail the WR. 34 s is longer than any of these tests
+/// waits for one completion (20 to 60 s): the timer can fire only after the test has
+/// failed on its own hang guard.
+pub const REAL_TIME_ACK_TIMEOUT: u8 = 23;
+
+/// [`connect`] with the ACK timeout exponent `timeout` on both QPs (e.g.
+/// [`REAL_TIME_ACK_TIMEOUT`]).
+pub fn connect_timeout<B: ferroverbs_hw::Bus>(
+    qa: &mut ferroverbs::verbs::QueuePair<'_, B>,
+    ga: &GidEntry,
+    qb: &mut ferroverbs::verbs::QueuePair<'_, B>,
+    gb: &GidEntry,
+    mtu: Mtu,
+    timeout: u8,
+) {
+    use ferroverbs::verbs::AccessFlags as A;
+    let all = A::REMOTE_READ | A::REMOTE_WRITE | A::REMOTE_ATOMIC;
+    let rts = |sq_psn| RtsAttr {
+        max_rd_atomic: 4,
+        timeout,
+        ..RtsAttr::new(sq_psn)
+    };
+    let (na, nb) = (qa.qp_num(), qb.qp_num());
+    to_rts_with(qa, gb, nb, 0x200, mtu, all, &rts(0x100));
+    to_rts_with(qb, ga, na, 0x100, mtu, all, &rts(0x200));
+}
+
 /// Takes `q` to RTS towards QP `peer_qpn` at `peer`.
 #[allow(clippy::too_many_arguments)]
 pub fn to_rts<B: ferroverbs_hw::Bus>(
@@ -293,7 +327,9 @@ pub fn poll_all<B: ferroverbs_hw::Bus>(
     }
 }
 
-/// Polls `cq` until `n` completions arrived, letting the fabric run; panics after 10 s.
+/// Polls `cq` until `n` completions arrived, letting the fabric run; panics after 60 s
+/// (a hang guard: a loaded 2-core machine may leave any thread without a CPU for a
+/// while, and one completion never takes a minute).
 pub fn wait<B: ferroverbs_hw::Bus>(
     net: &Net,
     cq: &mut ferroverbs::verbs::CompletionQueue<'_, B>,
@@ -308,7 +344,7 @@ pub fn wait<B: ferroverbs_hw::Bus>(
         out.extend_from_slice(&wc[..k]);
         if k == 0 {
             assert!(
-                start.elapsed() < Duration::from_secs(10),
+                start.elapsed() < Duration::from_secs(60),
                 "only {} of {n} completions: {out:?}",
                 out.len()
             );
