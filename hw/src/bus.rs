@@ -141,9 +141,29 @@ pub trait Bus: Send + Sync {
     /// a `write_block64` is eight such words in ascending order. Creating the
     /// pointer is safe; storing through it is the caller's `unsafe`, with this
     /// contract as its proof.
+    ///
+    /// Nothing follows the direct stores (no bus call after them), so a bus returns
+    /// `Some` only where a store needs nothing after it to reach the device: memory,
+    /// or an uncached BAR mapping (VFIO). A write-combining mapping would need
+    /// rdma-core's `mmio_flush_writes` after each doorbell; such a bus keeps `None`.
     fn direct_reg(&self, off: usize, len: usize) -> Option<NonNull<AtomicU64>> {
         let _ = (off, len);
         None
+    }
+
+    /// Whether the driver copies a single small WQE through the BlueFlame register
+    /// ([`Bus::write_block64`]) when the device has one, or always rings the 8-byte
+    /// doorbell. BlueFlame pays only when a 64-byte block reaches the device as one
+    /// burst: a write-combining BAR mapping, or a bus that takes the block in one
+    /// call (the default, `true`: [`MemBus`], the simulator). A bus whose BAR0 is
+    /// mapped uncached says `false`: each 8-byte store is then its own PCIe write,
+    /// eight per WQEBB where the doorbell is one. Linux's `mlx5_ib` does the same
+    /// when its write-combining test fails (it reports `bf_reg_size = 0`, so
+    /// rdma-core's BlueFlame halves are empty), and rdma-core's VFIO provider
+    /// offers only non-cached UARs.
+    #[inline(always)]
+    fn blueflame(&self) -> bool {
+        true
     }
 
     /// Orders earlier stores to DMA memory before the following MMIO write.

@@ -18,6 +18,8 @@
 //! of the process (its UDP socket stays bound); every `ibv_open_device` shares it.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use ferroverbs::vfio::{PciAddress, VfioBus, VfioConfig};
@@ -121,6 +123,12 @@ impl Bus for AnyBus {
     }
     fn write_block64(&self, off: usize, block: &Block64) {
         each!(self, b => b.write_block64(off, block))
+    }
+    fn direct_reg(&self, off: usize, len: usize) -> Option<NonNull<AtomicU64>> {
+        each!(self, b => b.direct_reg(off, len))
+    }
+    fn blueflame(&self) -> bool {
+        each!(self, b => b.blueflame())
     }
     fn wmb(&self) {
         each!(self, b => b.wmb())

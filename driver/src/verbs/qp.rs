@@ -97,7 +97,9 @@ pub struct QpInitAttr<'q, 'ctx, B: Bus> {
     /// Signal every send request (`sq_sig_all`).
     pub sq_sig_all: bool,
     /// Copy single-WQE posts through the BlueFlame register when the device has one
-    /// (rdma-core's default); `false` always rings the 8-byte doorbell.
+    /// and the bus makes it pay ([`Bus::blueflame`]: not on VFIO's uncached BAR0
+    /// unless `VfioConfig::blueflame`) (rdma-core's default); `false` always rings
+    /// the 8-byte doorbell.
     pub blueflame: bool,
     /// The transport: [`QpType::Rc`] ([`QpInitAttr::new`]), [`QpType::Uc`]
     /// ([`QpInitAttr::with_type`]: SEND and RDMA WRITE only, no acknowledgements;
@@ -717,7 +719,10 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         let qpn = create_qp_out::qpn.get(&out) as u32;
 
         let bf_reg_size = 1usize << ctx.cap(g::log_bf_reg_size).min(16);
-        let bf = if init.blueflame && ctx.cap(g::bf) == 1 {
+        // BlueFlame when asked for and the bus makes it pay (`Bus::blueflame`: not
+        // on an uncached BAR mapping).
+        let blueflame = init.blueflame && ctx.bus().blueflame();
+        let bf = if blueflame && ctx.cap(g::bf) == 1 {
             BlueFlameReg {
                 reg: uar_bar_offset(uar) + bfreg_offset(0, bf_reg_size),
                 buf_size: bf_buf_size(bf_reg_size),
@@ -736,7 +741,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             qpn,
             bf,
             init.sq_sig_all,
-            !init.blueflame,
+            !blueflame,
             ctx.cap(g::atomic) == 1,
             Arc::clone(ctx.bus()),
         )?;

@@ -43,6 +43,8 @@ mod spec;
 mod sysfs;
 
 use std::path::PathBuf;
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -79,6 +81,10 @@ pub use sysfs::{
 use dma::{ArenaPolicy, DmaSpace};
 use vfio_bindings::bindings::vfio as uapi;
 
+/// The environment variable whose value `1` turns BlueFlame on for VFIO devices
+/// ([`VfioConfig::blueflame`]'s default).
+pub const BLUEFLAME_ENV: &str = "FERROVERBS_VFIO_BLUEFLAME";
+
 /// Where to find things and how much to set up.
 #[derive(Clone, Debug)]
 pub struct VfioConfig {
@@ -101,6 +107,14 @@ pub struct VfioConfig {
     pub pre_init_wait: bool,
     /// At most this many MSI-X vectors get an eventfd (0: poll only).
     pub max_msix_vectors: u32,
+    /// Whether QPs copy single small WQEs through BlueFlame ([`Bus::blueflame`]).
+    /// Off by default: vfio-pci maps BAR0 uncached, so a BlueFlame copy is eight
+    /// PCIe writes per 64 bytes where the doorbell is one (Linux's `mlx5_ib` and
+    /// rdma-core's VFIO provider use no BlueFlame without write-combining). On, to
+    /// measure one against the other (`docs/vfio.md` §6). The default is `true`
+    /// only when the environment has [`BLUEFLAME_ENV`]`=1`, so that the CLI and
+    /// the `libibverbs` replacement can be switched without a rebuild.
+    pub blueflame: bool,
 }
 
 impl Default for VfioConfig {
@@ -114,6 +128,7 @@ impl Default for VfioConfig {
             fw_ready_timeout: FW_READY_TIMEOUT,
             pre_init_wait: true,
             max_msix_vectors: u32::MAX,
+            blueflame: std::env::var_os(BLUEFLAME_ENV).is_some_and(|v| v == "1"),
         }
     }
 }
@@ -261,6 +276,8 @@ pub struct VfioBus {
     group: Group,
     container: Arc<Container>,
     info: VfioDeviceInfo,
+    /// [`VfioConfig::blueflame`].
+    blueflame: bool,
 }
 
 impl std::fmt::Debug for VfioBus {
@@ -372,6 +389,7 @@ impl VfioBus {
             group,
             container,
             info,
+            blueflame: cfg.blueflame,
         })
     }
 
@@ -447,6 +465,32 @@ impl Bus for VfioBus {
     #[inline]
     fn write_block64(&self, off: usize, block: &Block64) {
         self.mmio.write_block64(off, block)
+    }
+
+    /// BAR0's mapping itself ([`Mmio::direct_reg`]: `None` unless `off` and `len`
+    /// are whole words, `len > 0`, and `off..off + len` neither wraps nor leaves
+    /// BAR0), as rdma-core's `mlx5_vfio` rings its UARs through its mapping.
+    ///
+    /// Valid while the bus lives, as the contract asks: the mapping belongs to
+    /// `self.mmio`, which is never replaced and is unmapped only when the bus is
+    /// dropped. Every user keeps the bus alive meanwhile: a QP's send ring
+    /// (`verbs::fastmem::SqSlots`) holds an `Arc` of the bus next to the pointer,
+    /// so the bus cannot be dropped (and BAR0 unmapped) while a QP can still store
+    /// to its doorbell. The mapping is uncached, so the stores need nothing after
+    /// them. (While the function's memory-space bit is clear, during a reset for
+    /// instance, vfio-pci zaps the user mapping of BAR0 and any access faults, a
+    /// direct store as much as [`Mmio::write64`]. The driver neither resets the
+    /// function nor clears that bit while the bus lives; only bus mastering is
+    /// cleared, on drop.)
+    #[inline]
+    fn direct_reg(&self, off: usize, len: usize) -> Option<NonNull<AtomicU64>> {
+        self.mmio.direct_reg(off, len)
+    }
+
+    /// [`VfioConfig::blueflame`] (off by default: BAR0 is mapped uncached).
+    #[inline]
+    fn blueflame(&self) -> bool {
+        self.blueflame
     }
 
     #[inline(always)]

@@ -6,9 +6,23 @@
 //! neither merges, splits, elides nor reorders them. Registers are big-endian on the
 //! device (reference §1); values are swapped on little-endian hosts.
 //!
-//! vfio-pci maps BARs uncached (`pgprot_noncached`), not write-combining, so a
-//! BlueFlame block is 8 ascending 8-byte uncached stores: correct, though not the
-//! single burst a write-combining mapping gives.
+//! vfio-pci maps BARs uncached (`vfio_pci_core_mmap` sets `pgprot_noncached`), not
+//! write-combining, so every store is its own PCIe write, in program order, and
+//! nothing needs flushing after it (rdma-core's `mmio_flush_writes`, an `sfence` on
+//! x86-64, exists for write-combining buffers). A BlueFlame block is 8 ascending
+//! 8-byte stores, as rdma-core's generic `mmio_memcpy_x64` writes it: correct, but 8
+//! writes per WQEBB instead of the one burst of a write-combining mapping. That is
+//! why [`VfioBus`](super::VfioBus) turns BlueFlame off unless asked
+//! ([`Bus::blueflame`](ferroverbs_hw::Bus::blueflame)), as Linux's `mlx5_ib` reports
+//! no BlueFlame register (`bf_reg_size = 0`) when its write-combining test fails and
+//! rdma-core's VFIO provider allocates only non-cached UARs (`vfio_devx_alloc_uar`
+//! refuses every type but `MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC`).
+//!
+//! The doorbell registers may also be stored to directly ([`Mmio::direct_reg`],
+//! the driver's [`Bus::direct_reg`](ferroverbs_hw::Bus::direct_reg) on VFIO), as
+//! rdma-core's `mlx5_vfio` rings the UARs through its one mapping of BAR0
+//! (`uar2iova` is a pointer into it): an uncached mapping needs no flush after
+//! those stores either.
 //!
 //! Barriers (rdma-core `util/udma_barrier.h`, as the Bus contract documents them):
 //!
@@ -17,11 +31,16 @@
 //! | [`wmb`] (`udma_to_device_barrier`) | compiler barrier (stores are ordered, UC after WB included) | `dsb st` |
 //! | [`rmb`] (`udma_from_device_barrier`) | `lfence` | `dsb ld` |
 //!
-//! Other architectures fall back to a sequentially consistent fence.
+//! Other architectures fall back to a sequentially consistent fence. (rdma-core
+//! since 2024, commit 1ec72764a, uses the lighter `dmb oshst` / `dmb oshld` for the
+//! two DMA barriers on aarch64 and keeps `dsb st` for `mmio_wc_start`, the barrier
+//! between the doorbell record and the doorbell; `dsb` is at least as strong, and
+//! [`wmb`] serves as both.)
 
 use std::fs::File;
 use std::io;
-use std::ptr;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::AtomicU64;
 
 use memmap2::{MmapOptions, MmapRaw};
 
@@ -73,6 +92,14 @@ impl Mmio {
     /// Maps `len` bytes of `file` at `offset` read-write and shared.
     pub fn map(file: &File, offset: u64, len: usize) -> io::Result<Self> {
         let map = MmapOptions::new().offset(offset).len(len).map_raw(file)?;
+        Ok(Mmio { map })
+    }
+
+    /// An anonymous private mapping of `len` bytes standing in for a BAR in tests:
+    /// the same `MmapRaw` the device mapping is, backed by memory.
+    #[cfg(test)]
+    fn anonymous(len: usize) -> io::Result<Self> {
+        let map = MmapOptions::new().len(len).map_anon()?.into();
         Ok(Mmio { map })
     }
 
@@ -152,11 +179,47 @@ impl Mmio {
             unsafe { ptr::write_volatile(base.add(off + i * 8) as *mut u64, u64::from_ne_bytes(w)) }
         }
     }
+
+    /// The `len` bytes at `off` as 8-byte words the driver may store to directly
+    /// (the contract of [`Bus::direct_reg`](ferroverbs_hw::Bus::direct_reg)), or
+    /// `None` unless `off` and `len` are multiples of 8, `len` is not 0, `off + len`
+    /// does not wrap and lies inside the mapping, and the mapping's start is 8-byte
+    /// aligned (it is page aligned; checked rather than assumed, since `AtomicU64`
+    /// needs it). The same checks as `MemBus::direct_reg`.
+    ///
+    /// The pointer is valid as long as this `Mmio` lives: the mapping is only
+    /// unmapped when it is dropped (there is no remap). The region is device
+    /// memory that Rust never holds a reference to; [`Mmio::write64`] and
+    /// [`Mmio::write_block64`] write the same words with volatile stores, so a
+    /// direct store of the memory image `u64::from_ne_bytes(v.to_be_bytes())`
+    /// puts exactly the bytes of `write64(off, v)` on the bus. The mapping is
+    /// uncached (module documentation), so the stores need no flush.
+    pub fn direct_reg(&self, off: usize, len: usize) -> Option<NonNull<AtomicU64>> {
+        if !off.is_multiple_of(8) || !len.is_multiple_of(8) || len == 0 {
+            return None;
+        }
+        if off.checked_add(len)? > self.map.len() {
+            return None;
+        }
+        let base = self.map.as_mut_ptr();
+        if !(base as usize).is_multiple_of(core::mem::align_of::<AtomicU64>()) {
+            return None;
+        }
+        // SAFETY: `off + len <= self.map.len()` (checked above, without wrapping) and
+        // `len > 0`, so `off < self.map.len()`: `base + off` is inside the one mapped
+        // object `base .. base + self.map.len()`, which is smaller than `isize::MAX`
+        // bytes (a mapping always is). The result is 8-byte aligned: the base is
+        // (checked) and `off` is a multiple of 8. Derived from the mapping's base, it
+        // may address every word of `off .. off + len`, all inside the mapping.
+        let p = unsafe { base.add(off) };
+        NonNull::new(p.cast::<AtomicU64>())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
 
     /// A file stands in for the device: mapped shared, the bytes written through the
     /// mapping are the bytes in the file.
@@ -199,6 +262,84 @@ mod tests {
         assert_eq!(&page[0x1000..0x1040], &blk[..]);
         assert!(bytes[..4096].iter().all(|&b| b == 0), "offset respected");
         assert!(page[0x1fc8..].iter().all(|&b| b == 0), "dropped writes");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// The checks of `MemBus::direct_reg` (hw/src/bus.rs, same cases), against an
+    /// anonymous mapping standing in for BAR0.
+    #[test]
+    fn direct_registers_are_checked_and_address_the_mapping() {
+        let bar = Mmio::anonymous(8192).unwrap();
+        assert!(bar.direct_reg(0x804, 8).is_none(), "misaligned");
+        assert!(bar.direct_reg(0x800, 12).is_none(), "not whole words");
+        assert!(bar.direct_reg(0x800, 0).is_none(), "empty");
+        assert!(bar.direct_reg(8192 - 8, 16).is_none(), "past the end");
+        assert!(bar.direct_reg(8192, 8).is_none(), "starts at the end");
+        assert!(bar.direct_reg(usize::MAX - 7, 8).is_none(), "wraps");
+        assert!(
+            bar.direct_reg(8, usize::MAX - 7).is_none(),
+            "wraps (length)"
+        );
+        let base = bar.map.as_ptr() as usize;
+        let p = bar.direct_reg(0x1800, 0x200).expect("inside BAR0");
+        assert_eq!(p.as_ptr() as usize, base + 0x1800);
+        let last = bar.direct_reg(8192 - 8, 8).expect("the last word");
+        assert_eq!(last.as_ptr() as usize, base + 8192 - 8);
+        let all = bar.direct_reg(0, 8192).expect("the whole BAR");
+        assert_eq!(all.as_ptr() as usize, base);
+    }
+
+    /// A direct store of a register's memory image puts on the device the bytes
+    /// `write64` puts there, and eight ascending ones those of `write_block64`
+    /// (the contract of `Bus::direct_reg`). A file stands in for the device, as in
+    /// `mmio_stores_are_big_endian_and_in_place`.
+    #[test]
+    fn direct_stores_put_the_bytes_of_write64_and_write_block64() {
+        let path =
+            std::env::temp_dir().join(format!("ferroverbs-vfio-direct-{}", std::process::id()));
+        std::fs::write(&path, vec![0u8; 3 * 4096]).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let bar = Mmio::map(&file, 4096, 8192).unwrap();
+        // A doorbell: the first 8 bytes of a control segment.
+        let ctrl = [0x00, 0x12, 0x34, 0x0a, 0xab, 0xcd, 0xef, 0x02];
+        let v = u64::from_be_bytes(ctrl);
+        bar.write64(0x800, v);
+        let reg = bar.direct_reg(0x900, 0x200).unwrap();
+        let image = u64::from_ne_bytes(v.to_be_bytes());
+        let blk: [u8; 64] = core::array::from_fn(|i| 0x40 ^ i as u8);
+        bar.write_block64(0xc00, &blk);
+        // SAFETY: word 0 and words 32..40 of the 64 words (0x200 bytes) at 0x900
+        // that `direct_reg` returned, inside the live mapping (`bar` outlives the
+        // stores); device memory is only accessed through this pointer, volatile
+        // `Mmio` stores and the file, never through a reference.
+        unsafe {
+            (*reg.as_ptr()).store(image, Ordering::Relaxed);
+            for (w, c) in blk.chunks_exact(8).enumerate() {
+                let word = u64::from_ne_bytes(c.try_into().unwrap());
+                (*reg.as_ptr().add(32 + w)).store(word, Ordering::Relaxed);
+            }
+        }
+        wmb();
+        assert_eq!(bar.read32(0x900), bar.read32(0x800));
+        assert_eq!(bar.read32(0x904), bar.read32(0x804));
+        drop(bar);
+        let bytes = std::fs::read(&path).unwrap();
+        let page = &bytes[4096..];
+        assert_eq!(&page[0x800..0x808], &ctrl);
+        assert_eq!(&page[0x900..0x908], &ctrl, "direct doorbell = write64");
+        assert_eq!(&page[0xc00..0xc40], &blk[..]);
+        assert_eq!(
+            &page[0xa00..0xa40],
+            &page[0xc00..0xc40],
+            "direct block = write_block64"
+        );
+        assert!(page[0x908..0xa00].iter().all(|&b| b == 0), "nothing else");
+        assert!(page[0xa40..0xc00].iter().all(|&b| b == 0), "nothing else");
+        assert!(bytes[..4096].iter().all(|&b| b == 0), "offset respected");
         std::fs::remove_file(&path).unwrap();
     }
 }
