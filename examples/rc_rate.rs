@@ -3,8 +3,13 @@
 //! keeps its receive queue full; prints messages per second.
 //!
 //! ```text
-//! cargo run --release --example rc_rate -- [--msgs N] [--batch B] [--size BYTES] [--threaded [--busy-poll]]
+//! cargo run --release --example rc_rate -- [--msgs N] [--batch B] [--size BYTES] [--threaded [--busy-poll]] [--post-send]
 //! ```
+//!
+//! The SENDs are posted through the driver's typed entries (`qp.post()`, one
+//! `send_inline` per message, one `ring()` per list: the same WQEs and one doorbell per
+//! list, as `post_send` of the list writes them); `--post-send` posts the same list
+//! through the general `post_send` instead (the loop measured before session 5).
 //!
 //! Deterministic mode (the default) runs everything on this thread: the send doorbell
 //! is serviced while `post_send` runs, and the example steps the fabric (the receiver's
@@ -20,7 +25,9 @@ use common::{open, to_rts_send};
 
 use std::time::Instant;
 
-use ferroverbs::verbs::{AccessFlags, QpCap, QpInitAttr, RecvWr, SendWr, Sge, WorkCompletion};
+use ferroverbs::verbs::{
+    AccessFlags, QpCap, QpInitAttr, RecvWr, SendFlags, SendWr, Sge, WorkCompletion,
+};
 
 struct Args {
     msgs: u64,
@@ -28,6 +35,7 @@ struct Args {
     size: usize,
     threaded: bool,
     busy_poll: bool,
+    post_send: bool,
 }
 
 fn args() -> Args {
@@ -37,6 +45,7 @@ fn args() -> Args {
         size: 64,
         threaded: false,
         busy_poll: false,
+        post_send: false,
     };
     let mut it = std::env::args().skip(1);
     let num = |it: &mut std::iter::Skip<std::env::Args>, what: &str| -> u64 {
@@ -51,9 +60,10 @@ fn args() -> Args {
             "--size" => a.size = num(&mut it, "--size").min(64) as usize,
             "--threaded" => a.threaded = true,
             "--busy-poll" => a.busy_poll = true,
+            "--post-send" => a.post_send = true,
             _ => {
                 eprintln!(
-                    "usage: rc_rate [--msgs N] [--batch B (1-64)] [--size BYTES (0-64)] [--threaded [--busy-poll]]"
+                    "usage: rc_rate [--msgs N] [--batch B (1-64)] [--size BYTES (0-64)] [--threaded [--busy-poll]] [--post-send]"
                 );
                 std::process::exit(2);
             }
@@ -109,7 +119,20 @@ fn main() {
     let mut wc = [WorkCompletion::default(); 128];
     let mut round = || {
         qb.post_recv(&recvs).expect("post_recv");
-        qa.post_send(&sends).expect("post_send");
+        if a.post_send {
+            qa.post_send(&sends).expect("post_send");
+        } else {
+            // The same list through the typed entries: `batch` inline SENDs, the last
+            // signaled, one doorbell.
+            let mut b = qa.post().expect("post: the QP is in RTS");
+            for i in 0..batch - 1 {
+                b.send_inline(i as u64, &payload, SendFlags::NONE)
+                    .expect("send_inline");
+            }
+            b.send_inline((batch - 1) as u64, &payload, SendFlags::SIGNALED)
+                .expect("send_inline");
+            b.ring();
+        }
         let (mut got_rx, mut got_tx) = (0, 0);
         while got_rx < batch || got_tx < 1 {
             if !a.threaded {
@@ -145,8 +168,9 @@ fn main() {
     let el = t.elapsed();
     let n = rounds * batch as u64;
     println!(
-        "rc_rate: {} mode, {} bytes inline, lists of {batch}: {n} SENDs in {:.3} s = {:.3} M SENDs/s ({:.0} ns each)",
+        "rc_rate: {} mode{}, {} bytes inline, lists of {batch}: {n} SENDs in {:.3} s = {:.3} M SENDs/s ({:.0} ns each)",
         if a.threaded { "threaded" } else { "deterministic" },
+        if a.post_send { ", post_send" } else { "" },
         a.size,
         el.as_secs_f64(),
         n as f64 / el.as_secs_f64() / 1e6,
