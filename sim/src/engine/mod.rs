@@ -313,6 +313,54 @@ impl Ctx<'_> {
     }
 }
 
+impl Ctx<'_> {
+    /// Writes a successful responder CQE of `qp` to its receive CQ from the QP's
+    /// template ([`cq::CqeTemplate::fill`]: the same bytes, counters and events as
+    /// [`Ctx::post_cqe`] of the equivalent [`Completion`] with `kind` `Resp { opcode }`,
+    /// the QP's QPN, remote QPN and user index, `grh` false). Returns whether it was
+    /// written.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn post_resp_cqe(
+        &mut self,
+        cfg: &QpCfg,
+        opcode: u8,
+        se: bool,
+        wqe_counter: u16,
+        byte_cnt: u32,
+        imm: u32,
+    ) -> bool {
+        let Some(cqn) = cfg.cqn_rcv else { return false };
+        let Some(cq) = self.cqs.get_mut(&cqn) else {
+            // First use of the CQ: the general path loads its runtime.
+            let c = Completion {
+                kind: CqeKind::Resp { opcode },
+                qpn: cfg.qpn,
+                wqe_counter,
+                byte_cnt,
+                imm,
+                rqpn: cfg.remote_qpn,
+                uidx: cfg.user_index,
+                se,
+                timestamp: self.now,
+                grh: false,
+            };
+            return self.post_cqe(Some(cqn), &c);
+        };
+        let (tpl, now) = (&cfg.resp_cqe, self.now);
+        let pushed = cq.push_with(self.fw, self.io, self.irqs, se, |owner| {
+            tpl.fill(opcode, se, owner, wqe_counter, byte_cnt, imm, now)
+        });
+        if pushed == Pushed::Written {
+            self.stats.cqes += 1;
+            true
+        } else {
+            self.stats.cqes_dropped += 1;
+            false
+        }
+    }
+}
+
 /// A send WQE in flight: fetched, not yet completed.
 #[derive(Clone, Copy, Debug)]
 pub struct Flight {

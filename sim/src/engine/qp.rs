@@ -165,6 +165,9 @@ pub struct QpCfg {
     pub port: u8,
     /// UD: the QP's Q_Key (`qpc.q_key`).
     pub qkey: u32,
+    /// Its successful responder CQE with the per-QP fields in place (QPN, remote QPN,
+    /// user index; no GRH), for [`super::Ctx::post_resp_cqe`].
+    pub resp_cqe: super::cq::CqeTemplate,
 }
 
 /// The IB MTU (bytes) of RoCE packets on a port whose NIC vport MTU (the hardware
@@ -214,7 +217,7 @@ impl QpCfg {
             0
         };
         let path = Self::path(fw, img, qpn);
-        QpCfg {
+        let mut cfg = QpCfg {
             qpn,
             st: qp.st,
             pd: qp.pd,
@@ -268,7 +271,10 @@ impl QpCfg {
             encap: path.and_then(|p| crate::transport::encap_of(&p).ok()),
             port,
             qkey: g(qpc::q_key) as u32,
-        }
+            resp_cqe: super::cq::CqeTemplate::default(),
+        };
+        cfg.resp_cqe = super::cq::CqeTemplate::resp(cfg.qpn, cfg.remote_qpn, cfg.user_index, false);
+        cfg
     }
 
     fn path(fw: &Firmware, img: &[u8], qpn: u32) -> Option<Path> {

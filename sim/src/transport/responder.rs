@@ -206,6 +206,12 @@ fn recv_error(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, syndrome: u8, code: NakCode
     qp.to_error(cx);
 }
 
+/// A CQE's 32-bit byte count of a message of `n` bytes (saturated, as
+/// [`QpRt::resp_completion`] does).
+fn byte_cnt(n: u64) -> u32 {
+    n.min(u64::from(u32::MAX)) as u32
+}
+
 /// Takes the next receive WQE. `Ok(false)`: none posted (RNR).
 fn take_rwqe(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, scatter: bool) -> Result<bool, ()> {
     match recv::take(qp, cx, scatter) {
@@ -266,15 +272,16 @@ fn on_send(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
         } else {
             MLX5_CQE_RESP_SEND
         };
-        let mut c = qp.resp_completion(
-            CqeKind::Resp { opcode },
-            qp.resp.rwqe.counter,
-            qp.resp.rwqe.got,
-            cx.now,
+        let rw = &qp.resp.rwqe;
+        let written = cx.post_resp_cqe(
+            &qp.cfg,
+            opcode,
+            pkt.repr.bth.solicited,
+            rw.counter as u16,
+            byte_cnt(rw.got),
+            imm.unwrap_or(0),
         );
-        c.imm = imm.unwrap_or(0);
-        c.se = pkt.repr.bth.solicited;
-        if !cx.post_cqe(qp.cfg.cqn_rcv, &c) {
+        if !written {
             return qp.to_error(cx);
         }
     } else {
@@ -340,17 +347,15 @@ fn on_write(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
         qp.resp.msn = qp.resp.msn.wrapping_add(1) & MASK24;
         if let Some(imm) = imm {
             qp.resp.rwqe.active = false;
-            let mut c = qp.resp_completion(
-                CqeKind::Resp {
-                    opcode: MLX5_CQE_RESP_WR_IMM,
-                },
-                qp.resp.rwqe.counter,
-                total,
-                cx.now,
+            let written = cx.post_resp_cqe(
+                &qp.cfg,
+                MLX5_CQE_RESP_WR_IMM,
+                pkt.repr.bth.solicited,
+                qp.resp.rwqe.counter as u16,
+                byte_cnt(total),
+                imm,
             );
-            c.imm = imm;
-            c.se = pkt.repr.bth.solicited;
-            if !cx.post_cqe(qp.cfg.cqn_rcv, &c) {
+            if !written {
                 return qp.to_error(cx);
             }
         }
