@@ -11,7 +11,7 @@
 use ferroverbs_hw::control::mkey::mkc;
 use ferroverbs_hw::Field;
 
-use crate::firmware::Firmware;
+use crate::firmware::{Firmware, Mkey};
 use crate::iommu::{Iommu, Window};
 
 /// The access a use of a key needs.
@@ -127,6 +127,19 @@ pub fn check(
     va: u64,
     len: u64,
 ) -> Result<(), KeyError> {
+    checked(fw, key, pd, need, va, len).map(|_| ())
+}
+
+/// [`check`], giving the MKEY that passed it (for an access that follows at once,
+/// under the same device lock, with no second table search: [`write_key_cached`]).
+pub fn checked<'f>(
+    fw: &'f Firmware,
+    key: u32,
+    pd: u32,
+    need: Need,
+    va: u64,
+    len: u64,
+) -> Result<&'f Mkey, KeyError> {
     let k = fw
         .mkey(key >> 8)
         .filter(|k| k.key == key)
@@ -140,7 +153,7 @@ pub fn check(
     if !k.view.covers(va, len) {
         return Err(KeyError::Bounds);
     }
-    Ok(())
+    Ok(k)
 }
 
 /// Calls `f(iova, offset, chunk)` for each translated piece of `[va, va + len)` of the
@@ -151,12 +164,23 @@ fn walk(
     va: u64,
     len: usize,
     write: bool,
-    mut f: impl FnMut(u64, usize, usize) -> Result<(), KeyError>,
+    f: impl FnMut(u64, usize, usize) -> Result<(), KeyError>,
 ) -> Result<(), KeyError> {
     let k = fw
         .mkey(key >> 8)
         .filter(|k| k.key == key)
         .ok_or(KeyError::Invalid)?;
+    walk_key(k, va, len, write, f)
+}
+
+/// [`walk`] over the MKEY `k` already looked up.
+fn walk_key(
+    k: &Mkey,
+    va: u64,
+    len: usize,
+    write: bool,
+    mut f: impl FnMut(u64, usize, usize) -> Result<(), KeyError>,
+) -> Result<(), KeyError> {
     let v = k.view;
     if !v.covers(va, len as u64) {
         return Err(KeyError::Bounds);
@@ -220,6 +244,24 @@ pub fn write_cached(
         return Ok(());
     }
     walk(fw, key, va, src.len(), true, |iova, off, chunk| {
+        io.write_cached(win, iova, &src[off..off + chunk])
+            .map_err(|_| KeyError::Translation)
+    })
+}
+
+/// [`write_cached`] through the MKEY `k` that [`checked`] gave for this key: the same
+/// bounds check, translation and IOMMU accesses, without looking the key up again.
+pub fn write_key_cached(
+    k: &Mkey,
+    io: &Iommu,
+    win: &mut Window,
+    va: u64,
+    src: &[u8],
+) -> Result<(), KeyError> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    walk_key(k, va, src.len(), true, |iova, off, chunk| {
         io.write_cached(win, iova, &src[off..off + chunk])
             .map_err(|_| KeyError::Translation)
     })

@@ -15,10 +15,14 @@
 
 use ferroverbs_hw::datapath::eqe::MLX5_EVENT_TYPE_SRQ_RQ_LIMIT;
 
-use super::mem;
+use ferroverbs_hw::datapath::wqe::{WqeDataSeg, MLX5_INVALID_LKEY};
+
+use super::mem::{self, Need};
 use super::wqe::{self, RecvError, MAX_RQ_STRIDE};
 use super::{Ctx, QpRt};
 use crate::firmware::srq::SrqTake;
+use crate::firmware::{Firmware, Mkey};
+use crate::iommu::Iommu;
 
 /// Bytes of the next segment at the start of every SRQ WQE.
 const SRQ_NEXT_SEG: usize = 16;
@@ -53,7 +57,7 @@ pub fn take(qp: &mut QpRt, cx: &mut Ctx, scatter: bool) -> Result<(), TakeError>
     if !scatter {
         return Ok(());
     }
-    match read_rwqe(qp, cx, counter) {
+    match read_rwqe_io(qp, cx.fw, cx.io, counter) {
         Ok(()) => {
             let rw = &mut qp.resp.rwqe;
             rw.total = mem::total(&rw.sges);
@@ -63,18 +67,91 @@ pub fn take(qp: &mut QpRt, cx: &mut Ctx, scatter: bool) -> Result<(), TakeError>
     }
 }
 
+/// [`take`] for a QP with its own RQ (not an SRQ), for a message that scatters
+/// (SEND): the same effects on `qp`, the same reads, checks and errors. When the WQE
+/// has exactly one data segment (the first segment's lkey is not
+/// `MLX5_INVALID_LKEY`, and the stride holds no second segment or the second one's
+/// lkey is the end mark: what [`wqe::parse_segs`] reads as a one-entry list) and the
+/// stride is at most 64 bytes, that entry comes back with the MKEY that passed its
+/// check (local write in the QP's PD, covering the entry), and `qp.resp.rwqe.sges` is
+/// left empty (`total` is set). Any other WQE is read into `qp.resp.rwqe.sges` as
+/// [`take`] reads it and `Ok(None)` comes back.
+pub fn take_rq<'f>(
+    qp: &mut QpRt,
+    fw: &'f Firmware,
+    io: &Iommu,
+) -> Result<Option<(mem::Sge, &'f Mkey)>, TakeError> {
+    if qp.rq_posted(io) == 0 {
+        return Err(TakeError::Empty);
+    }
+    let counter = qp.rq_ci;
+    qp.rq_ci = counter.wrapping_add(1);
+    let rw = &mut qp.resp.rwqe;
+    rw.active = true;
+    rw.counter = counter;
+    rw.got = 0;
+    rw.total = 0;
+    rw.sges.clear();
+    let cfg = &qp.cfg;
+    // `rq_posted` is 0 without an RQ, so `rq_size` is a power of two here.
+    let stride = (cfg.rq_stride as usize).min(MAX_RQ_STRIDE);
+    let mut raw = [0u8; 64];
+    if stride > raw.len() {
+        return match read_rwqe_io(qp, fw, io, counter) {
+            Ok(()) => {
+                let rw = &mut qp.resp.rwqe;
+                rw.total = mem::total(&rw.sges);
+                Ok(None)
+            }
+            Err(e) => Err(TakeError::Bad(e)),
+        };
+    }
+    let raw = &mut raw[..stride];
+    let read = cfg
+        .rq_iova(counter & cfg.rq_size.wrapping_sub(1))
+        .is_some_and(|iova| io.read_cached(&mut qp.resp.rq_win, iova, raw).is_ok());
+    if !read {
+        return Err(TakeError::Bad(RecvError::Unreadable));
+    }
+    let lkey_at = |at: usize| {
+        raw.get(at + 4..at + 8)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let one = lkey_at(0).is_some_and(|k| k != MLX5_INVALID_LKEY)
+        && lkey_at(16).is_none_or(|k| k == MLX5_INVALID_LKEY);
+    let rw = &mut qp.resp.rwqe;
+    if !one {
+        wqe::parse_segs(fw, cfg.pd, raw, &mut rw.sges).map_err(TakeError::Bad)?;
+        rw.total = mem::total(&rw.sges);
+        return Ok(None);
+    }
+    let Ok(d) = WqeDataSeg::read_from(&raw[..16]) else {
+        return Err(TakeError::Bad(RecvError::Unreadable));
+    };
+    // As `wqe::parse_segs`: a byte count of 0 means 2^31 bytes.
+    let len = match d.byte_count() {
+        0 => 1u64 << 31,
+        n => u64::from(n),
+    };
+    let k = mem::checked(fw, d.lkey(), cfg.pd, Need::LocalWrite, d.addr(), len)
+        .map_err(|_| TakeError::Bad(RecvError::Prot))?;
+    rw.total = len;
+    let sge = mem::Sge {
+        addr: d.addr(),
+        len,
+        key: d.lkey(),
+    };
+    Ok(Some((sge, k)))
+}
+
 /// Reads the RQ WQE of counter `counter` into `qp.resp.rwqe.sges`, each data segment
 /// checked ([`wqe::parse_segs`]): as [`wqe::parse_recv`], through the QP's cached
 /// translation of its ring (`qp.resp.rq_win`).
-fn read_rwqe(qp: &mut QpRt, cx: &Ctx, counter: u32) -> Result<(), RecvError> {
+fn read_rwqe_io(qp: &mut QpRt, fw: &Firmware, io: &Iommu, counter: u32) -> Result<(), RecvError> {
     let win = &mut qp.resp.rq_win;
-    wqe::parse_recv_with(
-        cx.fw,
-        &qp.cfg,
-        counter,
-        &mut qp.resp.rwqe.sges,
-        |iova, raw| cx.io.read_cached(win, iova, raw).is_ok(),
-    )
+    wqe::parse_recv_with(fw, &qp.cfg, counter, &mut qp.resp.rwqe.sges, |iova, raw| {
+        io.read_cached(win, iova, raw).is_ok()
+    })
 }
 
 fn take_srq(qp: &mut QpRt, cx: &mut Ctx, srqn: u32, scatter: bool) -> Result<(), TakeError> {

@@ -45,6 +45,22 @@ pub fn on_request(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
         return;
     }
     let psn = pkt.repr.bth.psn;
+    // The common request: a one-packet SEND (with or without immediate) at the
+    // expected PSN, between messages, to a QP with its own RQ, its payload within the
+    // path MTU (the opcode's payload rule). Everything else, and every packet that
+    // fails a check there, takes the general path or its error handling.
+    if psn == qp.resp.epsn
+        && matches!(
+            pkt.repr.bth.opcode,
+            Opcode::RcSendOnly | Opcode::RcSendOnlyWithImmediate
+        )
+        && qp.resp.cur == InMsg::None
+        && qp.cfg.srqn.is_none()
+        && pkt.payload.len() <= qp.cfg.pmtu as usize
+    {
+        qp.resp.nak_sent = false;
+        return send_only(qp, cx, pkt);
+    }
     match psn.classify(qp.resp.epsn) {
         PsnClass::Expected => {
             qp.resp.nak_sent = false;
@@ -216,18 +232,86 @@ fn byte_cnt(n: u64) -> u32 {
 fn take_rwqe(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, scatter: bool) -> Result<bool, ()> {
     match recv::take(qp, cx, scatter) {
         Ok(()) => Ok(true),
-        Err(TakeError::Empty) => {
-            rnr_nak(qp, cx, psn);
-            Ok(false)
+        Err(e) => {
+            not_taken(qp, cx, psn, e);
+            if e == TakeError::Empty {
+                Ok(false)
+            } else {
+                Err(())
+            }
         }
-        Err(TakeError::Bad(e)) => {
+    }
+}
+
+/// What [`take_rwqe`] does when no receive WQE could be taken: an RNR NAK when none
+/// is posted, else the WQE completes in error.
+fn not_taken(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, e: TakeError) {
+    match e {
+        TakeError::Empty => rnr_nak(qp, cx, psn),
+        TakeError::Bad(e) => {
             let synd = match e {
                 RecvError::Prot => MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
                 RecvError::Unreadable => MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
             };
             recv_error(qp, cx, psn, synd, NakCode::RemoteOperationalError);
-            Err(())
         }
+    }
+}
+
+/// A SEND_ONLY or SEND_ONLY_WITH_IMMEDIATE at the expected PSN, between messages, on
+/// a QP with its own RQ, with at most a path MTU of payload ([`on_request`] checked
+/// all that): what [`execute`] and [`on_send`] do for it, in fewer steps. The receive
+/// WQE is taken by [`recv::take_rq`]; when it has one scatter entry, that entry's
+/// MKEY (looked up and checked once, as for any WQE) places the payload, and the CQE
+/// comes from the QP's template. A WQE with another shape continues on the general
+/// path ([`send_data`]). Same checks (local length, the key's PD, access and bounds,
+/// the translation), same errors, same CQE bytes, same ACK.
+fn send_only(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
+    let psn = pkt.repr.bth.psn;
+    let (sge, k) = match recv::take_rq(qp, cx.fw, cx.io) {
+        Ok(Some(one)) => one,
+        Ok(None) => return send_data(qp, cx, pkt, Position::Only),
+        Err(e) => return not_taken(qp, cx, psn, e),
+    };
+    let n = pkt.payload.len();
+    // `on_send`'s length check with nothing received yet: `0 + n > total`.
+    if n as u64 > sge.len {
+        return recv_error(
+            qp,
+            cx,
+            psn,
+            MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR,
+            NakCode::InvalidRequest,
+        );
+    }
+    // `mem::scatter_cached` of a one-entry list at offset 0: the whole payload at the
+    // entry's address (nothing for an empty payload).
+    let win = &mut qp.resp.data_win;
+    if mem::write_key_cached(k, cx.io, win, sge.addr, pkt.payload).is_err() {
+        return recv_error(
+            qp,
+            cx,
+            psn,
+            MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
+            NakCode::RemoteOperationalError,
+        );
+    }
+    let r = &mut qp.resp;
+    r.rwqe.got = n as u64;
+    r.epsn = psn.next();
+    r.msn = r.msn.wrapping_add(1) & MASK24;
+    r.rwqe.active = false;
+    let (opcode, imm) = match pkt.repr.immdt {
+        Some(i) => (MLX5_CQE_RESP_SEND_IMM, i.immediate),
+        None => (MLX5_CQE_RESP_SEND, 0),
+    };
+    let counter = r.rwqe.counter as u16;
+    let se = pkt.repr.bth.solicited;
+    if !cx.post_resp_cqe(&qp.cfg, opcode, se, counter, byte_cnt(n as u64), imm) {
+        return qp.to_error(cx);
+    }
+    if pkt.repr.bth.ack_req {
+        ack(qp, psn);
     }
 }
 
@@ -239,6 +323,13 @@ fn on_send(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
             Ok(false) | Err(()) => return,
         }
     }
+    send_data(qp, cx, pkt, pos);
+}
+
+/// A SEND packet with its receive WQE taken: places the payload, completes the WQE
+/// at the message's last packet.
+fn send_data(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
+    let psn = pkt.repr.bth.psn;
     let n = pkt.payload.len() as u64;
     let rw = &qp.resp.rwqe;
     if rw.got + n > rw.total {
