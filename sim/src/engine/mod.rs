@@ -159,6 +159,9 @@ pub struct DataPathStats {
     pub rx_unexpected: u64,
     /// Dropped: duplicate requests answered or ignored.
     pub rx_duplicates: u64,
+    /// One-packet SENDs (SEND_ONLY, SEND_ONLY_WITH_IMMEDIATE) at the expected PSN taken
+    /// by the responder's path for them (`transport::responder`), successful or not.
+    pub rx_send_only_fast: u64,
     /// ACKs sent.
     pub acks: u64,
     /// NAKs sent (sequence, invalid request, access, operational).

@@ -29,11 +29,24 @@ use crate::wire::opcode::{Operation, Position};
 use crate::wire::psn::PsnClass;
 use crate::wire::{atomic_ack_eth, Opcode, Psn, RoceRepr};
 use ferroverbs_hw::control::qp::QpcState;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{bth, send_frame, send_packet};
 
 /// 24-bit MSN.
 const MASK24: u32 = 0x00ff_ffff;
+
+/// While set, every request takes the general path ([`set_general_path_only`]).
+static GENERAL_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// Test hook: with `true`, the responder of every device in this process handles the
+/// one-packet SENDs on the general path too (as every other request), so that a test
+/// can run the same traffic both ways and compare what the two paths did (CQE bytes,
+/// memory, counters, packets). Not for use outside tests.
+#[doc(hidden)]
+pub fn set_general_path_only(on: bool) {
+    GENERAL_ONLY.store(on, Ordering::Relaxed);
+}
 
 /// Handles a request packet for `qp`.
 pub fn on_request(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
@@ -57,8 +70,10 @@ pub fn on_request(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
         && qp.resp.cur == InMsg::None
         && qp.cfg.srqn.is_none()
         && pkt.payload.len() <= qp.cfg.pmtu as usize
+        && !GENERAL_ONLY.load(Ordering::Relaxed)
     {
         qp.resp.nak_sent = false;
+        cx.stats.rx_send_only_fast += 1;
         return send_only(qp, cx, pkt);
     }
     match psn.classify(qp.resp.epsn) {
