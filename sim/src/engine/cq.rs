@@ -197,6 +197,7 @@ impl CqeTemplate {
     /// The CQE of a successful responder completion with CQE opcode `opcode`
     /// (`MLX5_CQE_RESP_*`), its solicited-event bit, owner bit `owner`, and these
     /// per-completion values (`imm` as it came off the wire).
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     pub fn fill(
         &self,

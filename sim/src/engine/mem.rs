@@ -132,14 +132,14 @@ pub fn check(
 
 /// [`check`], giving the MKEY that passed it (for an access that follows at once,
 /// under the same device lock, with no second table search: [`write_key_cached`]).
-pub fn checked<'f>(
-    fw: &'f Firmware,
+pub fn checked(
+    fw: &Firmware,
     key: u32,
     pd: u32,
     need: Need,
     va: u64,
     len: u64,
-) -> Result<&'f Mkey, KeyError> {
+) -> Result<&Mkey, KeyError> {
     let k = fw
         .mkey(key >> 8)
         .filter(|k| k.key == key)
