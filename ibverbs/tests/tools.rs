@@ -299,7 +299,12 @@ fn ib_send_bw_all_sizes() {
     for size in ALL_SIZES {
         let l = result_line(&c, size);
         let n = numbers(l);
-        // BW average rounds to 0.00 MB/s for the smallest sizes: the message rate does not.
-        assert!(n[2].is_finite() && n[2] > 0.0, "{l}");
+        // Every figure is a number; the traffic moved: BW average rounds to 0.00 MB/s
+        // for the smallest sizes, where the message rate does not, and the message rate
+        // (Mpps, 6 decimals) rounds to 0.000000 for 8 MiB messages below 4.19 MB/s (under
+        // half a message per second: 5 messages of 8 MiB on a loaded machine measured
+        // 3.79 MB/s), where the bandwidth does not. So one of the two is positive.
+        assert!(n.len() >= 3 && n.iter().all(|x| x.is_finite()), "{l}");
+        assert!(n[1] > 0.0 || n[2] > 0.0, "{l}");
     }
 }
