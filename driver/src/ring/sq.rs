@@ -19,7 +19,9 @@
 //!    the BlueFlame register.
 //!
 //! rdma-core's `mmio_flush_writes` (an `sfence` after the write-combining stores) has no
-//! [`Bus`] operation: flushing write-combined MMIO is the bus implementation's job.
+//! [`Bus`] operation: flushing write-combined MMIO is the bus implementation's job, and
+//! a bus that lets the driver store doorbells directly ([`Bus::direct_reg`]) is one
+//! whose stores need no flush (memory, or VFIO's uncached BAR0).
 
 use super::mem::{DoorbellWord, QueueMem};
 use super::{GeometryError, PostError, Sge};

@@ -85,6 +85,13 @@ use vfio_bindings::bindings::vfio as uapi;
 /// ([`VfioConfig::blueflame`]'s default).
 pub const BLUEFLAME_ENV: &str = "FERROVERBS_VFIO_BLUEFLAME";
 
+/// [`VfioConfig::blueflame`]'s default from the value of [`BLUEFLAME_ENV`]: on only
+/// for exactly `1` (unset, empty, `0` or anything else: off, the uncached BAR's
+/// choice).
+fn blueflame_from_env(value: Option<&std::ffi::OsStr>) -> bool {
+    value.is_some_and(|v| v == "1")
+}
+
 /// Where to find things and how much to set up.
 #[derive(Clone, Debug)]
 pub struct VfioConfig {
@@ -128,7 +135,7 @@ impl Default for VfioConfig {
             fw_ready_timeout: FW_READY_TIMEOUT,
             pre_init_wait: true,
             max_msix_vectors: u32::MAX,
-            blueflame: std::env::var_os(BLUEFLAME_ENV).is_some_and(|v| v == "1"),
+            blueflame: blueflame_from_env(std::env::var_os(BLUEFLAME_ENV).as_deref()),
         }
     }
 }
@@ -513,5 +520,26 @@ impl Bus for VfioBus {
 
     fn irq_eventfd(&self, vector: u16) -> Option<i32> {
         self.msix.as_ref()?.eventfd(vector)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn blueflame_is_on_only_for_env_value_1() {
+        assert!(blueflame_from_env(Some(OsStr::new("1"))));
+        for off in [
+            None,
+            Some(""),
+            Some("0"),
+            Some("yes"),
+            Some("1 "),
+            Some("true"),
+        ] {
+            assert!(!blueflame_from_env(off.map(OsStr::new)), "{off:?}");
+        }
     }
 }
