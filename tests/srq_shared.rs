@@ -297,6 +297,107 @@ fn srq_wqe_counter_follows_the_free_list_and_full_is_an_error() {
 }
 
 #[test]
+fn a_repeated_srq_completion_is_skipped_by_the_cq_and_counted() {
+    // A faulty device writes the CQE of an SRQ receive twice (`Sim::repeat_cqe`):
+    // the CQ skips the copy (the WQE was not posted again), counts it, and does not
+    // hand the WQE back to the free list a second time, so the SRQ takes no more
+    // receives than it has room for and every posted receive completes exactly once.
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let mut scq = ca.create_cq(64).unwrap();
+    let mut rcq = cb.create_cq(64).unwrap();
+    let mut srq = pb
+        .create_srq(&SrqAttr {
+            max_wr: 7,
+            max_sge: 2,
+            srq_limit: 0,
+        })
+        .unwrap();
+    assert_eq!(srq.max_wr(), 7);
+    let cap = QpCap::default();
+    let mut qa = pa.create_qp(&QpInitAttr::new(&scq, &scq, cap)).unwrap();
+    let mut qb = pb
+        .create_qp(&QpInitAttr::new(&rcq, &rcq, cap).with_srq(&srq))
+        .unwrap();
+    connect(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024);
+    let rbuf = pb.alloc_mr(16 * 256, A::LOCAL_WRITE).unwrap();
+    let src = pa.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
+    let sges: Vec<_> = (0..16).map(|i| [rbuf.sge(i * 256, 256).unwrap()]).collect();
+    let send = |qa: &mut ferroverbs::verbs::QueuePair<'_, SimBus>, first: u64, n: u64| {
+        for i in first..first + n {
+            src.write(i as usize * 64, &[i as u8; 64]);
+        }
+        let sg: Vec<_> = (first..first + n)
+            .map(|i| [src.sge(i as usize * 64, 64).unwrap()])
+            .collect();
+        let wrs: Vec<_> = (first..)
+            .zip(&sg)
+            .map(|(i, g)| SendWr::send(i, g).signaled())
+            .collect();
+        qa.post_send(&wrs).unwrap();
+    };
+    // WQEs 0, 1, 2 posted; one message takes WQE 0.
+    let wrs: Vec<_> = (0..3)
+        .map(|i| RecvWr::new(100 + i as u64, &sges[i]))
+        .collect();
+    srq.post_recv(&wrs).unwrap();
+    send(&mut qa, 0, 1);
+    let got = wait(&net, &mut rcq, 1);
+    assert_eq!((got[0].wr_id, got[0].byte_len), (100, 64));
+    assert_eq!(srq.outstanding(), 2);
+    assert_eq!((rcq.skipped(), srq.duplicate_completions()), (0, 0));
+
+    // The device repeats that CQE: nothing is reported, the copy is counted.
+    assert!(net.b.repeat_cqe(rcq.cqn(), 1), "the CQE was written again");
+    let mut wc = [WorkCompletion::default(); 4];
+    assert_eq!(rcq.poll(&mut wc), 0, "{:?}", &wc[..1]);
+    assert_eq!((rcq.skipped(), srq.duplicate_completions()), (1, 1));
+    assert_eq!(srq.outstanding(), 2, "WQE 0 was handed back once");
+
+    // WQE 0 went back once, after the tail (7): the unposted list runs 3 4 5 6 7 0,
+    // the last the new tail, which stays unposted. Five receives fill 3..=7 and a
+    // sixth is refused; had WQE 0 been handed back twice, it would have been taken.
+    let wrs: Vec<_> = (0..6)
+        .map(|i| RecvWr::new(200 + i as u64, &sges[3 + i]))
+        .collect();
+    let e = srq.post_recv(&wrs).unwrap_err();
+    assert_eq!(
+        (e.index, e.error),
+        (5, PostError::QueueFull { needed: 1, free: 0 })
+    );
+    assert_eq!(srq.outstanding(), 7);
+    // Seven messages complete each remaining receive exactly once, in list order,
+    // each into its own buffer.
+    send(&mut qa, 1, 7);
+    let got = wait(&net, &mut rcq, 7);
+    let ids: Vec<_> = got.iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, [101, 102, 200, 201, 202, 203, 204]);
+    for (k, w) in got.iter().enumerate() {
+        assert_eq!((w.status, w.byte_len), (WcStatus::Success, 64), "{w:?}");
+        let slot = if w.wr_id < 200 {
+            (w.wr_id - 100) as usize
+        } else {
+            3 + (w.wr_id - 200) as usize
+        };
+        let mut b = [0u8; 64];
+        rbuf.read(slot * 256, &mut b);
+        assert_eq!(b, [k as u8 + 1; 64], "message {} in slot {slot}", k + 1);
+    }
+    assert_eq!(wait(&net, &mut scq, 8).len(), 8);
+    net.settle();
+    assert_eq!(rcq.poll(&mut wc), 0);
+    assert_eq!(srq.outstanding(), 0);
+    assert_eq!((rcq.skipped(), srq.duplicate_completions()), (1, 1));
+    // Nothing to repeat on a CQ with no CQE yet, or past what it wrote.
+    let empty = cb.create_cq(8).unwrap();
+    assert!(!net.b.repeat_cqe(empty.cqn(), 1));
+    assert!(!net.b.repeat_cqe(rcq.cqn(), 0));
+    drop(qb);
+    drop(qa);
+    srq.destroy().unwrap();
+}
+
+#[test]
 fn uc_qps_on_an_srq() {
     let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());

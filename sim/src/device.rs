@@ -444,6 +444,18 @@ impl Sim {
         self.dev().engine.next_deadline().map(Duration::from_nanos)
     }
 
+    /// Fault injection: the device writes the CQE it wrote `back` entries ago
+    /// (1: the last one) to CQ `cqn` again, as the next CQE (owner bit, producer
+    /// index and completion event as for any CQE), as a faulty device repeating a
+    /// completion would. Returns whether it was written (not for an unknown CQ, one
+    /// that has written fewer than `back` CQEs, or one in error).
+    pub fn repeat_cqe(&self, cqn: u32, back: u32) -> bool {
+        let s = &self.shared;
+        let mut d = s.lock();
+        let Device { fw, engine, .. } = &mut *d;
+        engine.repeat_cqe(fw, &s.iommu, &s.irqs, cqn, back)
+    }
+
     /// Runs `f` with the data-path engine (to inspect QP and CQ runtime state).
     pub fn with_engine<R>(&self, f: impl FnOnce(&Engine) -> R) -> R {
         f(&self.dev().engine)

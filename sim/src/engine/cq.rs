@@ -391,6 +391,53 @@ impl CqRt {
         Pushed::Written
     }
 
+    /// Fault injection (a faulty device, for the driver's defences): writes the CQE
+    /// the device wrote `back` entries ago (1: the last one) again as the next CQE,
+    /// byte for byte but for the owner bit of its new slot, as [`CqRt::push`] writes
+    /// one (overrun check, producer index, event). `Failed` if there is no such CQE
+    /// (`back` is 0 or reaches past what was written or past the ring).
+    pub fn repeat(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, back: u32) -> Pushed {
+        if self.error || back == 0 || back > self.ncqe() || u64::from(back) > self.written {
+            return Pushed::Failed;
+        }
+        let mut bytes = [0u8; 64];
+        let Some(from) = self.cqe_iova(self.pi.wrapping_sub(back) & MASK24) else {
+            return Pushed::Failed;
+        };
+        if io.read(from, &mut bytes).is_err() {
+            return Pushed::Failed;
+        }
+        if !self.oi {
+            let Some(ci) = self.consumer_index(io) else {
+                return Pushed::Failed;
+            };
+            self.ci_seen = ci;
+            if (self.pi.wrapping_sub(ci) & MASK24) >= self.ncqe() {
+                self.fail(fw, io, irqs, CqcStatus::CqOverflow);
+                return Pushed::Overrun;
+            }
+        }
+        let Some(to) = self.cqe_iova(self.pi) else {
+            return Pushed::Failed;
+        };
+        bytes[63] = (bytes[63] & !1) | hw_owner_bit(self.pi, self.ncqe());
+        if io.write_owner_last(to, &bytes).is_err() {
+            return Pushed::Failed;
+        }
+        // A repeated solicited CQE solicits again (the `se` bit of op_own).
+        if bytes[63] & 2 != 0 {
+            self.last_solicited = Some(self.pi);
+        }
+        self.pi = self.pi.wrapping_add(1) & MASK24;
+        self.written += 1;
+        match self.arm {
+            Some(Arm::Next) => self.fire(fw, io, irqs),
+            Some(Arm::Solicited) if bytes[63] & 2 != 0 => self.fire(fw, io, irqs),
+            _ => {}
+        }
+        Pushed::Written
+    }
+
     fn set_ctx(&self, fw: &mut Firmware, f: ferroverbs_hw::Field, v: u64) {
         if let Some(cq) = fw.cq_mut(self.cqn) {
             if f.fits(cq.cqc.len()) {

@@ -1184,6 +1184,23 @@ impl Engine {
         self.net.flush();
     }
 
+    /// Fault injection: CQ `cqn` gets the CQE written `back` entries ago again
+    /// ([`cq::CqRt::repeat`]), as a device that repeats a completion. Returns whether
+    /// it was written.
+    pub fn repeat_cqe(
+        &mut self,
+        fw: &mut Firmware,
+        io: &Iommu,
+        irqs: &Irqs,
+        cqn: u32,
+        back: u32,
+    ) -> bool {
+        match self.cqs.get_mut(&cqn) {
+            Some(cq) => cq.repeat(fw, io, irqs, back) == Pushed::Written,
+            None => false,
+        }
+    }
+
     /// Whether some QP owes an ACK that [`Engine::flush_acks`] would send.
     pub fn acks_owed(&self) -> bool {
         !self.ack_qps.is_empty()
