@@ -14,7 +14,9 @@
 //! Options: `--iters N` (round trips, default 10000), `--size BYTES` (default 64),
 //! `--tcp ADDR` (server: where to listen; port 0 picks one, printed as `tcp: ADDR`),
 //! `--port P` (UDP port of both NICs, default 4791), `--deterministic` (the
-//! application steps its device instead of the device thread working alone).
+//! application steps its device instead of the device thread working alone),
+//! `--timeout EXP` (the QP's local ACK timeout, 4.096 µs × 2^EXP, default 14 as
+//! `ibv_rc_pingpong` sets it).
 //! `FERROVERBS_PCAP=file-{pid}.pcap` captures the traffic.
 //!
 //! The connection message is `ibv_rc_pingpong`'s: `LLLL:QQQQQQ:PPPPPP:GGGG…` (LID 0, QPN,
@@ -50,6 +52,8 @@ pub struct Args {
     pub port: u16,
     /// Step the device from the application (no device thread).
     pub deterministic: bool,
+    /// The QP's local ACK timeout exponent (`ibv_qp_attr.timeout`).
+    pub timeout: u8,
 }
 
 impl Args {
@@ -63,6 +67,7 @@ impl Args {
             size: 64,
             port: 4791,
             deterministic: false,
+            timeout: 14,
         };
         let mut it = args.into_iter();
         while let Some(x) = it.next() {
@@ -75,6 +80,7 @@ impl Args {
                 "--size" => a.size = val("--size")?.parse().map_err(|e| format!("{e}"))?,
                 "--port" => a.port = val("--port")?.parse().map_err(|e| format!("{e}"))?,
                 "--deterministic" => a.deterministic = true,
+                "--timeout" => a.timeout = val("--timeout")?.parse().map_err(|e| format!("{e}"))?,
                 other => return Err(format!("unknown argument {other}")),
             }
         }
@@ -268,7 +274,11 @@ pub fn run(a: &Args) -> Result<Report, String> {
         min_rnr_timer: 1,
     })
     .map_err(|e| e.to_string())?;
-    qp.to_rts(&RtsAttr::new(psn)).map_err(|e| e.to_string())?;
+    qp.to_rts(&RtsAttr {
+        timeout: a.timeout,
+        ..RtsAttr::new(psn)
+    })
+    .map_err(|e| e.to_string())?;
     let mr = pd
         .alloc_mr((2 * a.size).max(2), AccessFlags::LOCAL_WRITE)
         .map_err(|e| e.to_string())?;

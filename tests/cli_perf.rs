@@ -87,11 +87,17 @@ fn bw(args: &[&str], title: &str) -> (String, Vec<Vec<f64>>) {
     for r in &rows {
         // bytes iterations peak average msgrate
         assert_eq!(r.len(), 5, "{r:?}");
-        assert!(r[2] > 0.0 && r[3] > 0.0 && r[4] > 0.0, "{r:?}");
+        // Bandwidths are printed with 2 decimals (MiB/s), the rate with 6 (Mpps): a
+        // slow run on a loaded machine prints 0.00 for small messages (8 bytes below
+        // 655 per second), so no printed value is required to be positive.
+        assert!(r[2] >= 0.0 && r[3] >= 0.0 && r[4] >= 0.0, "{r:?}");
         assert!(r[2] >= r[3] * 0.999, "peak >= average: {r:?}");
-        // MiB/s = Mpps * bytes / 2^20.
+        // MiB/s = Mpps * bytes / 2^20 (the runner computes both from the same total
+        // time), within the rounding of the two printed values: half a unit of the
+        // average's last digit plus half a unit of the rate's times the size.
         let implied = r[4] * 1e6 * r[0] / 1_048_576.0;
-        assert!((implied - r[3]).abs() <= 0.01 * r[3] + 0.01, "{r:?}");
+        let slack = 0.005 + 0.5 * r[0] / 1_048_576.0 + 1e-9;
+        assert!((implied - r[3]).abs() <= slack, "{r:?}");
     }
     (out, rows)
 }

@@ -74,8 +74,16 @@ fn two_processes_ping_pong_over_udp() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(50_000);
     let (sip, cip) = (net::host(1), net::host(2));
+    // The ACK timer runs on real time while each process's device thread may wait
+    // 100 ms or more for a CPU; with ibv_rc_pingpong's 67 ms (exponent 14) eight
+    // spurious expiries in a row, 537 ms without the peer's thread running, fail a
+    // WR. Loopback loses nothing here (one message in flight, an 8 MiB socket
+    // buffer asked for), so the timeout is 18: 1.07 s, the budget gone only after
+    // 8.6 s without the peer, and a loss would still be recovered well within the
+    // 30 s each side waits for a message.
+    let t = 18;
     let mut server = spawn(&format!(
-        "--server --ip {sip} --tcp {sip}:0 --iters {n} --size 64"
+        "--server --ip {sip} --tcp {sip}:0 --iters {n} --size 64 --timeout {t}"
     ));
     // The server prints where it listens before it waits.
     let mut so = BufReader::new(server.stdout.take().unwrap());
@@ -92,7 +100,9 @@ fn two_processes_ping_pong_over_udp() {
             break line[i + 5..].trim().to_string();
         }
     };
-    let client = spawn(&format!("--ip {cip} --connect {tcp} --iters {n} --size 64"));
+    let client = spawn(&format!(
+        "--ip {cip} --connect {tcp} --iters {n} --size 64 --timeout {t}"
+    ));
     let start = Instant::now();
     // Drain the server's stdout on a thread (the pipe must not fill).
     let reader = std::thread::spawn(move || {
