@@ -177,9 +177,11 @@ pub fn connect_with<B: ferroverbs_hw::Bus>(
 /// peer's device thread, its own, a stepping test thread) wait for a CPU; with the
 /// default 14 (67 ms), a thread descheduled for 100 ms on a loaded 2-core machine
 /// fires it spuriously (a retransmission, which counters show), and eight in a row
-/// exhaust `retry_cnt` 7 and fail the WR. 34 s is longer than any of these tests
-/// waits for one completion (20 to 60 s): the timer can fire only after the test has
-/// failed on its own hang guard.
+/// exhaust `retry_cnt` 7 and fail the WR. At 34 s: where a test counts timeouts or
+/// retransmissions (udp_link), it waits at most 20 s for any completion, so the timer
+/// cannot fire before the test has failed on its own hang guard; elsewhere (guards of
+/// 60 s) one expiry would only retransmit, and running the budget out takes
+/// 8 × 34 s = 275 s without the peer answering.
 pub const REAL_TIME_ACK_TIMEOUT: u8 = 23;
 
 /// [`connect`] with the ACK timeout exponent `timeout` on both QPs (e.g.
