@@ -133,6 +133,40 @@ fn post_and_poll_allocate_nothing() {
     assert_eq!(n, 0, "allocator calls on the fast path");
 }
 
+/// The one-request inline entry's own straight path (a QP without BlueFlame over a
+/// bus with a direct register), with its out-of-line paths: the counters' exact
+/// measure (completions left outstanding), the budget placed again at the ring end,
+/// payloads outside its gate.
+#[test]
+fn one_request_inline_without_blueflame_allocates_nothing() {
+    let bus = Arc::new(MemBus::new(1 << 16));
+    let cap = QpCap {
+        max_send_wr: 16,
+        max_inline_data: 128,
+        ..QpCap::default()
+    };
+    let mut cq = DetachedCq::new(&bus, 1023).unwrap();
+    let mut qp = DetachedQp::new_db_only(&bus, 7, &cap, false).unwrap();
+    cq.attach(&qp);
+    qp.set_state(QpState::Rts);
+    let payload = [0x5au8; 128];
+    let n = allocations(|| {
+        for round in 0..500u64 {
+            // Two posts, the second while the first is outstanding, then both
+            // completed by one CQE of the second.
+            let len = [64, 1, 33, 100, 64][round as usize % 5];
+            qp.send_inline(round, &payload[..len], SendFlags::NONE)
+                .unwrap();
+            let idx = qp.next_send_index();
+            qp.send_inline(round, &payload[..64], SendFlags::SIGNALED)
+                .unwrap();
+            cq.produce_send(7, idx, MLX5_OPCODE_SEND);
+            assert_eq!(cq.poll_one().map(|w| w.wr_id), Some(round));
+        }
+    });
+    assert_eq!(n, 0, "allocator calls on the fast path");
+}
+
 #[test]
 fn verbs_objects_on_the_simulator_allocate_nothing_in_steady_state() {
     use ferroverbs::verbs::{AccessFlags, AddressVector, Mtu, QpInitAttr, RtrAttr, RtsAttr};

@@ -581,6 +581,22 @@ impl CqeAt<'_> {
 pub(crate) struct SqSlots<B: Bus> {
     fixed: SlotsFixed,
     pos: SlotPos,
+    /// The one-request inline entry's gate ([`SqSlots::put_one_inline`]): a payload
+    /// of `1..=one_lim` bytes takes it. At most `one_cap`
+    /// ([`SqSlots::refresh_one_limit`]).
+    one_lim: usize,
+    /// The most `one_lim` may be: 0 (closed for good) unless the doorbell register is
+    /// direct; the owner sets it ([`SqSlots::set_one_cap`]), 0 unless the queue
+    /// never uses BlueFlame.
+    one_cap: u32,
+    /// The 8-byte doorbell of the one-request entry: the direct register, or, when
+    /// the bus offers none (then `one_lim` is 0 and nothing rings it), `_spare`, so
+    /// that every store through it is in bounds with no test.
+    one_db: NonNull<AtomicU64>,
+    /// `len - 8` of `one_db`'s words (a power of two of bytes): `off & one_mask` is a
+    /// word inside it.
+    one_mask: usize,
+    _spare: Option<Box<AtomicU64>>,
     _buf: Arc<DmaBuf<B>>,
     _ids: Arc<[AtomicU64]>,
     _bus: Arc<B>,
@@ -642,6 +658,13 @@ impl<B: Bus> SqSlots<B> {
         } else {
             None
         };
+        let (one_db, one_mask, spare) = match direct {
+            Some(r) => (r, reg_len - 8, None),
+            None => {
+                let spare = Box::new(AtomicU64::new(0));
+                (NonNull::from(&*spare), 0, Some(spare))
+            }
+        };
         // In bounds: checked above (`wrapping_add` needs no unsafe).
         let ring = NonNull::new(buf.as_ptr().wrapping_add(off))?;
         // A pointer to the whole table, so that it may address every entry.
@@ -660,6 +683,11 @@ impl<B: Bus> SqSlots<B> {
                 id: ids_ptr.as_ptr(),
                 left: 0,
             },
+            one_lim: 0,
+            one_cap: 0,
+            one_db,
+            one_mask,
+            _spare: spare,
             _buf: Arc::clone(buf),
             _ids: Arc::clone(ids),
             _bus: Arc::clone(bus),
@@ -679,6 +707,104 @@ impl<B: Bus> SqSlots<B> {
     #[inline(always)]
     pub(crate) fn close(&mut self) {
         self.pos.left = 0;
+    }
+
+    /// Sets the most the one-request inline entry ([`SqSlots::put_one_inline`]) may
+    /// take, if the doorbell register is direct (else it stays closed): the caller
+    /// passes 0 when the queue may use BlueFlame (that entry only rings the 8-byte
+    /// doorbell), else its largest inline payload. The entry takes at most 64 bytes
+    /// (two WQEBBs, copied with four moves); longer payloads go through a batch.
+    /// Closed until [`SqSlots::refresh_one_limit`].
+    pub(crate) fn set_one_cap(&mut self, cap: u32) {
+        self.one_cap = if self.fixed.reg.is_some() {
+            cap.min(64)
+        } else {
+            0
+        };
+        self.one_lim = 0;
+    }
+
+    /// Places the one-request inline entry's gate for the depth high-water mark
+    /// `hwm` (WQEBBs): the payloads whose WQE takes at most `hwm` WQEBBs (`(16 + 4 +
+    /// 63 + len) / 64 <= hwm`, i.e. `len <= 64 * hwm - 20`), within the cap. A post
+    /// through that entry right after the completion of every earlier WQE (the
+    /// only case it counts itself) leaves a depth of its own WQEBBs, so it never
+    /// raises the mark: the mark's compare is this gate. The mark never decreases,
+    /// so a gate placed from an older mark stays exact (only narrower).
+    pub(crate) fn refresh_one_limit(&mut self, hwm: u16) {
+        if self.one_cap == 0 {
+            // Closed for good (and `one_lim` is 0 since `set_one_cap`).
+            return;
+        }
+        let by_hwm = (64 * u32::from(hwm)).saturating_sub(20);
+        self.one_lim = self.one_cap.min(by_hwm) as usize;
+    }
+
+    /// Writes one inline WQE at the position, as [`Slots::put_inline`] with the two
+    /// words `words` of its control segment, and moves on (saved), when the payload
+    /// passes the one-request gate (`1 <= len <= one_lim`, see
+    /// [`SqSlots::refresh_one_limit`]) and its WQEBBs are left in the budget; all
+    /// but the payload, which the returned [`OnePayload`] copies
+    /// ([`OnePayload::copy`]), so that the caller may do its bookkeeping with the
+    /// count first. `None`, with nothing written, otherwise. The doorbell is then
+    /// [`SqSlots::ring_one`].
+    #[inline(always)]
+    pub(crate) fn put_one_inline<'s, 'd>(
+        &'s mut self,
+        words: &[u64; 2],
+        data: &'d [u8],
+        wr_id: u64,
+    ) -> Option<OnePayload<'s, 'd>> {
+        let len = data.len();
+        // One compare for both: 1 <= len <= one_lim (at most 64).
+        if len.wrapping_sub(1) >= self.one_lim {
+            return None;
+        }
+        // The WQEBBs: control segment, header and payload, rounded up (`len <= 64`).
+        let bytes = (16 + 4 + 63 + len) & !63;
+        let n = bytes >> 6;
+        let left = self.pos.left.checked_sub(n as u32)?;
+        self.pos.left = left;
+        let SlotPos { wqe, id, .. } = self.pos;
+        let hdr = len as u32 | ferroverbs_hw::datapath::wqe::MLX5_INLINE_SEG;
+        // SAFETY: `s + n <= s + left <= mask + 1` (the position's invariant, with
+        // `n <= left` checked just above): the `64 * n >= 20 + len` bytes at `wqe`
+        // are inside the ring and the entry `id` inside the table, which `self` keeps
+        // alive; no Rust reference points into the ring; unaligned stores; the slots
+        // belong to the driver until the doorbell (module doc); the table entry is
+        // only accessed atomically.
+        unsafe {
+            (*id).store(wr_id, Ordering::Relaxed);
+            wqe.cast::<[u64; 2]>().write_unaligned(*words);
+            wqe.add(16)
+                .cast::<[u8; 4]>()
+                .write_unaligned(hdr.to_be_bytes());
+        }
+        // The new slot `s + n <= mask + 1` (see `Slots::take`), with `left - n`
+        // (stored above).
+        self.pos.wqe = wqe.wrapping_add(bytes);
+        self.pos.id = id.wrapping_add(n);
+        Some(OnePayload {
+            dst: wqe.wrapping_add(20),
+            data,
+            n: n as u32,
+            _slots: std::marker::PhantomData,
+        })
+    }
+
+    /// The 8-byte doorbell `image` (memory image) of a WQE written by
+    /// [`SqSlots::put_one_inline`], stored at byte `off` (the BlueFlame half) of
+    /// the direct register: one relaxed store, as `Bus::write64` would make it.
+    #[inline(always)]
+    pub(crate) fn ring_one(&self, off: usize, image: u64) {
+        debug_assert!(self.one_lim > 0, "only after put_one_inline");
+        let at = off & self.one_mask;
+        // SAFETY: `one_db` is the bus's direct register of `one_mask + 8` bytes (a
+        // power of two: `SqSlots::new`; valid while the bus lives, which `self` keeps
+        // alive) or the 8-byte `_spare` word `self` owns (`one_mask = 0`); `at` has
+        // its low 3 bits clear and is at most `one_mask`: a word inside it. A
+        // relaxed atomic store of the memory image, as `Bus::write64`'s contract.
+        unsafe { (*self.one_db.as_ptr().byte_add(at)).store(image, Ordering::Relaxed) };
     }
 
     /// The position for one batch (see the type's documentation).
@@ -824,6 +950,35 @@ impl<'a> crate::ring::WqeSlots for Slots<'a> {
     }
 }
 
+/// The payload of a WQE [`SqSlots::put_one_inline`] wrote, still to copy: the room
+/// for it was taken (`dst .. dst + data.len()` lies inside the WQE's WQEBBs, and
+/// `data.len() <= 64`); borrows the ring's owner (`'s`) until then.
+pub(crate) struct OnePayload<'s, 'd> {
+    dst: *mut u8,
+    data: &'d [u8],
+    n: u32,
+    _slots: std::marker::PhantomData<&'s mut ()>,
+}
+
+impl OnePayload<'_, '_> {
+    /// The WQE's WQEBBs.
+    #[inline(always)]
+    pub(crate) fn wqebbs(&self) -> u32 {
+        self.n
+    }
+
+    /// Copies the payload into the WQE.
+    #[inline(always)]
+    pub(crate) fn copy(self) {
+        // SAFETY: `put_one_inline` took `n` WQEBBs at `dst - 20` inside the ring
+        // (which its owner keeps alive: `self` borrows the owner mutably, so it is
+        // neither dropped nor used meanwhile), so `dst .. dst + len` is inside
+        // them (`64 * n >= 20 + len`) and does not overlap `data` (a Rust slice);
+        // `len <= one_lim <= one_cap <= 64` (`set_one_cap`, `refresh_one_limit`).
+        unsafe { copy_upto64(self.dst, self.data) }
+    }
+}
+
 /// The fixed part of a [`SqSlots`] (ring, mask, direct register) for the doorbell,
 /// borrowed from the owner.
 #[derive(Clone, Copy)]
@@ -951,6 +1106,37 @@ unsafe fn copy_small(dst: *mut u8, src: &[u8]) {
     }
 }
 
+/// [`copy_small`] of at most 64 bytes (no test for longer ones).
+///
+/// # Safety
+/// As for [`copy_small`], and `src.len() <= 64`.
+#[inline(always)]
+unsafe fn copy_upto64(dst: *mut u8, src: &[u8]) {
+    let n = src.len();
+    debug_assert!(n <= 64);
+    let s = src.as_ptr();
+    // SAFETY (every move below): the source range is inside `src` (each case names
+    // the bound on `n` it relies on, with `n <= 64`), the destination the same
+    // offsets of `dst`, valid by the caller's contract; unaligned loads and stores
+    // of byte arrays.
+    unsafe {
+        let mv16 = |at: usize| {
+            dst.add(at)
+                .cast::<[u8; 16]>()
+                .write_unaligned(s.add(at).cast::<[u8; 16]>().read_unaligned())
+        };
+        if n > 32 {
+            // 32 < n <= 64: the last 32 bytes and the first 32 (overlapping).
+            mv16(n - 32);
+            mv16(n - 16);
+            mv16(0);
+            mv16(16);
+        } else {
+            copy_small(dst, src);
+        }
+    }
+}
+
 /// [`copy_small`] of more than 64 bytes: 32-byte steps, then the last 32 bytes
 /// (overlapping).
 ///
@@ -983,7 +1169,7 @@ unsafe fn copy_long(dst: *mut u8, src: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    use super::copy_small;
+    use super::{copy_small, copy_upto64};
 
     #[test]
     fn copy_small_writes_exactly_the_payload() {
@@ -996,6 +1182,12 @@ mod tests {
                 assert_eq!(&dst[at..at + n], &src[..n], "n {n} at {at}");
                 assert!(dst[..at].iter().all(|&b| b == 0xaa), "before, n {n}");
                 assert!(dst[at + n..].iter().all(|&b| b == 0xaa), "after, n {n}");
+                if n <= 64 {
+                    let mut d2 = vec![0xaau8; 340];
+                    // SAFETY: as above, and `n <= 64`.
+                    unsafe { copy_upto64(d2.as_mut_ptr().add(at), &src[..n]) };
+                    assert_eq!(d2, dst, "copy_upto64, n {n} at {at}");
+                }
             }
         }
     }

@@ -53,6 +53,13 @@ pub struct DetachedQp<B: Bus> {
     sq_slots: SqSlots<B>,
 }
 
+impl<B: Bus> super::post::SqOwner<B> for DetachedQp<B> {
+    #[inline(always)]
+    fn parts(&mut self) -> (&mut Queues<B>, &mut SqSlots<B>) {
+        (&mut self.q, &mut self.sq_slots)
+    }
+}
+
 impl<B: Bus> DetachedQp<B> {
     /// Queues for QP number `qpn` sized for `cap`; `sq_sig_all` signals every send.
     pub fn new(bus: &Arc<B>, qpn: u32, cap: &QpCap, sq_sig_all: bool) -> Result<Self> {
@@ -167,8 +174,7 @@ impl<B: Bus> DetachedQp<B> {
         data: &[u8],
         flags: super::SendFlags,
     ) -> std::result::Result<(), super::PostError> {
-        let one = super::post::OneData::Inline(data);
-        self.q.send_one(&mut self.sq_slots, wr_id, one, flags)
+        super::post::send_one_inline(self, wr_id, data, flags)
     }
 
     /// [`QueuePair::post_recv`](super::QueuePair::post_recv).

@@ -91,6 +91,7 @@ impl<B: Bus> Queues<B> {
         let mut s = slots.open();
         s.place(self.sq.cur_post(), self.sq.free());
         s.save();
+        slots.refresh_one_limit(self.sq_hwm);
         Ok(())
     }
 
@@ -153,6 +154,18 @@ impl<B: Bus> Queues<B> {
         data: OneData<'_>,
         flags: SendFlags,
     ) -> Result<(), PostError> {
+        self.send_one_batch(slots, wr_id, data, flags)
+    }
+
+    /// [`Queues::send_one`] through a batch of one (see there).
+    #[inline(always)]
+    pub(crate) fn send_one_batch(
+        &mut self,
+        slots: &mut SqSlots<B>,
+        wr_id: u64,
+        data: OneData<'_>,
+        flags: SendFlags,
+    ) -> Result<(), PostError> {
         let mut c = self.sq.cursor(slots.open());
         // The position is saved as soon as the WQE's room is taken (`NOW`), so that
         // it does not stay in registers while the WQE is written.
@@ -178,6 +191,90 @@ pub(crate) enum OneData<'a> {
     Sge(&'a Sge),
     /// Inline data.
     Inline(&'a [u8]),
+}
+
+/// The owner of a QP's queues and send ring position ([`QueuePair`](super::QueuePair),
+/// [`DetachedQp`](super::fastpath::DetachedQp)): the one-request inline entry and its
+/// out-of-line paths take it as one pointer.
+pub(crate) trait SqOwner<B: Bus> {
+    /// The queues and the send ring position.
+    fn parts(&mut self) -> (&mut Queues<B>, &mut SqSlots<B>);
+}
+
+/// One inline SEND posted and rung on its own (the entries
+/// [`QueuePair::send_inline`](super::QueuePair::send_inline) and
+/// `DetachedQp::send_inline`): what `post()`, `send_inline`, `ring()` do (same WQE,
+/// doorbell, counters and errors). On a queue whose doorbell is the 8-byte one
+/// stored directly (no BlueFlame: [`SqSlots::set_one_cap`]), a payload the gate
+/// takes is written, published and rung here with no call: the budget (state,
+/// room, ring end) and the gate (length, and the depth high-water mark:
+/// [`SqSlots::refresh_one_limit`]) in [`SqSlots::put_one_inline`], the producer
+/// counter, the payload, the doorbell record, the counters when the completion the
+/// CQ published is the previous post's last WQE (the shortcut of
+/// [`Queues::note_posted`]: the depth is then this WQE's WQEBBs, which the gate kept
+/// within the mark), the doorbell. Everything else goes to [`send_one_other`] (a
+/// batch of one, out of line, which places the gate again), or, for the counters,
+/// to [`one_inline_slow`].
+#[inline(always)]
+pub(crate) fn send_one_inline<B: Bus, O: SqOwner<B>>(
+    o: &mut O,
+    wr_id: u64,
+    data: &[u8],
+    flags: SendFlags,
+) -> Result<(), PostError> {
+    let (q, slots) = o.parts();
+    let start = q.sq.cur_post();
+    let (h, t) = q.sq.one_inline_ctrl(start, data.len(), flags);
+    let image = h.to_be();
+    let Some(p) = slots.put_one_inline(&[image, t], data, wr_id) else {
+        return send_one_other(o, wr_id, data, flags);
+    };
+    let cur = start.wrapping_add(p.wqebbs() as u16);
+    q.sq.set_cur_post(cur);
+    p.copy();
+    let half = q.sq.publish_one(&*q.bus);
+    let d = q.shared.sq_done.load(std::sync::atomic::Ordering::Relaxed);
+    if d != q.hwm_prev {
+        one_inline_slow(o, half, image, start);
+        return Ok(());
+    }
+    debug_assert!(
+        q.sq.cur_post().wrapping_sub(start) <= q.sq_hwm,
+        "the gate keeps the mark"
+    );
+    q.posted += 1;
+    q.hwm_prev = super::qp::DONE | u32::from(start);
+    slots.ring_one(half, image);
+    Ok(())
+}
+
+/// [`send_one_inline`] when its straight path does not apply (a queue that may ring
+/// BlueFlame, no budget, a payload outside the gate): the gate placed again for the
+/// depth high-water mark (as it is before this post: a gate from an older mark is
+/// only narrower), then a batch of one (last, so that its own out-of-line calls
+/// stay tail calls).
+#[inline(never)]
+fn send_one_other<B: Bus, O: SqOwner<B>>(
+    o: &mut O,
+    wr_id: u64,
+    data: &[u8],
+    flags: SendFlags,
+) -> Result<(), PostError> {
+    let (q, slots) = o.parts();
+    slots.refresh_one_limit(q.sq_hwm);
+    q.send_one_batch(slots, wr_id, OneData::Inline(data), flags)
+}
+
+/// The rest of [`send_one_inline`] when the completion the CQ published is not the
+/// previous post's last WQE: the counters' exact measure, then the doorbell (the
+/// completion is read again, still before it).
+#[cold]
+#[inline(never)]
+fn one_inline_slow<B: Bus, O: SqOwner<B>>(o: &mut O, half: usize, image: u64, start: u16) {
+    let (q, slots) = o.parts();
+    let d = q.shared.sq_done.load(std::sync::atomic::Ordering::Relaxed);
+    q.note_posted_with(1, start, start, q.sq.cur_post(), d);
+    slots.ring_one(half, image);
 }
 
 /// The rest of [`Queues::finish`] when it is not the straight path: the doorbell
@@ -853,12 +950,18 @@ mod tests {
     /// post's last WQE (the shortcut), of an earlier one, or none.
     #[test]
     fn the_depth_high_water_mark_is_exact() {
+        for blueflame in [true, false] {
+            the_depth_high_water_mark_is_exact_on(blueflame);
+        }
+    }
+
+    fn the_depth_high_water_mark_is_exact_on(blueflame: bool) {
         let cap = QpCap {
             max_send_wr: 64,
             max_inline_data: 200,
             ..QpCap::default()
         };
-        let mut s = side(&cap, true);
+        let mut s = side(&cap, blueflame);
         let mut x = 7u64;
         let mut next = move |n: u64| {
             x = x
@@ -919,6 +1022,12 @@ mod tests {
                 }
                 s.qp.post_send(&wrs).unwrap();
                 assert_eq!(s.qp.next_send_index(), at);
+            } else if n == 1 && lens[0] > 0 && round % 3 == 1 {
+                // The one-request inline entry.
+                let at = s.qp.next_send_index();
+                s.qp.send_inline(0, &payload[..lens[0]], SendFlags::NONE)
+                    .unwrap();
+                outstanding.push((at, s.qp.next_send_index()));
             } else {
                 let mut b = s.qp.post().unwrap();
                 for (k, &l) in lens.iter().enumerate() {
@@ -963,7 +1072,91 @@ mod tests {
 
     #[test]
     fn posting_outside_rts_is_refused() {
-        let mut s = side(&QpCap::default(), true);
+        for blueflame in [true, false] {
+            posting_outside_rts_is_refused_on(blueflame);
+        }
+    }
+
+    /// The one-request inline entry on a QP without BlueFlame (its own straight path
+    /// once the depth mark covers the WQE): a full ring refuses with `QueueFull` and
+    /// leaves the QP buffer and the doorbell record as they were; completions free
+    /// it again; the doorbell alternates between the register's halves as
+    /// `post_send`'s does; inline data longer than the QP takes is refused.
+    #[test]
+    fn one_request_inline_fills_and_refuses_like_a_batch() {
+        let cap = QpCap {
+            max_send_wr: 16,
+            max_inline_data: 64,
+            ..QpCap::default()
+        };
+        let mut s = side(&cap, false);
+        let bf = uar_bar_offset(DETACHED_UAR) + 0x800;
+        let payload = [0x77u8; 64];
+        let mut posted = Vec::new();
+        let err = loop {
+            let at = s.qp.next_send_index();
+            match s
+                .qp
+                .send_inline(posted.len() as u64, &payload, SendFlags::SIGNALED)
+            {
+                Ok(()) => posted.push(at),
+                Err(e) => break e,
+            }
+            // Each doorbell is the WQE's first 8 bytes, on alternating halves.
+            let half = if posted.len() % 2 == 1 { 0 } else { 0x100 };
+            let head = s.bus.bar_bytes(bf + half, 8);
+            assert_eq!(&head[1..3], &at.to_be_bytes(), "post {}", posted.len());
+            assert_eq!(head[7], 1 + 5, "DS of a 64-byte inline SEND");
+        };
+        assert!(
+            matches!(err, PostError::QueueFull { needed: 2, free: 0 }),
+            "{err:?}"
+        );
+        // At least the granted number of the largest requests fit.
+        assert!(
+            posted.len() as u32 >= s.qp.cap().max_send_wr,
+            "{}",
+            posted.len()
+        );
+        let before = (s.qp.queue_bytes(), s.qp.send_doorbell_record());
+        assert!(s.qp.send_inline(99, &payload, SendFlags::NONE).is_err());
+        assert_eq!((s.qp.queue_bytes(), s.qp.send_doorbell_record()), before);
+        // Completing the last frees everything; posting goes on across the ring end.
+        let last = *posted.last().unwrap();
+        s.cq.produce_send(QPN, last, MLX5_OPCODE_SEND);
+        assert_eq!(
+            s.cq.poll_one().map(|w| w.wr_id),
+            Some(posted.len() as u64 - 1)
+        );
+        for k in 0..3 * posted.len() as u64 {
+            let at = s.qp.next_send_index();
+            s.qp.send_inline(
+                1000 + k,
+                &payload[..(k as usize % 64) + 1],
+                SendFlags::SIGNALED,
+            )
+            .unwrap();
+            s.cq.produce_send(QPN, at, MLX5_OPCODE_SEND);
+            assert_eq!(s.cq.poll_one().map(|w| w.wr_id), Some(1000 + k));
+            assert_eq!(
+                s.qp.send_doorbell_record(),
+                u32::from(s.qp.next_send_index())
+            );
+        }
+        let max = s.qp.cap().max_inline_data as usize;
+        let before = s.qp.queue_bytes();
+        assert_eq!(
+            s.qp.send_inline(1, &vec![0; max + 1], SendFlags::NONE),
+            Err(PostError::InlineTooLarge {
+                len: max + 1,
+                max: max as u32
+            })
+        );
+        assert_eq!(s.qp.queue_bytes(), before);
+    }
+
+    fn posting_outside_rts_is_refused_on(blueflame: bool) {
+        let mut s = side(&QpCap::default(), blueflame);
         let sge = Sge {
             addr: 0x1000,
             length: 8,

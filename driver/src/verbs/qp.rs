@@ -596,6 +596,13 @@ pub(crate) struct Queues<B: Bus> {
     pub(super) hwm_prev: u32,
 }
 
+impl<B: Bus> super::post::SqOwner<B> for QueuePair<'_, B> {
+    #[inline(always)]
+    fn parts(&mut self) -> (&mut Queues<B>, &mut SqSlots<B>) {
+        (&mut self.q, &mut self.sq_slots)
+    }
+}
+
 impl<B: Bus> std::fmt::Debug for QueuePair<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QueuePair")
@@ -837,7 +844,7 @@ impl<B: Bus> Queues<B> {
         let bf = self.sq_cfg.bf;
         // The doorbell goes to `reg + 0` or `reg + buf_size` (the halves alternate).
         let reg_len = if bf.buf_size == 0 { 8 } else { 2 * bf.buf_size };
-        SqSlots::new(
+        let mut slots = SqSlots::new(
             &self.buf,
             self.geo.rq_bytes(),
             self.geo.sq_wqebbs,
@@ -846,7 +853,10 @@ impl<B: Bus> Queues<B> {
             bf.reg,
             reg_len,
         )
-        .ok_or(Error::InvalidArgument("QP geometry"))
+        .ok_or(Error::InvalidArgument("QP geometry"))?;
+        slots.set_one_cap(self.sq.one_inline_limit());
+        slots.refresh_one_limit(self.sq_hwm);
+        Ok(slots)
     }
 
     /// Makes the send ring write WQEs for transport `ty` (before any post).
@@ -1168,8 +1178,7 @@ impl<'a, B: Bus> QueuePair<'a, B> {
         data: &[u8],
         flags: SendFlags,
     ) -> std::result::Result<(), PostError> {
-        let one = super::post::OneData::Inline(data);
-        self.q.send_one(&mut self.sq_slots, wr_id, one, flags)
+        super::post::send_one_inline(self, wr_id, data, flags)
     }
 
     /// Posts a list of send requests and rings one doorbell for them (the BlueFlame

@@ -199,6 +199,56 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         self.lean || (self.cfg.qp_type == QpType::Uc && self.cfg.max_sge >= 1)
     }
 
+    /// The largest inline payload of the one-request inline entry, when it may take
+    /// any (the caller adds its own conditions): `max_inline` (bounded as for the
+    /// typed entries), or 0 when this queue may ring BlueFlame (that entry rings only
+    /// the 8-byte doorbell). A queue whose BlueFlame span is empty (shut up,
+    /// register 0, or a half too small for a 2-DS WQE) never takes the BlueFlame copy
+    /// (`pending`'s `maybe_bf` is always false), so its doorbell never depends on the
+    /// WQE.
+    pub fn one_inline_limit(&self) -> u32 {
+        if self.bf_span == 0 {
+            self.max_inline_fast
+        } else {
+            0
+        }
+    }
+
+    /// The control segment of a one-request inline SEND (no remote address, no
+    /// immediate) of `len` bytes at index `index`, as [`SqCursor::put_inline`] builds
+    /// it: bytes 0-7 as a value (index, opcode, QPN, DS: its memory image is the
+    /// doorbell), bytes 8-15 as a memory image.
+    #[inline(always)]
+    pub fn one_inline_ctrl(&self, index: u16, len: usize, flags: SendFlags) -> (u64, u64) {
+        // 1 + inline_ds(len) (len >= 1; as `SqCursor::put_inline`).
+        let ds = ((len + DS + 4 + (DS - 1)) >> 4) as u64;
+        let head = ((u64::from(index) << 40) | self.ctrl_send) + ds;
+        let fm = u64::from(FM_CE_SE[usize::from(flags.0 & 7)]) << 32;
+        (head, self.ctrl_tail | fm.to_be())
+    }
+
+    /// Moves the producer counter to `cur`, past a WQE the one-request entry wrote
+    /// at `cur_post` (published by [`SendQueue::publish_one`]).
+    #[inline(always)]
+    pub fn set_cur_post(&mut self, cur: u16) {
+        self.cur_post = cur;
+    }
+
+    /// Publishes the WQEs before `cur_post` (one, written by the one-request entry,
+    /// after [`SendQueue::set_cur_post`]): `wmb`, the doorbell record, `wmb`
+    /// ([`SendQueue::doorbell`]'s order); then returns the BlueFlame half the
+    /// doorbell goes to, toggling it (as every doorbell does).
+    #[inline(always)]
+    pub fn publish_one<B: Bus + ?Sized>(&mut self, bus: &B) -> usize {
+        let cur = self.cur_post;
+        let half = self.bf_offset;
+        self.bf_offset = half ^ self.cfg.bf.buf_size;
+        bus.wmb();
+        self.dbr.store_be32(sq_counter(u32::from(cur)));
+        bus.wmb();
+        half
+    }
+
     /// Opens a batch at `cur_post` over the position `slots` (which must be this
     /// queue's ring and `wr_id` table, placed at `cur_post`).
     #[inline(always)]
