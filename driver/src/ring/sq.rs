@@ -344,6 +344,9 @@ pub struct SendQueue<M: QueueMem, D: DoorbellWord> {
     /// The memory image of the control segment's bytes 8-15 with the `fm_ce_se` of
     /// `sq_sig_all` (flags and immediate added per WQE).
     ctrl_tail: u64,
+    /// `ctrl_tail` with the `fm_ce_se` of each combination of [`SendFlags`] (as
+    /// `FM_CE_SE`): the one-request entry's tail is one load.
+    ctrl_tails: [u64; 8],
 }
 
 impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
@@ -424,9 +427,13 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
                 0
             }) << 32)
                 .to_be(),
+            ctrl_tails: [0; 8],
         })
         .map(|mut sq: Self| {
             sq.bf_span = sq.bf_max_ds.saturating_sub(1);
+            for (t, fm) in sq.ctrl_tails.iter_mut().zip(FM_CE_SE) {
+                *t = sq.ctrl_tail | (u64::from(fm) << 32).to_be();
+            }
             sq
         })
     }

@@ -223,8 +223,7 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         // 1 + inline_ds(len) (len >= 1; as `SqCursor::put_inline`).
         let ds = ((len + DS + 4 + (DS - 1)) >> 4) as u64;
         let head = ((u64::from(index) << 40) | self.ctrl_send) + ds;
-        let fm = u64::from(FM_CE_SE[usize::from(flags.0 & 7)]) << 32;
-        (head, self.ctrl_tail | fm.to_be())
+        (head, self.ctrl_tails[usize::from(flags.0 & 7)])
     }
 
     /// Moves the producer counter to `cur`, past a WQE the one-request entry wrote
