@@ -214,7 +214,13 @@ pub struct Net {
     /// Frames for the fabric not handed over yet: [`Net::flush`] gives them to the
     /// uplink in one batch before the engine call that built them returns.
     pub outbox: Vec<Vec<u8>>,
+    /// Frame buffers taken from the pool in batches ([`Net::buffer`]): one lock of the
+    /// shared pool per [`SPARE_BATCH`] frames built instead of one per frame.
+    pub spare: Vec<Vec<u8>>,
 }
+
+/// Frame buffers a device takes from the shared pool at a time.
+pub const SPARE_BATCH: usize = 32;
 
 impl Net {
     /// Sends a finished frame: to this device's own receive queue if its destination is
@@ -238,6 +244,16 @@ impl Net {
             stats.tx_error_bytes += frame.len() as u64;
             self.pool.put(frame);
         }
+    }
+
+    /// An empty frame buffer: from the device's spares, refilled from the pool in
+    /// batches; a new one when the pool has none.
+    pub fn buffer(&mut self) -> Vec<u8> {
+        if let Some(b) = self.spare.pop() {
+            return b;
+        }
+        self.pool.take(&mut self.spare, SPARE_BATCH);
+        self.spare.pop().unwrap_or_else(|| self.pool.get())
     }
 
     /// Hands the outbox's frames to the uplink, in the order they were built, in one
@@ -795,6 +811,7 @@ impl Engine {
                 macs,
                 encaps: transport::EncapCache::default(),
                 outbox: Vec::with_capacity(64),
+                spare: Vec::with_capacity(SPARE_BATCH),
             },
             stats: DataPathStats::default(),
             err_qps: Vec::new(),
@@ -820,6 +837,8 @@ impl Engine {
     pub fn set_uplink(&mut self, uplink: Option<Arc<dyn Uplink>>, pool: Arc<FramePool>) {
         self.net.uplink = uplink;
         self.net.pool = pool;
+        // The spares go to the new pool (buffers are interchangeable).
+        self.net.pool.put_all(&mut self.net.spare);
     }
 
     /// The ports' MAC addresses.

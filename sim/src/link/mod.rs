@@ -78,6 +78,15 @@ impl FramePool {
         Vec::with_capacity(MAX_FRAME)
     }
 
+    /// Moves up to `n` free buffers into `out` under one lock (none are allocated:
+    /// `out` may stay as it was when the pool is empty).
+    pub fn take(&self, out: &mut Vec<Vec<u8>>, n: usize) {
+        let mut free = lock(&self.free);
+        let k = free.len().min(n);
+        let at = free.len() - k;
+        out.extend(free.drain(at..));
+    }
+
     /// Gives a buffer back for reuse.
     pub fn put(&self, mut buf: Vec<u8>) {
         if buf.capacity() < MAX_FRAME {

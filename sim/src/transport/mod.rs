@@ -129,7 +129,7 @@ pub fn send_frame(
     fill: impl FnOnce(&Firmware, &Iommu, &mut [u8]) -> Result<(), KeyError>,
 ) -> Result<(), TxError> {
     let n = Encap::frame_len(roce, len);
-    let mut buf = cx.net.pool.get();
+    let mut buf = cx.net.buffer();
     buf.resize(n, 0);
     let range = match encap.emit_headers(roce, len, &mut buf) {
         Ok(r) => r,
