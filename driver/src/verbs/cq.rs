@@ -555,7 +555,41 @@ fn decode(
     let qpn = sop_drop_qpn & 0x00ff_ffff;
     let qp = find(qps, qpn, last)?;
     let counter = u16::from_be_bytes([t[60 - 32], t[61 - 32]]);
-    if t[63 - 32] >> 4 != MLX5_CQE_REQ {
+    let cqe_op = t[63 - 32] >> 4;
+    if cqe_op != MLX5_CQE_REQ {
+        if cqe_op == MLX5_CQE_RESP_SEND || cqe_op == MLX5_CQE_RESP_SEND_IMM {
+            // A received SEND: what `decode_other` reports for it, from the bytes
+            // read above (`imm_inval_pkey` at 36, `byte_cnt` at 44) and `flags_rqpn`
+            // (at 24: GRH type in bits 29..28, the source QPN in 23..0), without
+            // copying the whole entry.
+            const FLAGS_RQPN: usize = std::mem::offset_of!(Cqe64, flags_rqpn);
+            const IMM: usize = std::mem::offset_of!(Cqe64, imm_inval_pkey);
+            const BYTE_CNT: usize = std::mem::offset_of!(Cqe64, byte_cnt);
+            let mut f = [0u8; 4];
+            mem.read(off + FLAGS_RQPN, &mut f);
+            let flags_rqpn = u32::from_be_bytes(f);
+            let wr_id = qp.rq_retire(counter)?;
+            let imm = cqe_op == MLX5_CQE_RESP_SEND_IMM;
+            let mut flags = if imm {
+                WcFlags::WITH_IMM
+            } else {
+                WcFlags::empty()
+            };
+            if (flags_rqpn >> 28) & 3 != 0 {
+                flags = flags | WcFlags::GRH;
+            }
+            *wc = WorkCompletion {
+                wr_id,
+                qp_num: qpn,
+                byte_len: be32(BYTE_CNT - 32),
+                opcode: WcOpcode::Recv,
+                wc_flags: flags,
+                imm_data: if imm { be32(IMM - 32) } else { 0 },
+                src_qp: flags_rqpn & 0x00ff_ffff,
+                ..WorkCompletion::default()
+            };
+            return Some(false);
+        }
         return decode_other(mem, off, qp, qpn, counter, wc).then_some(false);
     }
     let op = (sop_drop_qpn >> 24) as u8;
