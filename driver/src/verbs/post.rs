@@ -154,18 +154,6 @@ impl<B: Bus> Queues<B> {
         data: OneData<'_>,
         flags: SendFlags,
     ) -> Result<(), PostError> {
-        self.send_one_batch(slots, wr_id, data, flags)
-    }
-
-    /// [`Queues::send_one`] through a batch of one (see there).
-    #[inline(always)]
-    pub(crate) fn send_one_batch(
-        &mut self,
-        slots: &mut SqSlots<B>,
-        wr_id: u64,
-        data: OneData<'_>,
-        flags: SendFlags,
-    ) -> Result<(), PostError> {
         let mut c = self.sq.cursor(slots.open());
         // The position is saved as soon as the WQE's room is taken (`NOW`), so that
         // it does not stay in registers while the WQE is written.
@@ -262,7 +250,7 @@ fn send_one_other<B: Bus, O: SqOwner<B>>(
 ) -> Result<(), PostError> {
     let (q, slots) = o.parts();
     slots.refresh_one_limit(q.sq_hwm);
-    q.send_one_batch(slots, wr_id, OneData::Inline(data), flags)
+    q.send_one(slots, wr_id, OneData::Inline(data), flags)
 }
 
 /// The rest of [`send_one_inline`] when the completion the CQ published is not the

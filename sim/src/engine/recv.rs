@@ -43,17 +43,7 @@ pub fn take(qp: &mut QpRt, cx: &mut Ctx, scatter: bool) -> Result<(), TakeError>
     if let Some(srqn) = qp.cfg.srqn {
         return take_srq(qp, cx, srqn, scatter);
     }
-    if qp.rq_posted(cx.io) == 0 {
-        return Err(TakeError::Empty);
-    }
-    let counter = qp.rq_ci;
-    qp.rq_ci = qp.rq_ci.wrapping_add(1);
-    let rw = &mut qp.resp.rwqe;
-    rw.active = true;
-    rw.counter = counter;
-    rw.got = 0;
-    rw.total = 0;
-    rw.sges.clear();
+    let counter = consume_rq(qp, cx.io)?;
     if !scatter {
         return Ok(());
     }
@@ -65,6 +55,25 @@ pub fn take(qp: &mut QpRt, cx: &mut Ctx, scatter: bool) -> Result<(), TakeError>
         }
         Err(e) => Err(TakeError::Bad(e)),
     }
+}
+
+/// Consumes the next WQE of `qp`'s own RQ: `Empty` when none is posted; otherwise its
+/// counter, with `qp.resp.rwqe` made active for it, nothing received, no scatter
+/// list yet (shared by [`take`] and [`take_rq`]).
+#[inline(always)]
+fn consume_rq(qp: &mut QpRt, io: &Iommu) -> Result<u32, TakeError> {
+    if qp.rq_posted(io) == 0 {
+        return Err(TakeError::Empty);
+    }
+    let counter = qp.rq_ci;
+    qp.rq_ci = counter.wrapping_add(1);
+    let rw = &mut qp.resp.rwqe;
+    rw.active = true;
+    rw.counter = counter;
+    rw.got = 0;
+    rw.total = 0;
+    rw.sges.clear();
+    Ok(counter)
 }
 
 /// [`take`] for a QP with its own RQ (not an SRQ), for a message that scatters
@@ -81,17 +90,7 @@ pub fn take_rq<'f>(
     fw: &'f Firmware,
     io: &Iommu,
 ) -> Result<Option<(mem::Sge, &'f Mkey)>, TakeError> {
-    if qp.rq_posted(io) == 0 {
-        return Err(TakeError::Empty);
-    }
-    let counter = qp.rq_ci;
-    qp.rq_ci = counter.wrapping_add(1);
-    let rw = &mut qp.resp.rwqe;
-    rw.active = true;
-    rw.counter = counter;
-    rw.got = 0;
-    rw.total = 0;
-    rw.sges.clear();
+    let counter = consume_rq(qp, io)?;
     let cfg = &qp.cfg;
     // `rq_posted` is 0 without an RQ, so `rq_size` is a power of two here.
     let stride = (cfg.rq_stride as usize).min(MAX_RQ_STRIDE);
