@@ -363,6 +363,20 @@ impl<B: Bus> Queues<B> {
         self.hwm_prev = DONE | u32::from(last);
     }
 
+    /// [`Queues::note_posted_prev`] of one WQE at `start`, posted by the one-request
+    /// inline entry (`post::send_one_inline`), whose gate keeps its depth within the
+    /// mark ([`SqSlots::refresh_one_limit`](super::fastmem::SqSlots::refresh_one_limit)):
+    /// no compare with the mark is needed.
+    #[inline(always)]
+    pub(crate) fn note_posted_one(&mut self, start: u16) {
+        debug_assert!(
+            self.sq.cur_post().wrapping_sub(start) <= self.sq_hwm,
+            "the gate keeps the mark"
+        );
+        self.posted += 1;
+        self.hwm_prev = DONE | u32::from(start);
+    }
+
     /// [`Queues::note_posted`] when the completion the CQ published is not the
     /// previous post's last WQE: the bound, then the control segment, then the walk.
     #[cold]

@@ -226,12 +226,7 @@ pub(crate) fn send_one_inline<B: Bus, O: SqOwner<B>>(
         one_inline_slow(o, half, image, start);
         return Ok(());
     }
-    debug_assert!(
-        q.sq.cur_post().wrapping_sub(start) <= q.sq_hwm,
-        "the gate keeps the mark"
-    );
-    q.posted += 1;
-    q.hwm_prev = super::qp::DONE | u32::from(start);
+    q.note_posted_one(start);
     slots.ring_one(half, image);
     Ok(())
 }

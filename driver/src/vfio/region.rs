@@ -221,17 +221,25 @@ mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
 
-    /// A file stands in for the device: mapped shared, the bytes written through the
-    /// mapping are the bytes in the file.
-    #[test]
-    fn mmio_stores_are_big_endian_and_in_place() {
-        let path = std::env::temp_dir().join(format!("ferroverbs-vfio-bar-{}", std::process::id()));
+    /// Three zeroed pages in a file of this process (`tag` names the test), opened
+    /// for reading and writing, to stand in for a device region.
+    fn device_file(tag: &str) -> (std::path::PathBuf, std::fs::File) {
+        let name = format!("ferroverbs-vfio-{tag}-{}", std::process::id());
+        let path = std::env::temp_dir().join(name);
         std::fs::write(&path, vec![0u8; 3 * 4096]).unwrap();
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(&path)
             .unwrap();
+        (path, file)
+    }
+
+    /// A file stands in for the device: mapped shared, the bytes written through the
+    /// mapping are the bytes in the file.
+    #[test]
+    fn mmio_stores_are_big_endian_and_in_place() {
+        let (path, file) = device_file("bar");
         // Map the second and third pages, as a region at a nonzero offset.
         let bar = Mmio::map(&file, 4096, 8192).unwrap();
         assert_eq!(bar.len(), 8192);
@@ -295,14 +303,7 @@ mod tests {
     /// `mmio_stores_are_big_endian_and_in_place`.
     #[test]
     fn direct_stores_put_the_bytes_of_write64_and_write_block64() {
-        let path =
-            std::env::temp_dir().join(format!("ferroverbs-vfio-direct-{}", std::process::id()));
-        std::fs::write(&path, vec![0u8; 3 * 4096]).unwrap();
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
+        let (path, file) = device_file("direct");
         let bar = Mmio::map(&file, 4096, 8192).unwrap();
         // A doorbell: the first 8 bytes of a control segment.
         let ctrl = [0x00, 0x12, 0x34, 0x0a, 0xab, 0xcd, 0xef, 0x02];
