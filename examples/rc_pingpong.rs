@@ -3,7 +3,7 @@
 //! latency.
 //!
 //! ```text
-//! cargo run --release --example rc_pingpong -- [--iters N] [--size BYTES] [--threaded [--busy-poll]] [--tcp]
+//! cargo run --release --example rc_pingpong -- [--iters N] [--size BYTES] [--threaded [--busy-poll]] [--tcp] [--qp-timeout EXP]
 //! ```
 //!
 //! `--tcp` also runs issue 4's baseline in the same process: a TCP loopback ping-pong
@@ -17,17 +17,27 @@
 //! processes), so that the NIC's device thread naps instead of spinning: otherwise
 //! four busy threads share the CPUs, which on a 2-vCPU machine makes every hand-off
 //! wait for a scheduler switch.
+//!
+//! `--qp-timeout EXP` sets both QPs' local ACK timeout to 4.096 µs × 2^EXP (0 to 31;
+//! 0: no timer), as perftest's `-u`/`--qp-timeout`; the default is 14 (67 ms), the
+//! `ibv_rc_pingpong` and perftest value. In threaded mode the timer runs on real
+//! time while the threads that would deliver an ACK may wait for a CPU: eight
+//! expiries in a row (retry count 7 + 1), 537 ms at 14, fail a request with a retry
+//! error although nothing was lost, so on a loaded machine a long timeout (23:
+//! 34 s) keeps the run going (the in-process fabric loses nothing, so no timer is
+//! needed to recover). Deterministic mode runs on virtual time.
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{open, to_rts_send};
+use common::{open, rtr_attr};
 
 use std::time::{Duration, Instant};
 
 use ferroverbs::verbs::{
-    AccessFlags, CompletionQueue, MemoryRegion, QpCap, QpInitAttr, QueuePair, RecvWr, SendWr,
-    WcOpcode, WorkCompletion,
+    AccessFlags, CompletionQueue, MemoryRegion, QpCap, QpInitAttr, QueuePair, RecvWr, RtsAttr,
+    SendWr, WcOpcode, WorkCompletion,
 };
+use ferroverbs::GidEntry;
 use ferroverbs_sim::SimBus;
 
 struct Args {
@@ -36,6 +46,31 @@ struct Args {
     threaded: bool,
     busy_poll: bool,
     tcp: bool,
+    qp_timeout: u8,
+}
+
+/// The default local ACK timeout exponent (`ibv_rc_pingpong`'s and perftest's
+/// `DEF_QP_TIME`): 4.096 µs × 2^14 ≈ 67 ms.
+const DEF_QP_TIMEOUT: u8 = 14;
+
+/// The largest exponent: the QP context's `ack_timeout` field is 5 bits.
+const MAX_QP_TIMEOUT: u8 = 31;
+
+const USAGE: &str = "usage: rc_pingpong [--iters N] [--size BYTES] [--threaded [--busy-poll]] \
+                     [--tcp] [--qp-timeout EXP]";
+
+/// The value of `--qp-timeout`: an exponent from 0 to 31.
+fn parse_qp_timeout(v: Option<&str>) -> Result<u8, String> {
+    let v = v.ok_or("--qp-timeout needs a value (an exponent from 0 to 31)")?;
+    v.parse::<u8>()
+        .ok()
+        .filter(|&t| t <= MAX_QP_TIMEOUT)
+        .ok_or_else(|| {
+            format!(
+                "--qp-timeout {v}: the ACK timeout exponent must be between 0 and \
+                 {MAX_QP_TIMEOUT} (4.096 us x 2^EXP; 0 = no timer)"
+            )
+        })
 }
 
 fn args() -> Args {
@@ -45,6 +80,7 @@ fn args() -> Args {
         threaded: false,
         busy_poll: false,
         tcp: false,
+        qp_timeout: DEF_QP_TIMEOUT,
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
@@ -59,15 +95,38 @@ fn args() -> Args {
             "--threaded" => a.threaded = true,
             "--busy-poll" => a.busy_poll = true,
             "--tcp" => a.tcp = true,
+            "--qp-timeout" => match parse_qp_timeout(it.next().as_deref()) {
+                Ok(t) => a.qp_timeout = t,
+                Err(e) => {
+                    eprintln!("rc_pingpong: {e}\n{USAGE}");
+                    std::process::exit(2);
+                }
+            },
             _ => {
-                eprintln!(
-                    "usage: rc_pingpong [--iters N] [--size BYTES] [--threaded [--busy-poll]] [--tcp]"
-                );
+                eprintln!("{USAGE}");
                 std::process::exit(2);
             }
         }
     }
     a
+}
+
+/// RESET → INIT → RTR → RTS towards QP `peer_qpn` at `peer` for SENDs, with the local
+/// ACK timeout exponent `timeout`; `psn` = (expected, first sent).
+fn connect_send(
+    q: &mut QueuePair<'_, SimBus>,
+    peer: &GidEntry,
+    peer_qpn: u32,
+    psn: (u32, u32),
+    timeout: u8,
+) {
+    q.to_init(1, AccessFlags::empty()).expect("INIT");
+    q.to_rtr(&rtr_attr(peer, peer_qpn, psn.0)).expect("RTR");
+    q.to_rts(&RtsAttr {
+        timeout,
+        ..RtsAttr::new(psn.1)
+    })
+    .expect("RTS");
 }
 
 /// One side of the ping-pong: its QP, CQ and buffer.
@@ -139,8 +198,14 @@ fn main() {
     let mut qa = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, cap)).expect("qp");
     let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap)).expect("qp");
     let (na, nb) = (qa.qp_num(), qb.qp_num());
-    to_rts_send(&mut qa, &gb, nb, (0x200, 0x100));
-    to_rts_send(&mut qb, &ga, na, (0x100, 0x200));
+    connect_send(&mut qa, &gb, nb, (0x200, 0x100), a.qp_timeout);
+    connect_send(&mut qb, &ga, na, (0x100, 0x200), a.qp_timeout);
+    // What the device holds (QUERY_QP), as printed below.
+    let timeout = qa.query().expect("query QP").timeout;
+    assert_eq!(
+        timeout, a.qp_timeout,
+        "the device holds the asked ACK timeout"
+    );
     let inline = a.size <= qa.cap().max_inline_data as usize;
     let len = (2 * a.size).max(2);
     let access = AccessFlags::LOCAL_WRITE;
@@ -159,7 +224,8 @@ fn main() {
         inline,
     };
     println!(
-        "rc_pingpong: QPs {na:#x} <-> {nb:#x}, {} bytes ({}), {} iterations, {} mode",
+        "rc_pingpong: QPs {na:#x} <-> {nb:#x}, {} bytes ({}), {} iterations, {} mode, \
+         ACK timeout exponent {timeout}",
         a.size,
         if inline { "inline" } else { "gather" },
         a.iters,

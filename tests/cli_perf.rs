@@ -11,6 +11,21 @@ fn ferroverbs(args: &[&str]) -> Output {
         .expect("the ferroverbs binary runs")
 }
 
+/// The QPs' local ACK timeout exponent (`--qp-timeout`) of the runs whose NICs have
+/// device threads (`--sim-mode threaded`): 4.096 µs × 2^23 = 34 s, as the in-process
+/// tests' `REAL_TIME_ACK_TIMEOUT`. The timer runs on real time while the threads that
+/// would deliver the ACK (the NICs' device threads, the polling thread) wait for a
+/// CPU: at perftest's default 14 (67 ms), eight expiries in a row (`retry_cnt` 7 + 1),
+/// 537 ms without those threads running, fail a WR with a retry error although
+/// nothing was lost. The in-process fabric loses nothing here (a device's receive
+/// queue holds 2^17 frames, these runs have at most 2 QPs × a 256-packet window in
+/// flight), so no test waits for an expiry; the tool's stall limit grows with the
+/// timer (10 s beyond the 8-expiry budget). The deterministic runs keep the default:
+/// one thread steps both NICs, so an expiry after the thread was descheduled
+/// retransmits once and the same step delivers the ACK, whose progress restores the
+/// retry budget.
+const THREADED_QP_TIMEOUT: &str = "23";
+
 const RESULT_LINE: &str =
     "---------------------------------------------------------------------------------------";
 const LAT_COLUMNS: [&str; 11] = [
@@ -212,12 +227,23 @@ fn atomic_bw() {
 
 #[test]
 fn threaded_mode_runs_too() {
+    let t = THREADED_QP_TIMEOUT;
     lat(
-        &["send-lat", "-n", "10", "--sim-mode", "threaded"],
+        &["send-lat", "-n", "10", "--sim-mode", "threaded", "-u", t],
         "Send Latency Test",
     );
     bw(
-        &["write-bw", "-n", "32", "-s", "64", "--sim-mode", "threaded"],
+        &[
+            "write-bw",
+            "-n",
+            "32",
+            "-s",
+            "64",
+            "--sim-mode",
+            "threaded",
+            "--qp-timeout",
+            t,
+        ],
         "RDMA_Write BW Test",
     );
 }
@@ -249,9 +275,18 @@ fn baselines_in_the_same_run() {
 
 #[test]
 fn completions_by_event() {
-    for mode in ["deterministic", "threaded"] {
+    for (mode, timeout) in [("deterministic", "14"), ("threaded", THREADED_QP_TIMEOUT)] {
         let (out, rows) = lat(
-            &["send-lat", "-n", "20", "-e", "--sim-mode", mode],
+            &[
+                "send-lat",
+                "-n",
+                "20",
+                "-e",
+                "--sim-mode",
+                mode,
+                "-u",
+                timeout,
+            ],
             "Send Latency Test",
         );
         assert!(out.contains(" Test with events. Using "), "{out}");
@@ -268,4 +303,22 @@ fn completions_by_event() {
         &["write-bw", "-n", "32", "-s", "4096", "-e", "-q", "2"],
         "RDMA_Write BW Test",
     );
+}
+
+#[test]
+fn qp_timeout_out_of_range_is_a_usage_error() {
+    // 5 bits in the QP context (IBTA's 4.096 µs × 2^n, 0 = no timer): 0 to 31.
+    for bad in ["32", "100", "-1"] {
+        let arg = format!("--qp-timeout={bad}");
+        let o = ferroverbs(&["perf", "send-lat", &arg]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains("'--qp-timeout <EXP>'"), "{bad}: {err}");
+        assert!(err.contains("is not in 0..=31"), "{bad}: {err}");
+    }
+    // The help names perftest's default.
+    let o = ferroverbs(&["perf", "send-lat", "--help"]);
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(help.contains("-u, --qp-timeout <EXP>"), "{help}");
+    assert!(help.contains("[default: 14]"), "{help}");
 }

@@ -24,6 +24,21 @@ const BW_COLUMNS: &str = "#bytes #iterations BW peak[MiB/sec] BW average[MiB/sec
 /// A whole run must end within this (debug builds on a loaded machine are slow).
 const RUN_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// The QPs' local ACK timeout exponent on both sides (`--qp-timeout`, perftest's
+/// `-u`): 4.096 µs × 2^20 = 4.3 s. The timer runs on real time while the peer
+/// process's threads (its device thread, its polling thread) may wait for a CPU: at
+/// perftest's default 14 (67 ms), eight expiries in a row (`retry_cnt` 7 + 1), i.e.
+/// 537 ms without the peer running, fail a WR with a retry error although nothing
+/// was lost; at 20 that takes 34 s without the peer. The loopback link may still drop
+/// a datagram (unprivileged, the socket's receive buffer is capped by
+/// `net.core.rmem_max`, often 208 KiB, below the 8 MiB the link asks for), and a lost
+/// packet that nothing follows waits for one expiry: 4.3 s (8.6 s if its
+/// retransmission is lost too), within the tool's stall limit (10 s beyond the
+/// 8-expiry budget, 44 s) and far within RUN_TIMEOUT for the few such tails a run
+/// of at most 96 messages per size can have. (23, the in-process tests' choice,
+/// would make each such tail cost 34 s.)
+const QP_TIMEOUT: &str = "20";
+
 struct Run {
     code: Option<i32>,
     out: String,
@@ -89,12 +104,14 @@ fn pair_with(k: u8, server_args: &[&str], client_args: &[&str]) -> (Run, Run) {
         .map(|x| x.to_string())
         .collect();
     s.extend(["--server", "--bind", &sip, "--ip", &sip].map(String::from));
+    s.extend(["--qp-timeout", QP_TIMEOUT].map(String::from));
     let mut c: Vec<String> = ["perf"]
         .iter()
         .chain(client_args)
         .map(|x| x.to_string())
         .collect();
     c.extend(["--client", &sip, "--ip", &cip].map(String::from));
+    c.extend(["--qp-timeout", QP_TIMEOUT].map(String::from));
     let deadline = Instant::now() + RUN_TIMEOUT;
     let server = spawn(&s);
     let client = spawn(&c);

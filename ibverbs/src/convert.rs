@@ -22,7 +22,8 @@ pub const VENDOR_PART_ID: u32 = 0;
 /// is, a peer may not acknowledge within the 67 ms of the usual exponent 14 although no
 /// packet was lost, and seven such spurious timeouts in a row fail the QP with
 /// `IBV_WC_RETRY_EXC_ERR`. Loss on the loopback link is rare, so a longer timer costs
-/// little. (`ibv_query_qp` reports the exponent in use.)
+/// little. (`ibv_query_qp` reports the exponent in use; `FERROVERBS_MIN_ACK_TIMEOUT`
+/// replaces this floor, [`crate::device::parse_min_ack_timeout`].)
 pub const SIM_MIN_ACK_TIMEOUT: u8 = 18;
 
 /// `enum ibv_qp_state` of a driver state.
@@ -103,11 +104,14 @@ pub fn dmac_for_gid(gid: &[u8; 16]) -> Option<[u8; 6]> {
 }
 
 /// The driver's QP attributes of an `ibv_qp_attr` and its mask, and the target state.
+/// A local ACK timeout other than 0 (no timer) is raised to at least `min_timeout`
+/// (the NIC's floor, [`SIM_MIN_ACK_TIMEOUT`] on a simulated one, 0 on hardware).
 pub fn qp_attr_from_ibv(
     a: &abi::ibv_qp_attr,
     mask: i32,
     current: QpState,
     sim_link: bool,
+    min_timeout: u8,
 ) -> Result<(QpState, QpAttr), i32> {
     let to = if mask & c::IBV_QP_STATE != 0 {
         qp_state_from_ibv(a.qp_state).ok_or(libc::EINVAL)?
@@ -154,8 +158,8 @@ pub fn qp_attr_from_ibv(
         q = q.sq_psn(a.sq_psn & 0xff_ffff);
     }
     if mask & c::IBV_QP_TIMEOUT != 0 {
-        let t = if sim_link && a.timeout != 0 {
-            a.timeout.max(SIM_MIN_ACK_TIMEOUT)
+        let t = if a.timeout != 0 {
+            a.timeout.max(min_timeout)
         } else {
             a.timeout
         };
@@ -536,7 +540,7 @@ mod tests {
         a.ah_attr.grh.dgid = ferroverbs_sim::link::udp::gid_for([127, 0, 0, 2].into());
         a.ah_attr.grh.hop_limit = 1;
         a.ah_attr.port_num = 1;
-        let (to, q) = qp_attr_from_ibv(&a, 0x129181, QpState::Init, true).unwrap();
+        let (to, q) = qp_attr_from_ibv(&a, 0x129181, QpState::Init, true, 18).unwrap();
         assert_eq!(to, QpState::Rtr);
         assert_eq!(q.dest_qpn, Some(0x1234));
         assert_eq!(q.rq_psn, Some(0xab_cdef));
@@ -549,14 +553,25 @@ mod tests {
             timeout: 14,
             ..Default::default()
         };
-        let (_, q) = qp_attr_from_ibv(&rts, 0x201, QpState::Rtr, true).unwrap();
+        let floor = SIM_MIN_ACK_TIMEOUT;
+        let (_, q) = qp_attr_from_ibv(&rts, 0x201, QpState::Rtr, true, floor).unwrap();
         assert_eq!(q.timeout, Some(SIM_MIN_ACK_TIMEOUT));
-        let (_, q) = qp_attr_from_ibv(&rts, 0x201, QpState::Rtr, false).unwrap();
+        let (_, q) = qp_attr_from_ibv(&rts, 0x201, QpState::Rtr, false, 0).unwrap();
         assert_eq!(q.timeout, Some(14));
+        // FERROVERBS_MIN_ACK_TIMEOUT's floor: raised to it, a longer value kept, 0
+        // (no timer) kept.
+        let (_, q) = qp_attr_from_ibv(&rts, 0x201, QpState::Rtr, true, 23).unwrap();
+        assert_eq!(q.timeout, Some(23));
+        let long = abi::ibv_qp_attr { timeout: 25, ..rts };
+        let (_, q) = qp_attr_from_ibv(&long, 0x201, QpState::Rtr, true, 23).unwrap();
+        assert_eq!(q.timeout, Some(25));
+        let none = abi::ibv_qp_attr { timeout: 0, ..rts };
+        let (_, q) = qp_attr_from_ibv(&none, 0x201, QpState::Rtr, true, 23).unwrap();
+        assert_eq!(q.timeout, Some(0));
         assert_eq!(av.hop_limit, 64);
         a.ah_attr.is_global = 0;
         assert_eq!(
-            qp_attr_from_ibv(&a, 0x129181, QpState::Init, true).unwrap_err(),
+            qp_attr_from_ibv(&a, 0x129181, QpState::Init, true, 18).unwrap_err(),
             libc::EINVAL
         );
     }

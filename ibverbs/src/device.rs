@@ -157,6 +157,9 @@ pub struct Nic {
     pub sim: Option<Sim>,
     /// The UDP link of the simulated device.
     pub link: Option<UdpLink>,
+    /// The shortest local ACK timeout exponent its RC QPs get
+    /// ([`min_ack_timeout_from_env`] on a simulated NIC, 0, no floor, on hardware).
+    pub min_ack_timeout: u8,
 }
 
 impl Nic {
@@ -186,6 +189,7 @@ impl Nic {
         match sim_or_vfio(spec) {
             Ok(sa) => {
                 let (addr, port) = (sa.ip(), sa.port());
+                let min_ack_timeout = min_ack_timeout_from_env()?;
                 let cfg = UdpConfig::new(*addr).port(port);
                 let sim = Sim::new(cfg.sim_config(true));
                 let link = UdpLink::attach(&sim, cfg)
@@ -205,6 +209,7 @@ impl Nic {
                     spec: *spec,
                     sim: Some(sim),
                     link: Some(link),
+                    min_ack_timeout,
                 })
             }
             Err(bdf) => {
@@ -217,10 +222,39 @@ impl Nic {
                     spec: *spec,
                     sim: None,
                     link: None,
+                    min_ack_timeout: 0,
                 })
             }
         }
     }
+}
+
+/// The environment variable that sets the shortest ACK timeout of a simulated NIC's
+/// QPs.
+pub const MIN_ACK_TIMEOUT_ENV: &str = "FERROVERBS_MIN_ACK_TIMEOUT";
+
+/// `FERROVERBS_MIN_ACK_TIMEOUT` ([`parse_min_ack_timeout`]), read when the simulated
+/// NIC is brought up.
+fn min_ack_timeout_from_env() -> Result<u8, String> {
+    parse_min_ack_timeout(std::env::var(MIN_ACK_TIMEOUT_ENV).ok().as_deref())
+}
+
+/// The shortest local ACK timeout exponent a QP on a simulated NIC gets: the value of
+/// `FERROVERBS_MIN_ACK_TIMEOUT` (0 to 31, the 5 bits of the QP context's
+/// `ack_timeout`; 0 leaves the application's value as it is), or, unset or empty,
+/// [`SIM_MIN_ACK_TIMEOUT`](crate::convert::SIM_MIN_ACK_TIMEOUT) (18). A test whose
+/// tools cannot set the timeout (`ibv_rc_pingpong` always asks for 14) raises it so
+/// that its peers may wait longer for a CPU (23: 34 s per expiry).
+pub fn parse_min_ack_timeout(v: Option<&str>) -> Result<u8, String> {
+    let Some(v) = v.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(crate::convert::SIM_MIN_ACK_TIMEOUT);
+    };
+    v.parse::<u8>().ok().filter(|&t| t <= 31).ok_or_else(|| {
+        format!(
+            "{MIN_ACK_TIMEOUT_ENV}={v}: expected an ACK timeout exponent from 0 to 31 \
+             (4.096 us x 2^n)"
+        )
+    })
 }
 
 /// The environment variable that sets the RoCE MTU of a simulated NIC.
@@ -294,6 +328,22 @@ mod tests {
             Some("10.1.2.3:5000".parse().unwrap())
         );
         assert_eq!(a("vfio:0000:3b:00.0"), None);
+    }
+
+    #[test]
+    fn the_ack_timeout_floor_of_the_environment() {
+        assert_eq!(parse_min_ack_timeout(None), Ok(18));
+        assert_eq!(parse_min_ack_timeout(Some("")), Ok(18));
+        assert_eq!(parse_min_ack_timeout(Some("23")), Ok(23));
+        assert_eq!(parse_min_ack_timeout(Some(" 0 ")), Ok(0));
+        assert_eq!(parse_min_ack_timeout(Some("31")), Ok(31));
+        for bad in ["32", "-1", "x", "18s"] {
+            let e = parse_min_ack_timeout(Some(bad)).unwrap_err();
+            assert!(
+                e.contains(MIN_ACK_TIMEOUT_ENV) && e.contains("0 to 31"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -1000,6 +1000,8 @@ pub(crate) struct QpObj {
     srq: Option<&'static SrqObj>,
     sq_sig_all: bool,
     sim_link: bool,
+    /// The NIC's floor of the local ACK timeout exponent ([`device::Nic`]).
+    min_ack_timeout: u8,
     ud: bool,
 }
 
@@ -1067,6 +1069,8 @@ pub(crate) unsafe extern "C" fn create_qp(
             s.users.acquire();
         }
         let sim_link = p_sim(p);
+        // The one NIC of the process, open since the PD's context was.
+        let min_ack_timeout = device::nic().map_or(0, |n| n.min_ack_timeout);
         Ok(Box::new(QpObj {
             ibv: abi::ibv_qp {
                 context: p.ibv.context,
@@ -1090,6 +1094,7 @@ pub(crate) unsafe extern "C" fn create_qp(
             srq,
             sq_sig_all: ia.sq_sig_all != 0,
             sim_link,
+            min_ack_timeout,
             ud: ty == QpType::Ud,
         })
         .into_ibv())
@@ -1110,7 +1115,8 @@ pub(crate) unsafe extern "C" fn modify_qp(
         // SAFETY: the caller's attributes.
         let a = unsafe { attr.as_ref() }.ok_or(libc::EINVAL)?;
         let mut g = lock(&q.qp);
-        let (to, qa) = convert::qp_attr_from_ibv(a, mask, g.state(), q.sim_link)?;
+        let (to, qa) =
+            convert::qp_attr_from_ibv(a, mask, g.state(), q.sim_link, q.min_ack_timeout)?;
         g.modify(to, &qa).or_errno()?;
         let st = convert::qp_state_to_ibv(g.state());
         // SAFETY: `state` is a plain field of our object the application may read;

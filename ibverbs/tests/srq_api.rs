@@ -87,9 +87,14 @@ unsafe fn connect(qp: *mut abi::ibv_qp, dest: u32, gid: [u8; 16]) {
     a.ah_attr.port_num = 1;
     // SAFETY: as above.
     assert_eq!(unsafe { ibv_modify_qp(qp, &mut a, 0x129181) }, 0);
+    // The ACK timeout: 23 (34 s). The timer runs on real time while the NIC's device
+    // thread may wait for a CPU; at 14 (the library raises it to 18, 1.07 s) eight
+    // expiries in a row, 8.6 s without that thread, would fail a WR although the
+    // loopback link lost nothing; were one of the three one-packet SENDs lost, its
+    // expiry would still come within the 120 s the test waits for them.
     let mut a = abi::ibv_qp_attr {
         qp_state: 3,
-        timeout: 14,
+        timeout: 23,
         retry_cnt: 7,
         rnr_retry: 7,
         sq_psn: 0,

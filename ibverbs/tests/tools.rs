@@ -11,13 +11,17 @@
 //! The `-a` perftest runs use `-n 5` iterations per size: sizes go up to 8 MiB, and a
 //! software NIC moving some MB/s on two shared cores would need hours for the default
 //! 1000 iterations of each.
+//!
+//! The RC runs use a long local ACK timeout ([`ACK_TIMEOUT`]): perftest's own
+//! `-u`/`--qp-timeout`, and for the pingpongs, which always ask for 14, the library's
+//! `FERROVERBS_MIN_ACK_TIMEOUT` floor ([`PATIENT`]). UC and UD have no ACK timer.
 
 mod support;
 
 use std::sync::Mutex;
 use std::time::Duration;
 
-use support::{have, library_dir, net, pair, run_ok};
+use support::{have, library_dir, net, pair, pair_env, run_ok};
 
 /// The pairs run one at a time: each is four busy processes' worth of threads.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -27,6 +31,25 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 const LIMIT: Duration = Duration::from_secs(900);
+
+/// The local ACK timeout exponent of the RC runs: 4.096 µs × 2^20 = 4.3 s. The timer
+/// runs on real time while the peer process's threads (its NIC's device thread, the
+/// tool's polling thread) may wait for a CPU: at the tools' 14 (67 ms), eight expiries
+/// in a row (`retry_cnt` 7 + 1), 537 ms without the peer running, fail a WR with
+/// "transport retry counter exceeded" although nothing was lost; at the library's
+/// default floor of 18 (1.07 s), 8.6 s; at 20, 34 s. The loopback link may still drop
+/// a datagram (unprivileged, the socket's receive buffer is capped by
+/// `net.core.rmem_max`, often 208 KiB, below the 8 MiB the link asks for, and a
+/// bandwidth test's 256-packet window overflows it), and a lost packet that nothing
+/// follows waits for one expiry: 4.3 s, so even one such tail at every one of the 23
+/// sizes of `ib_send_bw -a` adds 99 s, far within LIMIT (a 23, 34 s per expiry, would
+/// add 13 minutes).
+const ACK_TIMEOUT: &str = "20";
+
+/// The environment of the RC pingpongs, which have no timeout option and ask for 14:
+/// the library raises every QP's ACK timeout to [`ACK_TIMEOUT`]
+/// (`FERROVERBS_MIN_ACK_TIMEOUT`, docs/ibverbs-compat.md).
+const PATIENT: [(&str, &str); 1] = [("FERROVERBS_MIN_ACK_TIMEOUT", ACK_TIMEOUT)];
 
 #[test]
 fn ibv_devices_lists_the_device() {
@@ -89,11 +112,12 @@ fn ibv_rc_pingpong_between_two_processes() {
     }
     let _s = serial();
     let lib = library_dir("rc_pingpong");
-    let (s, c) = pair(
+    let (s, c) = pair_env(
         "ibv_rc_pingpong -g 0",
         &lib,
         "ibv_rc_pingpong",
         &["-g", "0"],
+        &PATIENT,
         11,
         12,
         1,
@@ -112,11 +136,12 @@ fn ibv_rc_pingpong_with_completion_events() {
     }
     let _s = serial();
     let lib = library_dir("rc_pingpong_e");
-    let (s, c) = pair(
+    let (s, c) = pair_env(
         "ibv_rc_pingpong -g 0 -e",
         &lib,
         "ibv_rc_pingpong",
         &["-g", "0", "-e", "-n", "200"],
+        &PATIENT,
         13,
         14,
         2,
@@ -150,7 +175,8 @@ fn ib_send_lat_default() {
     }
     let _s = serial();
     let lib = library_dir("send_lat");
-    let (s, c) = pair("ib_send_lat", &lib, "ib_send_lat", &[], 21, 22, 3, LIMIT);
+    let args = ["-u", ACK_TIMEOUT];
+    let (s, c) = pair("ib_send_lat", &lib, "ib_send_lat", &args, 21, 22, 3, LIMIT);
     for out in [&s, &c] {
         assert!(out.contains("Send Latency Test"), "{out}");
         let l = result_line(out, "2");
@@ -168,7 +194,8 @@ fn ib_send_bw_default() {
     }
     let _s = serial();
     let lib = library_dir("send_bw");
-    let (_s, c) = pair("ib_send_bw", &lib, "ib_send_bw", &[], 31, 32, 4, LIMIT);
+    let args = ["--qp-timeout", ACK_TIMEOUT];
+    let (_s, c) = pair("ib_send_bw", &lib, "ib_send_bw", &args, 31, 32, 4, LIMIT);
     let l = result_line(&c, "65536");
     assert_eq!(l.split_whitespace().nth(1), Some("1000"), "{l}");
     // BW peak, BW average (MB/s), message rate: the average is positive. It prints
@@ -233,11 +260,12 @@ fn ibv_srq_pingpong_between_two_processes() {
     }
     let _s = serial();
     let lib = library_dir("srq_pingpong");
-    let (s, c) = pair(
+    let (s, c) = pair_env(
         "ibv_srq_pingpong -g 0",
         &lib,
         "ibv_srq_pingpong",
         &["-g", "0"],
+        &PATIENT,
         81,
         82,
         7,
@@ -267,7 +295,7 @@ fn ib_send_lat_all_sizes() {
         "ib_send_lat -a",
         &lib,
         "ib_send_lat",
-        &["-a", "-n", "5"],
+        &["-a", "-n", "5", "-u", ACK_TIMEOUT],
         41,
         42,
         8,
@@ -293,7 +321,7 @@ fn ib_send_bw_all_sizes() {
         "ib_send_bw -a",
         &lib,
         "ib_send_bw",
-        &["-a", "-n", "5"],
+        &["-a", "-n", "5", "-u", ACK_TIMEOUT],
         51,
         52,
         9,

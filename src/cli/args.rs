@@ -6,7 +6,7 @@
 use clap::{value_parser, Args, Parser, Subcommand, ValueEnum};
 use ferroverbs::DeviceSpec;
 
-use super::perf::config::{Mode, TestId, Verb};
+use super::perf::config::{Mode, TestId, Verb, DEF_QP_TIME, MAX_QP_TIME};
 
 /// What `--help` says about exit codes.
 pub const EXIT_CODES_HELP: &str = "\
@@ -186,6 +186,12 @@ pub struct PerfArgs {
     /// Pin the polling thread to this CPU.
     #[arg(long, value_name = "CPU")]
     pub cpu: Option<usize>,
+    /// The QPs' local ACK timeout exponent: a request not acknowledged within
+    /// 4.096 µs × 2^EXP is retransmitted (7 times, then it fails with a transport
+    /// retry error); 0 waits forever (0 to 31).
+    #[arg(short = 'u', long = "qp-timeout", value_name = "EXP", default_value_t = DEF_QP_TIME,
+          value_parser = value_parser!(u8).range(0..=MAX_QP_TIME as i64))]
+    pub qp_timeout: u8,
     /// After the test, measure its baseline in the same run and print it in the same
     /// columns with the ratio: a TCP ping-pong (latency tests), `memcpy` (bandwidth
     /// tests in one process) or raw UDP between the two NIC addresses (bandwidth tests
@@ -308,6 +314,30 @@ mod tests {
         assert_eq!(a.cpu, Some(0));
         assert_eq!(a.device, DeviceSpec::Sim);
         assert_eq!(a.port, 18515);
+    }
+
+    #[test]
+    fn qp_timeout_is_perftests_option() {
+        let parse = |args: &[&str]| {
+            let argv = ["ferroverbs", "perf", "send-bw"].iter().chain(args);
+            let Command::Perf { test } = Cli::try_parse_from(argv)?.command else {
+                panic!()
+            };
+            Ok::<u8, clap::Error>(test.split().1.qp_timeout)
+        };
+        // perftest's DEF_QP_TIME without the option; -u and --qp-timeout, 0 to 31.
+        assert_eq!(parse(&[]).unwrap(), 14);
+        assert_eq!(parse(&["-u", "20"]).unwrap(), 20);
+        assert_eq!(parse(&["--qp-timeout", "0"]).unwrap(), 0);
+        assert_eq!(parse(&["--qp-timeout=31"]).unwrap(), 31);
+        for bad in ["32", "255", "-1", "x", ""] {
+            let e = parse(&[&format!("--qp-timeout={bad}")]).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad}: {e}");
+            let msg = e.to_string();
+            assert!(msg.contains("--qp-timeout <EXP>"), "{bad}: {msg}");
+        }
+        let msg = parse(&["-u", "32"]).unwrap_err().to_string();
+        assert!(msg.contains("0..=31"), "{msg}");
     }
 
     #[test]

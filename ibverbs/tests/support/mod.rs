@@ -92,10 +92,22 @@ impl Proc {
     /// Starts `cmd` (a tool and its arguments) on the simulated NIC `device` with the
     /// library in `lib`.
     pub fn spawn(name: &str, lib: &Path, device: &str, cmd: &[&str]) -> Proc {
+        Proc::spawn_env(name, lib, device, cmd, &[])
+    }
+
+    /// [`Proc::spawn`] with the environment variables `envs` set as well.
+    pub fn spawn_env(
+        name: &str,
+        lib: &Path,
+        device: &str,
+        cmd: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Proc {
         let mut child = Command::new(cmd[0])
             .args(&cmd[1..])
             .env("LD_LIBRARY_PATH", lib)
             .env("FERROVERBS_DEVICE", device)
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -204,6 +216,22 @@ pub fn pair(
     slot: u16,
     limit: Duration,
 ) -> (String, String) {
+    pair_env(name, lib, tool, args, &[], server, client, slot, limit)
+}
+
+/// [`pair`] with the environment variables `envs` set in both processes.
+#[allow(clippy::too_many_arguments)]
+pub fn pair_env(
+    name: &str,
+    lib: &Path,
+    tool: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    server: u8,
+    client: u8,
+    slot: u16,
+    limit: Duration,
+) -> (String, String) {
     let (server_ip, client_ip) = (net::host(server).to_string(), net::host(client).to_string());
     let port = net::tcp_port(slot);
     let port_s = port.to_string();
@@ -211,11 +239,12 @@ pub fn pair(
     scmd.extend_from_slice(args);
     let mut ccmd = scmd.clone();
     ccmd.push(&server_ip);
-    let mut server = Proc::spawn(
+    let mut server = Proc::spawn_env(
         &format!("{name} server"),
         lib,
         &format!("sim:{server_ip}"),
         &scmd,
+        envs,
     );
     let start = Instant::now();
     while !net::tcp_listening(port) {
@@ -228,11 +257,12 @@ pub fn pair(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut client = Proc::spawn(
+    let mut client = Proc::spawn_env(
         &format!("{name} client"),
         lib,
         &format!("sim:{client_ip}"),
         &ccmd,
+        envs,
     );
     // Wait for both; when one fails, the other would wait for it forever: stop it.
     let t0 = Instant::now();

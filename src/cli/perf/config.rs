@@ -35,6 +35,12 @@ pub const DEF_INLINE_WRITE: u32 = 220;
 pub const MSG_SIZE_CQ_MOD_LIMIT: u64 = 8192;
 /// The largest size of `-a` (`MAX_SIZE`, 2^23).
 pub const MAX_SIZE: u64 = 1 << 23;
+/// perftest's `DEF_QP_TIME`: the local ACK timeout exponent of `-u`/`--qp-timeout`,
+/// 4.096 µs × 2^14 ≈ 67 ms.
+pub const DEF_QP_TIME: u8 = 14;
+/// The largest local ACK timeout exponent: the QP context's `ack_timeout` is 5 bits
+/// (IBTA 9.7.6.1.3; `ads.ack_timeout` in `mlx5_ifc.h`), 4.096 µs × 2^31 ≈ 2.4 hours.
+pub const MAX_QP_TIME: u8 = 31;
 
 /// The operation measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -240,6 +246,9 @@ pub struct PerfConfig {
     pub role: Role,
     /// How the simulated NICs make progress.
     pub sim_mode: SimMode,
+    /// The QPs' local ACK timeout exponent (`-u`/`--qp-timeout`): 4.096 µs × 2^n,
+    /// 0 for no timer.
+    pub qp_timeout: u8,
     /// The cross-process test's addresses.
     pub net: NetConfig,
     /// perftest's notices about adjusted options, printed before the test.
@@ -444,6 +453,7 @@ impl PerfConfig {
             } else {
                 SimMode::Threaded
             }),
+            qp_timeout: a.qp_timeout,
             net,
             notes,
         })

@@ -185,7 +185,7 @@ fn options_line(cfg: &PerfConfig) -> String {
     let sizes: Vec<String> = cfg.sizes.iter().map(|s| s.to_string()).collect();
     format!(
         "{HELLO} test={} sizes={} iters={} qps={} tx_depth={} rx_depth={} post_list={} \
-         cq_mod={} inline={} atomic={} events={} udp_port={} baseline={}",
+         cq_mod={} inline={} atomic={} events={} udp_port={} baseline={} qp_timeout={}",
         cfg.test.name(),
         sizes.join(","),
         cfg.iters,
@@ -199,6 +199,7 @@ fn options_line(cfg: &PerfConfig) -> String {
         u8::from(cfg.events),
         cfg.net.udp_port,
         u8::from(cfg.baseline),
+        cfg.qp_timeout,
     )
 }
 
@@ -462,7 +463,7 @@ fn side(
             qpn: pqpn,
             psn: ppsn,
         };
-        connect_qp(q, &me, &peer, psn, me.mtu, rd_atom)?;
+        connect_qp(q, &me, &peer, psn, me.mtu, (rd_atom, cfg.qp_timeout))?;
         let local = Address {
             qpn: q.qp_num(),
             psn,
@@ -704,5 +705,29 @@ mod tests {
         let b = "ferroverbs-perf/1 test=send-lat sizes=2 iters=50";
         assert_eq!(options_diff(a, b), "server iters=1000, client iters=50");
         assert!(options_diff(a, "hello").contains("speaks"));
+    }
+
+    /// Both sides must use one ACK timeout: each side's stall limit
+    /// (`runner::stall_limit`) then covers the peer's recoveries too.
+    #[test]
+    fn the_qp_timeout_is_a_shared_option() {
+        use crate::cli::args::{Cli, Command};
+        use clap::Parser;
+        let line = |extra: &[&str]| {
+            let argv = ["ferroverbs", "perf", "send-lat", "--server"]
+                .iter()
+                .chain(extra);
+            let Command::Perf { test } = Cli::try_parse_from(argv).unwrap().command else {
+                unreachable!()
+            };
+            let (id, a) = test.split();
+            options_line(&PerfConfig::new(id, a).unwrap())
+        };
+        let (default, long) = (line(&[]), line(&["-u", "20"]));
+        assert!(default.ends_with(" qp_timeout=14"), "{default}");
+        assert_eq!(
+            options_diff(&default, &long),
+            "server qp_timeout=14, client qp_timeout=20"
+        );
     }
 }

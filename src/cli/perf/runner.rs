@@ -59,8 +59,25 @@ use crate::cli::device::{
 };
 use crate::cli::error::CliError;
 
-/// A test that makes no progress for this long fails (exit code 1).
+/// A test that makes no progress for this long fails (exit code 1), on top of the
+/// time the transport may take to recover a lost packet or give up ([`stall_limit`]).
 pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a test may make no progress before it fails: [`STALL_TIMEOUT`] beyond the
+/// whole retry budget of the QPs' ACK timer, (`retry_cnt` + 1) expiries of 4.096 µs ×
+/// 2^`qp_timeout` (none with `qp_timeout` 0, no timer). A lost packet that nothing
+/// follows is recovered by the timer alone, and a QP that runs the budget out
+/// completes its request with a retry error, which is reported as such: the stall
+/// detector never fails a test that the transport may still recover, nor hides the
+/// transport's own verdict. (14: 10.5 s; 23: 285 s.)
+pub fn stall_limit(qp_timeout: u8) -> Duration {
+    let expiries = u32::from(RtsAttr::new(0).retry_cnt) + 1;
+    let timer = match qp_timeout {
+        0 => Duration::ZERO,
+        t => Duration::from_nanos(4096 << t.min(31)),
+    };
+    STALL_TIMEOUT + timer * expiries
+}
 
 /// Empty polls between two looks at the clock for the stall timeout.
 const STALL_CHECK_MASK: u64 = 0xffff;
@@ -284,16 +301,19 @@ struct Stall {
     since: Option<Instant>,
     /// Empty rounds between two looks at the clock, minus one.
     mask: u64,
+    /// How long without progress fails the test ([`stall_limit`]).
+    limit: Duration,
 }
 
 impl Stall {
-    /// A stall detector; in event mode each empty round sleeps, so the clock is read
-    /// every time.
-    fn new(events: bool) -> Self {
+    /// The stall detector of a test with `cfg`; in event mode each empty round
+    /// sleeps, so the clock is read every time.
+    fn new(cfg: &PerfConfig) -> Self {
         Stall {
             empty: 0,
             since: None,
-            mask: if events { 0 } else { STALL_CHECK_MASK },
+            mask: if cfg.events { 0 } else { STALL_CHECK_MASK },
+            limit: stall_limit(cfg.qp_timeout),
         }
     }
 
@@ -312,10 +332,10 @@ impl Stall {
         let now = Instant::now();
         match self.since {
             None => self.since = Some(now),
-            Some(t) if now.duration_since(t) > STALL_TIMEOUT => {
+            Some(t) if now.duration_since(t) > self.limit => {
                 return Err(CliError::runtime_msg(format!(
-                    "no progress for {} s: {}",
-                    STALL_TIMEOUT.as_secs(),
+                    "no progress for {:.1} s: {}",
+                    self.limit.as_secs_f64(),
                     what()
                 )))
             }
@@ -472,14 +492,15 @@ pub(super) struct PeerQp {
     pub(super) psn: u32,
 }
 
-/// Moves `q` (first PSN `my_psn`) through INIT, RTR and RTS towards `peer`.
+/// Moves `q` (first PSN `my_psn`) through INIT, RTR and RTS towards `peer`, with the
+/// local ACK timeout exponent `qp_timeout` (`--qp-timeout`).
 pub(super) fn connect_qp<B: Bus>(
     q: &mut QueuePair<'_, B>,
     me: &Endpoint,
     peer: &PeerQp,
     my_psn: u32,
     mtu: Mtu,
-    rd_atom: u8,
+    (rd_atom, qp_timeout): (u8, u8),
 ) -> Result<(), CliError> {
     q.to_init(1, test_access())
         .map_err(setup_err("QP RESET->INIT"))?;
@@ -494,6 +515,7 @@ pub(super) fn connect_qp<B: Bus>(
     .map_err(setup_err("QP INIT->RTR"))?;
     q.to_rts(&RtsAttr {
         max_rd_atomic: rd_atom,
+        timeout: qp_timeout,
         ..RtsAttr::new(my_psn)
     })
     .map_err(setup_err("QP RTR->RTS"))?;
@@ -628,8 +650,9 @@ fn bench<B: Bus>(
             qpn: nb,
             psn: pb,
         };
-        connect_qp(qa, &ep_a, &peer_b, pa, mtu, rd_atom)?;
-        connect_qp(qb, &ep_b, &peer_a, pb, mtu, rd_atom)?;
+        let limits = (rd_atom, cfg.qp_timeout);
+        connect_qp(qa, &ep_a, &peer_b, pa, mtu, limits)?;
+        connect_qp(qb, &ep_b, &peer_a, pb, mtu, limits)?;
         let rdma = cfg.test.verb != Verb::Send;
         let out = cfg.test.one_sided_request().then_some(u32::from(rd_atom));
         let la = Address {
@@ -955,7 +978,7 @@ fn send_lat<B: Bus>(
     let clock = Stamp(Instant::now());
     let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), iters);
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
-    let mut stall = Stall::new(cfg.events);
+    let mut stall = Stall::new(cfg);
     let mut received = 0u64;
     for i in 0..iters {
         stamps.push(clock.ns());
@@ -1008,7 +1031,7 @@ pub(super) fn serve_send_lat<B: Bus>(
     let (sb, rb) = ([b.send_sge(size)], [b.recv_sge()]);
     let clock = Stamp(Instant::now());
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
-    let mut stall = Stall::new(cfg.events);
+    let mut stall = Stall::new(cfg);
     let mut answered = 0u64;
     let mut sends = 0u64;
     // Until every message is answered and every answer's completion reaped.
@@ -1109,7 +1132,7 @@ fn write_lat<B: Bus>(
     let clock = Stamp(Instant::now());
     let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), iters);
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
-    let mut stall = Stall::new(cfg.events);
+    let mut stall = Stall::new(cfg);
     let mut b_seen = 0u64; // pings the server has answered
     let mut byte = [0u8; 1];
     for i in 0..iters {
@@ -1170,7 +1193,7 @@ pub(super) fn serve_write_lat<B: Bus>(
     let sb = [b.send_sge(size)];
     let clock = Stamp(Instant::now());
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
-    let mut stall = Stall::new(cfg.events);
+    let mut stall = Stall::new(cfg);
     let mut seen = 0u64;
     while seen < iters {
         let mut moved = 0;
@@ -1207,7 +1230,7 @@ pub(super) fn serve_send_bw<B: Bus>(
     let total = cfg.iters * u64::from(cfg.qps);
     let rb = [b.recv_sge()];
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
-    let mut stall = Stall::new(cfg.events);
+    let mut stall = Stall::new(cfg);
     let mut got = 0u64;
     while got < total {
         let n = poll_side(b, &mut wc, &rb, |c| {
@@ -1255,7 +1278,7 @@ fn one_sided_lat<B: Bus>(
     let clock = Stamp(Instant::now());
     let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), iters);
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
-    let mut stall = Stall::new(cfg.events);
+    let mut stall = Stall::new(cfg);
     let what = if cfg.test.verb == Verb::Read {
         "an RDMA READ"
     } else {
@@ -1325,7 +1348,7 @@ fn bw<B: Bus>(
     let clock = Stamp(Instant::now());
     let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), total as u64);
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
-    let mut stall = Stall::new(cfg.events);
+    let mut stall = Stall::new(cfg);
     while totccnt < total {
         let mut moved = 0usize;
         for q in 0..qps {
@@ -1374,4 +1397,73 @@ fn bw<B: Bus>(
     }
     progress.finish();
     Ok((tposted, tcompleted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::args::{Cli, Command};
+    use clap::Parser;
+
+    fn config(args: &[&str]) -> PerfConfig {
+        let argv = ["ferroverbs", "perf"]
+            .into_iter()
+            .chain(args.iter().copied());
+        let Command::Perf { test } = Cli::try_parse_from(argv).expect("clap accepts it").command
+        else {
+            unreachable!()
+        };
+        let (id, a) = test.split();
+        PerfConfig::new(id, a).expect("a valid configuration")
+    }
+
+    /// The tool's own set-up path (configuration, QP creation, `connect_qp`) on a
+    /// simulated NIC, then `QUERY_QP`: the device holds the asked exponent, and
+    /// perftest's 14 without the option.
+    #[test]
+    fn the_qp_timeout_reaches_the_device() {
+        for (args, want) in [
+            (&["send-lat"][..], 14),
+            (&["send-lat", "--qp-timeout", "23"], 23),
+            (&["write-bw", "-u", "31"], 31),
+            (&["read-lat", "-u", "0"], 0),
+        ] {
+            let cfg = config(args);
+            assert_eq!(cfg.qp_timeout, want, "{args:?}");
+            let nic = open_sim_with(0, sim_cfg(0, cfg.sim_mode)).unwrap();
+            let ep = sim_endpoint(&nic.ctx, &nic.name).unwrap();
+            let dev = nic.ctx.query_device().unwrap();
+            let dims = Dims::new(&cfg, &dev).unwrap();
+            let pd = nic.ctx.alloc_pd().unwrap();
+            let cq = create_cq(&nic.ctx, None, dims.cqe).unwrap();
+            let (mut qps, _) = create_qps(&cfg, &pd, &cq, dims.cap(&cfg)).unwrap();
+            // A peer that need not exist: connecting only programs this QP.
+            let peer = PeerQp {
+                ep,
+                qpn: 0x1234,
+                psn: 0x42,
+            };
+            let limits = (rd_atom_depth(&dev), cfg.qp_timeout);
+            connect_qp(&mut qps[0], &ep, &peer, 7, ep.mtu, limits).unwrap();
+            let info = qps[0].query().unwrap();
+            assert_eq!(info.state, ferroverbs::verbs::QpState::Rts, "{args:?}");
+            assert_eq!(info.timeout, want, "{args:?}");
+            assert_eq!(info.retry_cnt, 7, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn the_stall_limit_covers_the_retry_budget() {
+        // 10 s beyond 8 expiries (retry_cnt 7 + the first) of 4.096 µs × 2^n.
+        assert_eq!(stall_limit(0), STALL_TIMEOUT);
+        assert_eq!(
+            stall_limit(14),
+            STALL_TIMEOUT + Duration::from_nanos(8 * (4096 << 14))
+        );
+        assert_eq!(
+            stall_limit(23),
+            STALL_TIMEOUT + Duration::from_nanos(8 * (4096 << 23))
+        );
+        assert!(stall_limit(31) > Duration::from_secs(8 * 8796));
+    }
 }
