@@ -776,6 +776,84 @@ macro_rules! ctx {
     };
 }
 
+/// What a QP needs from the engine's lists after a received packet (read with the QP at
+/// hand, so [`Engine::after_rc`] needs no second lookup).
+#[derive(Clone, Copy, Debug)]
+struct After {
+    /// It owes an ACK (after a request).
+    ack: bool,
+    /// A timer of it runs (`note_timers`).
+    timer: bool,
+    /// It is in error (`note_errors`).
+    err: bool,
+}
+
+impl After {
+    #[inline(always)]
+    fn of(qp: &QpRt, request: bool) -> After {
+        After {
+            ack: request && qp.resp.ack_due.is_some(),
+            timer: qp.next_timer().is_some(),
+            err: qp.state == QpcState::Err,
+        }
+    }
+}
+
+/// The RC or UC QP a parsed frame of transport `t` is for, after the checks every such
+/// frame takes, in this order, each failure counted: the destination MAC is one of the
+/// ports', the transport is RC or UC, the QP exists with that service type and a path,
+/// the frame comes from the path's remote address to its local one, and the P_Key is
+/// the default partition's (the only one in an Ethernet port's table).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn rc_target<'q>(
+    qps: &'q mut NumMap<u32, QpRt>,
+    stats: &mut DataPathStats,
+    macs: &[[u8; 6]],
+    t: wire::Transport,
+    dst_mac: &[u8; 6],
+    qpn: u32,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    pkey: u16,
+) -> Option<&'q mut QpRt> {
+    if !macs.contains(dst_mac) {
+        stats.rx_not_mine += 1;
+        return None;
+    }
+    let st = match t {
+        wire::Transport::Rc => ServiceType::Rc,
+        wire::Transport::Uc => ServiceType::Uc,
+        _ => {
+            stats.rx_unsupported += 1;
+            return None;
+        }
+    };
+    let Some(qp) = qps.get_mut(&qpn) else {
+        stats.rx_no_qp += 1;
+        return None;
+    };
+    // The packet's transport must be the QP's (an RC opcode to a UC QP is not for
+    // it, and the reverse).
+    if qp.cfg.st != st {
+        stats.rx_no_qp += 1;
+        return None;
+    }
+    let Some(path) = qp.cfg.path else {
+        stats.rx_bad_state += 1;
+        return None;
+    };
+    if src != path.dip || dst != path.sip {
+        stats.rx_bad_addr += 1;
+        return None;
+    }
+    if pkey & 0x7fff != 0x7fff {
+        stats.rx_bad_pkey += 1;
+        return None;
+    }
+    Some(qp)
+}
+
 /// The data-path state of a device.
 pub struct Engine {
     qps: NumMap<u32, QpRt>,
@@ -1065,9 +1143,49 @@ impl Engine {
     }
 
     /// Processes one received frame.
+    ///
+    /// The common request, a one-packet RC SEND, is read by
+    /// [`wire::frame::parse_rc_send_only`] (the same checks as the general parser, at
+    /// fixed offsets, without building the whole header representation) and goes to
+    /// [`transport::responder::on_send_only`]; every other frame, and every frame that
+    /// parser does not take, is parsed by [`wire::frame::parse`] as before. Both take
+    /// the same QP lookup and checks ([`rc_target`]) and the same bookkeeping after.
     pub fn receive(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, now: u64, frame: &[u8]) {
         self.stats.rx_frames += 1;
         self.stats.rx_bytes += frame.len() as u64;
+        if let Some(s) = wire::frame::parse_rc_send_only(frame) {
+            let qpn = s.bth.dest_qp;
+            let mut cx = ctx!(self, fw, io, irqs, now);
+            let Some(qp) = rc_target(
+                &mut self.qps,
+                cx.stats,
+                &cx.net.macs,
+                wire::Transport::Rc,
+                &s.dst_mac,
+                qpn,
+                s.src_addr,
+                s.dst_addr,
+                s.bth.pkey,
+            ) else {
+                return;
+            };
+            transport::responder::on_send_only(qp, &mut cx, &s);
+            let after = After::of(qp, true);
+            return self.after_rc(fw, io, irqs, now, qpn, after);
+        }
+        self.receive_general(fw, io, irqs, now, frame);
+    }
+
+    /// [`Engine::receive`] of a frame the one-packet SEND parser did not take.
+    #[inline(never)]
+    fn receive_general(
+        &mut self,
+        fw: &mut Firmware,
+        io: &Iommu,
+        irqs: &Irqs,
+        now: u64,
+        frame: &[u8],
+    ) {
         let (repr, payload) = match wire::frame::parse(frame) {
             Ok(x) => x,
             Err(wire::Error::Icrc { .. }) => {
@@ -1081,69 +1199,65 @@ impl Engine {
                 return;
             }
         };
-        if !self.net.macs.contains(&repr.ethernet.dst_addr.0) {
-            self.stats.rx_not_mine += 1;
-            return;
-        }
         let op = repr.roce.opcode();
         if op.transport() == wire::Transport::Ud {
+            if !self.net.macs.contains(&repr.ethernet.dst_addr.0) {
+                self.stats.rx_not_mine += 1;
+                return;
+            }
             let ip_header = frame.get(wire::frame::IPV4_OFFSET..wire::frame::IPV4_OFFSET + 20);
             self.receive_ud(fw, io, irqs, now, &repr, payload, ip_header.unwrap_or(&[]));
             return;
         }
-        if !matches!(op.transport(), wire::Transport::Rc | wire::Transport::Uc) {
-            self.stats.rx_unsupported += 1;
-            return;
-        }
         let qpn = repr.roce.bth.dest_qp;
         let mut cx = ctx!(self, fw, io, irqs, now);
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            cx.stats.rx_no_qp += 1;
+        let Some(qp) = rc_target(
+            &mut self.qps,
+            cx.stats,
+            &cx.net.macs,
+            op.transport(),
+            &repr.ethernet.dst_addr.0,
+            qpn,
+            repr.ipv4.src_addr,
+            repr.ipv4.dst_addr,
+            repr.roce.bth.pkey,
+        ) else {
             return;
         };
-        // The packet's transport must be the QP's (an RC opcode to a UC QP is not
-        // for it, and the reverse).
-        let st_ok = match op.transport() {
-            wire::Transport::Uc => qp.cfg.st == ServiceType::Uc,
-            _ => qp.cfg.st == ServiceType::Rc,
-        };
-        if !st_ok {
-            cx.stats.rx_no_qp += 1;
-            return;
-        }
-        let Some(path) = qp.cfg.path else {
-            cx.stats.rx_bad_state += 1;
-            return;
-        };
-        if repr.ipv4.src_addr != path.dip || repr.ipv4.dst_addr != path.sip {
-            cx.stats.rx_bad_addr += 1;
-            return;
-        }
-        // The P_Key table of an Ethernet port holds the default partition only.
-        if repr.roce.bth.pkey & 0x7fff != 0x7fff {
-            cx.stats.rx_bad_pkey += 1;
-            return;
-        }
         let pkt = Pkt {
             repr: &repr.roce,
             payload,
             sip: repr.ipv4.src_addr,
         };
-        if op.is_request() {
+        let request = op.is_request();
+        if request {
             transport::responder::on_request(qp, &mut cx, &pkt);
-            if qp.resp.ack_due.is_some() && !self.ack_qps.contains(&qpn) {
-                self.ack_qps.push(qpn);
-            }
         } else {
             transport::completer::on_response(qp, &mut cx, &pkt);
         }
-        // `note_timers` and `note_errors` with the QP at hand (no second lookup).
-        let timer = qp.next_timer().is_some();
-        let err = qp.state == QpcState::Err;
-        if timer && !self.timer_qps.contains(&qpn) {
+        let after = After::of(qp, request);
+        self.after_rc(fw, io, irqs, now, qpn, after);
+    }
+
+    /// What follows a packet given to an RC or UC QP ([`After`]): the QP joins the
+    /// lists of QPs owing an ACK, with a timer running, in error; the owed ACKs go out
+    /// every [`ACK_BATCH`] frames.
+    fn after_rc(
+        &mut self,
+        fw: &mut Firmware,
+        io: &Iommu,
+        irqs: &Irqs,
+        now: u64,
+        qpn: u32,
+        after: After,
+    ) {
+        if after.ack && !self.ack_qps.contains(&qpn) {
+            self.ack_qps.push(qpn);
+        }
+        if after.timer && !self.timer_qps.contains(&qpn) {
             self.timer_qps.push(qpn);
         }
-        if err && !self.err_qps.contains(&qpn) {
+        if after.err && !self.err_qps.contains(&qpn) {
             self.err_qps.push(qpn);
         }
         self.since_acks += 1;

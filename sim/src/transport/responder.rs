@@ -25,10 +25,13 @@ use crate::engine::recv::{self, TakeError};
 use crate::engine::wqe::RecvError;
 use crate::engine::{Ctx, InMsg, Pkt, QpRt, Resource, Synd};
 use crate::wire::aeth::{self, NakCode, Syndrome};
+use crate::wire::bth::Repr as BthRepr;
+use crate::wire::frame::RcSendOnly;
 use crate::wire::opcode::{Operation, Position};
 use crate::wire::psn::PsnClass;
 use crate::wire::{atomic_ack_eth, Opcode, Psn, RoceRepr};
 use ferroverbs_hw::control::qp::QpcState;
+use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{bth, send_frame, send_packet};
@@ -62,19 +65,21 @@ pub fn on_request(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     // expected PSN, between messages, to a QP with its own RQ, its payload within the
     // path MTU (the opcode's payload rule). Everything else, and every packet that
     // fails a check there, takes the general path or its error handling.
-    if psn == qp.resp.epsn
-        && matches!(
-            pkt.repr.bth.opcode,
-            Opcode::RcSendOnly | Opcode::RcSendOnlyWithImmediate
-        )
-        && qp.resp.cur == InMsg::None
-        && qp.cfg.srqn.is_none()
-        && pkt.payload.len() <= qp.cfg.pmtu as usize
-        && !GENERAL_ONLY.load(Ordering::Relaxed)
-    {
-        qp.resp.nak_sent = false;
-        cx.stats.rx_send_only_fast += 1;
-        return send_only(qp, cx, pkt);
+    if matches!(
+        pkt.repr.bth.opcode,
+        Opcode::RcSendOnly | Opcode::RcSendOnlyWithImmediate
+    ) {
+        let one = One {
+            bth: pkt.repr.bth,
+            immediate: pkt.repr.immdt.map(|i| i.immediate),
+            payload: pkt.payload,
+            sip: pkt.sip,
+        };
+        if fast_send_only(qp, &one) {
+            qp.resp.nak_sent = false;
+            cx.stats.rx_send_only_fast += 1;
+            return send_only(qp, cx, &one);
+        }
     }
     match psn.classify(qp.resp.epsn) {
         PsnClass::Expected => {
@@ -95,6 +100,64 @@ pub fn on_request(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
             }
         }
     }
+}
+
+/// A one-packet RC SEND (SEND_ONLY or SEND_ONLY_WITH_IMMEDIATE): the fields
+/// [`send_only`] reads.
+struct One<'a> {
+    bth: BthRepr,
+    immediate: Option<u32>,
+    payload: &'a [u8],
+    sip: Ipv4Addr,
+}
+
+impl One<'_> {
+    /// The packet as the general path takes it (with `roce` holding its headers).
+    fn pkt<'r>(&'r self, roce: &'r mut RoceRepr) -> Pkt<'r> {
+        *roce = RoceRepr::new(self.bth);
+        roce.immdt = self
+            .immediate
+            .map(|immediate| crate::wire::immdt::Repr { immediate });
+        Pkt {
+            repr: roce,
+            payload: self.payload,
+            sip: self.sip,
+        }
+    }
+}
+
+/// Whether a one-packet SEND to `qp` (an RC QP) takes [`send_only`]: the QP receives
+/// (RTR, RTS or SQD), the PSN is the expected one, no message is in progress, the QP
+/// has its own RQ (not an SRQ), the payload is within the path MTU (the opcode's
+/// payload rule), and the test hook does not force the general path.
+#[inline(always)]
+fn fast_send_only(qp: &QpRt, one: &One) -> bool {
+    matches!(qp.state, QpcState::Rtr | QpcState::Rts | QpcState::Sqd)
+        && one.bth.psn == qp.resp.epsn
+        && qp.resp.cur == InMsg::None
+        && qp.cfg.srqn.is_none()
+        && one.payload.len() <= qp.cfg.pmtu as usize
+        && !GENERAL_ONLY.load(Ordering::Relaxed)
+}
+
+/// [`on_request`] of a one-packet RC SEND read by
+/// [`parse_rc_send_only`](crate::wire::frame::parse_rc_send_only), for an RC QP:
+/// [`send_only`] when [`fast_send_only`] holds, else [`on_request`] with the packet's
+/// headers (the same handling as a SEND the general parser read).
+pub fn on_send_only(qp: &mut QpRt, cx: &mut Ctx, s: &RcSendOnly) {
+    let one = One {
+        bth: s.bth,
+        immediate: s.immediate,
+        payload: s.payload,
+        sip: s.src_addr,
+    };
+    if fast_send_only(qp, &one) {
+        qp.resp.nak_sent = false;
+        cx.stats.rx_send_only_fast += 1;
+        return send_only(qp, cx, &one);
+    }
+    let mut roce = RoceRepr::new(s.bth);
+    on_request(qp, cx, &one.pkt(&mut roce));
 }
 
 fn execute(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
@@ -281,14 +344,17 @@ fn not_taken(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, e: TakeError) {
 /// comes from the QP's template. A WQE with another shape continues on the general
 /// path ([`send_data`]). Same checks (local length, the key's PD, access and bounds,
 /// the translation), same errors, same CQE bytes, same ACK.
-fn send_only(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
-    let psn = pkt.repr.bth.psn;
+fn send_only(qp: &mut QpRt, cx: &mut Ctx, one: &One) {
+    let psn = one.bth.psn;
     let (sge, k) = match recv::take_rq(qp, cx.fw, cx.io) {
         Ok(Some(one)) => one,
-        Ok(None) => return send_data(qp, cx, pkt, Position::Only),
+        Ok(None) => {
+            let mut roce = RoceRepr::new(one.bth);
+            return send_data(qp, cx, &one.pkt(&mut roce), Position::Only);
+        }
         Err(e) => return not_taken(qp, cx, psn, e),
     };
-    let n = pkt.payload.len();
+    let n = one.payload.len();
     // `on_send`'s length check with nothing received yet: `0 + n > total`.
     if n as u64 > sge.len {
         return recv_error(
@@ -302,7 +368,7 @@ fn send_only(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     // `mem::scatter_cached` of a one-entry list at offset 0: the whole payload at the
     // entry's address (nothing for an empty payload).
     let win = &mut qp.resp.data_win;
-    if mem::write_key_cached(k, cx.io, win, sge.addr, pkt.payload).is_err() {
+    if mem::write_key_cached(k, cx.io, win, sge.addr, one.payload).is_err() {
         return recv_error(
             qp,
             cx,
@@ -316,16 +382,16 @@ fn send_only(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     r.epsn = psn.next();
     r.msn = r.msn.wrapping_add(1) & MASK24;
     r.rwqe.active = false;
-    let (opcode, imm) = match pkt.repr.immdt {
-        Some(i) => (MLX5_CQE_RESP_SEND_IMM, i.immediate),
+    let (opcode, imm) = match one.immediate {
+        Some(i) => (MLX5_CQE_RESP_SEND_IMM, i),
         None => (MLX5_CQE_RESP_SEND, 0),
     };
     let counter = r.rwqe.counter as u16;
-    let se = pkt.repr.bth.solicited;
+    let se = one.bth.solicited;
     if !cx.post_resp_cqe(&qp.cfg, opcode, se, counter, byte_cnt(n as u64), imm) {
         return qp.to_error(cx);
     }
-    if pkt.repr.bth.ack_req {
+    if one.bth.ack_req {
         ack(qp, psn);
     }
 }

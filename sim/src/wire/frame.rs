@@ -409,6 +409,131 @@ fn parse_lean(bytes: &[u8]) -> Option<(Repr, &[u8])> {
     Some((repr, &t[hlen..icrc_at - pad]))
 }
 
+/// A one-packet RC SEND frame (SEND_ONLY or SEND_ONLY_WITH_IMMEDIATE) as
+/// [`parse_rc_send_only`] reads it: what the receive path of the common request
+/// needs, without the whole [`Repr`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RcSendOnly<'a> {
+    /// The Ethernet destination address.
+    pub dst_mac: [u8; 6],
+    /// The IPv4 source address.
+    pub src_addr: std::net::Ipv4Addr,
+    /// The IPv4 destination address.
+    pub dst_addr: std::net::Ipv4Addr,
+    /// The BTH (opcode [`Opcode::RcSendOnly`](super::Opcode::RcSendOnly) or
+    /// [`Opcode::RcSendOnlyWithImmediate`](super::Opcode::RcSendOnlyWithImmediate)).
+    pub bth: super::bth::Repr,
+    /// The immediate data (SEND_ONLY_WITH_IMMEDIATE).
+    pub immediate: Option<u32>,
+    /// The payload (pad excluded).
+    pub payload: &'a [u8],
+}
+
+impl RcSendOnly<'_> {
+    /// The transport headers as [`parse`] gives them (the BTH and the ImmDt).
+    pub fn roce(&self) -> roce::Repr {
+        let mut r = roce::Repr::new(self.bth);
+        r.immdt = self
+            .immediate
+            .map(|immediate| super::immdt::Repr { immediate });
+        r
+    }
+}
+
+/// [`parse_lean`] for the frame of the common request, a one-packet RC SEND (with or
+/// without immediate), read at fixed offsets with the same checks (structure, IPv4
+/// header checksum, lengths, UDP port and zero checksum, transport version, pad,
+/// ICRC) and without building the whole [`Repr`]. `None` for any other frame or any
+/// failed check: the caller then runs [`parse`], which reads or rejects it as
+/// always. So a frame this accepts is one [`parse`] accepts with the same fields.
+#[inline]
+pub fn parse_rc_send_only(bytes: &[u8]) -> Option<RcSendOnly<'_>> {
+    use super::opcode::Opcode;
+    let h: &[u8; LEAN_HEADERS] = bytes.get(..LEAN_HEADERS)?.try_into().ok()?;
+    let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
+    const B: usize = BTH_OFFSET;
+    // The opcode first: anything else goes to the general path at once.
+    let (opcode, hlen) = match h[B] {
+        0x04 => (Opcode::RcSendOnly, super::bth::HEADER_LEN),
+        0x05 => (
+            Opcode::RcSendOnlyWithImmediate,
+            super::bth::HEADER_LEN + super::immdt::HEADER_LEN,
+        ),
+        _ => return None,
+    };
+    const IP: usize = IPV4_OFFSET;
+    const U: usize = UDP_OFFSET;
+    // Ethernet II, EtherType IPv4; IPv4 version 4, IHL 5, UDP, not a fragment.
+    if be16(12) != ethernet::EtherType::IPV4.0
+        || h[IP] != 0x45
+        || h[IP + 9] != ipv4::PROTOCOL_UDP
+        || be16(IP + 6) & 0x3fff != 0
+    {
+        return None;
+    }
+    let total = usize::from(be16(IP + 2));
+    let end = IPV4_OFFSET + total;
+    // UDP to 4791, length = the IPv4 payload, no checksum.
+    if end > bytes.len()
+        || total < ipv4::HEADER_LEN + udp::HEADER_LEN + roce::MIN_LEN
+        || usize::from(be16(U + 4)) != total - ipv4::HEADER_LEN
+        || be16(U + 2) != udp::ROCEV2_PORT
+        || be16(U + 6) != 0
+    {
+        return None;
+    }
+    let ip_header: &[u8; ipv4::HEADER_LEN] = h[IP..U].try_into().ok()?;
+    if ipv4::header_checksum(ip_header) != be16(IP + 10) {
+        return None;
+    }
+    // The transport packet: BTH (transport version 0), ImmDt, payload, pad, ICRC.
+    let t = bytes.get(B..end)?;
+    let flags = h[B + 1];
+    if flags & 0x0f != 0 {
+        return None;
+    }
+    let icrc_at = t.len().checked_sub(super::icrc::ICRC_LEN)?;
+    let rest = icrc_at.checked_sub(hlen)?;
+    let pad = usize::from((flags >> 4) & 3);
+    if !rest.is_multiple_of(4) || pad > rest {
+        return None;
+    }
+    let udp_header: &[u8; udp::HEADER_LEN] = h[U..B].try_into().ok()?;
+    let found = super::icrc::from_wire(t[icrc_at..].try_into().ok()?);
+    if found != super::icrc::compute(ip_header, udp_header, &t[..icrc_at]) {
+        return None;
+    }
+    let be24 = |at: usize| u32::from_be_bytes([0, h[at], h[at + 1], h[at + 2]]);
+    let immediate = match opcode {
+        Opcode::RcSendOnlyWithImmediate => {
+            let i = t.get(super::bth::HEADER_LEN..hlen)?;
+            Some(u32::from_be_bytes([i[0], i[1], i[2], i[3]]))
+        }
+        _ => None,
+    };
+    let addr = |at: usize| {
+        std::net::Ipv4Addr::new(h[IP + at], h[IP + at + 1], h[IP + at + 2], h[IP + at + 3])
+    };
+    Some(RcSendOnly {
+        dst_mac: [h[0], h[1], h[2], h[3], h[4], h[5]],
+        src_addr: addr(12),
+        dst_addr: addr(16),
+        bth: super::bth::Repr {
+            opcode,
+            solicited: flags & 0x80 != 0,
+            mig_req: flags & 0x40 != 0,
+            pkey: be16(B + 2),
+            fecn: h[B + 4] & 0x80 != 0,
+            becn: h[B + 4] & 0x40 != 0,
+            dest_qp: be24(B + 5),
+            ack_req: h[B + 8] & 0x80 != 0,
+            psn: super::Psn::new(be24(B + 9)),
+        },
+        immediate,
+        payload: &t[hlen..icrc_at - pad],
+    })
+}
+
 /// [`parse`] by the general, layer-by-layer parser (any frame; names the error).
 #[inline(never)]
 pub fn parse_general(bytes: &[u8]) -> Result<(Repr, &[u8])> {
@@ -517,6 +642,62 @@ mod tests {
                 assert_eq!(parse(&f[..n]), parse_general(&f[..n]), "truncated to {n}");
             }
         }
+    }
+
+    /// What [`parse_rc_send_only`] must give for `g`: `Some` exactly when the lean
+    /// parser takes `g` and it is a one-packet RC SEND, then the fields [`parse`]
+    /// reads.
+    fn check_send_only(g: &[u8], what: &str) {
+        let hot = parse_rc_send_only(g);
+        let lean = parse_lean(g).filter(|(r, _)| {
+            matches!(
+                r.roce.bth.opcode,
+                Opcode::RcSendOnly | Opcode::RcSendOnlyWithImmediate
+            )
+        });
+        match (hot, lean) {
+            (Some(s), Some(_)) => {
+                let (r, p) = parse(g).expect("accepted by parse");
+                assert_eq!(s.dst_mac, r.ethernet.dst_addr.0, "{what}");
+                assert_eq!(s.src_addr, r.ipv4.src_addr, "{what}");
+                assert_eq!(s.dst_addr, r.ipv4.dst_addr, "{what}");
+                assert_eq!(s.roce(), r.roce, "{what}");
+                assert_eq!(s.bth, r.roce.bth, "{what}");
+                assert_eq!(s.immediate, r.roce.immdt.map(|i| i.immediate), "{what}");
+                assert_eq!(s.payload, p, "{what}");
+            }
+            (None, None) => {}
+            (hot, lean) => panic!("{what}: send-only parse {hot:?}, lean parse {lean:?}"),
+        }
+    }
+
+    #[test]
+    fn send_only_parse_agrees_with_the_parser() {
+        let mut taken = 0;
+        for f in samples() {
+            check_send_only(&f, "as built");
+            taken += usize::from(parse_rc_send_only(&f).is_some());
+            let mut padded = f.clone();
+            padded.extend_from_slice(&[0u8; 7]);
+            check_send_only(&padded, "padded");
+            for at in 0..f.len() {
+                for bit in 0..8 {
+                    let mut g = f.clone();
+                    g[at] ^= 1 << bit;
+                    check_send_only(&g, &format!("byte {at} bit {bit}"));
+                    if Frame::new_checked(&g[..]).is_ok() {
+                        Frame::new_unchecked(&mut g[..]).fill_checksums();
+                        check_send_only(&g, &format!("byte {at} bit {bit}, fixed"));
+                    }
+                }
+            }
+            for n in 0..f.len() {
+                check_send_only(&f[..n], &format!("truncated to {n}"));
+            }
+        }
+        // The four one-packet SENDs of the samples (payloads of 5, 64, 0 and 4 bytes,
+        // one with immediate) take it; the WRITE, ACK and UD frames do not.
+        assert_eq!(taken, 4);
     }
 
     #[test]

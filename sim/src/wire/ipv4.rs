@@ -109,17 +109,20 @@ pub(crate) fn sum(mut acc: u32, data: &[u8]) -> u32 {
 }
 
 /// The checksum an IPv4 header (without options) should carry: [`checksum`] of its
-/// words with the checksum field taken as zero. Over a fixed-size header, so the
-/// word loop unrolls (the frame parser's fast path calls it per received frame).
+/// words with the checksum field taken as zero. The frame parser's fast path calls it
+/// per received frame, so it adds the header as five 32-bit big-endian words (the
+/// checksum field, bytes 10-11, masked out) and folds the 64-bit sum: RFC 1071 §2's
+/// "larger word" sum, equal to the 16-bit one because 2^16 ≡ 1 modulo 2^16 − 1 (and
+/// both sums are zero only for an all-zero header).
 #[inline]
 pub fn header_checksum(h: &[u8; HEADER_LEN]) -> u16 {
-    let mut acc = 0u32;
-    for w in (0..HEADER_LEN).step_by(2) {
-        if w != field::CHECKSUM.start {
-            acc += u32::from(u16::from_be_bytes([h[w], h[w + 1]]));
-        }
+    let w = |at: usize| u64::from(u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]));
+    const _: () = assert!(field::CHECKSUM.start == 10 && HEADER_LEN == 20);
+    let mut acc = w(0) + w(4) + (w(8) & 0xffff_0000) + w(12) + w(16);
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
     }
-    !fold(acc)
+    !(acc as u16)
 }
 
 /// Folds a 32-bit ones' complement accumulator to 16 bits.
@@ -556,6 +559,30 @@ mod tests {
             reference_repr().header(65_536 - 20),
             Err(Error::TooLong(65_536))
         );
+    }
+
+    #[test]
+    fn header_checksum_is_the_checksum_of_the_words() {
+        // Random headers (a fixed-seed xorshift), all-zero and all-ones ones: the
+        // wide-word sum equals `checksum` of the header with its checksum field zero.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut headers = vec![[0u8; HEADER_LEN], [0xff; HEADER_LEN]];
+        for _ in 0..20_000 {
+            let mut h = [0u8; HEADER_LEN];
+            for b in h.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            headers.push(h);
+        }
+        for mut h in headers {
+            let got = header_checksum(&h);
+            h[10] = 0;
+            h[11] = 0;
+            assert_eq!(got, checksum(&h), "{h:02x?}");
+        }
     }
 
     #[test]
