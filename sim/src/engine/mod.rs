@@ -127,6 +127,9 @@ pub struct DataPathStats {
     pub tx_error_bytes: u64,
     /// Frames that could not be sent (no fabric attached and not for this device).
     pub tx_no_link: u64,
+    /// Inline one-packet SENDs fetched and transmitted at once by the requester's path
+    /// for them (`transport::requester`).
+    pub tx_send_only_fast: u64,
     /// Frames received (before any check).
     pub rx_frames: u64,
     /// Bytes of the frames received (as `tx_bytes`).

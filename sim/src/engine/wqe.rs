@@ -148,14 +148,57 @@ pub struct SendWqe {
 pub struct WqeData {
     /// Gather/scatter entries.
     pub sges: Vec<Sge>,
-    /// Inline bytes.
+    /// Inline bytes (of a WQE decoded by [`parse_send`]; see [`WqeData::inline_bytes`]).
     pub inline: Vec<u8>,
+    /// The first two WQEBBs of a WQE whose inline bytes are read from there (taken by
+    /// [`inline_send`]; see [`WqeData::set_pair`]).
+    pub pair: Pair,
     /// The SQ position of the WQE these belong to.
     pub pos: Option<u32>,
     /// The cached translation of the SQ ring's mapping the WQEs are read through
     /// ([`Iommu::read_cached`]: every read still checked against the map table, only
     /// its search saved while no unmap happened).
     pub win: Window,
+}
+
+/// The first two WQEBBs of an inline SEND ([`inline_send`]) kept as read, and the
+/// count of its inline bytes (at [`INLINE_SEND_DATA_AT`]); `None` when unused.
+#[derive(Clone, Debug)]
+pub struct Pair {
+    bytes: [u8; 128],
+    len: Option<u8>,
+}
+
+impl Default for Pair {
+    fn default() -> Pair {
+        Pair {
+            bytes: [0; 128],
+            len: None,
+        }
+    }
+}
+
+impl WqeData {
+    /// The inline bytes of the WQE at `pos`: from the kept WQEBBs after
+    /// [`WqeData::set_pair`], else those [`parse_send`] decoded.
+    #[inline]
+    pub fn inline_bytes(&self) -> &[u8] {
+        match self.pair.len {
+            Some(n) => &self.pair.bytes[INLINE_SEND_DATA_AT..INLINE_SEND_DATA_AT + usize::from(n)],
+            None => &self.inline,
+        }
+    }
+
+    /// Makes this the data of the inline SEND `w` at `pos` decoded by [`inline_send`]
+    /// from `raw` (what [`parse_send`] would leave for it, kept as the WQEBBs read:
+    /// one fixed-size copy instead of the decoder's).
+    #[inline]
+    pub fn set_pair(&mut self, pos: u32, w: &SendWqe, raw: &[u8; 128]) {
+        self.pair.bytes = *raw;
+        // `inline_send` bounds the count by the DS: at most 108.
+        self.pair.len = u8::try_from(w.len).ok();
+        self.pos = Some(pos);
+    }
 }
 
 /// Reads WQEBB `pos` (a counter) of the SQ into `dst` (64 bytes).
@@ -275,17 +318,42 @@ pub fn parse_send(
     avail: u32,
     data: &mut WqeData,
 ) -> SendWqe {
-    data.sges.clear();
-    data.inline.clear();
-    data.pos = Some(pos);
-    let mut w = malformed(pos);
     // The WQE's bytes: most WQEs fit the small buffer; only a larger one pays for
     // zeroing `MAX_WQE_BYTES` on the stack. Most WQEs take one or two WQEBBs: the
     // first access reads two when both were posted (only posted WQEBBs are read; if
     // the second cannot be read, the first alone is).
     let mut small = [0u8; 256];
-    let mut pre = if avail >= 2 { 128 } else { 64 };
-    if !read_wqebbs(io, cfg, &mut data.win, pos, &mut small[..pre]) {
+    let pre = if avail >= 2 { 128 } else { 64 };
+    let ok = read_wqebbs(io, cfg, &mut data.win, pos, &mut small[..pre]);
+    parse_send_read(fw, io, cfg, pos, avail, data, &mut small, pre, ok)
+}
+
+/// Reads the two WQEBBs at SQ counter `pos` into `raw` (the first read of
+/// [`parse_send`] when at least two were posted); false if they cannot be read.
+pub fn read_pair(io: &Iommu, cfg: &QpCfg, win: &mut Window, pos: u32, raw: &mut [u8; 128]) -> bool {
+    read_wqebbs(io, cfg, win, pos, raw)
+}
+
+/// [`parse_send`] after its first read: `small[..pre]` holds the first `pre` bytes
+/// (64, or 128 when `avail >= 2`) if that read succeeded (`ok`).
+#[allow(clippy::too_many_arguments)]
+pub fn parse_send_read(
+    fw: &Firmware,
+    io: &Iommu,
+    cfg: &QpCfg,
+    pos: u32,
+    avail: u32,
+    data: &mut WqeData,
+    small: &mut [u8; 256],
+    mut pre: usize,
+    ok: bool,
+) -> SendWqe {
+    data.sges.clear();
+    data.inline.clear();
+    data.pair.len = None;
+    data.pos = Some(pos);
+    let mut w = malformed(pos);
+    if !ok {
         pre = 64;
         if !read_wqebbs(io, cfg, &mut data.win, pos, &mut small[..pre]) {
             return w;
@@ -310,6 +378,58 @@ pub fn parse_send(
         decode(fw, cfg, &big[..end], ds, qpn, &mut w, data);
     }
     w
+}
+
+/// Offset of the inline bytes of a SEND WQE with inline data: after the control
+/// segment and the inline segment's 4-byte header.
+pub const INLINE_SEND_DATA_AT: usize = 16 + 4;
+
+/// The common send WQE at SQ counter `pos`, decoded at fixed offsets from its first
+/// two WQEBBs `raw` (both posted): a SEND or SEND with immediate of this QP (not UD)
+/// whose data is inline, `ceil(DS / 4) <= 2`, the inline bytes within the DS and the
+/// message within `max_msg`. Returns what [`parse_send`] returns for it (with the
+/// inline bytes at [`INLINE_SEND_DATA_AT`] in `raw`, `len` of them), or `None` for any
+/// other WQE (which [`parse_send_read`] then takes from the same bytes).
+#[inline]
+pub fn inline_send(cfg: &QpCfg, pos: u32, raw: &[u8; 128]) -> Option<SendWqe> {
+    let ctrl = WqeCtrlSeg::read_from(&raw[..16]).ok()?;
+    let imm = match ctrl.opcode() {
+        MLX5_OPCODE_SEND => false,
+        MLX5_OPCODE_SEND_IMM => true,
+        _ => return None,
+    };
+    let ds = usize::from(ctrl.ds());
+    // DS 2..=8: the control segment, the inline header and data, in two WQEBBs.
+    if !(2..=8).contains(&ds) || ctrl.qpn() != cfg.qpn || cfg.st == ServiceType::Ud {
+        return None;
+    }
+    let head = be32(&raw[16..20]);
+    if head & MLX5_INLINE_SEG == 0 {
+        return None;
+    }
+    let n = (head & !MLX5_INLINE_SEG) as usize;
+    if 4 + n > (ds - 1) * 16 || n as u64 > cfg.max_msg {
+        return None;
+    }
+    Some(SendWqe {
+        pos,
+        wqebbs: ds.div_ceil(4) as u32,
+        index: ctrl.wqe_index(),
+        opcode: ctrl.opcode(),
+        op: Some(Op::Send { imm }),
+        signaled: ctrl.cq_update(),
+        solicited: ctrl.solicited(),
+        fence: ctrl.fence_mode() != 0,
+        imm: ctrl.imm(),
+        raddr: 0,
+        rkey: 0,
+        swap_add: 0,
+        compare: 0,
+        len: n as u64,
+        inline: true,
+        error: None,
+        av: None,
+    })
 }
 
 /// Validates the WQE whose `wqebbs` WQEBBs are `raw` (control segment already read into

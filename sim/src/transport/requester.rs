@@ -18,8 +18,10 @@
 use crate::engine::mem;
 use crate::engine::wqe::{self, Op, WqeError};
 use crate::engine::{Ctx, Flight, QpRt, Synd};
-use crate::wire::{atomic_eth, immdt, opcode::Position, reth, Opcode, RoceRepr};
+use crate::wire::encap::SEND_ONLY_FRAME_MAX;
+use crate::wire::{atomic_eth, immdt, opcode::Position, reth, Opcode, RoceRepr, MAX_U24};
 use ferroverbs_hw::control::qp::QpcState;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{bth, completer, send_frame, send_packet, TxError};
 
@@ -31,6 +33,18 @@ pub const ACK_EVERY: u32 = 32;
 
 /// 16-bit SQ counters.
 const MASK16: u32 = 0xffff;
+
+/// While set, every send WQE takes the general path ([`set_general_path_only`]).
+static GENERAL_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// Test hook: with `true`, the requester of every device in this process fetches and
+/// transmits the inline one-packet SENDs on the general path too (as every other WQE),
+/// so that a test can run the same traffic both ways and compare what the two paths
+/// did (frames, CQEs, counters, IOMMU accesses). Not for use outside tests.
+#[doc(hidden)]
+pub fn set_general_path_only(on: bool) {
+    GENERAL_ONLY.store(on, Ordering::Relaxed);
+}
 
 /// Fetches and transmits as much as the QP may now send.
 pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
@@ -117,9 +131,50 @@ pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
     completer::complete_head(qp, cx);
 }
 
-/// Reads, validates and queues the next WQE.
+/// Reads, validates and queues the next WQE; the common one (an inline SEND of one
+/// packet that may go now) is transmitted at once by [`send_now`].
 fn fetch(qp: &mut QpRt, cx: &mut Ctx, avail: u32) {
-    let mut w = wqe::parse_send(cx.fw, cx.io, &qp.cfg, qp.sq.fetched, avail, &mut qp.sq.txd);
+    let pos = qp.sq.fetched;
+    if avail < 2 || GENERAL_ONLY.load(Ordering::Relaxed) {
+        let w = wqe::parse_send(cx.fw, cx.io, &qp.cfg, pos, avail, &mut qp.sq.txd);
+        queue(qp, cx, w);
+        return;
+    }
+    // The first read of `parse_send` (two WQEBBs), decoded at fixed offsets when it is
+    // the common WQE; any other goes on through the general decoder with the same
+    // bytes (one read either way, so the IOMMU sees the same accesses).
+    let mut raw = [0u8; 128];
+    let ok = wqe::read_pair(cx.io, &qp.cfg, &mut qp.sq.txd.win, pos, &mut raw);
+    if ok {
+        if let Some(w) = wqe::inline_send(&qp.cfg, pos, &raw) {
+            // Its data as `parse_send` leaves it (a retransmission of this WQE takes
+            // it from there, as after the general fetch).
+            qp.sq.txd.set_pair(pos, &w, &raw);
+            if !send_now(qp, cx, &w, &raw) {
+                // Valid, but it waits (window, fence) or takes the general transmit.
+                queue(qp, cx, w);
+            }
+            return;
+        }
+    }
+    let mut small = [0u8; 256];
+    small[..128].copy_from_slice(&raw);
+    let w = wqe::parse_send_read(
+        cx.fw,
+        cx.io,
+        &qp.cfg,
+        pos,
+        avail,
+        &mut qp.sq.txd,
+        &mut small,
+        128,
+        ok,
+    );
+    queue(qp, cx, w);
+}
+
+/// Queues the fetched WQE `w`.
+fn queue(qp: &mut QpRt, cx: &mut Ctx, mut w: wqe::SendWqe) {
     cx.stats.wqes += 1;
     qp.sq.fetched = qp.sq.fetched.wrapping_add(w.wqebbs);
     let pmtu = u64::from(qp.cfg.pmtu);
@@ -150,6 +205,74 @@ fn fetch(qp: &mut QpRt, cx: &mut Ctx, avail: u32) {
         err,
     });
     qp.sq.next_psn = qp.sq.next_psn.add(npsn);
+}
+
+/// Transmits the inline SEND `w` just read (its WQEBBs `raw`, decoded by
+/// [`wqe::inline_send`]) as one SEND ONLY packet built at fixed offsets
+/// ([`crate::wire::encap::Encap::rc_send_only`]) and queues it as sent, if it may go
+/// now: every WQE before it was transmitted (the caller fetches only then), it fits
+/// one packet of the path MTU, the QP has a path, the window has room for its PSN and
+/// no fence holds it. Otherwise returns false having changed nothing. The frame, the
+/// flight, the PSNs, the counters and the timer are those of [`queue`] then
+/// [`transmit`] in the loop of [`pump`].
+fn send_now(qp: &mut QpRt, cx: &mut Ctx, w: &wqe::SendWqe, raw: &[u8; 128]) -> bool {
+    let sq = &mut qp.sq;
+    let psn = sq.next_psn;
+    let Some(e) = &qp.cfg.encap else {
+        return false;
+    };
+    let n = w.len as usize;
+    if qp.cfg.path.is_none()
+        || n > qp.cfg.pmtu as usize
+        || (w.fence && sq.reads_out > 0)
+        || psn.distance(sq.una) >= WINDOW as i32
+    {
+        return false;
+    }
+    let imm = match w.op {
+        Some(Op::Send { imm: true }) => Some([raw[12], raw[13], raw[14], raw[15]]),
+        _ => None,
+    };
+    let at = wqe::INLINE_SEND_DATA_AT;
+    let mut frame = [0u8; SEND_ONLY_FRAME_MAX];
+    let Some(len) = e.rc_send_only(
+        &mut frame,
+        qp.cfg.remote_qpn & MAX_U24,
+        psn,
+        w.solicited,
+        imm,
+        &raw[at..at + n],
+    ) else {
+        return false;
+    };
+    let mut buf = cx.net.buffer();
+    buf.clear();
+    buf.extend_from_slice(&frame[..len]);
+    cx.net.send(buf, cx.stats);
+    cx.stats.wqes += 1;
+    cx.stats.tx_send_only_fast += 1;
+    sq.fetched = sq.fetched.wrapping_add(w.wqebbs);
+    sq.wqes.push_back(Flight {
+        w: *w,
+        first_psn: psn,
+        npsn: 1,
+        sent: 1,
+        resp_pkts: 0,
+        got: 0,
+        done: false,
+        counted: false,
+        err: None,
+    });
+    let hi = psn.next();
+    sq.next_psn = hi;
+    sq.tx += 1;
+    if hi.distance(sq.psn_hi) > 0 {
+        sq.psn_hi = hi;
+    }
+    if sq.ack_deadline.is_none() {
+        sq.ack_deadline = completer::ack_timeout_ns(qp.cfg.ack_timeout).map(|t| cx.now + t);
+    }
+    true
 }
 
 fn send_opcode(op: Op, pos: Position) -> Opcode {
@@ -217,7 +340,7 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, i: usize) -> Result<(), TxError> {
             let send = |fw: &_, io: &_, dst: &mut [u8]| {
                 if inline {
                     let o = off as usize;
-                    dst.copy_from_slice(&data.inline[o..o + dst.len()]);
+                    dst.copy_from_slice(&data.inline_bytes()[o..o + dst.len()]);
                     Ok(())
                 } else {
                     mem::gather(fw, io, &data.sges, off, dst)

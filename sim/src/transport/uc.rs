@@ -192,7 +192,7 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, f: &Flight) -> Result<(), super::TxErro
     send_packet(cx, &path, &roce, plen, |fw, io, dst| {
         if inline {
             let o = off as usize;
-            match data.inline.get(o..o + dst.len()) {
+            match data.inline_bytes().get(o..o + dst.len()) {
                 Some(src) => {
                     dst.copy_from_slice(src);
                     Ok(())

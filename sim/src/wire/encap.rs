@@ -11,7 +11,7 @@
 use core::ops::Range;
 
 use super::frame::{BTH_OFFSET, ENCAP_LEN, IPV4_OFFSET, UDP_OFFSET};
-use super::{ethernet, icrc, ipv4, roce, udp, Error, Result};
+use super::{bth, ethernet, icrc, immdt, ipv4, roce, udp, Error, Opcode, Psn, Result};
 
 /// Offset of the IPv4 total length in a frame.
 const IP_LEN_AT: usize = IPV4_OFFSET + 2;
@@ -117,6 +117,78 @@ impl Encap {
     }
 }
 
+/// Most payload bytes [`Encap::rc_send_only`] builds a frame for.
+pub const SEND_ONLY_MAX_PAYLOAD: usize = 112;
+
+/// The size of the buffer [`Encap::rc_send_only`] writes into: the largest frame it
+/// builds (headers, a BTH and an ImmDt, [`SEND_ONLY_MAX_PAYLOAD`] bytes, no pad needed
+/// at that length, the ICRC).
+pub const SEND_ONLY_FRAME_MAX: usize =
+    ENCAP_LEN + bth::HEADER_LEN + immdt::HEADER_LEN + SEND_ONLY_MAX_PAYLOAD + icrc::ICRC_LEN;
+
+impl Encap {
+    /// Writes a whole RC SEND ONLY frame (SEND ONLY WITH IMMEDIATE when `imm` is
+    /// given: the ImmDt's four wire bytes) with `payload` into `out` at fixed offsets,
+    /// ICRC included, and returns its length: the bytes [`Encap::emit_headers`] with a
+    /// [`roce::Repr`] of that opcode (P_Key 0xFFFF, AckReq set, MigReq, FECN and BECN
+    /// clear, SE as `solicited`), the payload, zero pad bytes and [`fill_icrc`]
+    /// produce (a test compares them over many paths, PSNs, QPs and lengths). `None`
+    /// (nothing to send) for a payload above [`SEND_ONLY_MAX_PAYLOAD`] bytes or a
+    /// destination QP above 24 bits.
+    #[inline]
+    pub fn rc_send_only(
+        &self,
+        out: &mut [u8; SEND_ONLY_FRAME_MAX],
+        dest_qp: u32,
+        psn: Psn,
+        solicited: bool,
+        imm: Option<[u8; 4]>,
+        payload: &[u8],
+    ) -> Option<usize> {
+        let n = payload.len();
+        if n > SEND_ONLY_MAX_PAYLOAD || dest_qp > super::MAX_U24 {
+            return None;
+        }
+        let pad = roce::pad_len(n);
+        let ext = if imm.is_some() { immdt::HEADER_LEN } else { 0 };
+        let data_at = BTH_OFFSET + bth::HEADER_LEN + ext;
+        let len = data_at + n + pad + icrc::ICRC_LEN;
+        let opcode = if imm.is_some() {
+            Opcode::RcSendOnlyWithImmediate
+        } else {
+            Opcode::RcSendOnly
+        };
+        // The BTH (IBTA 9.2): opcode; SE, MigReq 0, pad count, TVer 0; P_Key; FECN,
+        // BECN, reserved 0; destination QP; AckReq and reserved; PSN.
+        let q = dest_qp.to_be_bytes();
+        let p = psn.value().to_be_bytes();
+        let b: [u8; bth::HEADER_LEN] = [
+            opcode.value(),
+            if solicited { 0x80 } else { 0 } | (pad as u8) << 4,
+            (bth::DEFAULT_PKEY >> 8) as u8,
+            bth::DEFAULT_PKEY as u8,
+            0,
+            q[1],
+            q[2],
+            q[3],
+            0x80,
+            p[1],
+            p[2],
+            p[3],
+        ];
+        let frame = out.get_mut(..len)?;
+        self.write(frame).ok()?;
+        frame[BTH_OFFSET..BTH_OFFSET + bth::HEADER_LEN].copy_from_slice(&b);
+        if let Some(i) = imm {
+            frame[BTH_OFFSET + bth::HEADER_LEN..data_at].copy_from_slice(&i);
+        }
+        frame[data_at..data_at + n].copy_from_slice(payload);
+        frame[data_at + n..data_at + n + pad].fill(0);
+        fill_icrc(frame);
+        Some(len)
+    }
+}
+
 /// Computes and writes the ICRC of a finished frame (all of `frame`, Ethernet header to
 /// ICRC) over its own IPv4 and UDP headers. A frame too short to hold the headers and
 /// an ICRC is left as it is.
@@ -216,6 +288,77 @@ mod tests {
                 Frame::new_checked(&got[..n]).unwrap().verify().unwrap();
             }
         }
+    }
+
+    #[test]
+    fn send_only_frames_are_byte_for_byte_those_of_the_general_builder() {
+        let qps = [0u32, 1, 0x12_3456, 0xff_fffe, 0xff_ffff];
+        let psns = [0u32, 1, 0x7f_ffff, 0x80_0000, 0xff_fffe, 0xff_ffff];
+        let mut checked = 0;
+        for k in 0..120u32 {
+            let (eth, ip, u) = headers(k);
+            let encap = Encap::new(&eth, &ip, &u).unwrap();
+            for len in 0..=SEND_ONLY_MAX_PAYLOAD {
+                // Every length on a few paths; a spread of them on the others.
+                if k >= 4 && !(len as u32 + k).is_multiple_of(9) {
+                    continue;
+                }
+                let qp = qps[(k as usize + len) % qps.len()] ^ (k << 4) & 0xff_ffff;
+                let psn = psns[(k as usize * 7 + len) % psns.len()] ^ (k * 0x1_0101) & 0xff_ffff;
+                let payload: Vec<u8> = (0..len).map(|b| (b as u32 * 31 + k) as u8).collect();
+                for (imm, solicited) in [
+                    (None, false),
+                    (Some(0xdead_beefu32), true),
+                    (Some(k), false),
+                    (None, true),
+                ] {
+                    let opcode = if imm.is_some() {
+                        Opcode::RcSendOnlyWithImmediate
+                    } else {
+                        Opcode::RcSendOnly
+                    };
+                    let mut r = roce::Repr::new(bth::Repr::new(opcode, qp, Psn::new(psn)));
+                    r.bth.ack_req = true;
+                    r.bth.solicited = solicited;
+                    r.immdt = imm.map(|immediate| immdt::Repr { immediate });
+                    let mut want = vec![0x5au8; 400];
+                    let range = encap.emit_headers(&r, len, &mut want).unwrap();
+                    want[range].copy_from_slice(&payload);
+                    let n = Encap::frame_len(&r, len);
+                    fill_icrc(&mut want[..n]);
+                    let mut got = [0xa5u8; SEND_ONLY_FRAME_MAX];
+                    let m = encap
+                        .rc_send_only(
+                            &mut got,
+                            qp,
+                            Psn::new(psn),
+                            solicited,
+                            imm.map(u32::to_be_bytes),
+                            &payload,
+                        )
+                        .unwrap();
+                    assert_eq!(m, n, "path {k}, {len} bytes");
+                    assert_eq!(got[..n], want[..n], "path {k}, {len} bytes, {imm:?}");
+                    let f = Frame::new_checked(&got[..n]).unwrap();
+                    f.verify().unwrap();
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 4 * 4 * 113, "{checked}");
+        // Out of its range: nothing built.
+        let (eth, ip, u) = headers(3);
+        let encap = Encap::new(&eth, &ip, &u).unwrap();
+        let mut out = [0u8; SEND_ONLY_FRAME_MAX];
+        let big = [0u8; SEND_ONLY_MAX_PAYLOAD + 1];
+        assert_eq!(
+            encap.rc_send_only(&mut out, 1, Psn::new(0), false, None, &big),
+            None
+        );
+        assert_eq!(
+            encap.rc_send_only(&mut out, 1 << 24, Psn::new(0), false, None, &[]),
+            None
+        );
     }
 
     #[test]

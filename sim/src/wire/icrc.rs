@@ -54,8 +54,8 @@ pub fn compute(
     udp_header: &[u8; udp::HEADER_LEN],
     transport: &[u8],
 ) -> u32 {
-    let mut h = [0u8; MASKED_LEN];
     if transport.len() < bth::HEADER_LEN {
+        let mut h = [0u8; MASKED_LEN];
         masked_block(&mut h, ipv4_header, udp_header, &[]);
         let mut hasher = crc32fast::Hasher::new();
         hasher.update(&h[..MASKED_LEN - bth::HEADER_LEN]);
@@ -65,8 +65,11 @@ pub fn compute(
     let (bth_bytes, rest) = transport.split_at(bth::HEADER_LEN);
     #[cfg(target_arch = "x86_64")]
     if clmul::available() {
-        return clmul::icrc(ipv4_header, udp_header, bth_bytes, rest);
+        if let Ok(b) = <&[u8; bth::HEADER_LEN]>::try_from(bth_bytes) {
+            return clmul::icrc(ipv4_header, udp_header, b, rest);
+        }
     }
+    let mut h = [0u8; MASKED_LEN];
     masked_block(&mut h, ipv4_header, udp_header, bth_bytes);
     portable_crc32(&h, rest)
 }
@@ -119,7 +122,7 @@ mod clmul {
     };
     use std::sync::atomic::{AtomicU8, Ordering};
 
-    use super::{ipv4, masked_block, udp, MASKED_LEN};
+    use super::{bth, ipv4, udp, MASKED_LEN};
 
     /// Fold constants of the reflected IEEE polynomial (0xEDB88320), from the paper:
     /// `K3 = x^(128+32) mod P` and `K4 = x^(128-32) mod P` (fold forward by one 128-bit
@@ -155,7 +158,7 @@ mod clmul {
     pub(super) fn icrc(
         ipv4_header: &[u8; ipv4::HEADER_LEN],
         udp_header: &[u8; udp::HEADER_LEN],
-        bth_bytes: &[u8],
+        bth_bytes: &[u8; bth::HEADER_LEN],
         rest: &[u8],
     ) -> u32 {
         // Every block whole: the first `t = rest.len() % 16` bytes of `rest` join the
@@ -165,11 +168,13 @@ mod clmul {
         let t = rest.len() % 16;
         let z = (16 - t) % 16;
         let mut head = [0u8; MASKED_LEN + 16];
-        let Ok(h) = <&mut [u8; MASKED_LEN]>::try_from(&mut head[z..z + MASKED_LEN]) else {
-            return 0;
-        };
-        masked_block(h, ipv4_header, udp_header, bth_bytes);
-        h[..4].fill(0);
+        let words = masked_words(ipv4_header, udp_header, bth_bytes);
+        for (k, w) in words.iter().enumerate() {
+            // `z + 8 * k + 8 <= 15 + 48 < head.len()`.
+            if let Some(d) = head.get_mut(z + 8 * k..z + 8 * k + 8) {
+                d.copy_from_slice(&w.to_le_bytes());
+            }
+        }
         head[z + MASKED_LEN..z + MASKED_LEN + t].copy_from_slice(&rest[..t]);
         // SAFETY: `available()` returned true: the CPU supports `pclmulqdq`, the only
         // target feature `fold` enables beyond the x86-64 baseline (SSE2). `fold` has
@@ -178,6 +183,42 @@ mod clmul {
         unsafe {
             fold(&head[..z + MASKED_LEN + t], &rest[t..])
         }
+    }
+
+    /// The [`MASKED_LEN`] bytes of [`masked_block`] as six little-endian words, with
+    /// the first four bytes (the opening 0xFF bytes) XORed with the initial all-ones
+    /// register, i.e. zero: built from the headers with loads and masks instead of
+    /// byte copies. The masked positions (IPv4 TOS, TTL and checksum, UDP checksum,
+    /// BTH byte 4) are those of `ipv4::ICRC_MASKED_BYTES`, `udp::ICRC_MASKED_BYTES`
+    /// and `bth::ICRC_MASKED_BYTE` (a test checks the words against `masked_block`).
+    #[inline]
+    pub(super) fn masked_words(
+        ip: &[u8; ipv4::HEADER_LEN],
+        u: &[u8; udp::HEADER_LEN],
+        b: &[u8; bth::HEADER_LEN],
+    ) -> [u64; MASKED_LEN / 8] {
+        let le64 = |s: &[u8], at: usize| {
+            let mut v = [0u8; 8];
+            v.copy_from_slice(&s[at..at + 8]);
+            u64::from_le_bytes(v)
+        };
+        let le32 = |s: &[u8], at: usize| {
+            u64::from(u32::from_le_bytes([s[at], s[at + 1], s[at + 2], s[at + 3]]))
+        };
+        [
+            // 0xFF x 8 (the LRH), the first four XORed with the initial register.
+            0xffff_ffff_0000_0000,
+            // IPv4 bytes 0-7: TOS (byte 1) masked.
+            le64(ip, 0) | 0xff00,
+            // IPv4 bytes 8-15: TTL (8) and the header checksum (10, 11) masked.
+            le64(ip, 8) | 0xffff_00ff,
+            // IPv4 bytes 16-19, UDP bytes 0-3.
+            le32(ip, 16) | le32(u, 0) << 32,
+            // UDP bytes 4-7 (the checksum, 6-7, masked), BTH bytes 0-3.
+            u64::from(u16::from_le_bytes([u[4], u[5]])) | 0xffff_0000 | le32(b, 0) << 32,
+            // BTH bytes 4-11: byte 4 (FECN, BECN, reserved) masked.
+            le64(b, 4) | 0xff,
+        ]
     }
 
     /// The CRC-32 (IEEE: initial value and final XOR all ones) of `h` followed by
@@ -387,6 +428,23 @@ mod tests {
             compute(&ip, &udp, &b[28..]),
             reference_icrc(&ip, &udp, &b[28..])
         );
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_masked_words_are_the_masked_block() {
+        for seed in 0..500u64 {
+            let b = bytes(seed * 31 + 7, 40);
+            let ip: [u8; 20] = b[..20].try_into().unwrap();
+            let udp: [u8; 8] = b[20..28].try_into().unwrap();
+            let bth: [u8; 12] = b[28..40].try_into().unwrap();
+            let mut h = [0u8; MASKED_LEN];
+            masked_block(&mut h, &ip, &udp, &bth);
+            h[..4].fill(0);
+            let words = clmul::masked_words(&ip, &udp, &bth);
+            let got: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            assert_eq!(got, h, "seed {seed}");
+        }
     }
 
     #[cfg(target_arch = "x86_64")]
