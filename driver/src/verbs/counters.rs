@@ -315,6 +315,47 @@ impl<B: Bus> Context<B> {
     }
 }
 
+/// `Queues::hwm_prev`: `DONE | index` of the last WQE of the latest post, compared
+/// with `sq_done` (as a `u32`), or [`HwmPrev::FRESH`]. Two halves, so that the
+/// one-request inline entry, which changes only the index, stores 16 bits
+/// ([`Queues::note_posted_one`]); on a little-endian machine the two loads of a
+/// compare are one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, align(4))]
+pub(crate) struct HwmPrev {
+    lo: u16,
+    hi: u16,
+}
+
+impl HwmPrev {
+    /// Before the first post (after creation and after a restart): a value
+    /// `sq_done` never takes (it is 0 or `DONE | counter`), so that the first post
+    /// measures the depth exactly and every later value is `DONE | index`.
+    pub(crate) const FRESH: HwmPrev = HwmPrev { lo: 1, hi: 0 };
+
+    /// `DONE | index` of the WQE at `index`.
+    #[inline(always)]
+    fn done(index: u16) -> HwmPrev {
+        HwmPrev {
+            lo: index,
+            hi: (DONE >> 16) as u16,
+        }
+    }
+
+    /// The value as `sq_done` holds it.
+    #[inline(always)]
+    pub(crate) fn get(self) -> u32 {
+        (u32::from(self.hi) << 16) | u32::from(self.lo)
+    }
+}
+
+impl PartialEq<HwmPrev> for u32 {
+    #[inline(always)]
+    fn eq(&self, h: &HwmPrev) -> bool {
+        *self == h.get()
+    }
+}
+
 impl<B: Bus> Queues<B> {
     /// Bookkeeping of a post of `nreq` send WRs (between its doorbell record and its
     /// doorbell), the first of which is the WQE at `start` and the last the WQE at
@@ -345,13 +386,13 @@ impl<B: Bus> Queues<B> {
             debug_assert_eq!(cur, self.sq.cur_post());
             self.posted += u64::from(nreq);
             self.note_depth_slow(d, cur);
-            self.hwm_prev = DONE | u32::from(last);
+            self.hwm_prev = HwmPrev::done(last);
         }
     }
 
     /// [`Queues::note_posted`] when the completion the CQ published (`sq_done`) is
-    /// `hwm_prev`, the previous post's last WQE (or none, both 0): it ended where this
-    /// post started, so the depth is `cur - start`.
+    /// `hwm_prev`, the previous post's last WQE: it ended where this post started,
+    /// so the depth is `cur - start`.
     #[inline(always)]
     pub(crate) fn note_posted_prev(&mut self, nreq: u32, last: u16, start: u16, cur: u16) {
         debug_assert_eq!(cur, self.sq.cur_post());
@@ -360,21 +401,30 @@ impl<B: Bus> Queues<B> {
         if depth > self.sq_hwm {
             self.sq_hwm = depth;
         }
-        self.hwm_prev = DONE | u32::from(last);
+        self.hwm_prev = HwmPrev::done(last);
     }
 
     /// [`Queues::note_posted_prev`] of one WQE at `start`, posted by the one-request
     /// inline entry (`post::send_one_inline`), whose gate keeps its depth within the
     /// mark ([`SqSlots::refresh_one_limit`](super::fastmem::SqSlots::refresh_one_limit)):
     /// no compare with the mark is needed.
+    ///
+    /// Called only when `sq_done` equals `hwm_prev`, which then has [`DONE`] set
+    /// (`sq_done` is 0 or `DONE | counter`, and `hwm_prev` is [`HwmPrev::FRESH`] or
+    /// `DONE | index`): only its low half changes (one 16-bit store).
     #[inline(always)]
     pub(crate) fn note_posted_one(&mut self, start: u16) {
         debug_assert!(
             self.sq.cur_post().wrapping_sub(start) <= self.sq_hwm,
             "the gate keeps the mark"
         );
+        debug_assert_eq!(
+            self.hwm_prev.get() & DONE,
+            DONE,
+            "after the shortcut's compare"
+        );
         self.posted += 1;
-        self.hwm_prev = DONE | u32::from(start);
+        self.hwm_prev.lo = start;
     }
 
     /// [`Queues::note_posted`] when the completion the CQ published is not the

@@ -581,7 +581,7 @@ impl CqeAt<'_> {
 pub(crate) struct SqSlots<B: Bus> {
     fixed: SlotsFixed,
     pos: SlotPos,
-    /// The one-request inline entry's gate ([`SqSlots::put_one_inline`]): a payload
+    /// The one-request inline entry's gate ([`SqSlots::take_one_inline`]): a payload
     /// of `1..=one_lim` bytes takes it. At most `one_cap`
     /// ([`SqSlots::refresh_one_limit`]).
     one_lim: usize,
@@ -596,6 +596,13 @@ pub(crate) struct SqSlots<B: Bus> {
     /// `len - 8` of `one_db`'s words (a power of two of bytes): `off & one_mask` is a
     /// word inside it.
     one_mask: usize,
+    /// The memory image of the first 8 bytes of the one-request inline WQE's control
+    /// segment at index 0, per payload length `0..=64` (entry 0 unused):
+    /// [`SendQueue::one_inline_head`](crate::ring::SendQueue::one_inline_head).
+    one_heads: [u64; 65],
+    /// Per payload length `0..=64`: the inline header's image and the WQE's size
+    /// ([`OneLen`]).
+    one_lens: [OneLen; 65],
     _spare: Option<Box<AtomicU64>>,
     _buf: Arc<DmaBuf<B>>,
     _ids: Arc<[AtomicU64]>,
@@ -687,6 +694,8 @@ impl<B: Bus> SqSlots<B> {
             one_cap: 0,
             one_db,
             one_mask,
+            one_heads: [0; 65],
+            one_lens: [OneLen::default(); 65],
             _spare: spare,
             _buf: Arc::clone(buf),
             _ids: Arc::clone(ids),
@@ -709,19 +718,28 @@ impl<B: Bus> SqSlots<B> {
         self.pos.left = 0;
     }
 
-    /// Sets the most the one-request inline entry ([`SqSlots::put_one_inline`]) may
+    /// Sets the most the one-request inline entry ([`SqSlots::take_one_inline`]) may
     /// take, if the doorbell register is direct (else it stays closed): the caller
     /// passes 0 when the queue may use BlueFlame (that entry only rings the 8-byte
     /// doorbell), else its largest inline payload. The entry takes at most 64 bytes
     /// (two WQEBBs, copied with four moves); longer payloads go through a batch.
+    /// `head(len)` is the image of its control segment's first 8 bytes at index 0
+    /// for a payload of `len` bytes
+    /// ([`SendQueue::one_inline_head`](crate::ring::SendQueue::one_inline_head)).
     /// Closed until [`SqSlots::refresh_one_limit`].
-    pub(crate) fn set_one_cap(&mut self, cap: u32) {
+    pub(crate) fn set_one_cap(&mut self, cap: u32, head: impl Fn(usize) -> u64) {
         self.one_cap = if self.fixed.reg.is_some() {
             cap.min(64)
         } else {
             0
         };
         self.one_lim = 0;
+        for (len, h) in self.one_heads.iter_mut().enumerate().skip(1) {
+            *h = head(len);
+        }
+        for (len, l) in self.one_lens.iter_mut().enumerate() {
+            *l = OneLen::of(len);
+        }
     }
 
     /// Places the one-request inline entry's gate for the depth high-water mark
@@ -740,64 +758,62 @@ impl<B: Bus> SqSlots<B> {
         self.one_lim = self.one_cap.min(by_hwm) as usize;
     }
 
-    /// Writes one inline WQE at the position, as [`Slots::put_inline`] with the two
-    /// words `words` of its control segment, and moves on (saved), when the payload
-    /// passes the one-request gate (`1 <= len <= one_lim`, see
-    /// [`SqSlots::refresh_one_limit`]) and its WQEBBs are left in the budget; all
-    /// but the payload, which the returned [`OnePayload`] copies
-    /// ([`OnePayload::copy`]), so that the caller may do its bookkeeping with the
-    /// count first. `None`, with nothing written, otherwise. The doorbell is then
-    /// [`SqSlots::ring_one`].
+    /// Takes the WQEBBs of a one-request inline SEND WQE of `data` at the
+    /// position, records its `wr_id` and moves on (saved), when the payload passes
+    /// the one-request gate (`1 <= len <= one_lim`, see
+    /// [`SqSlots::refresh_one_limit`]) and its WQEBBs are left in the budget; `None`
+    /// otherwise, with nothing written (and the budget closed when it was short).
+    /// The returned [`OneInline`] writes the WQE ([`OneInline::write`]); the
+    /// doorbell is then [`SqSlots::ring_one`]. The bookkeeping is stored first, so
+    /// that none of it stays in registers while the WQE is written.
     #[inline(always)]
-    pub(crate) fn put_one_inline<'s, 'd>(
-        &'s mut self,
-        words: &[u64; 2],
+    pub(crate) fn take_one_inline<'d>(
+        &mut self,
         data: &'d [u8],
         wr_id: u64,
-    ) -> Option<OnePayload<'s, 'd>> {
+    ) -> Option<OneInline<'_, 'd>> {
         let len = data.len();
         // One compare for both: 1 <= len <= one_lim (at most 64).
         if len.wrapping_sub(1) >= self.one_lim {
             return None;
         }
-        // The WQEBBs: control segment, header and payload, rounded up (`len <= 64`).
-        let bytes = (16 + 4 + 63 + len) & !63;
-        let n = bytes >> 6;
-        let left = self.pos.left.checked_sub(n as u32)?;
+        // SAFETY: `len <= one_lim <= one_cap <= 64` (checked above; `set_one_cap`,
+        // `refresh_one_limit`): an entry of the 65.
+        let l = unsafe { *self.one_lens.get_unchecked(len) };
+        let (n, bytes) = (usize::from(l.n), usize::from(l.bytes));
+        // Subtracted in place (one read-modify-write and a branch on its borrow); when
+        // fewer are left the budget is closed instead (0: every request goes out of
+        // line, which places it again), so the invariant holds on both paths.
+        let (left, short) = self.pos.left.overflowing_sub(n as u32);
         self.pos.left = left;
-        let SlotPos { wqe, id, .. } = self.pos;
-        let hdr = len as u32 | ferroverbs_hw::datapath::wqe::MLX5_INLINE_SEG;
-        // SAFETY: `s + n <= s + left <= mask + 1` (the position's invariant, with
-        // `n <= left` checked just above): the `64 * n >= 20 + len` bytes at `wqe`
-        // are inside the ring and the entry `id` inside the table, which `self` keeps
-        // alive; no Rust reference points into the ring; unaligned stores; the slots
-        // belong to the driver until the doorbell (module doc); the table entry is
-        // only accessed atomically.
-        unsafe {
-            (*id).store(wr_id, Ordering::Relaxed);
-            wqe.cast::<[u64; 2]>().write_unaligned(*words);
-            wqe.add(16)
-                .cast::<[u8; 4]>()
-                .write_unaligned(hdr.to_be_bytes());
+        if short {
+            self.pos.left = 0;
+            return None;
         }
+        let SlotPos { wqe, id, .. } = self.pos;
         // The new slot `s + n <= mask + 1` (see `Slots::take`), with `left - n`
         // (stored above).
         self.pos.wqe = wqe.wrapping_add(bytes);
         self.pos.id = id.wrapping_add(n);
-        Some(OnePayload {
-            dst: wqe.wrapping_add(20),
+        // SAFETY: `s + n <= s + left <= mask + 1` (the position's invariant, with
+        // `n <= left` checked above): the entry `id` is inside the table, which
+        // `self` keeps alive, and only accessed atomically.
+        unsafe { (*id).store(wr_id, Ordering::Relaxed) };
+        Some(OneInline {
+            wqe,
             data,
             n: n as u32,
-            _slots: std::marker::PhantomData,
+            hdr: l.hdr,
+            heads: &self.one_heads,
         })
     }
 
     /// The 8-byte doorbell `image` (memory image) of a WQE written by
-    /// [`SqSlots::put_one_inline`], stored at byte `off` (the BlueFlame half) of
+    /// [`SqSlots::take_one_inline`], stored at byte `off` (the BlueFlame half) of
     /// the direct register: one relaxed store, as `Bus::write64` would make it.
     #[inline(always)]
     pub(crate) fn ring_one(&self, off: usize, image: u64) {
-        debug_assert!(self.one_lim > 0, "only after put_one_inline");
+        debug_assert!(self.one_lim > 0, "only after take_one_inline");
         let at = off & self.one_mask;
         // SAFETY: `one_db` is the bus's direct register of `one_mask + 8` bytes (a
         // power of two: `SqSlots::new`; valid while the bus lives, which `self` keeps
@@ -950,32 +966,77 @@ impl<'a> crate::ring::WqeSlots for Slots<'a> {
     }
 }
 
-/// The payload of a WQE [`SqSlots::put_one_inline`] wrote, still to copy: the room
-/// for it was taken (`dst .. dst + data.len()` lies inside the WQE's WQEBBs, and
-/// `data.len() <= 64`); borrows the ring's owner (`'s`) until then.
-pub(crate) struct OnePayload<'s, 'd> {
-    dst: *mut u8,
-    data: &'d [u8],
-    n: u32,
-    _slots: std::marker::PhantomData<&'s mut ()>,
+/// What the one-request inline entry needs of a payload's length `len <= 64`
+/// ([`SqSlots::take_one_inline`]), one entry per length (loads instead of
+/// arithmetic on the straight path).
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(8))]
+struct OneLen {
+    /// The memory image of the inline header: `len | MLX5_INLINE_SEG`, big-endian.
+    hdr: u32,
+    /// The WQE's WQEBBs: control segment, header and payload, rounded up.
+    n: u16,
+    /// `64 * n`.
+    bytes: u16,
 }
 
-impl OnePayload<'_, '_> {
+impl OneLen {
+    fn of(len: usize) -> OneLen {
+        let hdr = len as u32 | ferroverbs_hw::datapath::wqe::MLX5_INLINE_SEG;
+        let n = (16 + 4 + len).div_ceil(64) as u16;
+        OneLen {
+            hdr: u32::from_ne_bytes(hdr.to_be_bytes()),
+            n,
+            bytes: 64 * n,
+        }
+    }
+}
+
+/// The WQEBBs of a one-request inline WQE, taken by [`SqSlots::take_one_inline`]:
+/// the `64 * n >= 20 + len` bytes at `wqe` are inside the ring and belong to the
+/// driver, for the payload `data` of `1 <= len <= 64` bytes; borrows the ring's
+/// owner (`'s`) until it is written.
+pub(crate) struct OneInline<'s, 'd> {
+    wqe: *mut u8,
+    data: &'d [u8],
+    n: u32,
+    hdr: u32,
+    heads: &'s [u64; 65],
+}
+
+impl OneInline<'_, '_> {
     /// The WQE's WQEBBs.
     #[inline(always)]
     pub(crate) fn wqebbs(&self) -> u32 {
         self.n
     }
 
-    /// Copies the payload into the WQE.
+    /// Writes the WQE at index `index`: its control segment (the
+    /// [`SqSlots::set_one_cap`] head for the length with the index, and the image
+    /// `tail` of bytes 8-15), the inline header and the payload. Returns the memory
+    /// image of its first 8 bytes (the 8-byte doorbell).
     #[inline(always)]
-    pub(crate) fn copy(self) {
-        // SAFETY: `put_one_inline` took `n` WQEBBs at `dst - 20` inside the ring
-        // (which its owner keeps alive: `self` borrows the owner mutably, so it is
-        // neither dropped nor used meanwhile), so `dst .. dst + len` is inside
-        // them (`64 * n >= 20 + len`) and does not overlap `data` (a Rust slice);
-        // `len <= one_lim <= one_cap <= 64` (`set_one_cap`, `refresh_one_limit`).
-        unsafe { copy_upto64(self.dst, self.data) }
+    pub(crate) fn write(self, index: u16, tail: u64) -> u64 {
+        let (data, len) = (self.data, self.data.len());
+        // SAFETY: `1 <= len <= one_lim <= one_cap <= 64` (`take_one_inline`,
+        // `set_one_cap`, `refresh_one_limit`): an entry of the 65.
+        let (head, hdr) = (unsafe { *self.heads.get_unchecked(len) }, self.hdr);
+        // The index's big-endian bytes 1 and 2 (see `SendQueue::one_inline_head`):
+        // `swap_bytes` puts them in bytes 3 and 2 of the 32-bit value.
+        let image = head | u64::from(u32::from(index).swap_bytes() >> 8);
+        let wqe = self.wqe;
+        // SAFETY: the `64 * n >= 20 + len` bytes at `wqe` are inside the ring
+        // (`take_one_inline`), which its owner keeps alive (`self` borrows the owner,
+        // so it is neither dropped nor used meanwhile); no Rust reference points
+        // into the ring and `data` (a Rust slice) is not in it; unaligned stores;
+        // the slots belong to the driver until the doorbell (module doc);
+        // `len <= 64` for `copy_upto64`.
+        unsafe {
+            wqe.cast::<[u64; 2]>().write_unaligned([image, tail]);
+            wqe.add(16).cast::<u32>().write_unaligned(hdr);
+            copy_upto64(wqe.add(20), data);
+        }
+        image
     }
 }
 
@@ -1132,6 +1193,9 @@ unsafe fn copy_upto64(dst: *mut u8, src: &[u8]) {
             mv16(0);
             mv16(16);
         } else {
+            // Laid out after the long case, which then falls through to what
+            // follows (the shorter copies take one jump more).
+            std::hint::cold_path();
             copy_small(dst, src);
         }
     }

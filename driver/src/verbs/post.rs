@@ -194,15 +194,18 @@ pub(crate) trait SqOwner<B: Bus> {
 /// `DetachedQp::send_inline`): what `post()`, `send_inline`, `ring()` do (same WQE,
 /// doorbell, counters and errors). On a queue whose doorbell is the 8-byte one
 /// stored directly (no BlueFlame: [`SqSlots::set_one_cap`]), a payload the gate
-/// takes is written, published and rung here with no call: the budget (state,
-/// room, ring end) and the gate (length, and the depth high-water mark:
-/// [`SqSlots::refresh_one_limit`]) in [`SqSlots::put_one_inline`], the producer
-/// counter, the payload, the doorbell record, the counters when the completion the
+/// takes is written, published and rung here with no call when the completion the
 /// CQ published is the previous post's last WQE (the shortcut of
-/// [`Queues::note_posted`]: the depth is then this WQE's WQEBBs, which the gate kept
-/// within the mark), the doorbell. Everything else goes to [`send_one_other`] (a
-/// batch of one, out of line, which places the gate again), or, for the counters,
-/// to [`one_inline_slow`].
+/// [`Queues::note_posted`]: the depth after this post is then this WQE's WQEBBs,
+/// which the gate keeps within the high-water mark, [`SqSlots::refresh_one_limit`];
+/// no WQE of this post is rung yet, so no completion can come between this read
+/// and the doorbell): the budget (state, room, ring end) and the gate (length, the
+/// mark) in [`SqSlots::take_one_inline`], the producer counter and the counters, the
+/// WQE ([`OneInline::write`]), the doorbell record, the doorbell. Otherwise
+/// [`one_inline_other`] runs it out of line (the same post with the counters'
+/// exact measure, or a batch of one). It does not return its error (a `Result`
+/// would come back through memory, and so the straight path would need a stack
+/// frame): it leaves it in `Queues::last_err` and returns a pointer to it.
 #[inline(always)]
 pub(crate) fn send_one_inline<B: Bus, O: SqOwner<B>>(
     o: &mut O,
@@ -211,53 +214,86 @@ pub(crate) fn send_one_inline<B: Bus, O: SqOwner<B>>(
     flags: SendFlags,
 ) -> Result<(), PostError> {
     let (q, slots) = o.parts();
-    let start = q.sq.cur_post();
-    let (h, t) = q.sq.one_inline_ctrl(start, data.len(), flags);
-    let image = h.to_be();
-    let Some(p) = slots.put_one_inline(&[image, t], data, wr_id) else {
-        return send_one_other(o, wr_id, data, flags);
-    };
-    let cur = start.wrapping_add(p.wqebbs() as u16);
-    q.sq.set_cur_post(cur);
-    p.copy();
-    let half = q.sq.publish_one(&*q.bus);
     let d = q.shared.sq_done.load(std::sync::atomic::Ordering::Relaxed);
-    if d != q.hwm_prev {
-        one_inline_slow(o, half, image, start);
-        return Ok(());
+    if d == q.hwm_prev {
+        if let Some(w) = slots.take_one_inline(data, wr_id) {
+            let start = q.sq.cur_post();
+            let cur = start.wrapping_add(w.wqebbs() as u16);
+            q.sq.set_cur_post(cur);
+            q.note_posted_one(start);
+            let image = w.write(start, q.sq.one_ctrl_tail(flags));
+            let half = q.sq.publish_one(&*q.bus, cur);
+            slots.ring_one(half, image);
+            return Ok(());
+        }
     }
-    q.note_posted_one(start);
-    slots.ring_one(half, image);
-    Ok(())
+    // One call site for every other case, so that only its block needs a frame.
+    one_result(one_inline_other(o, data, wr_id, flags))
+}
+
+/// The result of an out-of-line path of [`send_one_inline`]: `Ok` for `None`, else
+/// the error it points to (`Queues::last_err`).
+#[inline(always)]
+fn one_result(r: Option<&PostError>) -> Result<(), PostError> {
+    match r {
+        None => Ok(()),
+        Some(e) => Err(*e),
+    }
 }
 
 /// [`send_one_inline`] when its straight path does not apply (a queue that may ring
 /// BlueFlame, no budget, a payload outside the gate): the gate placed again for the
 /// depth high-water mark (as it is before this post: a gate from an older mark is
-/// only narrower), then a batch of one (last, so that its own out-of-line calls
-/// stay tail calls).
+/// only narrower), then a batch of one. The error, if the request was refused, is
+/// left in `Queues::last_err` and the result points to it (one register: the
+/// caller keeps nothing across the call).
 #[inline(never)]
-fn send_one_other<B: Bus, O: SqOwner<B>>(
-    o: &mut O,
-    wr_id: u64,
+fn send_one_other<'o, B: Bus + 'o, O: SqOwner<B>>(
+    o: &'o mut O,
     data: &[u8],
+    wr_id: u64,
     flags: SendFlags,
-) -> Result<(), PostError> {
+) -> Option<&'o PostError> {
     let (q, slots) = o.parts();
     slots.refresh_one_limit(q.sq_hwm);
-    q.send_one(slots, wr_id, OneData::Inline(data), flags)
+    match q.send_one(slots, wr_id, OneData::Inline(data), flags) {
+        Ok(()) => None,
+        Err(e) => {
+            q.last_err = e;
+            Some(&q.last_err)
+        }
+    }
 }
 
-/// The rest of [`send_one_inline`] when the completion the CQ published is not the
-/// previous post's last WQE: the counters' exact measure, then the doorbell (the
-/// completion is read again, still before it).
-#[cold]
+/// [`send_one_inline`] when its straight path does not apply: when the completion
+/// the CQ published is not the previous post's last WQE, the same post with the
+/// counters' exact measure (the completion read again after the WQE is written,
+/// still before the doorbell); else, or when the gate or the budget refuse,
+/// [`send_one_other`].
 #[inline(never)]
-fn one_inline_slow<B: Bus, O: SqOwner<B>>(o: &mut O, half: usize, image: u64, start: u16) {
+fn one_inline_other<'o, B: Bus + 'o, O: SqOwner<B>>(
+    o: &'o mut O,
+    data: &[u8],
+    wr_id: u64,
+    flags: SendFlags,
+) -> Option<&'o PostError> {
     let (q, slots) = o.parts();
     let d = q.shared.sq_done.load(std::sync::atomic::Ordering::Relaxed);
-    q.note_posted_with(1, start, start, q.sq.cur_post(), d);
+    if d == q.hwm_prev {
+        return send_one_other(o, data, wr_id, flags);
+    }
+    let Some(w) = slots.take_one_inline(data, wr_id) else {
+        return send_one_other(o, data, wr_id, flags);
+    };
+    let start = q.sq.cur_post();
+    let cur = start.wrapping_add(w.wqebbs() as u16);
+    q.sq.set_cur_post(cur);
+    let image = w.write(start, q.sq.one_ctrl_tail(flags));
+    let half = q.sq.publish_one(&*q.bus, cur);
+    let d = q.shared.sq_done.load(std::sync::atomic::Ordering::Relaxed);
+    q.note_posted_with(1, start, start, cur, d);
     slots.ring_one(half, image);
+    None
 }
 
 /// The rest of [`Queues::finish`] when it is not the straight path: the doorbell

@@ -592,8 +592,12 @@ pub(crate) struct Queues<B: Bus> {
     /// High-water mark of the WQEBBs outstanding after a post (counters).
     pub(super) sq_hwm: u16,
     /// `DONE | index` of the last WQE of the latest post, for the high-water mark
-    /// (`note_posted`); 0 after (re)start.
-    pub(super) hwm_prev: u32,
+    /// (`note_posted`); `HwmPrev::FRESH` after (re)start.
+    pub(super) hwm_prev: super::counters::HwmPrev,
+    /// The error of the latest post that the one-request inline entry's out-of-line
+    /// paths refused (they return a flag, so that the entry's result is built in
+    /// registers: `post::send_one_inline`).
+    pub(super) last_err: PostError,
 }
 
 impl<B: Bus> super::post::SqOwner<B> for QueuePair<'_, B> {
@@ -833,7 +837,8 @@ impl<B: Bus> Queues<B> {
             max_msg: u32::MAX,
             posted: 0,
             sq_hwm: 0,
-            hwm_prev: 0,
+            hwm_prev: super::counters::HwmPrev::FRESH,
+            last_err: PostError::AddressMismatch,
         })
     }
 
@@ -854,7 +859,9 @@ impl<B: Bus> Queues<B> {
             reg_len,
         )
         .ok_or(Error::InvalidArgument("QP geometry"))?;
-        slots.set_one_cap(self.sq.one_inline_limit());
+        slots.set_one_cap(self.sq.one_inline_limit(), |len| {
+            self.sq.one_inline_head(len)
+        });
         slots.refresh_one_limit(self.sq_hwm);
         Ok(slots)
     }
@@ -1042,7 +1049,7 @@ impl<B: Bus> Queues<B> {
         self.shared.rq_done.store(0, Ordering::Release);
         self.sq_seen = 0;
         self.rq_tail = 0;
-        self.hwm_prev = 0;
+        self.hwm_prev = super::counters::HwmPrev::FRESH;
         Ok(())
     }
 }

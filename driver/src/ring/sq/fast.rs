@@ -214,32 +214,39 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         }
     }
 
-    /// The control segment of a one-request inline SEND (no remote address, no
-    /// immediate) of `len` bytes at index `index`, as [`SqCursor::put_inline`] builds
-    /// it: bytes 0-7 as a value (index, opcode, QPN, DS: its memory image is the
-    /// doorbell), bytes 8-15 as a memory image.
-    #[inline(always)]
-    pub fn one_inline_ctrl(&self, index: u16, len: usize, flags: SendFlags) -> (u64, u64) {
+    /// The memory image of the first 8 bytes of the control segment of a
+    /// one-request inline SEND (no remote address, no immediate) of `len` bytes
+    /// (`1..=64`) at WQE index 0, as [`SqCursor::put_inline`] builds it (opcode,
+    /// QPN, DS): the image at index `i` is this or-ed with
+    /// `u64::from(i.swap_bytes()) << 8` (the index's two big-endian bytes, 1 and 2,
+    /// are 0 here). The driver keeps one per length.
+    pub fn one_inline_head(&self, len: usize) -> u64 {
         // 1 + inline_ds(len) (len >= 1; as `SqCursor::put_inline`).
         let ds = ((len + DS + 4 + (DS - 1)) >> 4) as u64;
-        let head = ((u64::from(index) << 40) | self.ctrl_send) + ds;
-        (head, self.ctrl_tails[usize::from(flags.0 & 7)])
+        (self.ctrl_send + ds).to_be()
     }
 
-    /// Moves the producer counter to `cur`, past a WQE the one-request entry wrote
+    /// The memory image of bytes 8-15 of the control segment of a one-request
+    /// SEND with `flags` (no immediate).
+    #[inline(always)]
+    pub fn one_ctrl_tail(&self, flags: SendFlags) -> u64 {
+        self.ctrl_tails[usize::from(flags.0 & 7)]
+    }
+
+    /// Moves the producer counter to `cur`, past a WQE the one-request entry writes
     /// at `cur_post` (published by [`SendQueue::publish_one`]).
     #[inline(always)]
     pub fn set_cur_post(&mut self, cur: u16) {
         self.cur_post = cur;
     }
 
-    /// Publishes the WQEs before `cur_post` (one, written by the one-request entry,
-    /// after [`SendQueue::set_cur_post`]): `wmb`, the doorbell record, `wmb`
-    /// ([`SendQueue::doorbell`]'s order); then returns the BlueFlame half the
-    /// doorbell goes to, toggling it (as every doorbell does).
+    /// Publishes the WQEs before `cur`, the producer counter (one, written by the
+    /// one-request entry, after [`SendQueue::set_cur_post`]): `wmb`, the doorbell
+    /// record, `wmb` ([`SendQueue::doorbell`]'s order); then returns the BlueFlame
+    /// half the doorbell goes to, toggling it (as every doorbell does).
     #[inline(always)]
-    pub fn publish_one<B: Bus + ?Sized>(&mut self, bus: &B) -> usize {
-        let cur = self.cur_post;
+    pub fn publish_one<B: Bus + ?Sized>(&mut self, bus: &B, cur: u16) -> usize {
+        debug_assert_eq!(cur, self.cur_post);
         let half = self.bf_offset;
         self.bf_offset = half ^ self.cfg.bf.buf_size;
         bus.wmb();
