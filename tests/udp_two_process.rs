@@ -78,10 +78,10 @@ fn two_processes_ping_pong_over_udp() {
     // 100 ms or more for a CPU; with ibv_rc_pingpong's 67 ms (exponent 14) eight
     // spurious expiries in a row, 537 ms without the peer's thread running, fail a
     // WR. Loopback loses nothing here (one message in flight, an 8 MiB socket
-    // buffer asked for), so the timeout is 18: 1.07 s, the budget gone only after
-    // 8.6 s without the peer, and a loss would still be recovered well within the
-    // 30 s each side waits for a message.
-    let t = 18;
+    // buffer asked for), so the timeout is 20: 4.29 s, the budget (eight expiries)
+    // gone only after 34 s without the peer, and a loss would still be recovered
+    // (one expiry, 4.29 s) well within the 30 s each side waits for a message.
+    let t = 20;
     let mut server = spawn(&format!(
         "--server --ip {sip} --tcp {sip}:0 --iters {n} --size 64 --timeout {t}"
     ));
