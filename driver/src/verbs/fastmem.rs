@@ -742,6 +742,13 @@ impl<B: Bus> SqSlots<B> {
         }
     }
 
+    /// Whether the one-request inline entry is closed for good (no direct register,
+    /// or a queue that may ring BlueFlame: [`SqSlots::set_one_cap`]).
+    #[inline(always)]
+    pub(crate) fn one_closed(&self) -> bool {
+        self.one_cap == 0
+    }
+
     /// Places the one-request inline entry's gate for the depth high-water mark
     /// `hwm` (WQEBBs): the payloads whose WQE takes at most `hwm` WQEBBs (`(16 + 4 +
     /// 63 + len) / 64 <= hwm`, i.e. `len <= 64 * hwm - 20`), within the cap. A post
@@ -1034,7 +1041,7 @@ impl OneInline<'_, '_> {
         unsafe {
             wqe.cast::<[u64; 2]>().write_unaligned([image, tail]);
             wqe.add(16).cast::<u32>().write_unaligned(hdr);
-            copy_upto64(wqe.add(20), data);
+            copy_upto64::<20>(wqe, data);
         }
         image
     }
@@ -1167,22 +1174,24 @@ unsafe fn copy_small(dst: *mut u8, src: &[u8]) {
     }
 }
 
-/// [`copy_small`] of at most 64 bytes (no test for longer ones).
+/// [`copy_small`] of at most 64 bytes (no test for longer ones) to `base + OFF`
+/// (the offset a constant, so that it folds into the stores' addresses).
 ///
 /// # Safety
-/// As for [`copy_small`], and `src.len() <= 64`.
+/// As for [`copy_small`] with `dst = base + OFF`, and `src.len() <= 64`.
 #[inline(always)]
-unsafe fn copy_upto64(dst: *mut u8, src: &[u8]) {
+unsafe fn copy_upto64<const OFF: usize>(base: *mut u8, src: &[u8]) {
     let n = src.len();
     debug_assert!(n <= 64);
     let s = src.as_ptr();
     // SAFETY (every move below): the source range is inside `src` (each case names
     // the bound on `n` it relies on, with `n <= 64`), the destination the same
-    // offsets of `dst`, valid by the caller's contract; unaligned loads and stores
-    // of byte arrays.
+    // offsets of `dst = base + OFF`, valid by the caller's contract; unaligned
+    // loads and stores of byte arrays.
     unsafe {
+        let dst = base.add(OFF);
         let mv16 = |at: usize| {
-            dst.add(at)
+            base.add(OFF + at)
                 .cast::<[u8; 16]>()
                 .write_unaligned(s.add(at).cast::<[u8; 16]>().read_unaligned())
         };
@@ -1249,8 +1258,15 @@ mod tests {
                 if n <= 64 {
                     let mut d2 = vec![0xaau8; 340];
                     // SAFETY: as above, and `n <= 64`.
-                    unsafe { copy_upto64(d2.as_mut_ptr().add(at), &src[..n]) };
+                    unsafe { copy_upto64::<0>(d2.as_mut_ptr().add(at), &src[..n]) };
                     assert_eq!(d2, dst, "copy_upto64, n {n} at {at}");
+                    if at == 20 {
+                        // The offset as the constant (the one-request entry's use).
+                        let mut d3 = vec![0xaau8; 340];
+                        // SAFETY: bytes `20 .. 20 + n <= 84` of a distinct buffer.
+                        unsafe { copy_upto64::<20>(d3.as_mut_ptr(), &src[..n]) };
+                        assert_eq!(d3, dst, "copy_upto64::<20>, n {n}");
+                    }
                 }
             }
         }

@@ -227,7 +227,12 @@ pub(crate) fn send_one_inline<B: Bus, O: SqOwner<B>>(
             return Ok(());
         }
     }
-    // One call site for every other case, so that only its block needs a frame.
+    // Every other case out of line (no register of the straight path lives across
+    // a call): a queue whose entry is closed for good (one that may ring
+    // BlueFlame, or a bus without a direct register) straight to a batch of one.
+    if slots.one_closed() {
+        return one_result(send_one_batch(o, data, wr_id, flags));
+    }
     one_result(one_inline_other(o, data, wr_id, flags))
 }
 
@@ -256,6 +261,26 @@ fn send_one_other<'o, B: Bus + 'o, O: SqOwner<B>>(
 ) -> Option<&'o PostError> {
     let (q, slots) = o.parts();
     slots.refresh_one_limit(q.sq_hwm);
+    match q.send_one(slots, wr_id, OneData::Inline(data), flags) {
+        Ok(()) => None,
+        Err(e) => {
+            q.last_err = e;
+            Some(&q.last_err)
+        }
+    }
+}
+
+/// [`send_one_inline`] on a queue whose one-request entry is closed for good
+/// ([`SqSlots::one_closed`]): a batch of one ([`Queues::send_one`]: the BlueFlame
+/// copy where it applies). The error as for [`send_one_other`].
+#[inline(never)]
+fn send_one_batch<'o, B: Bus + 'o, O: SqOwner<B>>(
+    o: &'o mut O,
+    data: &[u8],
+    wr_id: u64,
+    flags: SendFlags,
+) -> Option<&'o PostError> {
+    let (q, slots) = o.parts();
     match q.send_one(slots, wr_id, OneData::Inline(data), flags) {
         Ok(()) => None,
         Err(e) => {
