@@ -17,7 +17,7 @@ use ferroverbs_hw::datapath::wqe::{
 };
 use ferroverbs_hw::{Bus, DmaPerm};
 
-use super::fastmem::{put_tail, CqeCursor, FastMem, FastWord};
+use super::fastmem::{put_tail, CqeAt, CqeCursor, FastMem, FastWord};
 use super::qp::WqShared;
 use super::wc::{WcTail, WcTailBits};
 use super::{exec, Error, Result, WcFlags, WcOpcode, WcStatus, WorkCompletion};
@@ -90,6 +90,11 @@ pub(crate) struct Poller<B: Bus> {
     /// CQE's raw QPN word against its key (QPN and liveness in one compare). Always
     /// a clone of an entry of `qps`, which keeps that entry while it is hot.
     hot: Arc<WqShared>,
+    /// The QP of the last responder CQE decoded out of line, of a QP with its own RQ
+    /// (a destroyed placeholder at first): [`Poller::poll`] takes a received SEND of
+    /// it inline, matching the CQE's raw QPN word against its receive key
+    /// ([`WqShared::matches_recv`]). Always a clone of an entry of `qps`, as `hot`.
+    hot_rx: Arc<WqShared>,
     /// CQEs of QPs this CQ does not know (destroyed QPs), skipped.
     pub(crate) unknown: u64,
     /// Entries in the ring.
@@ -122,6 +127,7 @@ impl<B: Bus> Poller<B> {
             bus: Arc::clone(bus),
             qps: Mutex::new(vec![Arc::clone(&hot)]),
             last: 0,
+            hot_rx: Arc::clone(&hot),
             hot,
             unknown: 0,
             ncqe,
@@ -164,7 +170,7 @@ impl<B: Bus> Poller<B> {
         let mut v = self.qps.lock().unwrap_or_else(|p| p.into_inner());
         // Destroyed QPs go, but not the hot one (`poll_one` holds a clone of an entry
         // of this list, and must never hold the last reference).
-        v.retain(|q| q.alive() || Arc::ptr_eq(q, &self.hot));
+        v.retain(|q| q.alive() || Arc::ptr_eq(q, &self.hot) || Arc::ptr_eq(q, &self.hot_rx));
         v.push(qp);
     }
 
@@ -206,7 +212,7 @@ impl<B: Bus> Poller<B> {
         if self.owner_test() >= OWNED_BELOW {
             return None;
         }
-        self.take_entry(Self::take_slow)
+        self.take_entry::<false>(Self::take_slow)
     }
 
     /// Takes the entry at the cursor, which software owns (its owner test passed):
@@ -221,8 +227,12 @@ impl<B: Bus> Poller<B> {
     /// returned. (A continuation rather than a `Result`: the completion's status is
     /// loaded from the table, so testing a `Result` or `Option` built from it would
     /// cost a compare with the niche value.)
+    ///
+    /// With `RX`, a received SEND (without immediate) on the own RQ of the QP of the
+    /// last responder CQE ([`Poller::hot_rx`]) is also taken inline
+    /// ([`Poller::recv_completion`]), with what [`decode`] reports for it.
     #[inline(always)]
-    fn take_entry(
+    fn take_entry<const RX: bool>(
         &mut self,
         slow: impl FnOnce(&mut Self) -> Option<WorkCompletion>,
     ) -> Option<WorkCompletion> {
@@ -238,6 +248,12 @@ impl<B: Bus> Poller<B> {
         let last8 = e.raw64::<7>();
         let qp = &*self.hot;
         if !qp.matches(last8) {
+            if RX && self.hot_rx.matches_recv(last8) {
+                let wc = Self::recv_completion(&self.hot_rx, e);
+                // Every byte of the entry read: the device may have it back.
+                self.cur.publish_next();
+                return Some(wc);
+            }
             return slow(self);
         }
         // The counter in the low 16 bits (the QPN's low bytes above it).
@@ -261,6 +277,39 @@ impl<B: Bus> Poller<B> {
         Some(wc)
     }
 
+    /// The work completion of a CQE `e` of `qp` whose last 8 bytes matched its
+    /// receive key ([`WqShared::matches_recv`]: a successful responder CQE of a SEND
+    /// without immediate, received on the QP's own RQ while it lives): what
+    /// [`decode`] reports for it (`wr_id` from the RQ slot of `wqe_counter`, retired
+    /// at the QP; `byte_len` from `byte_cnt`; `src_qp` and the GRH flag from
+    /// `flags_rqpn`; opcode `Recv`; the rest 0).
+    #[inline(always)]
+    fn recv_completion(qp: &WqShared, e: CqeAt<'_>) -> WorkCompletion {
+        // `struct mlx5_cqe64`: flags_rqpn at 24 (39 before op_own at 63), byte_cnt
+        // at 44 (19 before), the counter in the low 16 bits of the 4 bytes from 58
+        // (5 before).
+        const { assert!(std::mem::offset_of!(Cqe64, flags_rqpn) == 63 - 39) };
+        const { assert!(std::mem::offset_of!(Cqe64, byte_cnt) == 63 - 19) };
+        const { assert!(std::mem::offset_of!(Cqe64, wqe_counter) + 2 == 63 - 5 + 4) };
+        let flags_rqpn = u32::from_be(e.raw32::<39>());
+        let byte_len = u32::from_be(e.raw32::<19>());
+        let counter = u32::from_be(e.raw32::<5>());
+        let wc_flags = if (flags_rqpn >> 28) & 3 != 0 {
+            WcFlags::GRH
+        } else {
+            WcFlags::empty()
+        };
+        WorkCompletion {
+            wr_id: qp.rq_retire_own(counter),
+            qp_num: qp.qpn,
+            byte_len,
+            opcode: WcOpcode::Recv,
+            wc_flags,
+            src_qp: flags_rqpn & 0x00ff_ffff,
+            ..WorkCompletion::default()
+        }
+    }
+
     /// The completion of the entry taken last ([`decode`], as `poll` decodes it),
     /// and the hot QP updated after a successful requester CQE; `None` for a CQE of
     /// an unknown QP or of a kind verbs does not report, counted in `unknown`. The
@@ -274,8 +323,13 @@ impl<B: Bus> Poller<B> {
         let mut wc = WorkCompletion::default();
         let got = match decode(self.ring.mem(), off, qps, &mut self.last, &mut wc) {
             Some(req) => {
-                if req && !Arc::ptr_eq(&self.hot, &qps[self.last]) {
-                    self.hot = Arc::clone(&qps[self.last]);
+                let qp = &qps[self.last];
+                if req {
+                    if !Arc::ptr_eq(&self.hot, qp) {
+                        self.hot = Arc::clone(qp);
+                    }
+                } else if qp.recv_live() && !Arc::ptr_eq(&self.hot_rx, qp) {
+                    self.hot_rx = Arc::clone(qp);
                 }
                 Some(wc)
             }
@@ -301,7 +355,7 @@ impl<B: Bus> Poller<B> {
             if self.owner_test() >= OWNED_BELOW {
                 return None;
             }
-            if let Some(wc) = self.take_entry(Self::decode_taken) {
+            if let Some(wc) = self.take_entry::<false>(Self::decode_taken) {
                 return Some(wc);
             }
         }
@@ -316,7 +370,7 @@ impl<B: Bus> Poller<B> {
     fn poll_owned(&mut self, wc: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
         while n < wc.len() {
-            if let Some(w) = self.take_entry(Self::decode_taken) {
+            if let Some(w) = self.take_entry::<true>(Self::decode_taken) {
                 wc[n] = w;
                 n += 1;
                 if n == wc.len() {

@@ -27,7 +27,7 @@ use ferroverbs_hw::control::qp::{
     MLX5_QP_OPTPAR_RRE, MLX5_QP_OPTPAR_RWE, MLX5_QP_OPTPAR_SRA_MAX,
 };
 use ferroverbs_hw::control::uar_pd_td::{alloc_uar_out, dealloc_uar_in, dealloc_uar_out};
-use ferroverbs_hw::datapath::cqe::MLX5_CQE_REQ;
+use ferroverbs_hw::datapath::cqe::{MLX5_CQE_REQ, MLX5_CQE_RESP_SEND};
 use ferroverbs_hw::datapath::dbr::{MLX5_RCV_DBR, MLX5_SND_DBR};
 use ferroverbs_hw::datapath::uar::{bf_buf_size, bfreg_offset, uar_bar_offset};
 use ferroverbs_hw::{Bus, DmaPerm};
@@ -273,6 +273,13 @@ pub(crate) struct WqShared {
     rq_wr_id: Arc<[AtomicU64]>,
     /// `DONE | tail` (the RQ counter after the latest receive completion).
     rq_done: AtomicU32,
+    /// [`cqe_recv_key`] of `qpn` while the QP lives and takes its receive WQEs from
+    /// its own RQ, [`DEAD_KEY`] once destroyed or given an SRQ: a CQ matches a
+    /// CQE's raw last 8 bytes against it (QPN, received SEND without immediate, own
+    /// RQ and liveness in one compare; [`WqShared::matches_recv`]).
+    recv_key: AtomicU64,
+    /// The receive ring's `wr_id` table for the CQ's lookups, its bound proved once.
+    rq_ids: WrIdTable,
     /// The SRQ receive completions take their `wr_id` from, if the QP has one.
     srq: std::sync::OnceLock<Arc<SrqShared>>,
 }
@@ -295,6 +302,13 @@ pub(crate) const fn cqe_qpn_key(qpn: u32) -> u64 {
 /// `sop_drop_qpn` and the CQE opcode (the high nibble of `op_own`); drops the send
 /// opcode byte, the counter, the signature and the owner, SE and format bits.
 pub(crate) const CQE_QPN_MASK: u64 = u64::from_ne_bytes([0, 0xff, 0xff, 0xff, 0, 0, 0, 0xf0]);
+
+/// [`cqe_qpn_key`]'s counterpart for a successful responder CQE of a received SEND
+/// without immediate ([`MLX5_CQE_RESP_SEND`]) of QPN `qpn`.
+pub(crate) const fn cqe_recv_key(qpn: u32) -> u64 {
+    let q = (qpn & 0x00ff_ffff).to_be_bytes();
+    u64::from_ne_bytes([0, q[1], q[2], q[3], 0, 0, 0, MLX5_CQE_RESP_SEND << 4])
+}
 
 /// A key no masked word equals (its send opcode byte is not zero).
 pub(crate) const DEAD_KEY: u64 = u64::from_ne_bytes([1, 0, 0, 0, 0, 0, 0, 0]);
@@ -319,9 +333,31 @@ impl WqShared {
         (last8 ^ self.key()) & self.key_mask == 0
     }
 
+    /// Whether a CQE whose last 8 bytes, read as a native-endian `u64`, are `last8`
+    /// is a successful responder CQE of a SEND without immediate received on this
+    /// QP's own RQ while it lives: `last8` masked with [`CQE_QPN_MASK`] equals the
+    /// receive key. Such a CQE is retired by [`WqShared::rq_retire_own`].
+    #[inline(always)]
+    pub(crate) fn matches_recv(&self, last8: u64) -> bool {
+        (last8 ^ self.recv_key.load(Ordering::Relaxed)) & self.key_mask == 0
+    }
+
+    /// Whether [`WqShared::matches_recv`] can match (the QP lives, without an SRQ).
+    pub(crate) fn recv_live(&self) -> bool {
+        self.recv_key.load(Ordering::Relaxed) != DEAD_KEY
+    }
+
     /// Marks the QP destroyed: CQs stop matching its CQEs.
     pub(crate) fn kill(&self) {
         self.key.store(DEAD_KEY, Ordering::Relaxed);
+        self.recv_key.store(DEAD_KEY, Ordering::Relaxed);
+    }
+
+    /// Takes the QP's receive WQEs from `srq`: receive completions retire there, and
+    /// never by [`WqShared::rq_retire_own`].
+    pub(crate) fn set_srq(&self, srq: Arc<SrqShared>) {
+        self.recv_key.store(DEAD_KEY, Ordering::Relaxed);
+        let _ = self.srq.set(srq);
     }
 
     /// A destroyed QP with no work: what a CQ compares CQEs with before it has seen a
@@ -329,6 +365,7 @@ impl WqShared {
     pub(crate) fn dead() -> WqShared {
         let one = || -> Arc<[AtomicU64]> { Arc::new([AtomicU64::new(0)]) };
         let sq_wr_id = one();
+        let rq_wr_id = one();
         WqShared {
             qpn: 0,
             key: AtomicU64::new(DEAD_KEY),
@@ -337,8 +374,10 @@ impl WqShared {
             sq_wr_id,
             sq_done: AtomicU32::new(0),
             rq_mask: 0,
-            rq_wr_id: one(),
             rq_done: AtomicU32::new(0),
+            recv_key: AtomicU64::new(DEAD_KEY),
+            rq_ids: WrIdTable::new(&rq_wr_id).expect("one slot"),
+            rq_wr_id,
             srq: std::sync::OnceLock::new(),
         }
     }
@@ -374,6 +413,19 @@ impl WqShared {
         self.rq_done
             .store(DONE | u32::from(counter.wrapping_add(1)), Ordering::Release);
         Some(wr_id)
+    }
+
+    /// [`WqShared::rq_retire`] of a QP with its own RQ (no SRQ; what a match of
+    /// [`WqShared::matches_recv`] proves), of the counter in the low 16 bits of
+    /// `word` (the bits above are ignored: [`DONE`] covers them, so the store is
+    /// `DONE | (counter + 1) mod 2^16`, as `rq_retire`'s).
+    #[inline(always)]
+    pub(crate) fn rq_retire_own(&self, word: u32) -> u64 {
+        let wr_id = self.rq_ids.slot_word(word).load(Ordering::Relaxed);
+        // Release: the read above happens before the QP may reuse the slot.
+        self.rq_done
+            .store(DONE | word.wrapping_add(1), Ordering::Release);
+        wr_id
     }
 }
 
@@ -760,7 +812,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             q.set_qp_type(init.qp_type)?;
         }
         if let Some(srq) = init.srq {
-            let _ = q.shared.srq.set(Arc::clone(srq.shared()));
+            q.shared.set_srq(Arc::clone(srq.shared()));
         }
         init.send_cq.attach(Arc::clone(&q.shared));
         if !Arc::ptr_eq(init.send_cq.core(), init.recv_cq.core()) {
@@ -818,6 +870,8 @@ impl<B: Bus> Queues<B> {
             sq_wr_id,
             sq_done: AtomicU32::new(0),
             rq_mask: geo.rq_wqes - 1,
+            recv_key: AtomicU64::new(cqe_recv_key(qpn)),
+            rq_ids: WrIdTable::new(&rq_wr_id).ok_or(Error::InvalidArgument("QP geometry"))?,
             rq_wr_id,
             rq_done: AtomicU32::new(0),
             srq: std::sync::OnceLock::new(),
