@@ -33,7 +33,7 @@ mod tests;
 
 pub use cq::{CompletionQueue, CqConfig};
 pub use mem::{DoorbellWord, QueueMem, Region, Word};
-pub use rq::{ReceiveQueue, RqConfig};
+pub use rq::{ReceiveQueue, RecvRequest, RqConfig};
 pub use sq::{
     use_blueflame, BlueFlameReg, Doorbell, DoorbellRegs, LastWqe, PendingDoorbell, PostedWqe,
     QpType, RemoteAddr, SendData, SendFlags, SendOp, SendQueue, SendWr, SqConfig, SqCursor,

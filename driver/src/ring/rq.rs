@@ -19,6 +19,24 @@ use ferroverbs_hw::Bus;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// A receive request as [`ReceiveQueue::post_list`] takes it: the `wr_id` and the
+/// scatter list (zero-length entries skipped).
+pub trait RecvRequest {
+    /// Returned with the completion.
+    fn wr_id(&self) -> u64;
+    /// Where the message goes.
+    fn sg_list(&self) -> &[Sge];
+}
+
+impl RecvRequest for (u64, &[Sge]) {
+    fn wr_id(&self) -> u64 {
+        self.0
+    }
+    fn sg_list(&self) -> &[Sge] {
+        self.1
+    }
+}
+
 /// Largest RQ in WQEs for which 16-bit counter differences stay unambiguous.
 pub const MAX_RQ_WQES: u32 = 1 << 15;
 
@@ -183,6 +201,83 @@ impl<M: QueueMem, D: DoorbellWord> ReceiveQueue<M, D> {
                 return Ok(index);
             }
         }
+        self.write_general(start, sges);
+        self.wr_id[slot].store(wr_id, Ordering::Relaxed);
+        self.head = index.wrapping_add(1);
+        self.pending += 1;
+        Ok(index)
+    }
+
+    /// WQE slots free for posting: `wqe_cnt` minus the outstanding WQEs.
+    #[inline]
+    pub fn free(&self) -> u32 {
+        self.cfg.wqe_cnt - self.outstanding()
+    }
+
+    /// Writes one receive WQE per request of `reqs`, in order, the bytes
+    /// [`ReceiveQueue::post`] writes for each, and advances `head` past them. Stops at
+    /// the first request that cannot be posted (the ring full:
+    /// [`PostError::QueueFull`]; more entries than the WQE holds:
+    /// [`PostError::TooManySges`]), returned with its index; the requests before it
+    /// are posted, nothing of it is written. The WQEs reach the device at the next
+    /// [`ReceiveQueue::ring_doorbell`]. Does not allocate.
+    ///
+    /// Against `post` per request: the room is computed once for the list (a counter
+    /// compare per request), the producer counter stays in a register, and the
+    /// one-entry WQE (the common case) is one 16- or 32-byte store and the `wr_id`.
+    #[inline]
+    pub fn post_list<R: RecvRequest>(&mut self, reqs: &[R]) -> Result<(), (usize, PostError)> {
+        let free = self.free() as usize;
+        let two = self.max_gs > 1;
+        let mut head = self.head;
+        let mut res = Ok(());
+        for (i, r) in reqs.iter().enumerate() {
+            if i >= free {
+                res = Err((i, PostError::QueueFull { needed: 1, free: 0 }));
+                break;
+            }
+            let slot = (u32::from(head) & self.mask) as usize;
+            let start = slot << self.cfg.wqe_shift;
+            match r.sg_list() {
+                [sge] if sge.length != 0 => {
+                    // One data segment and, when the WQE has room for more, the
+                    // terminator (as `post`).
+                    let data = seg16(
+                        (u64::from(sge.length) << 32) | u64::from(sge.lkey),
+                        sge.addr,
+                    );
+                    if two {
+                        self.buf
+                            .write_segs(start, &[data, seg16(u64::from(MLX5_INVALID_LKEY), 0)]);
+                    } else {
+                        self.buf.write_segs(start, &[data]);
+                    }
+                }
+                sges => {
+                    if sges.len() > self.max_gs as usize {
+                        res = Err((
+                            i,
+                            PostError::TooManySges {
+                                count: sges.len(),
+                                max: self.max_gs,
+                            },
+                        ));
+                        break;
+                    }
+                    self.write_general(start, sges);
+                }
+            }
+            self.wr_id[slot].store(r.wr_id(), Ordering::Relaxed);
+            head = head.wrapping_add(1);
+        }
+        self.pending += u32::from(head.wrapping_sub(self.head));
+        self.head = head;
+        res
+    }
+
+    /// The WQE at byte `start` for a list of at most `max_gs` entries: the non-empty
+    /// ones, then the terminator if they do not fill the WQE.
+    fn write_general(&mut self, start: usize, sges: &[Sge]) {
         let mut d = WqeDataSeg::zeroed();
         let mut written = 0;
         for sge in sges.iter().filter(|s| s.length != 0) {
@@ -197,10 +292,17 @@ impl<M: QueueMem, D: DoorbellWord> ReceiveQueue<M, D> {
             self.buf
                 .write(start + written * WqeDataSeg::SIZE, d.as_bytes());
         }
-        self.wr_id[slot].store(wr_id, Ordering::Relaxed);
-        self.head = index.wrapping_add(1);
-        self.pending += 1;
-        Ok(index)
+    }
+
+    /// Retires the `n` oldest outstanding WQEs (at most [`ReceiveQueue::outstanding`];
+    /// more is clamped to it) without reading their `wr_id`s: what `n` calls of
+    /// [`ReceiveQueue::complete`] in order do to the ring. Returns how many were
+    /// retired.
+    #[inline]
+    pub fn retire(&mut self, n: u32) -> u32 {
+        let n = n.min(self.outstanding());
+        self.tail = self.tail.wrapping_add(n as u16);
+        n
     }
 
     /// Publishes the WQEs posted since the last doorbell: [`Bus::wmb`], then the

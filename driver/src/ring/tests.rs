@@ -764,6 +764,123 @@ fn rq(wqe_cnt: u32, wqe_shift: u32) -> (Rq, &'static [AtomicU32; 2]) {
 
 const TERMINATOR: &str = "00000000 00000100 0000000000000000";
 
+/// `post_list` writes the bytes `post` writes request by request, over thousands of
+/// requests in random lists, with ring wraps, for WQEs of 1, 2 and 4 entries: random
+/// scatter lists (empty, zero-length entries, one entry, the WQE's maximum, one too
+/// many), each list stopping where `post` one by one first fails (the full ring:
+/// `QueueFull`, leaving the ring and its counters intact; too many entries:
+/// `TooManySges`) with that request's index; the `wr_id`s come back at completion;
+/// `retire(n)` moves the ring as `n` completions in order do.
+#[test]
+fn post_list_writes_the_bytes_of_post() {
+    let mut x = 0x853c_49e6_748f_ea9bu64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for (wqe_cnt, wqe_shift) in [(8, 4), (16, 5), (64, 6), (4, 6)] {
+        let (mut one, d1) = rq(wqe_cnt, wqe_shift);
+        let (mut list, d2) = rq(wqe_cnt, wqe_shift);
+        let max_gs = one.max_gs() as usize;
+        let ring_len = one.ring_len();
+        let mut wr_id = 0u64;
+        let mut oldest = 0u16;
+        let mut full = 0;
+        for it in 0..1_500 {
+            // A list of 0..=12 requests, mostly one-entry ones (the common shape).
+            let n = (next() % 13) as usize;
+            let mut sgls: Vec<Vec<Sge>> = Vec::new();
+            for _ in 0..n {
+                let r = next();
+                let count = match r % 8 {
+                    0 => 0,
+                    1 => max_gs,
+                    2 => max_gs + 1,
+                    3 => 1 + (r >> 8) as usize % max_gs,
+                    _ => 1,
+                };
+                sgls.push(
+                    (0..count)
+                        .map(|k| Sge {
+                            addr: next(),
+                            length: if (r >> (16 + k)) & 7 == 0 {
+                                0
+                            } else {
+                                next() as u32
+                            },
+                            lkey: next() as u32,
+                        })
+                        .collect(),
+                );
+            }
+            let reqs: Vec<(u64, &[Sge])> = sgls
+                .iter()
+                .map(|s| {
+                    wr_id += 1;
+                    (wr_id, s.as_slice())
+                })
+                .collect();
+            let mut want = Ok(());
+            for (i, r) in reqs.iter().enumerate() {
+                if let Err(e) = one.post(r.0, r.1) {
+                    want = Err((i, e));
+                    break;
+                }
+            }
+            if let Err((_, PostError::QueueFull { .. })) = want {
+                full += 1;
+            }
+            assert_eq!(list.post_list(&reqs), want);
+            assert_eq!(list.head(), one.head());
+            assert_eq!(list.outstanding(), one.outstanding());
+            assert_eq!(
+                snapshot(list.mem(), ring_len),
+                snapshot(one.mem(), ring_len),
+                "lists of {n}, {wqe_cnt} x {} B",
+                1 << wqe_shift
+            );
+            assert_eq!(
+                one.ring_doorbell(&MemBus::new(64)),
+                list.ring_doorbell(&MemBus::new(64))
+            );
+            assert_eq!(be(&d1[0]), be(&d2[0]));
+            // Complete some of the outstanding WQEs, in order: `complete` on both
+            // (the same `wr_id`s) or `retire` on the list's ring.
+            // None in the first 40 of every 100 lists (40 lists post far more than
+            // the 64 WQEs of the largest ring: the ring fills in each such phase).
+            let k = if it % 100 < 40 {
+                0
+            } else {
+                (next() % (u64::from(one.outstanding()) + 1)) as u32
+            };
+            if next() % 2 == 0 {
+                for _ in 0..k {
+                    assert_eq!(list.complete(oldest), one.complete(oldest));
+                    oldest = oldest.wrapping_add(1);
+                }
+            } else {
+                for _ in 0..k {
+                    one.complete(oldest);
+                    oldest = oldest.wrapping_add(1);
+                }
+                assert_eq!(list.retire(k), k);
+            }
+            assert_eq!(list.outstanding(), one.outstanding());
+        }
+        assert!(
+            full >= 15,
+            "the ring was full {full} times (once per phase)"
+        );
+        // `retire` takes at most the outstanding WQEs.
+        let o = list.outstanding();
+        assert_eq!(list.retire(o + 5), o);
+        assert_eq!(list.outstanding(), 0);
+        assert!(u32::from(one.head()) > 4 * wqe_cnt, "the ring wrapped");
+    }
+}
+
 #[test]
 fn receive_wqes_with_and_without_terminator() {
     let bus = MemBus::new(0x1000);

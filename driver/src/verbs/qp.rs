@@ -960,15 +960,12 @@ impl<B: Bus> Queues<B> {
             return false;
         }
         let target = d as u16;
-        let mut any = false;
-        let mut left = self.rq.outstanding();
-        while self.rq_tail != target && left > 0 {
-            self.rq.complete(self.rq_tail);
-            self.rq_tail = self.rq_tail.wrapping_add(1);
-            left -= 1;
-            any = true;
-        }
-        any
+        // The ring's tail moves with `rq_tail`: retiring `k` WQEs at once is what
+        // completing them one by one from `rq_tail` did, up to the target or the
+        // outstanding ones.
+        let k = self.rq.retire(u32::from(target.wrapping_sub(self.rq_tail)));
+        self.rq_tail = self.rq_tail.wrapping_add(k as u16);
+        k != 0
     }
 
     /// See [`QueuePair::post_send`].
@@ -1061,26 +1058,21 @@ impl<B: Bus> Queues<B> {
                 error: PostError::InvalidState { state: self.state },
             });
         }
-        let mut res = Ok(());
-        for (index, wr) in wrs.iter().enumerate() {
-            let posted = match self.rq.post(wr.wr_id, wr.sg_list) {
-                Ok(i) => Ok(i),
-                Err(ring::PostError::QueueFull { .. }) if self.sync_rq() => {
-                    self.rq.post(wr.wr_id, wr.sg_list)
-                }
-                Err(e) => Err(e),
-            };
-            match posted {
-                Ok(_) => {}
-                Err(e) => {
-                    res = Err(BadWr {
-                        index,
+        // When the ring is full, completions published since free slots: taken, and
+        // the rest of the list posted (as posting one by one did).
+        let mut done = 0;
+        let res = loop {
+            match self.rq.post_list(&wrs[done..]) {
+                Ok(()) => break Ok(()),
+                Err((i, ring::PostError::QueueFull { .. })) if self.sync_rq() => done += i,
+                Err((i, e)) => {
+                    break Err(BadWr {
+                        index: done + i,
                         error: e.into(),
-                    });
-                    break;
+                    })
                 }
             }
-        }
+        };
         self.rq.ring_doorbell(&*self.bus);
         res
     }

@@ -29,6 +29,17 @@ impl<'a> RecvWr<'a> {
     }
 }
 
+impl crate::ring::RecvRequest for RecvWr<'_> {
+    #[inline(always)]
+    fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+    #[inline(always)]
+    fn sg_list(&self) -> &[Sge] {
+        self.sg_list
+    }
+}
+
 impl<'a> SendWr<'a> {
     fn with(wr_id: u64, op: SendOp, data: SendData<'a>) -> Self {
         SendWr {
