@@ -1134,6 +1134,29 @@ impl crate::ring::DoorbellRegs for Regs<'_> {
     }
 }
 
+/// The two 8-byte words of `sge` as they are in memory read as native-endian
+/// values: `addr`, and `length | lkey << 32` (on a little-endian host; `length << 32
+/// | lkey` on a big-endian one). Two loads, both done here, before any test of
+/// them: volatile reads, so that the compiler neither moves the second past the
+/// caller's tests nor keeps the entry's address in a register for it (the typed
+/// send entries' straight path then has no address to compute per request).
+#[inline(always)]
+pub(crate) fn sge_words(sge: &crate::ring::Sge) -> [u64; 2] {
+    const {
+        assert!(std::mem::size_of::<crate::ring::Sge>() == 16);
+        assert!(std::mem::align_of::<crate::ring::Sge>() == 8);
+        assert!(std::mem::offset_of!(crate::ring::Sge, addr) == 0);
+        assert!(std::mem::offset_of!(crate::ring::Sge, length) == 8);
+        assert!(std::mem::offset_of!(crate::ring::Sge, lkey) == 12);
+    };
+    let p = std::ptr::from_ref(sge).cast::<u64>();
+    // SAFETY: `p` points to a live `Sge` (a shared reference), which is 16 bytes,
+    // 8-byte aligned and without padding (`repr(C)`, asserted above): the words at
+    // `p` and `p + 1` are initialised, aligned and inside it; reading them aliases
+    // no write (the reference is shared).
+    unsafe { [p.read_volatile(), p.add(1).read_volatile()] }
+}
+
 /// Copies `src` to `dst` with fixed-size moves (no call of the C library's `memcpy`:
 /// an inline payload is at most a few hundred bytes, usually 64 or fewer). Overlapping
 /// moves rewrite some bytes with the same values; no byte outside

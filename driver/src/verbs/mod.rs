@@ -112,7 +112,7 @@ mod attr;
 pub mod channel;
 mod counters;
 mod cq;
-mod fastmem;
+pub(crate) mod fastmem;
 pub mod fastpath;
 mod mr;
 mod pd;

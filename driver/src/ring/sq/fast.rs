@@ -416,19 +416,6 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     }
 }
 
-/// `length | lkey << 32` of `sge`, read as one 8-byte value (the two fields are
-/// adjacent: `Sge` is `repr(C)`).
-#[inline(always)]
-fn len_key(sge: &Sge) -> u64 {
-    let b = zerocopy::IntoBytes::as_bytes(sge);
-    let w: [u8; 8] = [b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]];
-    if cfg!(target_endian = "little") {
-        u64::from_le_bytes(w)
-    } else {
-        u64::from_be_bytes(w).rotate_left(32)
-    }
-}
-
 impl<S: WqeSlots> SqCursor<S> {
     /// The control segment (`mlx5dv_x86_set_ctrl_seg`) of the next WQE as two memory
     /// images, from the batch's templates: bytes 0-7 (index, opcode, QPN, DS) and
@@ -475,13 +462,19 @@ impl<S: WqeSlots> SqCursor<S> {
         // `struct mlx5_wqe_data_seg`: byte_count, lkey, addr. The length and the key
         // as one value (`length` in the low half), turned into the segment's first
         // 8 bytes by a rotation and one byte swap.
-        let d0 = len_key(sge).rotate_left(32).to_be();
+        let [addr, lk] = crate::verbs::fastmem::sge_words(sge);
+        let lk = if cfg!(target_endian = "little") {
+            lk
+        } else {
+            lk.rotate_left(32)
+        };
+        let d0 = lk.rotate_left(32).to_be();
+        let d1 = addr.to_be();
         // The length's 4 bytes are the first 4 of the segment (the low half of its
         // memory image on a little-endian host).
         if d0.to_ne_bytes()[..4] == [0; 4] {
             return false;
         }
-        let d1 = sge.addr.to_be();
         let ok = match remote {
             None => {
                 let (h, t) = self.ctrl(opcode, 2, flags, imm);
