@@ -212,7 +212,7 @@ impl<B: Bus> Poller<B> {
         if self.owner_test() >= OWNED_BELOW {
             return None;
         }
-        self.take_entry::<false>(Self::take_slow)
+        self.take_entry(Self::take_slow)
     }
 
     /// Takes the entry at the cursor, which software owns (its owner test passed):
@@ -227,12 +227,8 @@ impl<B: Bus> Poller<B> {
     /// returned. (A continuation rather than a `Result`: the completion's status is
     /// loaded from the table, so testing a `Result` or `Option` built from it would
     /// cost a compare with the niche value.)
-    ///
-    /// With `RX`, a received SEND (without immediate) on the own RQ of the QP of the
-    /// last responder CQE ([`Poller::hot_rx`]) is also taken inline
-    /// ([`Poller::recv_completion`]), with what [`decode`] reports for it.
     #[inline(always)]
-    fn take_entry<const RX: bool>(
+    fn take_entry(
         &mut self,
         slow: impl FnOnce(&mut Self) -> Option<WorkCompletion>,
     ) -> Option<WorkCompletion> {
@@ -248,12 +244,6 @@ impl<B: Bus> Poller<B> {
         let last8 = e.raw64::<7>();
         let qp = &*self.hot;
         if !qp.matches(last8) {
-            if RX && self.hot_rx.matches_recv(last8) {
-                let wc = Self::recv_completion(&self.hot_rx, e);
-                // Every byte of the entry read: the device may have it back.
-                self.cur.publish_next();
-                return Some(wc);
-            }
             return slow(self);
         }
         // The counter in the low 16 bits (the QPN's low bytes above it).
@@ -355,7 +345,7 @@ impl<B: Bus> Poller<B> {
             if self.owner_test() >= OWNED_BELOW {
                 return None;
             }
-            if let Some(wc) = self.take_entry::<false>(Self::decode_taken) {
+            if let Some(wc) = self.take_entry(Self::decode_taken) {
                 return Some(wc);
             }
         }
@@ -369,9 +359,8 @@ impl<B: Bus> Poller<B> {
     #[inline(never)]
     fn poll_owned(&mut self, wc: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
-        while n < wc.len() {
-            if let Some(w) = self.take_entry::<true>(Self::decode_taken) {
-                wc[n] = w;
+        while let Some(out) = wc.get_mut(n) {
+            if self.take_into(out) {
                 n += 1;
                 if n == wc.len() {
                     break;
@@ -382,6 +371,63 @@ impl<B: Bus> Poller<B> {
             }
         }
         n
+    }
+
+    /// [`Poller::take_entry`] for [`Poller::poll_owned`], writing the
+    /// completion into the caller's slot `out` instead of returning it (no copy
+    /// through a temporary); returns whether it wrote one (`false`: a CQE of an
+    /// unknown QP or of a kind verbs does not report, skipped, `out` unspecified).
+    /// The same steps and results as `take_entry`: the cursor moved on, the read
+    /// barrier, the hot QP's successful requester CQE; and besides, a received SEND
+    /// (without immediate) on the own RQ of the QP of the last responder CQE
+    /// ([`Poller::hot_rx`]) taken inline ([`Poller::recv_completion`]), with what
+    /// [`decode`] reports for it; anything else through [`Poller::decode_taken`].
+    #[inline(always)]
+    fn take_into(&mut self, out: &mut WorkCompletion) -> bool {
+        let e = self.cur.next();
+        self.bus.rmb();
+        let Some(e) = e else {
+            return self.decode_into(out);
+        };
+        let last8 = e.raw64::<7>();
+        let qp = &*self.hot;
+        if !qp.matches(last8) {
+            if self.hot_rx.matches_recv(last8) {
+                *out = Self::recv_completion(&self.hot_rx, e);
+                // Every byte of the entry read: the device may have it back.
+                self.cur.publish_next();
+                return true;
+            }
+            return self.decode_into(out);
+        }
+        // As in `take_entry`.
+        let counter = u32::from_be(e.raw32::<5>());
+        let op = e.byte::<7>();
+        *out = WorkCompletion {
+            qp_num: qp.qpn,
+            ..WorkCompletion::default()
+        };
+        let mut t = REQ_TAIL[usize::from(op)];
+        if op == MLX5_OPCODE_RDMA_READ {
+            std::hint::cold_path();
+            t = t.with_byte_len(u32::from_be(e.raw32::<19>()));
+        }
+        put_tail(out, t);
+        self.cur.publish_next();
+        out.wr_id = qp.sq_retire_word(counter);
+        true
+    }
+
+    /// [`Poller::decode_taken`] into `out`.
+    #[inline(always)]
+    fn decode_into(&mut self, out: &mut WorkCompletion) -> bool {
+        match self.decode_taken() {
+            Some(w) => {
+                *out = w;
+                true
+            }
+            None => false,
+        }
     }
 
     /// The consumer index the device sees (24 bits).
