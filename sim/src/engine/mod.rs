@@ -556,6 +556,10 @@ pub struct QpRt {
     pub sq: Sq,
     /// RQ WQEs consumed (counter).
     pub rq_ci: u32,
+    /// RQ WQEs the doorbell record showed posted at its last read and not consumed
+    /// since: the device reads the record again only when these are used up
+    /// ([`recv::take`]), as a ConnectX does.
+    pub rq_known: u32,
     /// Responder.
     pub resp: Resp,
 }
@@ -578,6 +582,7 @@ impl QpRt {
             cfg,
             state,
             rq_ci: 0,
+            rq_known: 0,
         }
     }
 
@@ -730,6 +735,8 @@ impl QpRt {
             cx.post_cqe(self.cfg.cqn_rcv, &c);
             self.rq_ci = self.rq_ci.wrapping_add(1);
         }
+        // Everything posted is flushed: what was known posted is consumed.
+        self.rq_known = 0;
     }
 
     /// The device time of the QP's next timer (RNR back-off or local ACK timeout).

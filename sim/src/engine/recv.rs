@@ -60,11 +60,22 @@ pub fn take(qp: &mut QpRt, cx: &mut Ctx, scatter: bool) -> Result<(), TakeError>
 /// Consumes the next WQE of `qp`'s own RQ: `Empty` when none is posted; otherwise its
 /// counter, with `qp.resp.rwqe` made active for it, nothing received, no scatter
 /// list yet (shared by [`take`] and [`take_rq`]).
+///
+/// The doorbell record is read only when the WQEs it showed posted at its last read
+/// are used up (`qp.rq_known`): the driver only ever adds WQEs behind the record
+/// (it moves forward, and the driver never overwrites a WQE the device has not
+/// consumed), so those are still posted; this is what a ConnectX does (it fetches
+/// the record when its known WQEs run out). The record is one aligned 4-byte load
+/// ([`Iommu::read_be32_cached`]), never torn (§7.5.2 of `docs/performance.md`).
 #[inline(always)]
 fn consume_rq(qp: &mut QpRt, io: &Iommu) -> Result<u32, TakeError> {
-    if qp.rq_posted(io) == 0 {
-        return Err(TakeError::Empty);
+    if qp.rq_known == 0 {
+        qp.rq_known = qp.rq_posted(io);
+        if qp.rq_known == 0 {
+            return Err(TakeError::Empty);
+        }
     }
+    qp.rq_known -= 1;
     let counter = qp.rq_ci;
     qp.rq_ci = counter.wrapping_add(1);
     let rw = &mut qp.resp.rwqe;
