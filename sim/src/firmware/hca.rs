@@ -236,6 +236,7 @@ impl Firmware {
             self.cqs.clear();
             self.eqs.clear();
             self.mkeys.clear();
+            self.mkey_objs.clear();
             self.tds.clear();
             self.pds.clear();
             self.uars.clear();

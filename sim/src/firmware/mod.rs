@@ -345,7 +345,10 @@ pub struct Firmware {
     uars: Table<()>,
     pds: Table<()>,
     tds: Table<()>,
-    mkeys: Table<Mkey>,
+    /// MKEY numbering (index allocation, capacity); the MKEYs live in `mkey_objs`.
+    mkeys: Table<()>,
+    /// The MKEYs by index, looked up directly by the data path ([`Firmware::mkey`]).
+    mkey_objs: crate::engine::fastmap::DirectIndex<Mkey>,
     eqs: Table<Eq>,
     cqs: Table<Cq>,
     qps: Table<Qp>,
@@ -435,6 +438,7 @@ impl Firmware {
             // Index 1 with variant 0 would be key 0x100, MLX5_INVALID_LKEY, the receive
             // list terminator: firmware never hands it out, so numbering starts at 2.
             mkeys: Table::new(FIRST_MKEY_INDEX, 1),
+            mkey_objs: Default::default(),
             eqs: Table::new(1, 1),
             cqs: Table::new(1, 1),
             qps: Table::new(QPN_BASE, 1),
@@ -589,8 +593,9 @@ impl Firmware {
     }
 
     /// The memory key whose index is `index`.
+    #[inline]
     pub fn mkey(&self, index: u32) -> Option<&Mkey> {
-        self.mkeys.get(index)
+        self.mkey_objs.get(index)
     }
 
     /// Executes one command: `input` is the whole gathered input, `outlen` the output

@@ -176,16 +176,19 @@ impl Firmware {
         let variant = m(mkc::mkey_7_0) as u32;
         let index = self
             .mkeys
-            .insert(Mkey {
-                key: 0,
-                pd,
-                view: crate::engine::mem::MkeyView::decode(&mkc_bytes),
-                mkc: mkc_bytes,
-                mtt,
-            })
+            .insert(())
             .ok_or(Fail::from(Syndrome::MkeyExhausted))?;
-        if let Some(k) = self.mkeys.get_mut(index) {
-            k.key = (index << 8) | variant;
+        let k = Mkey {
+            key: (index << 8) | variant,
+            pd,
+            view: crate::engine::mem::MkeyView::decode(&mkc_bytes),
+            mkc: mkc_bytes,
+            mtt,
+        };
+        // Indexes are below 2^24 (the table's capacity), which the index holds.
+        if self.mkey_objs.insert(index, k).is_err() {
+            let _ = self.mkeys.remove(index);
+            return Err(Syndrome::MkeyExhausted.into());
         }
         self.pds.acquire(pd);
         let mut o = Out::new(create_mkey_out::SIZE);
@@ -198,7 +201,7 @@ impl Firmware {
         c.lengths(query_mkey_in::SIZE, query_mkey_out::SIZE)?;
         let index = c.get(query_mkey_in::mkey_index) as u32;
         let k = self
-            .mkeys
+            .mkey_objs
             .get(index)
             .ok_or(Fail::from(Syndrome::MkeyUnknown))?;
         let mut o = Out::new(query_mkey_out::SIZE);
@@ -210,10 +213,13 @@ impl Firmware {
         c.op_mod_zero()?;
         c.lengths(destroy_mkey_in::SIZE, destroy_mkey_out::SIZE)?;
         let index = c.get(destroy_mkey_in::mkey_index) as u32;
-        let k = self
-            .mkeys
+        self.mkeys
             .remove(index)
             .map_err(|_| Fail::from(Syndrome::MkeyUnknown))?;
+        let k = self
+            .mkey_objs
+            .remove(index)
+            .ok_or(Fail::from(Syndrome::MkeyUnknown))?;
         self.pds.release(k.pd);
         Out::new(destroy_mkey_out::SIZE).done()
     }
