@@ -249,8 +249,41 @@ pub fn write_cached(
     })
 }
 
+/// The IOVA of `[va, va + len)` of the MKEY `k` when it is one piece of the
+/// translation, for a write (`write`) or a read: what [`walk_key`] gives as its one
+/// call for such a range (the range inside the key, a physical-address key or an
+/// MTT entry with the enable bit covering the whole range in one page). `None` for
+/// anything else (several pages, an error): [`walk_key`] then walks the range and
+/// names the error exactly as before.
+#[inline(always)]
+fn one_piece(k: &Mkey, va: u64, len: usize, write: bool) -> Option<u64> {
+    let v = &k.view;
+    if !v.covers(va, len as u64) {
+        return None;
+    }
+    match v.mode {
+        ACCESS_MODE_PA => Some(va),
+        ACCESS_MODE_MTT => {
+            let page = 1u64 << v.page_shift;
+            let in_page = va & (page - 1);
+            if len as u64 > page - in_page {
+                return None;
+            }
+            // `covers` holds, so `va >= start >= start & !(page - 1)`.
+            let first = v.start & !(page - 1);
+            let idx = usize::try_from((va - first) >> v.page_shift).ok()?;
+            let e = *k.mtt.get(idx)?;
+            let en = if write { MTT_WR_EN } else { MTT_RD_EN };
+            (e & en != 0).then_some((e & !0xff) + in_page)
+        }
+        _ => None,
+    }
+}
+
 /// [`write_cached`] through the MKEY `k` that [`checked`] gave for this key: the same
-/// bounds check, translation and IOMMU accesses, without looking the key up again.
+/// bounds check, translation and IOMMU accesses, without looking the key up again. A
+/// write within one piece of the translation ([`one_piece`]: a SEND's payload in one
+/// page) is translated at once; any other goes through [`walk_key`].
 pub fn write_key_cached(
     k: &Mkey,
     io: &Iommu,
@@ -260,6 +293,11 @@ pub fn write_key_cached(
 ) -> Result<(), KeyError> {
     if src.is_empty() {
         return Ok(());
+    }
+    if let Some(iova) = one_piece(k, va, src.len(), true) {
+        return io
+            .write_cached(win, iova, src)
+            .map_err(|_| KeyError::Translation);
     }
     walk_key(k, va, src.len(), true, |iova, off, chunk| {
         io.write_cached(win, iova, &src[off..off + chunk])
@@ -366,4 +404,99 @@ pub fn scatter_cached(
         return Err(KeyError::Bounds);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(view: MkeyView, mtt: Vec<u64>) -> Mkey {
+        Mkey {
+            key: 0x242,
+            pd: 1,
+            mkc: Vec::new(),
+            mtt,
+            view,
+        }
+    }
+
+    /// The pieces `walk_key` gives for a range, or its error.
+    fn walked(
+        k: &Mkey,
+        va: u64,
+        len: usize,
+        write: bool,
+    ) -> Result<Vec<(u64, usize, usize)>, KeyError> {
+        let mut v = Vec::new();
+        walk_key(k, va, len, write, |iova, off, chunk| {
+            v.push((iova, off, chunk));
+            Ok(())
+        })
+        .map(|()| v)
+    }
+
+    #[test]
+    fn one_piece_is_the_walk_of_a_one_piece_range() {
+        let view = |start, len, length64, mode, page_shift| MkeyView {
+            start,
+            len,
+            length64,
+            mode,
+            page_shift,
+            lr: true,
+            lw: true,
+            rr: true,
+            rw: true,
+            a: true,
+        };
+        // MTT entries: page IOVAs with both enables, read-only, write-only, neither.
+        let mtt: Vec<u64> = (0..8u64)
+            .map(|i| (0xc0_0000_0000 + i * 0x20_0000) | [3, 1, 2, 0][i as usize % 4])
+            .collect();
+        let keys = [
+            key(
+                view(0x7000_0000, 5 * 4096, false, ACCESS_MODE_PA, 12),
+                Vec::new(),
+            ),
+            key(
+                view(0x7000_0100, 6 * 4096, false, ACCESS_MODE_MTT, 12),
+                mtt.clone(),
+            ),
+            key(
+                view(0x7000_0000, 8 << 21, false, ACCESS_MODE_MTT, 21),
+                mtt.clone(),
+            ),
+            key(view(0x7000_0000, 0, true, ACCESS_MODE_MTT, 12), mtt.clone()),
+            key(view(0x7000_0000, 4096, false, 7, 12), mtt.clone()),
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        let mut ones = 0;
+        for k in &keys {
+            for _ in 0..20_000 {
+                let va = 0x7000_0000 - 64 + next(10 << 12);
+                let len = 1 + next(5000) as usize;
+                for write in [false, true] {
+                    let walk = walked(k, va, len, write);
+                    match one_piece(k, va, len, write) {
+                        Some(iova) => {
+                            ones += 1;
+                            assert_eq!(walk, Ok(vec![(iova, 0, len)]), "{k:?} {va:#x} {len}");
+                        }
+                        // Not one piece: the walk fails or gives several pieces.
+                        None => assert!(
+                            !matches!(&walk, Ok(p) if p.len() == 1),
+                            "{k:?} {va:#x} {len}: {walk:?}"
+                        ),
+                    }
+                }
+            }
+        }
+        assert!(ones > 10_000, "{ones}");
+    }
 }
