@@ -1001,9 +1001,10 @@ mod tests {
 
     /// The depth high-water mark, kept at each doorbell with the previous post's last
     /// WQE as a shortcut, against a model: the depth after each post is the producer
-    /// counter minus the end of the last completed WQE. Batches of 1-4 requests of
-    /// 1-4 WQEBBs (inline payloads) through both entries, completions of the previous
-    /// post's last WQE (the shortcut), of an earlier one, or none.
+    /// counter minus the end of the last completed WQE; and the posted count. Batches
+    /// of 1-4 requests of 1-4 WQEBBs (inline payloads) through both entries,
+    /// completions of the previous post's last WQE (the shortcut), of an earlier one,
+    /// or none.
     #[test]
     fn the_depth_high_water_mark_is_exact() {
         for blueflame in [true, false] {
@@ -1035,6 +1036,7 @@ mod tests {
         let mut outstanding: Vec<(u16, u16)> = Vec::new();
         let mut tail = 0u16;
         let mut hwm = 0u16;
+        let mut posted = 0u64;
         for round in 0..2000u32 {
             // Room: keep at least 16 WQEBBs free (4 requests of up to 4 WQEBBs).
             while s.qp.next_send_index().wrapping_sub(tail) > 64 - 16 {
@@ -1100,6 +1102,9 @@ mod tests {
             }
             hwm = hwm.max(s.qp.next_send_index().wrapping_sub(tail));
             assert_eq!(s.qp.sq_depth_hwm(), u32::from(hwm), "round {round}");
+            // The posted count: one per WR, whichever entry and path posted it.
+            posted += n as u64;
+            assert_eq!(s.qp.parts().0.posted, posted, "round {round}");
             // Sometimes complete the last WQE of this post (the next post then takes
             // the shortcut), sometimes an earlier one, sometimes nothing.
             match next(3) {
