@@ -122,8 +122,11 @@ fn ack_to(qp: &mut QpRt, psn: Psn) -> Option<bool> {
 /// Completes the WQEs at the head of the send queue that are done (a CQE for the
 /// signaled ones), and reports a failed WQE once it reaches the head.
 pub fn complete_head(qp: &mut QpRt, cx: &mut Ctx) {
-    while let Some(f) = qp.sq.wqes.front().copied() {
+    // The flight is read in place; only a failed one is copied out (its report needs
+    // the QP mutably).
+    while let Some(f) = qp.sq.wqes.front() {
         if let Some(s) = f.err {
+            let f = *f;
             qp.sq.wqes.pop_front();
             qp.sq.tx = qp.sq.tx.saturating_sub(1);
             report_error(qp, cx, &f, s);
@@ -132,10 +135,12 @@ pub fn complete_head(qp: &mut QpRt, cx: &mut Ctx) {
         if !f.done {
             break;
         }
+        let c =
+            f.w.signaled
+                .then(|| qp.req_completion(f, CqeKind::Req { sop: f.w.opcode }, cx.now));
         qp.sq.wqes.pop_front();
         qp.sq.tx = qp.sq.tx.saturating_sub(1);
-        if f.w.signaled {
-            let c = qp.req_completion(&f, CqeKind::Req { sop: f.w.opcode }, cx.now);
+        if let Some(c) = c {
             if !cx.post_cqe(qp.cfg.cqn_snd, &c) {
                 qp.to_error(cx);
                 return;

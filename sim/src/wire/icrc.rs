@@ -117,8 +117,8 @@ fn masked_block(
 #[cfg(target_arch = "x86_64")]
 mod clmul {
     use core::arch::x86_64::{
-        __m128i, _mm_and_si128, _mm_clmulepi64_si128, _mm_cvtsi128_si32, _mm_set_epi32,
-        _mm_set_epi64x, _mm_srli_si128, _mm_xor_si128,
+        __m128i, _mm_and_si128, _mm_clmulepi64_si128, _mm_cvtsi128_si32, _mm_or_si128,
+        _mm_set_epi32, _mm_set_epi64x, _mm_slli_si128, _mm_srli_si128, _mm_xor_si128,
     };
     use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -161,28 +161,85 @@ mod clmul {
         bth_bytes: &[u8; bth::HEADER_LEN],
         rest: &[u8],
     ) -> u32 {
-        // Every block whole: the first `t = rest.len() % 16` bytes of `rest` join the
-        // stack block, behind `16 - t` zero bytes. The initial all-ones register is
-        // XORed into the first four input bytes instead, so the fold starts from a zero
-        // register, which leading zero bytes do not change.
-        let t = rest.len() % 16;
-        let z = (16 - t) % 16;
-        let mut head = [0u8; MASKED_LEN + 16];
-        let words = masked_words(ipv4_header, udp_header, bth_bytes);
-        for (k, w) in words.iter().enumerate() {
-            // `z + 8 * k + 8 <= 15 + 48 < head.len()`.
-            if let Some(d) = head.get_mut(z + 8 * k..z + 8 * k + 8) {
-                d.copy_from_slice(&w.to_le_bytes());
-            }
-        }
-        head[z + MASKED_LEN..z + MASKED_LEN + t].copy_from_slice(&rest[..t]);
         // SAFETY: `available()` returned true: the CPU supports `pclmulqdq`, the only
-        // target feature `fold` enables beyond the x86-64 baseline (SSE2). `fold` has
-        // no other precondition: it reads its inputs as slices.
+        // target feature `kernel` enables beyond the x86-64 baseline (SSE2). `kernel`
+        // has no other precondition: it reads its inputs as arrays and slices.
         #[allow(unsafe_code)]
         unsafe {
-            fold(&head[..z + MASKED_LEN + t], &rest[t..])
+            kernel(ipv4_header, udp_header, bth_bytes, rest)
         }
+    }
+
+    /// The ICRC by folding. Every block is whole: the first `t = rest.len() % 16`
+    /// bytes of `rest` join the header blocks behind `16 - t` zero bytes. The initial
+    /// all-ones register is XORed into the first four input bytes instead
+    /// ([`masked_words`]), so the fold starts from a zero register, which leading zero
+    /// bytes do not change. For `t` of 0, 4, 8 or 12 (every RoCEv2 packet: the
+    /// transport part is a multiple of four bytes) the header blocks are built in
+    /// registers and shifted there; any other `t` goes through a stack block.
+    #[target_feature(enable = "pclmulqdq")]
+    fn kernel(
+        ipv4_header: &[u8; ipv4::HEADER_LEN],
+        udp_header: &[u8; udp::HEADER_LEN],
+        bth_bytes: &[u8; bth::HEADER_LEN],
+        rest: &[u8],
+    ) -> u32 {
+        let w = masked_words(ipv4_header, udp_header, bth_bytes);
+        let k3k4 = _mm_set_epi64x(K4, K3);
+        let h = [
+            _mm_set_epi64x(w[1] as i64, w[0] as i64),
+            _mm_set_epi64x(w[3] as i64, w[2] as i64),
+            _mm_set_epi64x(w[5] as i64, w[4] as i64),
+        ];
+        let t = rest.len() % 16;
+        // The first `t` bytes of `rest`, in the low bytes of a block.
+        let mut r = [0u8; 16];
+        let x = match t {
+            0 => fold1(fold1(h[0], h[1], k3k4), h[2], k3k4),
+            4 => {
+                r[..4].copy_from_slice(&rest[..4]);
+                shifted::<12, 4>(h, block(&r), k3k4)
+            }
+            8 => {
+                r[..8].copy_from_slice(&rest[..8]);
+                shifted::<8, 8>(h, block(&r), k3k4)
+            }
+            12 => {
+                r[..12].copy_from_slice(&rest[..12]);
+                shifted::<4, 12>(h, block(&r), k3k4)
+            }
+            _ => {
+                let z = 16 - t;
+                let mut head = [0u8; MASKED_LEN + 16];
+                for (k, v) in w.iter().enumerate() {
+                    // `z + 8 * k + 8 <= 15 + 48 < head.len()`.
+                    if let Some(d) = head.get_mut(z + 8 * k..z + 8 * k + 8) {
+                        d.copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+                head[z + MASKED_LEN..].copy_from_slice(&rest[..t]);
+                return fold(&head, &rest[t..]);
+            }
+        };
+        let (blocks, _) = rest[t..].as_chunks::<16>();
+        let mut x = x;
+        for b in blocks {
+            x = fold1(x, block(b), k3k4);
+        }
+        reduce(x, k3k4)
+    }
+
+    /// The register after the blocks `Z` zero bytes, the three header blocks `h`, the
+    /// first `16 - Z` bytes of `r` (`R = 16 - Z`): four blocks, each made of two
+    /// neighbours shifted by `Z` bytes.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq")]
+    fn shifted<const Z: i32, const R: i32>(h: [__m128i; 3], r: __m128i, k3k4: __m128i) -> __m128i {
+        let b0 = _mm_slli_si128::<Z>(h[0]);
+        let b1 = _mm_or_si128(_mm_slli_si128::<Z>(h[1]), _mm_srli_si128::<R>(h[0]));
+        let b2 = _mm_or_si128(_mm_slli_si128::<Z>(h[2]), _mm_srli_si128::<R>(h[1]));
+        let b3 = _mm_or_si128(_mm_slli_si128::<Z>(r), _mm_srli_si128::<R>(h[2]));
+        fold1(fold1(fold1(b0, b1, k3k4), b2, k3k4), b3, k3k4)
     }
 
     /// The [`MASKED_LEN`] bytes of [`masked_block`] as six little-endian words, with
@@ -281,6 +338,13 @@ mod clmul {
         for b in blocks {
             x = fold1(x, block(b), k3k4);
         }
+        reduce(x, k3k4)
+    }
+
+    /// The CRC-32 value (register complemented) of the folded 128-bit remainder `x`.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq")]
+    fn reduce(x: __m128i, k3k4: __m128i) -> u32 {
         // 128 bits to 96: the low 64 bits times K4, added to the high 64.
         let x = _mm_xor_si128(_mm_clmulepi64_si128(x, k3k4, 0x10), _mm_srli_si128(x, 8));
         // 96 bits to 64: the low 32 bits times K5, added to the high 64.
