@@ -492,6 +492,28 @@ mod tests {
         got
     }
 
+    /// Two CQs of `cqe` entries (`poll_one` on the first, `poll` on the second), both
+    /// attached to QPs 0x10 and 0x20 of capabilities `cap`, in RTS.
+    fn two_qps_on_two_cqs(
+        bus: &Arc<MemBus>,
+        cap: &QpCap,
+        cqe: u32,
+    ) -> (Cqs, DetachedQp<MemBus>, DetachedQp<MemBus>) {
+        let cqs = [
+            DetachedCq::new(bus, cqe).unwrap(),
+            DetachedCq::new(bus, cqe).unwrap(),
+        ];
+        let mut a = DetachedQp::new(bus, 0x10, cap, false).unwrap();
+        let mut b = DetachedQp::new(bus, 0x20, cap, false).unwrap();
+        for qp in [&mut a, &mut b] {
+            for cq in &cqs {
+                cq.attach(qp);
+            }
+            qp.set_state(QpState::Rts);
+        }
+        (cqs, a, b)
+    }
+
     /// `poll_one`'s inline path trusts the QP it saw last only while that QP lives:
     /// once destroyed, its CQEs are skipped (counted), as `poll` skips them, and the
     /// other QPs of the CQ still complete, across ring wraps and QP switches.
@@ -499,18 +521,7 @@ mod tests {
     fn a_destroyed_hot_qp_is_not_matched() {
         let bus = Arc::new(MemBus::new(1 << 18));
         let cap = QpCap::default();
-        let mut cqs = [
-            DetachedCq::new(&bus, 3).unwrap(),
-            DetachedCq::new(&bus, 3).unwrap(),
-        ];
-        let mut a = DetachedQp::new(&bus, 0x10, &cap, false).unwrap();
-        let mut b = DetachedQp::new(&bus, 0x20, &cap, false).unwrap();
-        for qp in [&mut a, &mut b] {
-            for cq in &cqs {
-                cq.attach(qp);
-            }
-            qp.set_state(QpState::Rts);
-        }
+        let (mut cqs, mut a, mut b) = two_qps_on_two_cqs(&bus, &cap, 3);
         for round in 0..20u64 {
             produce(&mut cqs, &mut a, round, MLX5_OPCODE_SEND);
             let wc = check(&mut cqs).expect("a's completion");
@@ -556,18 +567,7 @@ mod tests {
             max_recv_wr: 16,
             ..QpCap::default()
         };
-        let mut cqs = [
-            DetachedCq::new(&bus, 7).unwrap(),
-            DetachedCq::new(&bus, 7).unwrap(),
-        ];
-        let mut a = DetachedQp::new(&bus, 0x10, &cap, false).unwrap();
-        let mut b = DetachedQp::new(&bus, 0x20, &cap, false).unwrap();
-        for qp in [&mut a, &mut b] {
-            for cq in &cqs {
-                cq.attach(qp);
-            }
-            qp.set_state(QpState::Rts);
-        }
+        let (mut cqs, mut a, mut b) = two_qps_on_two_cqs(&bus, &cap, 7);
         let sge = [Sge {
             addr: 0x1000,
             length: 8,

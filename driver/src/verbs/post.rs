@@ -61,6 +61,19 @@ pub struct SendBatch<'q, B: Bus> {
 }
 
 impl<B: Bus> Queues<B> {
+    /// The one-request entries' error convention: an error is left in
+    /// `Queues::last_err` and the result points to it (one register, no unwinding).
+    #[inline(always)]
+    fn keep_err(&mut self, r: Result<(), PostError>) -> Option<&PostError> {
+        match r {
+            Ok(()) => None,
+            Err(e) => {
+                self.last_err = e;
+                Some(&self.last_err)
+            }
+        }
+    }
+
     /// Opens a batch on this QP's send ring `slots` ([`Queues::sq_slots`]). When the
     /// ring's post budget is spent (it is 0 after every state change), the state
     /// (RTS, SQD, SQE or ERR, as `post_send`) and the QP type are checked, out of
@@ -261,13 +274,8 @@ fn send_one_other<'o, B: Bus + 'o, O: SqOwner<B>>(
 ) -> Option<&'o PostError> {
     let (q, slots) = o.parts();
     slots.refresh_one_limit(q.sq_hwm);
-    match q.send_one(slots, wr_id, OneData::Inline(data), flags) {
-        Ok(()) => None,
-        Err(e) => {
-            q.last_err = e;
-            Some(&q.last_err)
-        }
-    }
+    let r = q.send_one(slots, wr_id, OneData::Inline(data), flags);
+    q.keep_err(r)
 }
 
 /// [`send_one_inline`] on a queue whose one-request entry is closed for good
@@ -281,13 +289,8 @@ fn send_one_batch<'o, B: Bus + 'o, O: SqOwner<B>>(
     flags: SendFlags,
 ) -> Option<&'o PostError> {
     let (q, slots) = o.parts();
-    match q.send_one(slots, wr_id, OneData::Inline(data), flags) {
-        Ok(()) => None,
-        Err(e) => {
-            q.last_err = e;
-            Some(&q.last_err)
-        }
-    }
+    let r = q.send_one(slots, wr_id, OneData::Inline(data), flags);
+    q.keep_err(r)
 }
 
 /// [`send_one_inline`] when its straight path does not apply: when the completion
