@@ -274,8 +274,7 @@ fn send_one_other<'o, B: Bus + 'o, O: SqOwner<B>>(
 ) -> Option<&'o PostError> {
     let (q, slots) = o.parts();
     slots.refresh_one_limit(q.sq_hwm);
-    let r = q.send_one(slots, wr_id, OneData::Inline(data), flags);
-    q.keep_err(r)
+    send_one_batch(o, data, wr_id, flags)
 }
 
 /// [`send_one_inline`] on a queue whose one-request entry is closed for good

@@ -192,20 +192,8 @@ pub fn fields(line: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::args::{Cli, Command};
+    use crate::cli::perf::runner::tests::config;
     use crate::cli::perf::stats::{bw_report, LatencySamples};
-    use clap::Parser;
-
-    fn config(args: &[&str]) -> PerfConfig {
-        let argv = ["ferroverbs", "perf"]
-            .into_iter()
-            .chain(args.iter().copied());
-        let Command::Perf { test } = Cli::try_parse_from(argv).unwrap().command else {
-            unreachable!()
-        };
-        let (id, a) = test.split();
-        PerfConfig::new(id, a).unwrap()
-    }
 
     #[test]
     fn headers_are_perftests() {

@@ -1400,12 +1400,14 @@ fn bw<B: Bus>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::cli::args::{Cli, Command};
     use clap::Parser;
 
-    fn config(args: &[&str]) -> PerfConfig {
+    /// The configuration `ferroverbs perf <args>` gives (the tests of the perf
+    /// modules share it).
+    pub(crate) fn config(args: &[&str]) -> PerfConfig {
         let argv = ["ferroverbs", "perf"]
             .into_iter()
             .chain(args.iter().copied());
