@@ -359,19 +359,7 @@ fn parse_lean(bytes: &[u8]) -> Option<(Repr, &[u8])> {
     if found != super::icrc::compute(ip_header, udp_header, &t[..icrc_at]) {
         return None;
     }
-    const B: usize = BTH_OFFSET;
-    let be24 = |at: usize| u32::from_be_bytes([0, h[at], h[at + 1], h[at + 2]]);
-    let mut roce = roce::Repr::new(super::bth::Repr {
-        opcode,
-        solicited: flags & 0x80 != 0,
-        mig_req: flags & 0x40 != 0,
-        pkey: be16(B + 2),
-        fecn: h[B + 4] & 0x80 != 0,
-        becn: h[B + 4] & 0x40 != 0,
-        dest_qp: be24(B + 5),
-        ack_req: h[B + 8] & 0x80 != 0,
-        psn: super::Psn::new(be24(B + 9)),
-    });
+    let mut roce = roce::Repr::new(lean_bth(h, opcode));
     roce.parse_extensions(t).ok()?;
     // The IPv4 fields straight from the fixed-size header (what `ipv4::Packet`'s
     // accessors read, without their slice bounds checks).
@@ -440,6 +428,28 @@ impl RcSendOnly<'_> {
     }
 }
 
+/// The BTH of a frame whose headers the lean parsers hold at fixed offsets (`h`, the
+/// first [`LEAN_HEADERS`] bytes; `opcode` already read and checked): the fields as
+/// `bth::Packet`'s accessors read them, without their slice bounds checks.
+#[inline(always)]
+fn lean_bth(h: &[u8; LEAN_HEADERS], opcode: super::Opcode) -> super::bth::Repr {
+    const B: usize = BTH_OFFSET;
+    let be16 = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
+    let be24 = |at: usize| u32::from_be_bytes([0, h[at], h[at + 1], h[at + 2]]);
+    let flags = h[B + 1];
+    super::bth::Repr {
+        opcode,
+        solicited: flags & 0x80 != 0,
+        mig_req: flags & 0x40 != 0,
+        pkey: be16(B + 2),
+        fecn: h[B + 4] & 0x80 != 0,
+        becn: h[B + 4] & 0x40 != 0,
+        dest_qp: be24(B + 5),
+        ack_req: h[B + 8] & 0x80 != 0,
+        psn: super::Psn::new(be24(B + 9)),
+    }
+}
+
 /// [`parse_lean`] for the frame of the common request, a one-packet RC SEND (with or
 /// without immediate), read at fixed offsets with the same checks (structure, IPv4
 /// header checksum, lengths, UDP port and zero checksum, transport version, pad,
@@ -503,7 +513,6 @@ pub fn parse_rc_send_only(bytes: &[u8]) -> Option<RcSendOnly<'_>> {
     if found != super::icrc::compute(ip_header, udp_header, &t[..icrc_at]) {
         return None;
     }
-    let be24 = |at: usize| u32::from_be_bytes([0, h[at], h[at + 1], h[at + 2]]);
     let immediate = match opcode {
         Opcode::RcSendOnlyWithImmediate => {
             let i = t.get(super::bth::HEADER_LEN..hlen)?;
@@ -518,17 +527,7 @@ pub fn parse_rc_send_only(bytes: &[u8]) -> Option<RcSendOnly<'_>> {
         dst_mac: [h[0], h[1], h[2], h[3], h[4], h[5]],
         src_addr: addr(12),
         dst_addr: addr(16),
-        bth: super::bth::Repr {
-            opcode,
-            solicited: flags & 0x80 != 0,
-            mig_req: flags & 0x40 != 0,
-            pkey: be16(B + 2),
-            fecn: h[B + 4] & 0x80 != 0,
-            becn: h[B + 4] & 0x40 != 0,
-            dest_qp: be24(B + 5),
-            ack_req: h[B + 8] & 0x80 != 0,
-            psn: super::Psn::new(be24(B + 9)),
-        },
+        bth: lean_bth(h, opcode),
         immediate,
         payload: &t[hlen..icrc_at - pad],
     })
