@@ -10,7 +10,11 @@
 //! 16 and 64 bytes, receive WQEs of one entry, of several (the fallback), of none;
 //! local length errors, receive buffers without LOCAL_WRITE, a bad lkey, an lkey of
 //! another PD, entries out of bounds and of 2^31 bytes, a receive buffer unmapped from
-//! the IOMMU (translation fault), and RNR NAKs with their retries.
+//! the IOMMU (translation fault), and RNR NAKs with their retries; and the cases the
+//! one-packet path's single IOMMU hold and direct CQE write hand back to the general
+//! code: the receive CQ unmapped (CQE write fault), the RQ ring unmapped between two
+//! SENDs (receive WQE read fault), the whole QP buffer with its doorbell record
+//! unmapped (RNR), a CQ overrun, and armed CQs (completion events, compared too).
 //!
 //! One test function: the switch is process-wide (this binary runs nothing else).
 
@@ -36,6 +40,8 @@ struct Outcome {
     b_stats: DataPathStats,
     iommu: [(u64, u64, u64); 2],
     states: (u8, u8),
+    /// B's completion EQ entries (events of armed CQs).
+    b_eqes: Vec<Vec<u8>>,
 }
 
 /// A scenario: what it posts, given the pair, its receive QP and its regions.
@@ -122,6 +128,9 @@ fn run(s: &Scenario, general: bool) -> Outcome {
     a_stats.rx_send_only_fast = 0;
     b_stats.rx_send_only_fast = 0;
     let states = (p.a.qp_state(&qa), p.b.qp_state(&qb));
+    let b_eqes = (0..64)
+        .map_while(|ci| p.b.ceq_entry(ci).map(|e| e.to_vec()))
+        .collect();
     if s.clean {
         assert_eq!(
             (a_stats.error_cqes, b_stats.error_cqes, a_stats.retransmits),
@@ -139,6 +148,7 @@ fn run(s: &Scenario, general: bool) -> Outcome {
         b_stats,
         iommu: [io(&p.a), io(&p.b)],
         states,
+        b_eqes,
     }
 }
 
@@ -334,6 +344,102 @@ fn scenarios() -> Vec<Scenario> {
                 let len = p.b.h.mapped[m].mem.len();
                 p.b.h.bus.dma_unmap(iova, len).unwrap();
                 one(p, qa, qb, src, 64, &[sge(&dst[0], 0, 64)]);
+            },
+        },
+        Scenario {
+            name: "receive CQ unmapped (CQE write fault)",
+            stride: 2,
+            fast: true,
+            clean: false,
+            run: |p, qa, qb, src, dst, _| {
+                let m = p.bcq.1.m;
+                let iova = p.b.h.iova(m);
+                let len = p.b.h.mapped[m].mem.len();
+                one(p, qa, qb, src, 64, &[sge(&dst[0], 0, 64)]);
+                p.b.h.bus.dma_unmap(iova, len).unwrap();
+                one(p, qa, qb, src, 64, &[sge(&dst[0], 64, 64)]);
+            },
+        },
+        Scenario {
+            name: "RQ ring unmapped between two SENDs (receive WQE read fault)",
+            stride: 2,
+            fast: true,
+            clean: false,
+            run: |p, qa, qb, src, dst, _| {
+                // Two WQEs posted: the first SEND reads the doorbell record (two
+                // known), the second takes the next WQE without reading it again, and
+                // its read faults.
+                p.b.post_recv(qb, &[sge(&dst[0], 0, 64)]);
+                one(p, qa, qb, src, 64, &[sge(&dst[0], 64, 64)]);
+                let m = qb.m;
+                let iova = p.b.h.iova(m);
+                let len = p.b.h.mapped[m].mem.len();
+                p.b.h.bus.dma_unmap(iova, len).unwrap();
+                p.a.post(qa, &send_wqe(qa.qpn, &[sge(&src[0], 5, 64)], None, SIG));
+                p.fabric.run_until_idle();
+            },
+        },
+        Scenario {
+            name: "QP buffer and doorbell record unmapped (no WQE seen: RNR)",
+            stride: 2,
+            fast: true,
+            clean: false,
+            run: |p, qa, qb, src, dst, _| {
+                one(p, qa, qb, src, 64, &[sge(&dst[0], 0, 64)]);
+                p.b.post_recv(qb, &[sge(&dst[0], 64, 64)]);
+                let m = qb.m;
+                let iova = p.b.h.iova(m);
+                let len = p.b.h.mapped[m].mem.len();
+                p.b.h.bus.dma_unmap(iova, len).unwrap();
+                p.a.post(qa, &send_wqe(qa.qpn, &[sge(&src[0], 5, 64)], None, SIG));
+                p.fabric.run_until_idle();
+                p.fabric.run_timers(Duration::from_millis(1));
+            },
+        },
+        Scenario {
+            name: "receive CQ overrun (256 entries, never polled)",
+            stride: 2,
+            fast: true,
+            clean: false,
+            run: |p, qa, qb, src, dst, out| {
+                let d = dst[3];
+                for list in 0..36usize {
+                    for k in 0..8 {
+                        p.b.post_recv(qb, &[sge(&d, (list * 8 + k) % 7 * 1024, 1024)]);
+                    }
+                    let mut first = None;
+                    for k in 0..8usize {
+                        let flags = if k == 7 { SIG } else { 0 };
+                        let len = ((list * 8 + k) * 37 % 200 + 1) as u32;
+                        let w = send_wqe(qa.qpn, &[sge(&src[0], k * 100, len)], None, flags);
+                        let (_, f) = p.a.write_wqe(qa, &w);
+                        first.get_or_insert(f);
+                    }
+                    if let Some(f) = first {
+                        p.a.ring(qa, f);
+                    }
+                    p.fabric.run_until_idle();
+                    // Only A's CQ: B's receive CQ fills up.
+                    while let Some(c) = p.a.poll(&mut p.acq.0) {
+                        out.a.push(c.as_bytes().to_vec());
+                    }
+                }
+            },
+        },
+        Scenario {
+            name: "armed receive CQ: next completion, then solicited only",
+            stride: 2,
+            fast: true,
+            clean: true,
+            run: |p, qa, qb, src, dst, out| {
+                let d = dst[3];
+                let recv = |n: usize| vec![sge(&d, (n % 7) * 1024, 1024)];
+                let lens: Vec<u32> = (0..24u32).map(|i| (i * 41) % 300).collect();
+                for (round, part) in lens.chunks(8).enumerate() {
+                    // Re-armed before each list (after the drain of the last one).
+                    p.b.arm(&p.bcq.1, round as u32, round % 2 == 1);
+                    traffic(p, qa, qb, src, part, false, recv, out);
+                }
             },
         },
         Scenario {

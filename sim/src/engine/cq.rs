@@ -25,7 +25,7 @@ use ferroverbs_hw::datapath::eqe::{MLX5_EVENT_TYPE_COMP, MLX5_EVENT_TYPE_CQ_ERRO
 use zerocopy::byteorder::big_endian::{U16, U32, U64};
 
 use crate::firmware::Firmware;
-use crate::iommu::{Iommu, Window};
+use crate::iommu::{Held, Iommu, Window};
 use crate::irq::Irqs;
 
 /// 24-bit counters.
@@ -163,15 +163,16 @@ impl Completion {
 /// ([`super::qp::QpCfg::resp_cqe`]). A completion then writes only what changes per
 /// CQE: `imm_inval_pkey`, `byte_cnt`, `timestamp`, `wqe_counter` and `op_own` (CQE
 /// opcode, SE, owner). [`CqeTemplate::fill`] gives the same 64 bytes as
-/// [`Completion::encode`] of the same completion (tested byte for byte).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CqeTemplate(Cqe64);
-
-impl Default for CqeTemplate {
-    fn default() -> CqeTemplate {
-        CqeTemplate(Cqe64::zeroed())
-    }
-}
+/// [`Completion::encode`] of the same completion (tested byte for byte), and
+/// [`CqeTemplate::words`] the same entry as eight words, for a write straight into the
+/// CQ slot ([`CqRt::try_push_resp`]).
+///
+/// Held as the eight big-endian 64-bit values of the entry's bytes `8k..8k + 8`; the
+/// per-completion fields are the low bits of words 4 (`imm_inval_pkey`, bytes 36-39),
+/// 5 (`byte_cnt`, 44-47), 6 (`timestamp`, 48-55) and 7 (`wqe_counter` 60-61,
+/// `op_own` 63), zero in the template.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CqeTemplate([u64; 8]);
 
 impl CqeTemplate {
     /// The template of the successful responder CQEs of QP `qpn` (remote QPN `rqpn`,
@@ -189,14 +190,52 @@ impl CqeTemplate {
             timestamp: 0,
             grh,
         };
-        let mut t = Cqe64::read_from(&c.encode(0)).unwrap_or_else(|_| Cqe64::zeroed());
-        t.op_own = 0;
-        CqeTemplate(t)
+        let mut e = c.encode(0);
+        // `op_own` (opcode, SE and owner) is written per completion.
+        e[63] = 0;
+        CqeTemplate(core::array::from_fn(|k| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&e[8 * k..8 * k + 8]);
+            u64::from_be_bytes(w)
+        }))
     }
 
-    /// The CQE of a successful responder completion with CQE opcode `opcode`
+    /// The entry of a successful responder completion with CQE opcode `opcode`
     /// (`MLX5_CQE_RESP_*`), its solicited-event bit, owner bit `owner`, and these
-    /// per-completion values (`imm` as it came off the wire).
+    /// per-completion values (`imm` as it came off the wire) as eight native-endian
+    /// words: `words[k]` is `u64::from_ne_bytes` of the entry's bytes `8k..8k + 8`
+    /// (what [`Held::try_write_entry64`](crate::iommu::Held::try_write_entry64)
+    /// takes).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn words(
+        &self,
+        opcode: u8,
+        se: bool,
+        owner: u8,
+        wqe_counter: u16,
+        byte_cnt: u32,
+        imm: u32,
+        timestamp: u64,
+    ) -> [u64; 8] {
+        let t = &self.0;
+        let op_own = make_op_own(opcode, 0, se, owner);
+        let v = [
+            t[0],
+            t[1],
+            t[2],
+            t[3],
+            t[4] | u64::from(imm),
+            t[5] | u64::from(byte_cnt),
+            timestamp,
+            t[7] | (u64::from(wqe_counter) << 16) | u64::from(op_own),
+        ];
+        // The big-endian value of eight bytes is their native-endian image swapped
+        // to big endian: `from_ne_bytes(v.to_be_bytes()) == v.to_be()`.
+        v.map(u64::to_be)
+    }
+
+    /// [`CqeTemplate::words`] as the 64 bytes of the CQE.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub fn fill(
@@ -209,14 +248,11 @@ impl CqeTemplate {
         imm: u32,
         timestamp: u64,
     ) -> [u8; 64] {
-        let mut c = self.0;
-        c.imm_inval_pkey = U32::new(imm);
-        c.byte_cnt = U32::new(byte_cnt);
-        c.timestamp = U64::new(timestamp);
-        c.wqe_counter = U16::new(wqe_counter);
-        c.op_own = make_op_own(opcode, 0, se, owner);
+        let w = self.words(opcode, se, owner, wqe_counter, byte_cnt, imm, timestamp);
         let mut out = [0u8; 64];
-        out.copy_from_slice(c.as_bytes());
+        for (k, w) in w.iter().enumerate() {
+            out[8 * k..8 * k + 8].copy_from_slice(&w.to_ne_bytes());
+        }
         out
     }
 }
@@ -389,6 +425,55 @@ impl CqRt {
             _ => {}
         }
         Pushed::Written
+    }
+
+    /// [`CqRt::push_with`] of a successful responder CQE from the QP's template `tpl`
+    /// ([`CqeTemplate::words`]) written straight into its slot through the held
+    /// table `held` ([`Held::try_write_entry64`]: the 63 body bytes, a release fence,
+    /// then `op_own`, as `push_with` writes every CQE), when the push needs nothing
+    /// but that write: the CQ is not in error, not armed, the overrun check needs no
+    /// read of the consumer index (fewer than `ncqe` CQEs past the last one read, or
+    /// `oi`), and the slot is reachable through the CQ's window. Then the same
+    /// effects as `push_with` (the entry, the IOMMU byte counter, the producer index,
+    /// the written count, the last solicited CQE) and `true`.
+    ///
+    /// `false`: nothing was done (the window may have been refreshed, as `push_with`
+    /// would refresh it); the caller drops the hold and pushes the CQE with
+    /// `push_with`, which handles every such case (consumer index read, overrun,
+    /// write fault, events).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn try_push_resp(
+        &mut self,
+        held: &Held,
+        tpl: &CqeTemplate,
+        opcode: u8,
+        se: bool,
+        wqe_counter: u16,
+        byte_cnt: u32,
+        imm: u32,
+        timestamp: u64,
+    ) -> bool {
+        if self.error || self.arm.is_some() {
+            return false;
+        }
+        if !self.oi && (self.pi.wrapping_sub(self.ci_seen) & MASK24) >= self.ncqe() {
+            return false;
+        }
+        let Some(iova) = self.cqe_iova(self.pi) else {
+            return false;
+        };
+        let owner = hw_owner_bit(self.pi, self.ncqe());
+        let words = tpl.words(opcode, se, owner, wqe_counter, byte_cnt, imm, timestamp);
+        if !held.try_write_entry64(&mut self.win, iova, &words) {
+            return false;
+        }
+        if se {
+            self.last_solicited = Some(self.pi);
+        }
+        self.pi = self.pi.wrapping_add(1) & MASK24;
+        self.written += 1;
+        true
     }
 
     /// Fault injection (a faulty device, for the driver's defences): writes the CQE

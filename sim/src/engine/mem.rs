@@ -12,7 +12,7 @@ use ferroverbs_hw::control::mkey::mkc;
 use ferroverbs_hw::Field;
 
 use crate::firmware::{Firmware, Mkey};
-use crate::iommu::{Iommu, Window};
+use crate::iommu::{CachedAccess, Iommu, Window};
 
 /// The access a use of a key needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -283,10 +283,11 @@ fn one_piece(k: &Mkey, va: u64, len: usize, write: bool) -> Option<u64> {
 /// [`write_cached`] through the MKEY `k` that [`checked`] gave for this key: the same
 /// bounds check, translation and IOMMU accesses, without looking the key up again. A
 /// write within one piece of the translation ([`one_piece`]: a SEND's payload in one
-/// page) is translated at once; any other goes through [`walk_key`].
+/// page) is translated at once; any other goes through [`walk_key`]. `io` is the
+/// [`Iommu`] or a [`Held`](crate::iommu::Held) table (the one-packet receive path).
 pub fn write_key_cached(
     k: &Mkey,
-    io: &Iommu,
+    io: &impl CachedAccess,
     win: &mut Window,
     va: u64,
     src: &[u8],

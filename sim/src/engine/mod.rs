@@ -748,7 +748,7 @@ impl QpRt {
     }
 
     /// Receive WQEs posted and not consumed.
-    pub fn rq_posted(&self, io: &Iommu) -> u32 {
+    pub fn rq_posted(&self, io: &impl crate::iommu::CachedAccess) -> u32 {
         if self.cfg.rq_size == 0 {
             return 0;
         }

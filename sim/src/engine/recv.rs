@@ -22,7 +22,7 @@ use super::wqe::{self, RecvError, MAX_RQ_STRIDE};
 use super::{Ctx, QpRt};
 use crate::firmware::srq::SrqTake;
 use crate::firmware::{Firmware, Mkey};
-use crate::iommu::Iommu;
+use crate::iommu::CachedAccess;
 
 /// Bytes of the next segment at the start of every SRQ WQE.
 const SRQ_NEXT_SEG: usize = 16;
@@ -66,9 +66,9 @@ pub fn take(qp: &mut QpRt, cx: &mut Ctx, scatter: bool) -> Result<(), TakeError>
 /// (it moves forward, and the driver never overwrites a WQE the device has not
 /// consumed), so those are still posted; this is what a ConnectX does (it fetches
 /// the record when its known WQEs run out). The record is one aligned 4-byte load
-/// ([`Iommu::read_be32_cached`]), never torn (§7.5.2 of `docs/performance.md`).
+/// ([`CachedAccess::read_be32_cached`]), never torn (§7.5.2 of `docs/performance.md`).
 #[inline(always)]
-fn consume_rq(qp: &mut QpRt, io: &Iommu) -> Result<u32, TakeError> {
+fn consume_rq(qp: &mut QpRt, io: &impl CachedAccess) -> Result<u32, TakeError> {
     if qp.rq_known == 0 {
         qp.rq_known = qp.rq_posted(io);
         if qp.rq_known == 0 {
@@ -99,7 +99,7 @@ fn consume_rq(qp: &mut QpRt, io: &Iommu) -> Result<u32, TakeError> {
 pub fn take_rq<'f>(
     qp: &mut QpRt,
     fw: &'f Firmware,
-    io: &Iommu,
+    io: &impl CachedAccess,
 ) -> Result<Option<(mem::Sge, &'f Mkey)>, TakeError> {
     let counter = consume_rq(qp, io)?;
     let cfg = &qp.cfg;
@@ -157,7 +157,12 @@ pub fn take_rq<'f>(
 /// Reads the RQ WQE of counter `counter` into `qp.resp.rwqe.sges`, each data segment
 /// checked ([`wqe::parse_segs`]): as [`wqe::parse_recv`], through the QP's cached
 /// translation of its ring (`qp.resp.rq_win`).
-fn read_rwqe_io(qp: &mut QpRt, fw: &Firmware, io: &Iommu, counter: u32) -> Result<(), RecvError> {
+fn read_rwqe_io(
+    qp: &mut QpRt,
+    fw: &Firmware,
+    io: &impl CachedAccess,
+    counter: u32,
+) -> Result<(), RecvError> {
     let win = &mut qp.resp.rq_win;
     wqe::parse_recv_with(fw, &qp.cfg, counter, &mut qp.resp.rwqe.sges, |iova, raw| {
         io.read_cached(win, iova, raw).is_ok()

@@ -344,19 +344,35 @@ fn not_taken(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, e: TakeError) {
 /// comes from the QP's template. A WQE with another shape continues on the general
 /// path ([`send_data`]). Same checks (local length, the key's PD, access and bounds,
 /// the translation), same errors, same CQE bytes, same ACK.
+///
+/// Its host accesses (the RQ doorbell record when the known WQEs are used up, the
+/// receive WQE, the payload, the CQE) go through one hold of the IOMMU's table
+/// ([`Iommu::hold`](crate::iommu::Iommu::hold)): the same checks and effects as the
+/// IOMMU's own accessors, one lock. The hold is dropped before anything that uses the
+/// IOMMU's own accessors: every error path (RNR NAK, error CQE, NAK, event), the
+/// general SEND path for another WQE shape, and a CQE that needs more than its write
+/// ([`CqRt::try_push_resp`](crate::engine::cq::CqRt::try_push_resp) refused it
+/// before doing anything: [`Ctx::post_resp_cqe`] then writes it).
 fn send_only(qp: &mut QpRt, cx: &mut Ctx, one: &One) {
     let psn = one.bth.psn;
-    let (sge, k) = match recv::take_rq(qp, cx.fw, cx.io) {
+    let io = cx.io;
+    let held = io.hold();
+    let (sge, k) = match recv::take_rq(qp, cx.fw, &held) {
         Ok(Some(one)) => one,
         Ok(None) => {
+            drop(held);
             let mut roce = RoceRepr::new(one.bth);
             return send_data(qp, cx, &one.pkt(&mut roce), Position::Only);
         }
-        Err(e) => return not_taken(qp, cx, psn, e),
+        Err(e) => {
+            drop(held);
+            return not_taken(qp, cx, psn, e);
+        }
     };
     let n = one.payload.len();
     // `on_send`'s length check with nothing received yet: `0 + n > total`.
     if n as u64 > sge.len {
+        drop(held);
         return recv_error(
             qp,
             cx,
@@ -368,7 +384,8 @@ fn send_only(qp: &mut QpRt, cx: &mut Ctx, one: &One) {
     // `mem::scatter_cached` of a one-entry list at offset 0: the whole payload at the
     // entry's address (nothing for an empty payload).
     let win = &mut qp.resp.data_win;
-    if mem::write_key_cached(k, cx.io, win, sge.addr, one.payload).is_err() {
+    if mem::write_key_cached(k, &held, win, sge.addr, one.payload).is_err() {
+        drop(held);
         return recv_error(
             qp,
             cx,
@@ -388,7 +405,16 @@ fn send_only(qp: &mut QpRt, cx: &mut Ctx, one: &One) {
     };
     let counter = r.rwqe.counter as u16;
     let se = one.bth.solicited;
-    if !cx.post_resp_cqe(&qp.cfg, opcode, se, counter, byte_cnt(n as u64), imm) {
+    let cfg = &qp.cfg;
+    let len = byte_cnt(n as u64);
+    let written = match cfg.cqn_rcv.and_then(|cqn| cx.cqs.get_mut(&cqn)) {
+        Some(cq) => cq.try_push_resp(&held, &cfg.resp_cqe, opcode, se, counter, len, imm, cx.now),
+        None => false,
+    };
+    drop(held);
+    if written {
+        cx.stats.cqes += 1;
+    } else if !cx.post_resp_cqe(cfg, opcode, se, counter, len, imm) {
         return qp.to_error(cx);
     }
     if one.bth.ack_req {
