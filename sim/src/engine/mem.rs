@@ -132,6 +132,7 @@ pub fn check(
 
 /// [`check`], giving the MKEY that passed it (for an access that follows at once,
 /// under the same device lock, with no second table search: [`write_key_cached`]).
+#[inline(always)]
 pub fn checked(
     fw: &Firmware,
     key: u32,
