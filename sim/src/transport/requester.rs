@@ -18,7 +18,6 @@
 use crate::engine::mem;
 use crate::engine::wqe::{self, Op, WqeError};
 use crate::engine::{Ctx, Flight, QpRt, Synd};
-use crate::wire::encap::SEND_ONLY_FRAME_MAX;
 use crate::wire::{atomic_eth, immdt, opcode::Position, reth, Opcode, RoceRepr, MAX_U24};
 use ferroverbs_hw::control::qp::QpcState;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -233,36 +232,31 @@ fn send_now(qp: &mut QpRt, cx: &mut Ctx, w: &wqe::SendWqe, raw: &[u8; 128]) -> b
         Some(Op::Send { imm: true }) => Some([raw[12], raw[13], raw[14], raw[15]]),
         _ => None,
     };
-    let at = wqe::INLINE_SEND_DATA_AT;
-    let mut frame = [0u8; SEND_ONLY_FRAME_MAX];
-    let Some(len) = e.rc_send_only(
-        &mut frame,
+    // The inline bytes are the first `n` of the WQEBBs after the inline header.
+    let (_, window) = raw.split_at(wqe::INLINE_SEND_DATA_AT);
+    let Ok(window) = <&[u8; 128 - wqe::INLINE_SEND_DATA_AT]>::try_from(window) else {
+        return false;
+    };
+    // The frame is built in the buffer it goes out in.
+    let mut buf = cx.net.buffer();
+    let Some(_) = e.rc_send_only(
+        &mut buf,
         qp.cfg.remote_qpn & MAX_U24,
         psn,
         w.solicited,
         imm,
-        &raw[at..at + n],
+        window,
+        n,
     ) else {
+        // Nothing built: the buffer goes back where it came from.
+        cx.net.spare.push(buf);
         return false;
     };
-    let mut buf = cx.net.buffer();
-    buf.clear();
-    buf.extend_from_slice(&frame[..len]);
     cx.net.send(buf, cx.stats);
     cx.stats.wqes += 1;
     cx.stats.tx_send_only_fast += 1;
     sq.fetched = sq.fetched.wrapping_add(w.wqebbs);
-    sq.wqes.push_back(Flight {
-        w: *w,
-        first_psn: psn,
-        npsn: 1,
-        sent: 1,
-        resp_pkts: 0,
-        got: 0,
-        done: false,
-        counted: false,
-        err: None,
-    });
+    push_sent(&mut sq.wqes, w, psn);
     let hi = psn.next();
     sq.next_psn = hi;
     sq.tx += 1;
@@ -273,6 +267,29 @@ fn send_now(qp: &mut QpRt, cx: &mut Ctx, w: &wqe::SendWqe, raw: &[u8; 128]) -> b
         sq.ack_deadline = completer::ack_timeout_ns(qp.cfg.ack_timeout).map(|t| cx.now + t);
     }
     true
+}
+
+/// Queues the inline SEND `w` as sent in one packet at `psn` (the flight [`queue`]
+/// and [`transmit`] leave for it). Not inlined: the flight is written into the
+/// queue's slot field by field, where a copy of it from the caller's frame would
+/// otherwise be made (the queue's push is out of line in a large caller).
+#[inline(never)]
+fn push_sent(
+    wqes: &mut std::collections::VecDeque<Flight>,
+    w: &wqe::SendWqe,
+    psn: crate::wire::Psn,
+) {
+    wqes.push_back(Flight {
+        w: *w,
+        first_psn: psn,
+        npsn: 1,
+        sent: 1,
+        resp_pkts: 0,
+        got: 0,
+        done: false,
+        counted: false,
+        err: None,
+    });
 }
 
 fn send_opcode(op: Op, pos: Position) -> Opcode {

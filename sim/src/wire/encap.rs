@@ -120,33 +120,39 @@ impl Encap {
 /// Most payload bytes [`Encap::rc_send_only`] builds a frame for.
 pub const SEND_ONLY_MAX_PAYLOAD: usize = 112;
 
-/// The size of the buffer [`Encap::rc_send_only`] writes into: the largest frame it
-/// builds (headers, a BTH and an ImmDt, [`SEND_ONLY_MAX_PAYLOAD`] bytes, no pad needed
-/// at that length, the ICRC).
+/// The largest frame [`Encap::rc_send_only`] builds: headers, a BTH and an ImmDt,
+/// [`SEND_ONLY_MAX_PAYLOAD`] bytes (no pad needed at that length), the ICRC.
 pub const SEND_ONLY_FRAME_MAX: usize =
     ENCAP_LEN + bth::HEADER_LEN + immdt::HEADER_LEN + SEND_ONLY_MAX_PAYLOAD + icrc::ICRC_LEN;
 
 impl Encap {
-    /// Writes a whole RC SEND ONLY frame (SEND ONLY WITH IMMEDIATE when `imm` is
-    /// given: the ImmDt's four wire bytes) with `payload` into `out` at fixed offsets,
-    /// ICRC included, and returns its length: the bytes [`Encap::emit_headers`] with a
-    /// [`roce::Repr`] of that opcode (P_Key 0xFFFF, AckReq set, MigReq, FECN and BECN
-    /// clear, SE as `solicited`), the payload, zero pad bytes and [`fill_icrc`]
-    /// produce (a test compares them over many paths, PSNs, QPs and lengths). `None`
-    /// (nothing to send) for a payload above [`SEND_ONLY_MAX_PAYLOAD`] bytes or a
-    /// destination QP above 24 bits.
+    /// Makes `out` a whole RC SEND ONLY frame (SEND ONLY WITH IMMEDIATE when `imm` is
+    /// given: the ImmDt's four wire bytes) whose payload is the first `n` bytes of
+    /// `window`, built at fixed offsets, ICRC included, and returns its length: the
+    /// bytes [`Encap::emit_headers`] with a [`roce::Repr`] of that opcode (P_Key
+    /// 0xFFFF, AckReq set, MigReq, FECN and BECN clear, SE as `solicited`), the
+    /// payload, zero pad bytes and [`fill_icrc`] produce (a test compares them over
+    /// many paths, PSNs, QPs and lengths). The frame is written into `out` directly
+    /// (its previous contents dropped; no intermediate buffer): `out` is extended by
+    /// the largest frame's length in one step, the payload copied as the whole
+    /// fixed-size `window` and the pad as four zero bytes after the `n` (copies of
+    /// sizes known at compile time instead of calls for `n` and `pad` bytes), then cut
+    /// to the frame. `None`, with `out` unchanged, for a window above
+    /// [`SEND_ONLY_MAX_PAYLOAD`] bytes, `n` above `W`, or a destination QP above 24
+    /// bits.
     #[inline]
-    pub fn rc_send_only(
+    #[allow(clippy::too_many_arguments)]
+    pub fn rc_send_only<const W: usize>(
         &self,
-        out: &mut [u8; SEND_ONLY_FRAME_MAX],
+        out: &mut Vec<u8>,
         dest_qp: u32,
         psn: Psn,
         solicited: bool,
         imm: Option<[u8; 4]>,
-        payload: &[u8],
+        window: &[u8; W],
+        n: usize,
     ) -> Option<usize> {
-        let n = payload.len();
-        if n > SEND_ONLY_MAX_PAYLOAD || dest_qp > super::MAX_U24 {
+        if W > SEND_ONLY_MAX_PAYLOAD || n > W || dest_qp > super::MAX_U24 {
             return None;
         }
         let pad = roce::pad_len(n);
@@ -158,11 +164,22 @@ impl Encap {
         } else {
             Opcode::RcSendOnly
         };
-        // The BTH (IBTA 9.2): opcode; SE, MigReq 0, pad count, TVer 0; P_Key; FECN,
-        // BECN, reserved 0; destination QP; AckReq and reserved; PSN.
+        // The outer headers with the lengths and the IPv4 checksum of this frame
+        // (what `Encap::write` patches), then the BTH (IBTA 9.2): opcode; SE, MigReq 0,
+        // pad count, TVer 0; P_Key; FECN, BECN, reserved 0; destination QP; AckReq
+        // and reserved; PSN.
+        let mut h = [0u8; ENCAP_LEN + bth::HEADER_LEN];
+        h[..ENCAP_LEN].copy_from_slice(&self.bytes);
+        // `len <= SEND_ONLY_FRAME_MAX`: the lengths fit 16 bits.
+        let ip_len = (len - IPV4_OFFSET) as u16;
+        h[IP_LEN_AT..IP_LEN_AT + 2].copy_from_slice(&ip_len.to_be_bytes());
+        let csum = !ipv4::fold(u32::from(self.ip_sum) + u32::from(ip_len));
+        h[IP_CSUM_AT..IP_CSUM_AT + 2].copy_from_slice(&csum.to_be_bytes());
+        let udp_len = ip_len - ipv4::HEADER_LEN as u16;
+        h[UDP_LEN_AT..UDP_LEN_AT + 2].copy_from_slice(&udp_len.to_be_bytes());
         let q = dest_qp.to_be_bytes();
         let p = psn.value().to_be_bytes();
-        let b: [u8; bth::HEADER_LEN] = [
+        h[BTH_OFFSET..].copy_from_slice(&[
             opcode.value(),
             if solicited { 0x80 } else { 0 } | (pad as u8) << 4,
             (bth::DEFAULT_PKEY >> 8) as u8,
@@ -175,16 +192,19 @@ impl Encap {
             p[1],
             p[2],
             p[3],
-        ];
-        let frame = out.get_mut(..len)?;
-        self.write(frame).ok()?;
-        frame[BTH_OFFSET..BTH_OFFSET + bth::HEADER_LEN].copy_from_slice(&b);
+        ]);
+        out.clear();
+        out.extend_from_slice(&[0u8; SEND_ONLY_FRAME_MAX]);
+        let f = out.as_mut_slice();
+        // In bounds: `data_at + W <= SEND_ONLY_FRAME_MAX - 4`, `data_at + n + 4` too.
+        f[..h.len()].copy_from_slice(&h);
         if let Some(i) = imm {
-            frame[BTH_OFFSET + bth::HEADER_LEN..data_at].copy_from_slice(&i);
+            f[BTH_OFFSET + bth::HEADER_LEN..data_at].copy_from_slice(&i);
         }
-        frame[data_at..data_at + n].copy_from_slice(payload);
-        frame[data_at + n..data_at + n + pad].fill(0);
-        fill_icrc(frame);
+        f[data_at..data_at + W].copy_from_slice(window);
+        f[data_at + n..data_at + n + icrc::ICRC_LEN].copy_from_slice(&[0; 4]);
+        out.truncate(len);
+        fill_icrc(out);
         Some(len)
     }
 }
@@ -326,7 +346,11 @@ mod tests {
                     want[range].copy_from_slice(&payload);
                     let n = Encap::frame_len(&r, len);
                     fill_icrc(&mut want[..n]);
-                    let mut got = [0xa5u8; SEND_ONLY_FRAME_MAX];
+                    // The payload in a window whose other bytes are not zero, in a
+                    // buffer that held another frame.
+                    let mut window = [0xc3u8; SEND_ONLY_MAX_PAYLOAD];
+                    window[..len].copy_from_slice(&payload);
+                    let mut got = vec![0xa5u8; 300];
                     let m = encap
                         .rc_send_only(
                             &mut got,
@@ -334,13 +358,26 @@ mod tests {
                             Psn::new(psn),
                             solicited,
                             imm.map(u32::to_be_bytes),
-                            &payload,
+                            &window,
+                            len,
                         )
                         .unwrap();
                     assert_eq!(m, n, "path {k}, {len} bytes");
-                    assert_eq!(got[..n], want[..n], "path {k}, {len} bytes, {imm:?}");
-                    let f = Frame::new_checked(&got[..n]).unwrap();
+                    assert_eq!(got.len(), n, "path {k}, {len} bytes");
+                    assert!(n <= SEND_ONLY_FRAME_MAX);
+                    assert_eq!(got[..], want[..n], "path {k}, {len} bytes, {imm:?}");
+                    let f = Frame::new_checked(&got[..]).unwrap();
                     f.verify().unwrap();
+                    // A window of exactly the payload (no byte after it) too.
+                    if len == 8 {
+                        let mut got8 = Vec::new();
+                        let w8: [u8; 8] = payload[..].try_into().unwrap();
+                        let q = Psn::new(psn);
+                        let i = imm.map(u32::to_be_bytes);
+                        let m8 = encap.rc_send_only(&mut got8, qp, q, solicited, i, &w8, 8);
+                        assert_eq!(m8, Some(n));
+                        assert_eq!(got8, got);
+                    }
                     checked += 1;
                 }
             }
@@ -349,16 +386,23 @@ mod tests {
         // Out of its range: nothing built.
         let (eth, ip, u) = headers(3);
         let encap = Encap::new(&eth, &ip, &u).unwrap();
-        let mut out = [0u8; SEND_ONLY_FRAME_MAX];
+        let mut out = vec![7u8; 3];
         let big = [0u8; SEND_ONLY_MAX_PAYLOAD + 1];
+        let q = Psn::new(0);
         assert_eq!(
-            encap.rc_send_only(&mut out, 1, Psn::new(0), false, None, &big),
+            encap.rc_send_only(&mut out, 1, q, false, None, &big, 0),
+            None
+        );
+        let small = [0u8; 4];
+        assert_eq!(
+            encap.rc_send_only(&mut out, 1, q, false, None, &small, 5),
             None
         );
         assert_eq!(
-            encap.rc_send_only(&mut out, 1 << 24, Psn::new(0), false, None, &[]),
+            encap.rc_send_only(&mut out, 1 << 24, q, false, None, &[], 0),
             None
         );
+        assert_eq!(out, [7, 7, 7], "left unchanged");
     }
 
     #[test]
