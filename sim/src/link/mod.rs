@@ -159,16 +159,34 @@ impl RxQueue {
     /// Queues every frame of `frames`, in order, under one lock, and wakes the device's
     /// thread once. Frames that do not fit (a full queue) stay in `frames`, counted as
     /// dropped, for the caller to recycle; the others are moved out. Returns how many
-    /// were queued.
+    /// were queued. Into an empty queue, from storage at least as large as the
+    /// queue's, the batch moves as a whole: `frames` and the queue trade their
+    /// storage (`frames` is left empty either way; the queue never shrinks).
     pub fn push_all(&self, frames: &mut Vec<Vec<u8>>) -> usize {
         let n = {
             let mut q = lock(&self.frames);
-            let room = RX_QUEUE_LIMIT.saturating_sub(q.len());
-            let n = frames.len().min(room);
-            q.reserve(n);
-            for f in frames.drain(..n) {
-                q.push_back(f);
-            }
+            let n = if q.is_empty()
+                && frames.len() <= RX_QUEUE_LIMIT
+                && frames.capacity() >= q.capacity()
+            {
+                // The whole batch becomes the queue, and the queue's empty storage
+                // the caller's (both conversions take the buffer as it is: no copy
+                // of the frames, no allocation). Only for storage at least as large
+                // as the queue's: the queue never shrinks (single frames pushed
+                // later find the room a warmed-up queue had).
+                let n = frames.len();
+                let batch = VecDeque::from(std::mem::take(frames));
+                *frames = Vec::from(std::mem::replace(&mut *q, batch));
+                n
+            } else {
+                let room = RX_QUEUE_LIMIT.saturating_sub(q.len());
+                let n = frames.len().min(room);
+                q.reserve(n);
+                for f in frames.drain(..n) {
+                    q.push_back(f);
+                }
+                n
+            };
             self.count.fetch_add(n, Ordering::Release);
             n
         };
@@ -204,15 +222,23 @@ impl RxQueue {
     }
 
     /// Moves every waiting frame, oldest first, to the end of `out` under one lock.
-    /// Returns how many. Both queues keep their capacity (no allocation once `out`
-    /// has grown to the largest batch).
+    /// Returns how many. An empty `out` with at least the queue's capacity trades
+    /// its storage with the queue's (no frame copied); otherwise the frames are
+    /// appended. The queue's capacity never shrinks; no allocation once both
+    /// storages have grown to the largest batch.
     pub fn take_all(&self, out: &mut VecDeque<Vec<u8>>) -> usize {
         if self.is_empty() {
             return 0;
         }
         let mut q = lock(&self.frames);
         let n = q.len();
-        out.extend(q.drain(..));
+        if out.is_empty() && out.capacity() >= q.capacity() {
+            // The queue's storage becomes `out`'s and `out`'s (empty, at least as
+            // large: the queue never shrinks) the queue's.
+            std::mem::swap(&mut *q, out);
+        } else {
+            out.extend(q.drain(..));
+        }
         self.count.fetch_sub(n, Ordering::Release);
         n
     }
@@ -670,6 +696,68 @@ mod tests {
         p.put_all(&mut spent);
         assert!(spent.is_empty());
         assert_eq!(p.free(), 2, "short buffers are not kept");
+    }
+
+    #[test]
+    fn whole_batches_trade_storage_and_keep_order_counts_and_capacity() {
+        // Into an empty queue (the batch becomes the queue), then behind frames
+        // already queued (appended); out of the queue into an empty `out` (storage
+        // traded) and into a non-empty one (appended): every frame once, in order.
+        let q = RxQueue::new();
+        let mut batch: Vec<Vec<u8>> = Vec::with_capacity(64);
+        batch.extend((0..5u8).map(|i| vec![i]));
+        assert_eq!(q.push_all(&mut batch), 5);
+        assert!(batch.is_empty());
+        assert_eq!(q.len(), 5);
+        batch.extend((5..8u8).map(|i| vec![i]));
+        assert_eq!(q.push_all(&mut batch), 3);
+        assert!(batch.is_empty());
+        q.push(vec![8]).unwrap();
+        assert_eq!(q.len(), 9);
+        let qcap = |q: &RxQueue| lock(&q.frames).capacity();
+        let before = qcap(&q);
+        assert!(before >= 64, "the batch's storage became the queue's");
+        let mut out = VecDeque::with_capacity(before);
+        assert_eq!(q.take_all(&mut out), 9);
+        assert!(qcap(&q) >= before, "the queue never shrinks");
+        assert!(q.is_empty());
+        assert_eq!(q.take_all(&mut out), 0);
+        let mut more = vec![vec![9u8], vec![10]];
+        assert_eq!(q.push_all(&mut more), 2);
+        assert_eq!(q.take_all(&mut out), 2, "appended behind what `out` holds");
+        assert_eq!(
+            out.iter().map(|f| f[0]).collect::<Vec<_>>(),
+            (0..=10).collect::<Vec<u8>>()
+        );
+        assert_eq!((q.len(), q.dropped()), (0, 0));
+        // Storage goes round (batch -> queue -> out -> queue -> batch): once every
+        // storage has held the largest batch, a round allocates nothing new, which
+        // the counting allocator of `tests/sim_noalloc.rs` checks on live traffic;
+        // here: the capacity a whole batch brought stays in circulation.
+        let cap = {
+            let mut big: Vec<Vec<u8>> = Vec::with_capacity(100);
+            big.extend((0..100u8).map(|i| vec![i]));
+            let c = big.capacity();
+            assert_eq!(q.push_all(&mut big), 100);
+            c
+        };
+        assert!(qcap(&q) >= cap);
+        let mut small = VecDeque::new();
+        small.push_back(vec![7u8]);
+        small.pop_front();
+        let mut out2 = VecDeque::with_capacity(2 * cap);
+        assert_eq!(q.take_all(&mut out2), 100);
+        assert!(qcap(&q) >= cap, "the queue never shrinks");
+        // A smaller empty `out` is appended to (its storage would shrink the queue).
+        let mut batch3: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i]).collect();
+        assert_eq!(q.push_all(&mut batch3), 3);
+        assert!(qcap(&q) >= cap, "the queue never shrinks");
+        assert_eq!(q.take_all(&mut small), 3);
+        assert!(qcap(&q) >= cap, "the queue never shrinks");
+        assert_eq!(small.iter().map(|f| f[0]).collect::<Vec<_>>(), [0, 1, 2]);
+        assert!(out2.capacity() >= cap);
+        assert_eq!(out2.front(), Some(&vec![0u8]));
+        assert_eq!(out2.back(), Some(&vec![99u8]));
     }
 
     #[test]
