@@ -1252,6 +1252,7 @@ impl Engine {
     /// What follows a packet given to an RC or UC QP ([`After`]): the QP joins the
     /// lists of QPs owing an ACK, with a timer running, in error; the owed ACKs go out
     /// every [`ACK_BATCH`] frames.
+    #[inline(always)]
     fn after_rc(
         &mut self,
         fw: &mut Firmware,

@@ -144,6 +144,7 @@ fn fast_send_only(qp: &QpRt, one: &One) -> bool {
 /// [`parse_rc_send_only`](crate::wire::frame::parse_rc_send_only), for an RC QP:
 /// [`send_only`] when [`fast_send_only`] holds, else [`on_request`] with the packet's
 /// headers (the same handling as a SEND the general parser read).
+#[inline(always)]
 pub fn on_send_only(qp: &mut QpRt, cx: &mut Ctx, s: &RcSendOnly) {
     let one = One {
         bth: s.bth,
@@ -353,6 +354,7 @@ fn not_taken(qp: &mut QpRt, cx: &mut Ctx, psn: Psn, e: TakeError) {
 /// general SEND path for another WQE shape, and a CQE that needs more than its write
 /// ([`CqRt::try_push_resp`](crate::engine::cq::CqRt::try_push_resp) refused it
 /// before doing anything: [`Ctx::post_resp_cqe`] then writes it).
+#[inline(never)]
 fn send_only(qp: &mut QpRt, cx: &mut Ctx, one: &One) {
     let psn = one.bth.psn;
     let io = cx.io;
