@@ -167,10 +167,10 @@ impl Completion {
 /// [`CqeTemplate::words`] the same entry as eight words, for a write straight into the
 /// CQ slot ([`CqRt::try_push_resp`]).
 ///
-/// Held as the eight big-endian 64-bit values of the entry's bytes `8k..8k + 8`; the
-/// per-completion fields are the low bits of words 4 (`imm_inval_pkey`, bytes 36-39),
-/// 5 (`byte_cnt`, 44-47), 6 (`timestamp`, 48-55) and 7 (`wqe_counter` 60-61,
-/// `op_own` 63), zero in the template.
+/// Held as the eight native-endian words of the entry (`u64::from_ne_bytes` of its
+/// bytes `8k..8k + 8`); the per-completion fields are in words 4 (`imm_inval_pkey`,
+/// bytes 36-39), 5 (`byte_cnt`, 44-47), 6 (`timestamp`, 48-55) and 7 (`wqe_counter`
+/// 60-61, `op_own` 63), zero in the template.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CqeTemplate([u64; 8]);
 
@@ -196,7 +196,7 @@ impl CqeTemplate {
         CqeTemplate(core::array::from_fn(|k| {
             let mut w = [0u8; 8];
             w.copy_from_slice(&e[8 * k..8 * k + 8]);
-            u64::from_be_bytes(w)
+            u64::from_ne_bytes(w)
         }))
     }
 
@@ -220,19 +220,20 @@ impl CqeTemplate {
     ) -> [u64; 8] {
         let t = &self.0;
         let op_own = make_op_own(opcode, 0, se, owner);
-        let v = [
+        // A field's bytes in a native-endian word: the big-endian value of the eight
+        // bytes (`from_ne_bytes(v.to_be_bytes()) == v.to_be()`) with only that field
+        // set, and the template's bytes around it are zero there.
+        let be = |v: u64| v.to_be();
+        [
             t[0],
             t[1],
             t[2],
             t[3],
-            t[4] | u64::from(imm),
-            t[5] | u64::from(byte_cnt),
-            timestamp,
-            t[7] | (u64::from(wqe_counter) << 16) | u64::from(op_own),
-        ];
-        // The big-endian value of eight bytes is their native-endian image swapped
-        // to big endian: `from_ne_bytes(v.to_be_bytes()) == v.to_be()`.
-        v.map(u64::to_be)
+            t[4] | be(u64::from(imm)),
+            t[5] | be(u64::from(byte_cnt)),
+            be(timestamp),
+            t[7] | be((u64::from(wqe_counter) << 16) | u64::from(op_own)),
+        ]
     }
 
     /// [`CqeTemplate::words`] as the 64 bytes of the CQE.
