@@ -49,7 +49,29 @@ const MASKED_LEN: usize = 8 + ipv4::HEADER_LEN + udp::HEADER_LEN + bth::HEADER_L
 ///
 /// The masks are applied to copies; the inputs are not modified. A `transport` shorter
 /// than a BTH is hashed as it is (such a packet is rejected before its ICRC matters).
+///
+/// The common packet (a whole BTH, a transport part a multiple of four bytes long, a
+/// CPU with `PCLMULQDQ`) goes straight to the fold kernel from the caller (this
+/// function is inlined: a test and a call); any other to [`compute_other`].
+#[inline]
 pub fn compute(
+    ipv4_header: &[u8; ipv4::HEADER_LEN],
+    udp_header: &[u8; udp::HEADER_LEN],
+    transport: &[u8],
+) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if transport.len().is_multiple_of(4) && clmul::available() {
+        if let Some((b, rest)) = transport.split_first_chunk::<{ bth::HEADER_LEN }>() {
+            return clmul::icrc(ipv4_header, udp_header, b, rest);
+        }
+    }
+    compute_other(ipv4_header, udp_header, transport)
+}
+
+/// [`compute`] for the other packets: a transport part shorter than a BTH (hashed as
+/// it is), of a length not a multiple of four, or a CPU without `PCLMULQDQ`.
+#[inline(never)]
+fn compute_other(
     ipv4_header: &[u8; ipv4::HEADER_LEN],
     udp_header: &[u8; udp::HEADER_LEN],
     transport: &[u8],
@@ -66,7 +88,7 @@ pub fn compute(
     #[cfg(target_arch = "x86_64")]
     if clmul::available() {
         if let Ok(b) = <&[u8; bth::HEADER_LEN]>::try_from(bth_bytes) {
-            return clmul::icrc(ipv4_header, udp_header, b, rest);
+            return clmul::icrc_any(ipv4_header, udp_header, b, rest);
         }
     }
     let mut h = [0u8; MASKED_LEN];
@@ -153,7 +175,9 @@ mod clmul {
     }
 
     /// The ICRC of a packet with a BTH (`bth_bytes`, 12 bytes) followed by `rest` (the
-    /// other transport bytes, ICRC excluded). Call only when [`available`].
+    /// other transport bytes, ICRC excluded), for a `rest` whose length is a multiple
+    /// of four (every RoCEv2 packet; any other length gives the ICRC too, through
+    /// [`icrc_any`]). Call only when [`available`].
     #[inline]
     pub(super) fn icrc(
         ipv4_header: &[u8; ipv4::HEADER_LEN],
@@ -170,13 +194,57 @@ mod clmul {
         }
     }
 
+    /// [`icrc`] for any length of `rest`. Call only when [`available`].
+    pub(super) fn icrc_any(
+        ipv4_header: &[u8; ipv4::HEADER_LEN],
+        udp_header: &[u8; udp::HEADER_LEN],
+        bth_bytes: &[u8; bth::HEADER_LEN],
+        rest: &[u8],
+    ) -> u32 {
+        if rest.len().is_multiple_of(4) {
+            icrc(ipv4_header, udp_header, bth_bytes, rest)
+        } else {
+            stacked(ipv4_header, udp_header, bth_bytes, rest)
+        }
+    }
+
+    /// [`kernel`] for a `rest` of any length: the header blocks behind leading zero
+    /// bytes on the stack, with the first `t = rest.len() % 16` bytes of `rest` after
+    /// them, so that every block is whole. Call only when [`available`].
+    #[inline(never)]
+    fn stacked(
+        ipv4_header: &[u8; ipv4::HEADER_LEN],
+        udp_header: &[u8; udp::HEADER_LEN],
+        bth_bytes: &[u8; bth::HEADER_LEN],
+        rest: &[u8],
+    ) -> u32 {
+        let w = masked_words(ipv4_header, udp_header, bth_bytes);
+        let t = rest.len() % 16;
+        let z = 16 - t;
+        let mut head = [0u8; MASKED_LEN + 16];
+        for (k, v) in w.iter().enumerate() {
+            // `z + 8 * k + 8 <= 16 + 48 <= head.len()`.
+            if let Some(d) = head.get_mut(z + 8 * k..z + 8 * k + 8) {
+                d.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        // `z + MASKED_LEN + t == head.len()`; a `t` of 0 leaves one zero block.
+        head[z + MASKED_LEN..].copy_from_slice(&rest[..t]);
+        // SAFETY: as in `icrc`: `available()` returned true; `fold` reads slices.
+        #[allow(unsafe_code)]
+        unsafe {
+            fold(&head, &rest[t..])
+        }
+    }
+
     /// The ICRC by folding. Every block is whole: the first `t = rest.len() % 16`
     /// bytes of `rest` join the header blocks behind `16 - t` zero bytes. The initial
     /// all-ones register is XORed into the first four input bytes instead
     /// ([`masked_words`]), so the fold starts from a zero register, which leading zero
     /// bytes do not change. For `t` of 0, 4, 8 or 12 (every RoCEv2 packet: the
     /// transport part is a multiple of four bytes) the header blocks are built in
-    /// registers and shifted there; any other `t` goes through a stack block.
+    /// registers and shifted there; any other `t` goes to [`stacked`] (out of line,
+    /// so that this function needs no stack block).
     #[target_feature(enable = "pclmulqdq")]
     fn kernel(
         ipv4_header: &[u8; ipv4::HEADER_LEN],
@@ -191,9 +259,9 @@ mod clmul {
             _mm_set_epi64x(w[3] as i64, w[2] as i64),
             _mm_set_epi64x(w[5] as i64, w[4] as i64),
         ];
-        let t = rest.len() % 16;
         // The first `t` bytes of `rest`, in the low bytes of a block.
         let mut r = [0u8; 16];
+        let t = rest.len() % 16;
         let x = match t {
             0 => fold1(fold1(h[0], h[1], k3k4), h[2], k3k4),
             4 => {
@@ -208,18 +276,7 @@ mod clmul {
                 r[..12].copy_from_slice(&rest[..12]);
                 shifted::<4, 12>(h, block(&r), k3k4)
             }
-            _ => {
-                let z = 16 - t;
-                let mut head = [0u8; MASKED_LEN + 16];
-                for (k, v) in w.iter().enumerate() {
-                    // `z + 8 * k + 8 <= 15 + 48 < head.len()`.
-                    if let Some(d) = head.get_mut(z + 8 * k..z + 8 * k + 8) {
-                        d.copy_from_slice(&v.to_le_bytes());
-                    }
-                }
-                head[z + MASKED_LEN..].copy_from_slice(&rest[..t]);
-                return fold(&head, &rest[t..]);
-            }
+            _ => return stacked(ipv4_header, udp_header, bth_bytes, rest),
         };
         let (blocks, _) = rest[t..].as_chunks::<16>();
         let mut x = x;
@@ -494,6 +551,77 @@ mod tests {
         );
     }
 
+    /// CRC-32 (IEEE 802.3: reflected polynomial 0xEDB88320, initial value and final
+    /// XOR all ones) one bit at a time: the definition, independent of any table or
+    /// fold.
+    fn bitwise_crc32(bytes: &[u8]) -> u32 {
+        let mut r = !0u32;
+        for &b in bytes {
+            r ^= u32::from(b);
+            for _ in 0..8 {
+                r = if r & 1 != 0 {
+                    (r >> 1) ^ 0xedb8_8320
+                } else {
+                    r >> 1
+                };
+            }
+        }
+        !r
+    }
+
+    #[test]
+    fn the_icrc_is_the_bitwise_crc32_of_the_masked_input_at_every_alignment() {
+        // The ICRC input of reference §2.4 built byte by byte (8 x 0xFF, the masked
+        // IPv4, UDP and BTH headers, the rest) and hashed bit by bit, against
+        // `compute` on transport parts at each of the 16 alignments of a buffer:
+        // every length 0-80, then random lengths up to 4,200 bytes (more than a
+        // 4,096-byte payload with its headers), multiples of four and not.
+        assert_eq!(bitwise_crc32(b"123456789"), 0xcbf4_3926, "the check value");
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let buf = bytes(77, 4200 + 16 + 28);
+        for align in 0..16usize {
+            let mut lens: Vec<usize> = (0..=80).collect();
+            lens.extend((0..48).map(|_| (next() % 4201) as usize));
+            lens.extend((0..16).map(|_| (next() % 1051) as usize * 4));
+            lens.push(4200);
+            for len in lens {
+                let h = next().to_le_bytes();
+                let mut ip: [u8; 20] = buf[..20].try_into().unwrap();
+                let mut udp: [u8; 8] = buf[20..28].try_into().unwrap();
+                ip[..8].copy_from_slice(&h);
+                udp[..4].copy_from_slice(&h[4..]);
+                let t = &buf[28 + align..28 + align + len];
+                let mut pseudo = vec![0xffu8; 8];
+                let mut mip = ip;
+                for at in ipv4::ICRC_MASKED_BYTES {
+                    mip[at] = 0xff;
+                }
+                pseudo.extend_from_slice(&mip);
+                let mut mudp = udp;
+                for at in udp::ICRC_MASKED_BYTES {
+                    mudp[at] = 0xff;
+                }
+                pseudo.extend_from_slice(&mudp);
+                let at = pseudo.len();
+                pseudo.extend_from_slice(t);
+                if len >= bth::HEADER_LEN {
+                    pseudo[at + bth::ICRC_MASKED_BYTE] = 0xff;
+                }
+                assert_eq!(
+                    compute(&ip, &udp, t),
+                    bitwise_crc32(&pseudo),
+                    "transport of {len} bytes at alignment {align}"
+                );
+            }
+        }
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_masked_words_are_the_masked_block() {
@@ -521,6 +649,19 @@ mod tests {
             for n in 0..150 {
                 let rest = &b[MASKED_LEN..MASKED_LEN + n];
                 assert_eq!(clmul::crc32(&h, rest), portable_crc32(&h, rest), "{n}");
+            }
+            // The kernel's entry for lengths that are multiples of four, given any
+            // length (its other residues go to the stack block), and `icrc_any`.
+            let ip: [u8; 20] = b[..20].try_into().unwrap();
+            let udp: [u8; 8] = b[20..28].try_into().unwrap();
+            let bth: [u8; 12] = b[28..40].try_into().unwrap();
+            let mut h = [0u8; MASKED_LEN];
+            masked_block(&mut h, &ip, &udp, &bth);
+            for n in 0..150 {
+                let rest = &b[40..40 + n];
+                let want = portable_crc32(&h, rest);
+                assert_eq!(clmul::icrc(&ip, &udp, &bth, rest), want, "{n}");
+                assert_eq!(clmul::icrc_any(&ip, &udp, &bth, rest), want, "{n}");
             }
         }
         assert_eq!(
