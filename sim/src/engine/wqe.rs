@@ -26,7 +26,7 @@ use ferroverbs_hw::datapath::wqe::{
 use super::mem::{self, Need, Sge};
 use super::qp::QpCfg;
 use crate::firmware::{Firmware, ServiceType};
-use crate::iommu::{Iommu, Window};
+use crate::iommu::{CachedAccess, Iommu, Window};
 
 /// Largest send WQE: 63 DS (the 6-bit field), 16 WQEBBs of buffer.
 pub const MAX_WQE_BYTES: usize = 1024;
@@ -212,8 +212,15 @@ fn read_wqebb(io: &Iommu, cfg: &QpCfg, pos: u32, dst: &mut [u8]) -> bool {
 
 /// Reads the `dst.len() / 64` WQEBBs from SQ counter `pos` into `dst` through the
 /// cached window `win`, one IOMMU access per run of WQEBBs contiguous in IOVA space
-/// (a WQE crosses at most one page boundary of the buffer, or the ring's end).
-fn read_wqebbs(io: &Iommu, cfg: &QpCfg, win: &mut Window, pos: u32, dst: &mut [u8]) -> bool {
+/// (a WQE crosses at most one page boundary of the buffer, or the ring's end), through
+/// the IOMMU or a hold of its table ([`CachedAccess`]: the same checks either way).
+fn read_wqebbs(
+    io: &impl CachedAccess,
+    cfg: &QpCfg,
+    win: &mut Window,
+    pos: u32,
+    dst: &mut [u8],
+) -> bool {
     if cfg.sq_size == 0 {
         return false;
     }
@@ -329,8 +336,15 @@ pub fn parse_send(
 }
 
 /// Reads the two WQEBBs at SQ counter `pos` into `raw` (the first read of
-/// [`parse_send`] when at least two were posted); false if they cannot be read.
-pub fn read_pair(io: &Iommu, cfg: &QpCfg, win: &mut Window, pos: u32, raw: &mut [u8; 128]) -> bool {
+/// [`parse_send`] when at least two were posted), through the IOMMU or a hold of its
+/// table; false if they cannot be read.
+pub fn read_pair(
+    io: &impl CachedAccess,
+    cfg: &QpCfg,
+    win: &mut Window,
+    pos: u32,
+    raw: &mut [u8; 128],
+) -> bool {
     read_wqebbs(io, cfg, win, pos, raw)
 }
 

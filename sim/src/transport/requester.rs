@@ -18,6 +18,7 @@
 use crate::engine::mem;
 use crate::engine::wqe::{self, Op, WqeError};
 use crate::engine::{Ctx, Flight, QpRt, Synd};
+use crate::iommu::{Held, Iommu};
 use crate::wire::{atomic_eth, immdt, opcode::Position, reth, Opcode, RoceRepr, MAX_U24};
 use ferroverbs_hw::control::qp::QpcState;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,6 +60,11 @@ pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
     let Ok(db) = cx.io.read_be32(qp.cfg.dbr + 4) else {
         return;
     };
+    // A run of inline SENDs sent at once is read under one hold of the IOMMU's table
+    // (one lock for the run instead of one per WQE: the same checks, counters and
+    // windows); the hold is dropped before anything else touches host memory.
+    let io: &Iommu = cx.io;
+    let mut hold: Option<Held<'_>> = None;
     loop {
         if qp.sq.tx >= qp.sq.wqes.len() {
             if qp.sq.stalled || qp.state != QpcState::Rts {
@@ -68,9 +74,10 @@ pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
             if avail == 0 {
                 break;
             }
-            fetch(qp, cx, avail);
+            fetch(qp, cx, avail, io, &mut hold);
             continue;
         }
+        hold = None;
         let i = qp.sq.tx;
         // The few fields the checks need (not a copy of the whole flight).
         let f = &qp.sq.wqes[i];
@@ -127,14 +134,18 @@ pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
             qp.sq.tx += 1;
         }
     }
+    drop(hold);
     completer::complete_head(qp, cx);
 }
 
 /// Reads, validates and queues the next WQE; the common one (an inline SEND of one
-/// packet that may go now) is transmitted at once by [`send_now`].
-fn fetch(qp: &mut QpRt, cx: &mut Ctx, avail: u32) {
+/// packet that may go now) is transmitted at once by [`send_now`], its WQEBBs read
+/// under `hold` (taken from `io` if not held yet, and kept for the next such WQE).
+/// Every other path drops the hold first: nothing else reads host memory under it.
+fn fetch<'a>(qp: &mut QpRt, cx: &mut Ctx, avail: u32, io: &'a Iommu, hold: &mut Option<Held<'a>>) {
     let pos = qp.sq.fetched;
     if avail < 2 || GENERAL_ONLY.load(Ordering::Relaxed) {
+        *hold = None;
         let w = wqe::parse_send(cx.fw, cx.io, &qp.cfg, pos, avail, &mut qp.sq.txd);
         queue(qp, cx, w);
         return;
@@ -143,7 +154,8 @@ fn fetch(qp: &mut QpRt, cx: &mut Ctx, avail: u32) {
     // the common WQE; any other goes on through the general decoder with the same
     // bytes (one read either way, so the IOMMU sees the same accesses).
     let mut raw = [0u8; 128];
-    let ok = wqe::read_pair(cx.io, &qp.cfg, &mut qp.sq.txd.win, pos, &mut raw);
+    let h = hold.get_or_insert_with(|| io.hold());
+    let ok = wqe::read_pair(h, &qp.cfg, &mut qp.sq.txd.win, pos, &mut raw);
     if ok {
         if let Some(w) = wqe::inline_send(&qp.cfg, pos, &raw) {
             // Its data as `parse_send` leaves it (a retransmission of this WQE takes
@@ -151,11 +163,13 @@ fn fetch(qp: &mut QpRt, cx: &mut Ctx, avail: u32) {
             qp.sq.txd.set_pair(pos, &w, &raw);
             if !send_now(qp, cx, &w, &raw) {
                 // Valid, but it waits (window, fence) or takes the general transmit.
+                *hold = None;
                 queue(qp, cx, w);
             }
             return;
         }
     }
+    *hold = None;
     let mut small = [0u8; 256];
     small[..128].copy_from_slice(&raw);
     let w = wqe::parse_send_read(
