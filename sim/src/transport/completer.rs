@@ -122,9 +122,24 @@ fn ack_to(qp: &mut QpRt, psn: Psn) -> Option<bool> {
 /// Completes the WQEs at the head of the send queue that are done (a CQE for the
 /// signaled ones), and reports a failed WQE once it reaches the head.
 pub fn complete_head(qp: &mut QpRt, cx: &mut Ctx) {
-    // The flight is read in place; only a failed one is copied out (its report needs
-    // the QP mutably).
-    while let Some(f) = qp.sq.wqes.front() {
+    // The leading run of done, successful, unsignaled flights completes silently:
+    // counted, then dropped from the queue in one step (what popping them one by one
+    // did). The flight after it is read in place; only a failed one is copied out (its
+    // report needs the QP mutably).
+    loop {
+        let k = qp
+            .sq
+            .wqes
+            .iter()
+            .take_while(|f| f.done && f.err.is_none() && !f.w.signaled)
+            .count();
+        if k > 0 {
+            qp.sq.wqes.drain(..k);
+            qp.sq.tx = qp.sq.tx.saturating_sub(k);
+        }
+        let Some(f) = qp.sq.wqes.front() else {
+            return;
+        };
         if let Some(s) = f.err {
             let f = *f;
             qp.sq.wqes.pop_front();
