@@ -341,6 +341,9 @@ pub struct SendQueue<M: QueueMem, D: DoorbellWord> {
     /// The typed entries' template of the control segment's first 8 bytes:
     /// `MLX5_OPCODE_SEND << 32 | qpn << 8` (index and DS added per WQE).
     ctrl_send: u64,
+    /// `ctrl_send` with a DS of 2 (a SEND of one gather entry): the batch's head
+    /// template ([`SqCursor`], with the index and as its memory image).
+    ctrl_send2: u64,
     /// The memory image of the control segment's bytes 8-15 with the `fm_ce_se` of
     /// `sq_sig_all` (flags and immediate added per WQE).
     ctrl_tail: u64,
@@ -421,6 +424,7 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
             max_inline_fast: cfg.max_inline.min(fast::MAX_INLINE_FAST),
             bf_span: 0,
             ctrl_send: (u64::from(MLX5_OPCODE_SEND) << 32) | u64::from(cfg.qpn << 8),
+            ctrl_send2: (u64::from(MLX5_OPCODE_SEND) << 32) | u64::from(cfg.qpn << 8) | 2,
             ctrl_tail: (u64::from(if cfg.sig_all {
                 MLX5_WQE_CTRL_CQ_UPDATE
             } else {

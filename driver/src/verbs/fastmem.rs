@@ -571,6 +571,13 @@ impl CqeAt<'_> {
 ///   it knows free, and with 0 when its state forbids posting, so one
 ///   subtract-and-branch per WQE checks the state, the room and the bound at once
 ///   (0 sends every request to the out-of-line path, which checks exactly);
+/// * the position never passes a multiple of 256 WQE indexes either (`s + left`
+///   is at most the end of the position's **chunk** of `min(mask + 1, 256)` slots,
+///   which divides the ring: [`WqeSlots::place`](crate::ring::WqeSlots::place)),
+///   so the batch cursor's control head moves on by one add (`ring::SqCursor`);
+///   the rest of a budget placed beyond the chunk's end is kept (`rest`, with
+///   the same meaning: 0 after every state change) and placed at the next chunk by
+///   [`SqSlots::advance`], with no other check;
 /// * the doorbell register, when the bus lets the driver store to it directly
 ///   ([`Bus::direct_reg`]): a power of two of bytes, so a store at `off &
 ///   (len - 8)` is inside it with no compare.
@@ -619,6 +626,18 @@ struct SlotsFixed {
     /// `reg_len - 8` (the register is a power of two of bytes): `off & reg_mask` is
     /// a word inside it.
     reg_mask: usize,
+    /// `min(mask, 255)`: a chunk (see [`SqSlots`]) is `chunk_mask + 1` slots.
+    chunk_mask: u32,
+    /// The budget placed beyond the position's chunk (WQEBBs known free after
+    /// `s + left`, 0 when the state forbids posting): placed by
+    /// [`WqeSlots::place`](crate::ring::WqeSlots::place), taken by
+    /// [`SqSlots::advance`], cleared by [`SqSlots::close`].
+    rest: std::cell::Cell<u32>,
+    /// The WQE index at `s + left` (where the position was placed plus the budget
+    /// placed there): the position's index is `end - left`
+    /// ([`WqeSlots::index`](crate::ring::WqeSlots::index)), kept exact by every
+    /// take (which moves the index and `left` by the same WQEBBs).
+    end: std::cell::Cell<u16>,
 }
 
 /// A position in the ring (see [`SqSlots`]): `wqe = ring + 64 * s`, `id = ids + s`,
@@ -684,6 +703,9 @@ impl<B: Bus> SqSlots<B> {
                 mask: wqebbs - 1,
                 reg: direct,
                 reg_mask: reg_len.wrapping_sub(8),
+                chunk_mask: (wqebbs - 1).min(255),
+                rest: std::cell::Cell::new(0),
+                end: std::cell::Cell::new(0),
             },
             // Slot 0, nothing left: `0 + 0 <= mask + 1`.
             pos: SlotPos {
@@ -717,6 +739,25 @@ impl<B: Bus> SqSlots<B> {
     #[inline(always)]
     pub(crate) fn close(&mut self) {
         self.pos.left = 0;
+        self.fixed.rest.set(0);
+    }
+
+    /// Places the position at WQE index `index` (the producer counter: the next
+    /// chunk's start when the current one was used up) with the budget kept beyond
+    /// the current chunk (`rest`), when the position's budget is spent (`left` is
+    /// 0) and some is kept; whether it did. That budget was placed with the checks
+    /// of a batch's opening (state, room) and is cleared by every state change
+    /// ([`SqSlots::close`]), so none is needed again; it never grows.
+    #[inline(always)]
+    pub(crate) fn advance(&mut self, index: u16) -> bool {
+        let rest = self.fixed.rest.get();
+        if self.pos.left != 0 || rest == 0 {
+            return false;
+        }
+        let mut p = self.open();
+        crate::ring::WqeSlots::place(&mut p, index, rest);
+        crate::ring::WqeSlots::save(&mut p);
+        true
     }
 
     /// Sets the most the one-request inline entry ([`SqSlots::take_one_inline`]) may
@@ -897,11 +938,19 @@ impl<'a> crate::ring::WqeSlots for Slots<'a> {
     fn place(&mut self, index: u16, budget: u32) {
         let f = self.fixed;
         let s = u32::from(index) & f.mask;
+        // To the end of the chunk: `chunk - s mod chunk <= mask + 1 - s` (the chunk,
+        // `min(mask + 1, 256)`, divides the ring), and `s mod chunk = index mod
+        // chunk` (both masks are powers of two less one); so the WQEs placed have
+        // indexes within one multiple of 256 (a chunk of a ring of at most 256 slots
+        // ends at a multiple of the ring size, which divides 256).
+        let left = budget.min(f.chunk_mask + 1 - (s & f.chunk_mask));
+        f.rest.set(budget - left);
+        f.end.set(index.wrapping_add(left as u16));
         // `s <= mask`, and `left <= mask + 1 - s`: the invariant.
         self.pos = SlotPos {
             wqe: f.ring.as_ptr().wrapping_add(64 * s as usize),
             id: f.ids.as_ptr().wrapping_add(s as usize),
-            left: budget.min(f.mask + 1 - s),
+            left,
         };
     }
 
@@ -974,6 +1023,12 @@ impl<'a> crate::ring::WqeSlots for Slots<'a> {
             (*self.home).id = p.id;
             (*self.home).left = p.left;
         }
+    }
+
+    #[inline(always)]
+    fn index(&self) -> u16 {
+        // `left <= 256`: the same WQEBBs as the index moved since the placement.
+        self.fixed.end.get().wrapping_sub(self.pos.left as u16)
     }
 
     type Regs = Regs<'a>;

@@ -94,6 +94,11 @@ impl<B: Bus> Queues<B> {
     #[cold]
     #[inline(never)]
     fn open_slow(&mut self, slots: &mut SqSlots<B>) -> Result<(), PostError> {
+        // The budget kept beyond a chunk's end: placed with these checks, and
+        // cleared by every state change.
+        if slots.advance(self.sq.cur_post()) {
+            return Ok(());
+        }
         if !self.state.can_send() {
             return Err(PostError::InvalidState { state: self.state });
         }
@@ -227,18 +232,8 @@ pub(crate) fn send_one_inline<B: Bus, O: SqOwner<B>>(
     flags: SendFlags,
 ) -> Result<(), PostError> {
     let (q, slots) = o.parts();
-    let d = q.shared.sq_done.load(std::sync::atomic::Ordering::Relaxed);
-    if d == q.hwm_prev {
-        if let Some(w) = slots.take_one_inline(data, wr_id) {
-            let start = q.sq.cur_post();
-            let cur = start.wrapping_add(w.wqebbs() as u16);
-            q.sq.set_cur_post(cur);
-            q.note_posted_one(start);
-            let image = w.write(start, q.sq.one_ctrl_tail(flags));
-            let half = q.sq.publish_one(&*q.bus, cur);
-            slots.ring_one(half, image);
-            return Ok(());
-        }
+    if one_inline_straight(q, slots, data, wr_id, flags) {
+        return Ok(());
     }
     // Every other case out of line (no register of the straight path lives across
     // a call): a queue whose entry is closed for good (one that may ring
@@ -247,6 +242,34 @@ pub(crate) fn send_one_inline<B: Bus, O: SqOwner<B>>(
         return one_result(send_one_batch(o, data, wr_id, flags));
     }
     one_result(one_inline_other(o, data, wr_id, flags))
+}
+
+/// The straight path of [`send_one_inline`]: whether it posted the request (when
+/// the completion the CQ published is the previous post's last WQE and
+/// [`SqSlots::take_one_inline`] takes it); nothing written otherwise.
+#[inline(always)]
+fn one_inline_straight<B: Bus>(
+    q: &mut Queues<B>,
+    slots: &mut SqSlots<B>,
+    data: &[u8],
+    wr_id: u64,
+    flags: SendFlags,
+) -> bool {
+    let d = q.shared.sq_done.load(std::sync::atomic::Ordering::Relaxed);
+    if d != q.hwm_prev {
+        return false;
+    }
+    let Some(w) = slots.take_one_inline(data, wr_id) else {
+        return false;
+    };
+    let start = q.sq.cur_post();
+    let cur = start.wrapping_add(w.wqebbs() as u16);
+    q.sq.set_cur_post(cur);
+    q.note_posted_one(start);
+    let image = w.write(start, q.sq.one_ctrl_tail(flags));
+    let half = q.sq.publish_one(&*q.bus, cur);
+    slots.ring_one(half, image);
+    true
 }
 
 /// The result of an out-of-line path of [`send_one_inline`]: `Ok` for `None`, else
@@ -305,6 +328,11 @@ fn one_inline_other<'o, B: Bus + 'o, O: SqOwner<B>>(
     flags: SendFlags,
 ) -> Option<&'o PostError> {
     let (q, slots) = o.parts();
+    // A budget spent at a chunk's end (`SqSlots::advance`): the next chunk's, then
+    // the straight path again.
+    if slots.advance(q.sq.cur_post()) && one_inline_straight(q, slots, data, wr_id, flags) {
+        return None;
+    }
     let d = q.shared.sq_done.load(std::sync::atomic::Ordering::Relaxed);
     if d == q.hwm_prev {
         return send_one_other(o, data, wr_id, flags);
@@ -610,6 +638,11 @@ impl<B: Bus> Drop for SendBatch<'_, B> {
     fn drop(&mut self) {
         if !self.c.is_empty() {
             publish_dropped(self.q, self.c);
+        } else {
+            // Nothing to publish, but the general writer may have placed the
+            // position again (its chunk's end and the rest of the budget are the
+            // owner's already: `SqSlots`): saved, so that the three agree.
+            self.c.save();
         }
     }
 }
@@ -890,6 +923,117 @@ mod tests {
             let reqs = requests(3000, max_inline, seed);
             compare(cap, true, &reqs);
             compare(cap, false, &reqs);
+        }
+    }
+
+    /// A send ring of more than 256 WQEBBs: the typed entries' position stops at
+    /// every multiple of 256 WQE indexes (the control head moves on by one add, which
+    /// must not carry out of the index's low byte) and goes on with the rest of the
+    /// budget there; the bytes, results and completions stay those of `post_send`,
+    /// with WQEs of every size crossing those multiples in the middle of batches.
+    #[test]
+    fn typed_entries_write_the_bytes_of_post_send_across_256_index_chunks() {
+        let cap = QpCap {
+            max_send_wr: 300,
+            max_inline_data: 200,
+            ..QpCap::default()
+        };
+        let s = side(&cap, false);
+        let wqebbs = s.qp.queue_bytes().len() / 64;
+        assert!(wqebbs > 512, "a ring of more than two chunks: {wqebbs}");
+        let max_inline = s.qp.cap().max_inline_data as usize;
+        let reqs = requests(3000, max_inline, 3);
+        compare(cap, true, &reqs);
+        compare(cap, false, &reqs);
+    }
+
+    /// Lists of up to 16 typed SENDs (gather entries and inline payloads) on a ring
+    /// of more than 256 WQEBBs until the 16-bit WQE index wrapped: after every list
+    /// the bytes (QP buffer, doorbell register page), the producer index and the
+    /// completion are those of the same list through `post_send`.
+    #[test]
+    fn typed_lists_write_the_bytes_of_post_send_across_the_index_wrap() {
+        let cap = QpCap {
+            max_send_wr: 256,
+            max_inline_data: 64,
+            ..QpCap::default()
+        };
+        let (mut a, mut b) = (side(&cap, false), side(&cap, false));
+        let mut x = 11u64;
+        let mut next = move |n: u64| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (x >> 33) % n
+        };
+        let payload: Vec<u8> = (0..64u8).map(|k| k ^ 0xa5).collect();
+        // More than 2^16 WQEBBs, so the index wraps (at least once) in the middle of
+        // the run.
+        let mut total = 0u32;
+        let mut lists = 0u32;
+        while total < 70_000 {
+            let n = 1 + next(16) as usize;
+            let reqs: Vec<(u64, Option<usize>, Sge)> = (0..n)
+                .map(|k| {
+                    let sge = Sge {
+                        addr: next(1 << 30) << 6,
+                        length: 1 + next(1 << 20) as u32,
+                        lkey: next(1 << 24) as u32,
+                    };
+                    let inline = (next(4) == 0).then(|| 1 + next(64) as usize);
+                    (u64::from(lists) << 8 | k as u64, inline, sge)
+                })
+                .collect();
+            let sges: Vec<[Sge; 1]> = reqs.iter().map(|r| [r.2]).collect();
+            let parts: Vec<[&[u8]; 1]> = reqs
+                .iter()
+                .map(|r| [&payload[..r.1.unwrap_or(0)]])
+                .collect();
+            let wrs: Vec<SendWr<'_>> = reqs
+                .iter()
+                .enumerate()
+                .map(|(k, r)| {
+                    let w = match r.1 {
+                        None => SendWr::send(r.0, &sges[k]),
+                        Some(_) => SendWr::send_inline(r.0, &parts[k]),
+                    };
+                    if k + 1 == n {
+                        w.signaled()
+                    } else {
+                        w
+                    }
+                })
+                .collect();
+            let start = a.qp.next_send_index();
+            assert_eq!(start, b.qp.next_send_index(), "list {lists}");
+            a.qp.post_send(&wrs).unwrap();
+            let mut batch = b.qp.post().unwrap();
+            let mut last = 0;
+            for (k, r) in reqs.iter().enumerate() {
+                let f = if k + 1 == n {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::NONE
+                };
+                last = batch.next_index();
+                match r.1 {
+                    None => batch.send(r.0, &r.2, f).unwrap(),
+                    Some(len) => batch.send_inline(r.0, &payload[..len], f).unwrap(),
+                }
+            }
+            batch.ring();
+            let end = a.qp.next_send_index();
+            assert_eq!(end, b.qp.next_send_index(), "list {lists}");
+            assert!(image(&a) == image(&b), "bytes after list {lists}");
+            assert_eq!(b.qp.send_doorbell_record(), u32::from(end), "list {lists}");
+            total += u32::from(end.wrapping_sub(start));
+            for s in [&mut a, &mut b] {
+                s.cq.produce_send(QPN, last, MLX5_OPCODE_SEND);
+            }
+            let (wa, wb) = (a.cq.poll_one(), b.cq.poll_one());
+            assert_eq!(wa, wb, "list {lists}");
+            assert_eq!(wb.map(|w| w.wr_id), Some(reqs[n - 1].0));
+            lists += 1;
         }
     }
 

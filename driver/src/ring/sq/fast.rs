@@ -15,8 +15,9 @@
 //!
 //! The position's `left` is the **post budget**: the WQEBBs the entries may write
 //! with no other check, placed by the QP with at most the WQEBBs it knows free and
-//! 0 when its state forbids posting, and never past the ring end (see the driver's
-//! `fastmem::SqSlots`). Each entry checks its shape, then takes its WQEBBs from the
+//! 0 when its state forbids posting, and never past the ring end nor past a
+//! multiple of 256 WQE indexes (see the driver's `fastmem::SqSlots`; the second
+//! bound is what lets the cursor move its control head on by one add). Each entry checks its shape, then takes its WQEBBs from the
 //! budget (one subtract and branch: state, room and bounds at once) and writes the
 //! WQE's leading segments and its `wr_id`; the bytes are exactly those of the
 //! general writer ([`SendQueue::write_wqe`]) for the same request. When a check fails
@@ -41,7 +42,8 @@ pub trait WqeSlots {
     fn left(&self) -> u32;
 
     /// Moves the position to WQE index `index`, with at most `budget` WQEBBs to
-    /// take (fewer when the ring end comes first).
+    /// take (fewer when the ring end or the next multiple of 256 WQE indexes comes
+    /// first: a batch's WQEs never have indexes on both sides of such a multiple).
     fn place(&mut self, index: u16, budget: u32);
 
     /// Takes one WQEBB: writes the `W` leading words of the WQE there, records its
@@ -64,6 +66,11 @@ pub trait WqeSlots {
 
     /// Saves the position for the next batch.
     fn save(&mut self);
+
+    /// The WQE index at the position: the producer counter once the WQEs before
+    /// it are published (meaningful while the position is placed, that is while
+    /// `left` is not 0, and right after the take that spent it).
+    fn index(&self) -> u16;
 
     /// The ring and doorbell register, for reads of written WQEs and the doorbell.
     type Regs: DoorbellRegs;
@@ -101,11 +108,18 @@ pub trait DoorbellRegs: Copy {
 pub struct SqCursor<S> {
     /// The index of the batch's first WQE (where the cursor was opened).
     start: u16,
-    /// The next WQE's control head before its DS: `index << 40 | ctrl_send`, so
-    /// that a WQE's head is one add (and an xor for opcodes other than SEND) and
-    /// moving on one add. The index is below `0x10000` for every WQE the entries
-    /// write (the position never passes the ring end, and the ring size divides
-    /// `0x10000`), so it never carries into the byte above it while it is used.
+    /// The memory image of the next WQE's control head (bytes 0-7: opcode
+    /// modifier, index, opcode, QPN, DS) as a SEND of DS 2 (the queue's
+    /// `ctrl_send2` with the index, [`SendQueue::head_image`]): a WQE's head is this as it
+    /// is for a SEND of one gather entry (an xor for another opcode, an add for
+    /// another DS), and moving on is one add of [`IDX_ONE`] (1 in byte 2, the
+    /// index's low byte) per WQEBB. The position never passes a multiple of 256 WQE
+    /// indexes ([`WqeSlots::place`]), so the add never carries out of byte 2 while
+    /// the image is used; after the last WQE before such a multiple it may carry
+    /// into byte 3 (the opcode byte on a little-endian host), but the budget is
+    /// then spent, so no WQE is written with it, and the index is read from here
+    /// with that carry accounted for ([`SqCursor::head_index`]; at publish, from
+    /// the position, [`WqeSlots::index`]).
     head: u64,
     /// WQEs written in the batch.
     nreq: u32,
@@ -129,10 +143,26 @@ impl<S> SqCursor<S> {
         self.nreq == 0
     }
 
-    /// The index the next WQE gets.
+    /// The index the next WQE gets (the position's, [`WqeSlots::index`]).
     #[inline(always)]
-    pub fn next_index(&self) -> u16 {
-        (self.head >> 40) as u16
+    pub fn next_index(&self) -> u16
+    where
+        S: WqeSlots,
+    {
+        self.slots.index()
+    }
+
+    /// The index the next WQE gets, from the control head's image (the same as
+    /// [`SqCursor::next_index`]; for the out-of-line paths, which then need
+    /// nothing of the position).
+    #[inline(always)]
+    fn head_index(&self) -> u16 {
+        let b = self.head.to_ne_bytes();
+        // The index's bytes 1 (high) and 2 (low), and a carry out of the low byte
+        // that went to byte 3 (the template's opcode byte, SEND) instead of byte 1
+        // (see `head`; none on a big-endian host, where the carry goes to byte 1).
+        let carry = b[3].wrapping_sub(MLX5_OPCODE_SEND);
+        u16::from_be_bytes([b[1], b[2]]).wrapping_add(u16::from(carry) << 8)
     }
 
     /// Saves the position for the next batch ([`WqeSlots::save`]).
@@ -171,6 +201,10 @@ impl<S> SqCursor<S> {
         self.nreq
     }
 }
+
+/// One WQEBB more in a control head's memory image ([`SqCursor`]'s `head`): 1 in
+/// byte 2, the index's low byte.
+pub(super) const IDX_ONE: u64 = u64::from_ne_bytes([0, 0, 1, 0, 0, 0, 0, 0]);
 
 /// The largest inline payload whose WQE (control, remote address, inline header,
 /// payload) still fits [`MAX_WQE_DS`] segments.
@@ -255,13 +289,26 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         half
     }
 
+    /// The memory image of the control head of a SEND of one gather entry (DS 2)
+    /// at WQE index `index`: the batch's template ([`SqCursor`]'s `head`).
+    #[inline(always)]
+    fn head_image(&self, index: u16) -> u64 {
+        (self.ctrl_send2 | (u64::from(index) << 40)).to_be()
+    }
+
     /// Opens a batch at `cur_post` over the position `slots` (which must be this
     /// queue's ring and `wr_id` table, placed at `cur_post`).
     #[inline(always)]
     pub fn cursor<S: WqeSlots>(&self, slots: S) -> SqCursor<S> {
+        debug_assert!(
+            slots.left() == 0 || slots.index() == self.cur_post,
+            "the position is at the producer counter: {} {}",
+            slots.index(),
+            self.cur_post
+        );
         SqCursor {
             start: self.cur_post,
-            head: (u64::from(self.cur_post) << 40) | self.ctrl_send,
+            head: self.head_image(self.cur_post),
             nreq: 0,
             last_head: 0,
             slots,
@@ -273,8 +320,9 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     /// Hands the producer counter back to the queue (before a call of the general
     /// writer, or of [`SendQueue::complete`], in the middle of a batch).
     #[inline(always)]
-    pub fn sync_from<S>(&mut self, c: &SqCursor<S>) {
-        self.cur_post = c.next_index();
+    pub fn sync_from<S: WqeSlots>(&mut self, c: &SqCursor<S>) {
+        debug_assert_eq!(c.head_index(), c.next_index());
+        self.cur_post = c.head_index();
     }
 
     /// Takes the producer counter from the queue again after
@@ -283,7 +331,7 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     /// close); `written` is the index of the WQE that call wrote, if any.
     #[inline(always)]
     pub fn sync_to<S: WqeSlots>(&self, c: &mut SqCursor<S>, written: Option<u16>, budget: u32) {
-        c.head = (u64::from(self.cur_post) << 40) | self.ctrl_send;
+        c.head = self.head_image(self.cur_post);
         c.slots.place(self.cur_post, budget);
         if let Some(w) = written {
             c.last_head = c.slots.regs().head(w).to_be();
@@ -422,20 +470,39 @@ impl<S: WqeSlots> SqCursor<S> {
     /// 8-15 (`fm_ce_se`, immediate).
     #[inline(always)]
     fn ctrl(&self, opcode: u8, ds: u64, flags: SendFlags, imm: u32) -> (u64, u64) {
-        debug_assert!(self.head >> 40 < 0x1_0000 && ds < 64);
-        // The opcode by an xor with SEND's (a constant: nothing for a SEND).
-        let op = u64::from(opcode ^ MLX5_OPCODE_SEND) << 32;
-        let head = (self.head ^ op) + ds;
+        debug_assert!((2..64).contains(&ds));
+        // `ds - 2 < 62` in byte 7 (the top byte of the native value on a
+        // little-endian host, the bottom one on a big-endian host).
+        let ds2 = ds - 2;
+        let dsd = if cfg!(target_endian = "little") {
+            // A rotation (`ds2 < 64`: the same as a shift), which the compiler keeps
+            // as one instruction after the shifts that compute an inline WQE's DS.
+            ds2.rotate_right(8)
+        } else {
+            ds2
+        };
+        // The opcode by an xor of byte 3 with SEND's, the DS by an add to byte 7
+        // (2 there: the sum is `ds < 64`, no carry); constants, nothing for a SEND
+        // of one gather entry.
+        let op = u64::from_ne_bytes([0, 0, 0, opcode ^ MLX5_OPCODE_SEND, 0, 0, 0, 0]);
+        let head = (self.head ^ op) + dsd;
         let fm = u64::from(FM_CE_SE[usize::from(flags.0 & 7)]) << 32;
         let tail = self.tail | (fm | u64::from(imm)).to_be();
-        (head.to_be(), tail)
+        (head, tail)
     }
 
     /// Records the WQE just written (`wqebbs` WQEBBs, first word `head`).
     #[inline(always)]
     fn wrote(&mut self, head: u64, wqebbs: u32) {
+        debug_assert_eq!(
+            self.head.to_ne_bytes()[3],
+            MLX5_OPCODE_SEND,
+            "a head moved past its 256-index chunk is never written"
+        );
         self.last_head = head;
-        self.head += u64::from(wqebbs) << 40;
+        // Within the WQE's chunk (the budget covered it): at most a carry out of
+        // byte 2 after the chunk's last WQE (see `head`).
+        self.head += IDX_ONE * u64::from(wqebbs);
         self.nreq += 1;
     }
 
@@ -526,7 +593,9 @@ impl<S: WqeSlots> SqCursor<S> {
         // `inline_ds` and `wqebbs_for_ds` as shifts (len >= 1); `max_inline` keeps
         // `ds` within MAX_WQE_DS (see `SendQueue::cursor`). The WQEBBs are counted as
         // `WqeSlots::put_inline` counts them.
-        let ds = hds + ((len + 4 + (DS - 1)) >> 4);
+        // `ds - 2` first (the control head adds it), then `ds`.
+        let ds2 = (hds - 1) + ((len + 4 + (DS - 1) - DS) >> 4);
+        let ds = ds2 + 2;
         debug_assert_eq!(ds, hds + inline_ds(len));
         debug_assert!(ds <= usize::from(MAX_WQE_DS));
         let wqebbs = ((16 * hds + 4 + 63 + len) >> 6) as u32;
