@@ -563,13 +563,17 @@ impl CqeAt<'_> {
 ///
 /// * the ring holds `mask + 1` WQEBBs (a power of two) of 64 bytes, and the `wr_id`
 ///   table `mask + 1` entries;
-/// * the **position** of the next WQE: its slot `s` as two pointers (`wqe = ring +
-///   64 * s`, `id = ids + s`) and `left`, the WQEBBs the typed entries may still
-///   take from there, with `s + left <= mask + 1`: a WQE of `n <= left` WQEBBs lies
-///   inside the ring and before its end, and so does its `wr_id` entry. `left` is
+/// * the **position** of the next WQE: its slot `s` and `left`, the WQEBBs the
+///   typed entries may still take from there, with `s + left <= mask + 1`: a WQE of
+///   `n <= left` WQEBBs lies inside the ring and before its end, and so does its
+///   `wr_id` entry. It is kept relative to the end of the budget, `e = s + left`:
+///   two pointers (`wend = ring + 64 * e`, `iend = ids + e`) and one negative
+///   offset `off = -8 * left`, so the WQE is at `wend + 8 * off` and its entry at
+///   `iend` plus `off` bytes, and taking `n` WQEBBs is one add to `off` and a test
+///   of its sign (no pointer moves). `left` is
 ///   also the **post budget**: the QP places the position with at most the WQEBBs
 ///   it knows free, and with 0 when its state forbids posting, so one
-///   subtract-and-branch per WQE checks the state, the room and the bound at once
+///   compare-and-branch per WQE checks the state, the room and the bound at once
 ///   (0 sends every request to the out-of-line path, which checks exactly);
 /// * the position never passes a multiple of 256 WQE indexes either (`s + left`
 ///   is at most the end of the position's **chunk** of `min(mask + 1, 256)` slots,
@@ -640,13 +644,35 @@ struct SlotsFixed {
     end: std::cell::Cell<u16>,
 }
 
-/// A position in the ring (see [`SqSlots`]): `wqe = ring + 64 * s`, `id = ids + s`,
-/// `s + left <= mask + 1`.
+/// A position in the ring (see [`SqSlots`]), relative to the end of its budget `e =
+/// s + left <= mask + 1`: `wend = ring + 64 * e`, `iend = ids + e`, `off = -8 *
+/// left` (so `-8 * (mask + 1) <= off <= 0`; the WQE is at `wend + 8 * off`, its
+/// `wr_id` entry at `iend` plus `off` bytes).
 #[derive(Clone, Copy)]
 struct SlotPos {
-    wqe: *mut u8,
-    id: *const AtomicU64,
-    left: u32,
+    wend: *mut u8,
+    iend: *const AtomicU64,
+    off: isize,
+}
+
+impl SlotPos {
+    /// The WQEBBs left (`left`).
+    #[inline(always)]
+    fn left(&self) -> u32 {
+        // `off = -8 * left`, `left <= 2^16`.
+        (self.off.unsigned_abs() >> 3) as u32
+    }
+
+    /// The WQE's first byte and its `wr_id` entry at the position (`ring + 64 * s`,
+    /// `ids + s`: inside the ring and the table when `left >= 1`, one past their
+    /// ends otherwise).
+    #[inline(always)]
+    fn at(&self) -> (*mut u8, *const AtomicU64) {
+        (
+            self.wend.wrapping_offset(8 * self.off),
+            self.iend.wrapping_byte_offset(self.off),
+        )
+    }
 }
 
 // SAFETY: the owner keeps its allocations alive (the Arcs); the ring bytes are used
@@ -707,11 +733,11 @@ impl<B: Bus> SqSlots<B> {
                 rest: std::cell::Cell::new(0),
                 end: std::cell::Cell::new(0),
             },
-            // Slot 0, nothing left: `0 + 0 <= mask + 1`.
+            // Slot 0, nothing left: `e = 0 + 0 <= mask + 1`.
             pos: SlotPos {
-                wqe: ring.as_ptr(),
-                id: ids_ptr.as_ptr(),
-                left: 0,
+                wend: ring.as_ptr(),
+                iend: ids_ptr.as_ptr(),
+                off: 0,
             },
             one_lim: 0,
             one_cap: 0,
@@ -726,10 +752,11 @@ impl<B: Bus> SqSlots<B> {
         })
     }
 
-    /// WQEBBs the typed entries may take without the out-of-line path (0: closed).
+    /// Whether the typed entries may take nothing without the out-of-line path
+    /// (no WQEBB left: closed, or the budget spent; one compare).
     #[inline(always)]
-    pub(crate) fn left(&self) -> u32 {
-        self.pos.left
+    pub(crate) fn spent(&self) -> bool {
+        self.pos.off == 0
     }
 
     /// Closes the fast path (nothing left): the next typed request goes out of line,
@@ -738,7 +765,8 @@ impl<B: Bus> SqSlots<B> {
     /// calls this.
     #[inline(always)]
     pub(crate) fn close(&mut self) {
-        self.pos.left = 0;
+        // `e = s`: the invariant holds.
+        self.pos.off = 0;
         self.fixed.rest.set(0);
     }
 
@@ -751,7 +779,7 @@ impl<B: Bus> SqSlots<B> {
     #[inline(always)]
     pub(crate) fn advance(&mut self, index: u16) -> bool {
         let rest = self.fixed.rest.get();
-        if self.pos.left != 0 || rest == 0 {
+        if self.pos.off != 0 || rest == 0 {
             return false;
         }
         let mut p = self.open();
@@ -829,22 +857,19 @@ impl<B: Bus> SqSlots<B> {
         // SAFETY: `len <= one_lim <= one_cap <= 64` (checked above; `set_one_cap`,
         // `refresh_one_limit`): an entry of the 65.
         let l = unsafe { *self.one_lens.get_unchecked(len) };
-        let (n, bytes) = (usize::from(l.n), usize::from(l.bytes));
-        // Subtracted in place (one read-modify-write and a branch on its borrow); when
-        // fewer are left the budget is closed instead (0: every request goes out of
+        let n = usize::from(l.n);
+        // `off + 8 * n` (`8 * n <= 16`): positive exactly when fewer than `n` are
+        // left; then the budget is closed instead (0: every request goes out of
         // line, which places it again), so the invariant holds on both paths.
-        let (left, short) = self.pos.left.overflowing_sub(n as u32);
-        self.pos.left = left;
-        if short {
-            self.pos.left = 0;
+        let (wqe, id) = self.pos.at();
+        let off = self.pos.off + l.step as isize;
+        if off > 0 {
+            self.pos.off = 0;
             return None;
         }
-        let SlotPos { wqe, id, .. } = self.pos;
-        // The new slot `s + n <= mask + 1` (see `Slots::take`), with `left - n`
-        // (stored above).
-        self.pos.wqe = wqe.wrapping_add(bytes);
-        self.pos.id = id.wrapping_add(n);
-        // SAFETY: `s + n <= s + left <= mask + 1` (the position's invariant, with
+        // The new slot `s + n <= e` (see `Slots::take`), with `left - n`.
+        self.pos.off = off;
+        // SAFETY: `s + n <= s + left = e <= mask + 1` (the position's invariant, with
         // `n <= left` checked above): the entry `id` is inside the table, which
         // `self` keeps alive, and only accessed atomically.
         unsafe { (*id).store(wr_id, Ordering::Relaxed) };
@@ -852,7 +877,7 @@ impl<B: Bus> SqSlots<B> {
             wqe,
             data,
             n: n as u32,
-            hdr: l.hdr,
+            lens: &self.one_lens,
             heads: &self.one_heads,
         })
     }
@@ -905,33 +930,27 @@ impl Slots<'_> {
     #[inline(always)]
     fn take(&mut self, n: u32) -> Option<(*mut u8, *const AtomicU64)> {
         debug_assert!(n <= 1 << 30);
-        // `left <= mask + 1 <= 2^16` (`SqSlots::new`) and `n <= 2^30` (the callers):
-        // as `i32` their difference is exact, and negative exactly when fewer than
-        // `n` are left. (A signed test of the difference, not `checked_sub`: the
-        // subtract then sets the flags the branch tests, one instruction less per
-        // WQE than a compare before it.)
-        let left = (self.pos.left as i32).wrapping_sub(n as i32);
-        if left < 0 {
+        // `-2^19 <= off <= 0` (`left <= mask + 1 <= 2^16`, `SqSlots::new`) and `n <=
+        // 2^30` (the callers): `off + 8 * n` is exact, and fewer than `n` are left
+        // exactly when `off > -8 * n`. The test reads the offset the stores address
+        // from (so only one value lives): a compare, a branch and one add per WQE,
+        // no pointer moves.
+        if self.pos.off > -8 * n as isize {
             return None;
         }
-        let left = left as u32;
-        let (wqe, id) = (self.pos.wqe, self.pos.id);
-        // The new slot `s + n <= mask + 1` (at most one past the ring's last slot,
-        // which `left = 0` then keeps from being used): `wrapping_add` needs no
-        // unsafe, and the invariant holds with `left - n`.
-        self.pos = SlotPos {
-            wqe: wqe.wrapping_add(64 * n as usize),
-            id: id.wrapping_add(n as usize),
-            left,
-        };
-        Some((wqe, id))
+        let at = self.pos.at();
+        // The new slot `s + n <= e` (the budget's end, at most one past the ring's
+        // last slot, which `left = 0` then keeps from being used): the invariant
+        // holds with `left - n`.
+        self.pos.off += 8 * n as isize;
+        Some(at)
     }
 }
 
 impl<'a> crate::ring::WqeSlots for Slots<'a> {
     #[inline(always)]
     fn left(&self) -> u32 {
-        self.pos.left
+        self.pos.left()
     }
 
     #[inline(always)]
@@ -946,11 +965,12 @@ impl<'a> crate::ring::WqeSlots for Slots<'a> {
         let left = budget.min(f.chunk_mask + 1 - (s & f.chunk_mask));
         f.rest.set(budget - left);
         f.end.set(index.wrapping_add(left as u16));
-        // `s <= mask`, and `left <= mask + 1 - s`: the invariant.
+        // `s <= mask`, and `e = s + left <= mask + 1`: the invariant.
+        let e = (s + left) as usize;
         self.pos = SlotPos {
-            wqe: f.ring.as_ptr().wrapping_add(64 * s as usize),
-            id: f.ids.as_ptr().wrapping_add(s as usize),
-            left,
+            wend: f.ring.as_ptr().wrapping_add(64 * e),
+            iend: f.ids.as_ptr().wrapping_add(e),
+            off: -8 * left as isize,
         };
     }
 
@@ -1019,16 +1039,20 @@ impl<'a> crate::ring::WqeSlots for Slots<'a> {
         // position's invariant (every `SlotPos` here does). Field by field (a
         // whole-struct copy would move the padding too).
         unsafe {
-            (*self.home).wqe = p.wqe;
-            (*self.home).id = p.id;
-            (*self.home).left = p.left;
+            (*self.home).wend = p.wend;
+            (*self.home).iend = p.iend;
+            (*self.home).off = p.off;
         }
     }
 
     #[inline(always)]
     fn index(&self) -> u16 {
-        // `left <= 256`: the same WQEBBs as the index moved since the placement.
-        self.fixed.end.get().wrapping_sub(self.pos.left as u16)
+        // `off / 8 = -left`, `left <= 256`: the same WQEBBs as the index moved since
+        // the placement.
+        self.fixed
+            .end
+            .get()
+            .wrapping_add((self.pos.off >> 3) as u16)
     }
 
     type Regs = Regs<'a>;
@@ -1049,8 +1073,8 @@ struct OneLen {
     hdr: u32,
     /// The WQE's WQEBBs: control segment, header and payload, rounded up.
     n: u16,
-    /// `64 * n`.
-    bytes: u16,
+    /// `8 * n`: what the position's offset moves by.
+    step: u16,
 }
 
 impl OneLen {
@@ -1060,7 +1084,7 @@ impl OneLen {
         OneLen {
             hdr: u32::from_ne_bytes(hdr.to_be_bytes()),
             n,
-            bytes: 64 * n,
+            step: 8 * n,
         }
     }
 }
@@ -1073,7 +1097,7 @@ pub(crate) struct OneInline<'s, 'd> {
     wqe: *mut u8,
     data: &'d [u8],
     n: u32,
-    hdr: u32,
+    lens: &'s [OneLen; 65],
     heads: &'s [u64; 65],
 }
 
@@ -1093,7 +1117,7 @@ impl OneInline<'_, '_> {
         let (data, len) = (self.data, self.data.len());
         // SAFETY: `1 <= len <= one_lim <= one_cap <= 64` (`take_one_inline`,
         // `set_one_cap`, `refresh_one_limit`): an entry of the 65.
-        let (head, hdr) = (unsafe { *self.heads.get_unchecked(len) }, self.hdr);
+        let head = unsafe { *self.heads.get_unchecked(len) };
         // The index's big-endian bytes 1 and 2 (see `SendQueue::one_inline_head`):
         // `swap_bytes` puts them in bytes 3 and 2 of the 32-bit value.
         let image = head | u64::from(u32::from(index).swap_bytes() >> 8);
@@ -1103,9 +1127,13 @@ impl OneInline<'_, '_> {
         // so it is neither dropped nor used meanwhile); no Rust reference points
         // into the ring and `data` (a Rust slice) is not in it; unaligned stores;
         // the slots belong to the driver until the doorbell (module doc);
-        // `len <= 64` for `copy_upto64`.
+        // `len <= 64` for `copy_upto64`, and an entry of the 65 `lens`.
         unsafe {
             wqe.cast::<[u64; 2]>().write_unaligned([image, tail]);
+            // The header's image read here, after the control segment's stores (so
+            // that it does not take a register while they are made): the same
+            // entry as `take_one_inline`'s.
+            let hdr = self.lens.get_unchecked(len).hdr;
             wqe.add(16).cast::<u32>().write_unaligned(hdr);
             copy_upto64::<20>(wqe, data);
         }

@@ -83,7 +83,7 @@ impl<B: Bus> Queues<B> {
         &'q mut self,
         slots: &'q mut SqSlots<B>,
     ) -> Result<SendBatch<'q, B>, PostError> {
-        if slots.left() == 0 {
+        if slots.spent() {
             self.open_slow(slots)?;
         }
         let c = self.sq.cursor(slots.open());

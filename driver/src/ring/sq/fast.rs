@@ -18,7 +18,7 @@
 //! 0 when its state forbids posting, and never past the ring end nor past a
 //! multiple of 256 WQE indexes (see the driver's `fastmem::SqSlots`; the second
 //! bound is what lets the cursor move its control head on by one add). Each entry checks its shape, then takes its WQEBBs from the
-//! budget (one subtract and branch: state, room and bounds at once) and writes the
+//! budget (one compare and branch: state, room and bounds at once) and writes the
 //! WQE's leading segments and its `wr_id`; the bytes are exactly those of the
 //! general writer ([`SendQueue::write_wqe`]) for the same request. When a check fails
 //! the entry writes nothing and returns `false`; the caller then hands the request,
