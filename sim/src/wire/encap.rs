@@ -177,22 +177,14 @@ impl Encap {
         h[IP_CSUM_AT..IP_CSUM_AT + 2].copy_from_slice(&csum.to_be_bytes());
         let udp_len = ip_len - ipv4::HEADER_LEN as u16;
         h[UDP_LEN_AT..UDP_LEN_AT + 2].copy_from_slice(&udp_len.to_be_bytes());
-        let q = dest_qp.to_be_bytes();
-        let p = psn.value().to_be_bytes();
-        h[BTH_OFFSET..].copy_from_slice(&[
-            opcode.value(),
-            if solicited { 0x80 } else { 0 } | (pad as u8) << 4,
-            (bth::DEFAULT_PKEY >> 8) as u8,
-            bth::DEFAULT_PKEY as u8,
-            0,
-            q[1],
-            q[2],
-            q[3],
-            0x80,
-            p[1],
-            p[2],
-            p[3],
-        ]);
+        // As three big-endian words: opcode, SE and pad count, P_Key; the byte of
+        // FECN/BECN (0) and the 24-bit QP; AckReq and the 24-bit PSN.
+        let se_pad = if solicited { 0x80 } else { 0 } | (pad as u32) << 4;
+        let w0 = u32::from(opcode.value()) << 24 | se_pad << 16 | u32::from(bth::DEFAULT_PKEY);
+        let w2 = 0x8000_0000 | (psn.value() & super::MAX_U24);
+        h[BTH_OFFSET..BTH_OFFSET + 4].copy_from_slice(&w0.to_be_bytes());
+        h[BTH_OFFSET + 4..BTH_OFFSET + 8].copy_from_slice(&dest_qp.to_be_bytes());
+        h[BTH_OFFSET + 8..].copy_from_slice(&w2.to_be_bytes());
         out.clear();
         out.extend_from_slice(&[0u8; SEND_ONLY_FRAME_MAX]);
         let f = out.as_mut_slice();
