@@ -49,7 +49,7 @@ use crate::link::{FramePool, RxQueue, Uplink};
 use crate::transport;
 use crate::wire::{self, Psn};
 use cq::{Completion, CqRt, CqeKind, Pushed};
-use fastmap::NumMap;
+use fastmap::{DirectIndex, NumMap};
 use mem::Sge;
 use qp::QpCfg;
 use wqe::{SendWqe, WqeData, WqeError};
@@ -289,7 +289,7 @@ pub struct Ctx<'a> {
     /// Device time (ns).
     pub now: u64,
     /// CQ runtimes.
-    pub cqs: &'a mut NumMap<u32, CqRt>,
+    pub cqs: &'a mut DirectIndex<CqRt>,
     /// The ports.
     pub net: &'a mut Net,
     /// Counters.
@@ -302,15 +302,19 @@ impl Ctx<'_> {
     pub fn post_cqe(&mut self, cqn: Option<u32>, c: &Completion) -> bool {
         let Some(cqn) = cqn else { return false };
         // One lookup in the common case (the runtime is loaded).
-        let pushed = match self.cqs.get_mut(&cqn) {
+        let pushed = match self.cqs.get_mut(cqn) {
             Some(cq) => cq.push(self.fw, self.io, self.irqs, c),
             None => {
                 let Some(rt) = CqRt::load(self.fw, cqn) else {
                     self.stats.cqes_dropped += 1;
                     return false;
                 };
-                self.cqs.insert(cqn, rt);
-                let Some(cq) = self.cqs.get_mut(&cqn) else {
+                if self.cqs.insert(cqn, rt).is_err() {
+                    // Not a 24-bit CQN: the firmware gives none such.
+                    self.stats.cqes_dropped += 1;
+                    return false;
+                }
+                let Some(cq) = self.cqs.get_mut(cqn) else {
                     return false;
                 };
                 cq.push(self.fw, self.io, self.irqs, c)
@@ -353,7 +357,7 @@ impl Ctx<'_> {
         imm: u32,
     ) -> bool {
         let Some(cqn) = cfg.cqn_rcv else { return false };
-        let Some(cq) = self.cqs.get_mut(&cqn) else {
+        let Some(cq) = self.cqs.get_mut(cqn) else {
             // First use of the CQ: the general path loads its runtime.
             let c = Completion {
                 kind: CqeKind::Resp { opcode },
@@ -867,7 +871,8 @@ fn rc_target<'q>(
 /// The data-path state of a device.
 pub struct Engine {
     qps: NumMap<u32, QpRt>,
-    cqs: NumMap<u32, CqRt>,
+    /// CQ runtimes by CQN (direct index: one per responder CQE is looked up).
+    cqs: DirectIndex<CqRt>,
     net: Net,
     stats: DataPathStats,
     /// QPs in error whose RQ is still watched for new posts.
@@ -891,7 +896,7 @@ impl Engine {
     pub fn new(macs: Vec<[u8; 6]>, rx: Arc<RxQueue>, pool: Arc<FramePool>) -> Engine {
         Engine {
             qps: NumMap::default(),
-            cqs: NumMap::default(),
+            cqs: DirectIndex::default(),
             net: Net {
                 uplink: None,
                 pool,
@@ -941,7 +946,7 @@ impl Engine {
 
     /// The runtime of CQ `cqn`, once the data path used it.
     pub fn cq(&self, cqn: u32) -> Option<&CqRt> {
-        self.cqs.get(&cqn)
+        self.cqs.get(cqn)
     }
 
     /// Follows the firmware's QP/CQ changes (call after every command).
@@ -966,7 +971,7 @@ impl Engine {
                 }
                 DataPathEvent::QpDestroyed(qpn) => self.forget(qpn),
                 DataPathEvent::CqDestroyed(cqn) => {
-                    self.cqs.remove(&cqn);
+                    self.cqs.remove(cqn);
                 }
                 DataPathEvent::QpModified { qpn, from, to } => {
                     self.qp_modified(fw, io, irqs, now, qpn, from, to);
@@ -1121,15 +1126,19 @@ impl Engine {
         solicited: bool,
         ci: u32,
     ) {
-        let cq = match self.cqs.entry(cqn) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => match CqRt::load(fw, cqn) {
-                Some(rt) => e.insert(rt),
-                None => {
-                    self.stats.stray_doorbells += 1;
-                    return;
-                }
-            },
+        if self.cqs.get(cqn).is_none() {
+            let Some(rt) = CqRt::load(fw, cqn) else {
+                self.stats.stray_doorbells += 1;
+                return;
+            };
+            if self.cqs.insert(cqn, rt).is_err() {
+                // Not a 24-bit CQN: the firmware gives none such.
+                self.stats.stray_doorbells += 1;
+                return;
+            }
+        }
+        let Some(cq) = self.cqs.get_mut(cqn) else {
+            return;
         };
         if cq.uar() != uar {
             self.stats.stray_doorbells += 1;
@@ -1339,7 +1348,7 @@ impl Engine {
         cqn: u32,
         back: u32,
     ) -> bool {
-        match self.cqs.get_mut(&cqn) {
+        match self.cqs.get_mut(cqn) {
             Some(cq) => cq.repeat(fw, io, irqs, back) == Pushed::Written,
             None => false,
         }

@@ -409,7 +409,7 @@ fn send_only(qp: &mut QpRt, cx: &mut Ctx, one: &One) {
     let se = one.bth.solicited;
     let cfg = &qp.cfg;
     let len = byte_cnt(n as u64);
-    let written = match cfg.cqn_rcv.and_then(|cqn| cx.cqs.get_mut(&cqn)) {
+    let written = match cfg.cqn_rcv.and_then(|cqn| cx.cqs.get_mut(cqn)) {
         Some(cq) => cq.try_push_resp(&held, &cfg.resp_cqe, opcode, se, counter, len, imm, cx.now),
         None => false,
     };
