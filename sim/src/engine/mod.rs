@@ -49,7 +49,7 @@ use crate::link::{FramePool, RxQueue, Uplink};
 use crate::transport;
 use crate::wire::{self, Psn};
 use cq::{Completion, CqRt, CqeKind, Pushed};
-use fastmap::{DirectIndex, NumMap};
+use fastmap::DirectIndex;
 use mem::Sge;
 use qp::QpCfg;
 use wqe::{SendWqe, WqeData, WqeError};
@@ -821,7 +821,7 @@ impl After {
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn rc_target<'q>(
-    qps: &'q mut NumMap<u32, QpRt>,
+    qps: &'q mut DirectIndex<QpRt>,
     stats: &mut DataPathStats,
     macs: &[[u8; 6]],
     t: wire::Transport,
@@ -843,7 +843,7 @@ fn rc_target<'q>(
             return None;
         }
     };
-    let Some(qp) = qps.get_mut(&qpn) else {
+    let Some(qp) = qps.get_mut(qpn) else {
         stats.rx_no_qp += 1;
         return None;
     };
@@ -870,7 +870,8 @@ fn rc_target<'q>(
 
 /// The data-path state of a device.
 pub struct Engine {
-    qps: NumMap<u32, QpRt>,
+    /// QP runtimes by QPN (direct index: every received frame looks its QP up).
+    qps: DirectIndex<QpRt>,
     /// CQ runtimes by CQN (direct index: one per responder CQE is looked up).
     cqs: DirectIndex<CqRt>,
     net: Net,
@@ -895,7 +896,7 @@ impl Engine {
     /// An engine for a device with ports of these MACs, receiving into `rx`.
     pub fn new(macs: Vec<[u8; 6]>, rx: Arc<RxQueue>, pool: Arc<FramePool>) -> Engine {
         Engine {
-            qps: NumMap::default(),
+            qps: DirectIndex::default(),
             cqs: DirectIndex::default(),
             net: Net {
                 uplink: None,
@@ -941,7 +942,7 @@ impl Engine {
 
     /// The data-path state of QP `qpn`, if it has any.
     pub fn qp(&self, qpn: u32) -> Option<&QpRt> {
-        self.qps.get(&qpn)
+        self.qps.get(qpn)
     }
 
     /// The runtime of CQ `cqn`, once the data path used it.
@@ -999,10 +1000,15 @@ impl Engine {
         let Some(fqp) = fw.qp(qpn) else { return };
         let cfg = QpCfg::load(fw, qpn, fqp);
         let mut cx = ctx!(self, fw, io, irqs, now);
-        let qp = self
-            .qps
-            .entry(qpn)
-            .or_insert_with(|| QpRt::new(cfg.clone(), from));
+        if self.qps.get(qpn).is_none()
+            && self.qps.insert(qpn, QpRt::new(cfg.clone(), from)).is_err()
+        {
+            // Not a 24-bit QPN: the firmware gives none such.
+            return;
+        }
+        let Some(qp) = self.qps.get_mut(qpn) else {
+            return;
+        };
         qp.cfg = cfg;
         match (from, to) {
             (QpcState::Init, QpcState::Rtr) => {
@@ -1037,7 +1043,7 @@ impl Engine {
     }
 
     fn forget(&mut self, qpn: u32) {
-        self.qps.remove(&qpn);
+        self.qps.remove(qpn);
         self.err_qps.retain(|&q| q != qpn);
         self.timer_qps.retain(|&q| q != qpn);
     }
@@ -1054,7 +1060,7 @@ impl Engine {
         qpn: u32,
     ) {
         let mut cx = ctx!(self, fw, io, irqs, now);
-        let Some(qp) = self.qps.get_mut(&qpn) else {
+        let Some(qp) = self.qps.get_mut(qpn) else {
             cx.stats.stray_doorbells += 1;
             return;
         };
@@ -1088,7 +1094,7 @@ impl Engine {
     /// hardware SQ WQEBB and RQ WQE counters, the responder's MSN.
     pub fn export_qp(&self, fw: &mut Firmware, qpn: u32) {
         use ferroverbs_hw::control::qp::qpc;
-        let Some(qp) = self.qps.get(&qpn) else { return };
+        let Some(qp) = self.qps.get(qpn) else { return };
         let Some(f) = fw.qp_mut(qpn) else { return };
         let img = &mut f.qpc;
         let mut put = |field: ferroverbs_hw::Field, v: u64| {
@@ -1148,14 +1154,14 @@ impl Engine {
     }
 
     fn note_timers(&mut self, qpn: u32) {
-        let has = self.qps.get(&qpn).is_some_and(|q| q.next_timer().is_some());
+        let has = self.qps.get(qpn).is_some_and(|q| q.next_timer().is_some());
         if has && !self.timer_qps.contains(&qpn) {
             self.timer_qps.push(qpn);
         }
     }
 
     fn note_errors(&mut self, qpn: u32) {
-        let err = self.qps.get(&qpn).is_some_and(|q| q.state == QpcState::Err);
+        let err = self.qps.get(qpn).is_some_and(|q| q.state == QpcState::Err);
         if err && !self.err_qps.contains(&qpn) {
             self.err_qps.push(qpn);
         }
@@ -1300,7 +1306,7 @@ impl Engine {
     ) {
         let qpn = repr.roce.bth.dest_qp;
         let mut cx = ctx!(self, fw, io, irqs, now);
-        let Some(qp) = self.qps.get_mut(&qpn) else {
+        let Some(qp) = self.qps.get_mut(qpn) else {
             cx.stats.rx_no_qp += 1;
             return;
         };
@@ -1329,7 +1335,7 @@ impl Engine {
         if !self.ack_qps.is_empty() {
             let mut cx = ctx!(self, fw, io, irqs, now);
             for qpn in self.ack_qps.drain(..) {
-                if let Some(qp) = self.qps.get_mut(&qpn) {
+                if let Some(qp) = self.qps.get_mut(qpn) {
                     transport::responder::flush_ack(qp, &mut cx);
                 }
             }
@@ -1373,7 +1379,7 @@ impl Engine {
             let mut cx = ctx!(self, fw, io, irqs, now);
             let qps = &mut self.qps;
             timers.retain(|qpn| {
-                let Some(qp) = qps.get_mut(qpn) else {
+                let Some(qp) = qps.get_mut(*qpn) else {
                     return false;
                 };
                 if qp.sq.rnr_until.is_some_and(|t| t <= now) {
@@ -1401,7 +1407,7 @@ impl Engine {
             let qps = &mut self.qps;
             let before = cx.stats.flushed;
             let mut keep = errs;
-            keep.retain(|qpn| match qps.get_mut(qpn) {
+            keep.retain(|qpn| match qps.get_mut(*qpn) {
                 Some(qp) if qp.state == QpcState::Err => {
                     qp.flush_rq(&mut cx);
                     true
@@ -1426,7 +1432,7 @@ impl Engine {
     pub fn next_deadline(&self) -> Option<u64> {
         self.timer_qps
             .iter()
-            .filter_map(|q| self.qps.get(q).and_then(QpRt::next_timer))
+            .filter_map(|&q| self.qps.get(q).and_then(QpRt::next_timer))
             .min()
     }
 }
