@@ -145,16 +145,7 @@ fn overrun_is_a_cq_error() {
     let mut qa = p.a.create_qp(&small, &p.acq.1, 6, 4, 1);
     let mut qb = p.b.create_qp(&p.bcq.0, &p.bcq.1, 6, 4, 1);
     let c = Conn::default();
-    let (bip, bmac, aip, amac) = (p.b.ip, p.b.mac, p.a.ip, p.a.mac);
-    p.a.connect(&qa, qb.qpn, bip, bmac, &c, 0x900);
-    p.b.connect(
-        &qb,
-        qa.qpn,
-        aip,
-        amac,
-        &Conn { sq_psn: 0x900, ..c },
-        c.sq_psn,
-    );
+    p.connect_qps(&qa, &qb, &c, 0x900);
     let src = p.a.reg_mr(64, ALL);
     let dst = p.b.reg_mr(64, ALL);
     for _ in 0..5 {
@@ -196,16 +187,7 @@ fn overrun_ignore_overwrites() {
     let mut qa = p.a.create_qp(&oi, &p.acq.1, 6, 4, 1);
     let mut qb = p.b.create_qp(&p.bcq.0, &p.bcq.1, 6, 4, 1);
     let c = Conn::default();
-    let (bip, bmac, aip, amac) = (p.b.ip, p.b.mac, p.a.ip, p.a.mac);
-    p.a.connect(&qa, qb.qpn, bip, bmac, &c, 0x900);
-    p.b.connect(
-        &qb,
-        qa.qpn,
-        aip,
-        amac,
-        &Conn { sq_psn: 0x900, ..c },
-        c.sq_psn,
-    );
+    p.connect_qps(&qa, &qb, &c, 0x900);
     let src = p.a.reg_mr(64, ALL);
     let dst = p.b.reg_mr(64, ALL);
     let qpa = qa.qpn;

@@ -578,16 +578,7 @@ fn no_key_is_the_receive_terminator() {
     let mut q1 = p.b.create_qp(&p.bcq.0, &p.bcq.1, 4, 4, 0);
     let mut qa2 = p.a.create_qp(&p.acq.0, &p.acq.1, 4, 4, 0);
     let c = Conn::default();
-    let (bip, bmac, aip, amac) = (p.b.ip, p.b.mac, p.a.ip, p.a.mac);
-    p.a.connect(&qa2, q1.qpn, bip, bmac, &c, 0x300);
-    p.b.connect(
-        &q1,
-        qa2.qpn,
-        aip,
-        amac,
-        &Conn { sq_psn: 0x300, ..c },
-        c.sq_psn,
-    );
+    p.connect_qps(&qa2, &q1, &c, 0x300);
     let _ = qpn;
     p.b.post_recv(&mut q1, &[sge(&dst, 0, 4096)]);
     let q2n = qa2.qpn;

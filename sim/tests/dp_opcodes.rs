@@ -314,16 +314,7 @@ fn two_qps_share_a_cq_and_sends_arrive_in_order() {
     let mut qa2 = p.a.create_qp(&p.acq.0, &p.acq.0, 6, 6, 1);
     let mut qb2 = p.b.create_qp(&p.bcq.0, &p.bcq.1, 6, 6, 1);
     let c = Conn::default();
-    let (bip, bmac, aip, amac) = (p.b.ip, p.b.mac, p.a.ip, p.a.mac);
-    p.a.connect(&qa2, qb2.qpn, bip, bmac, &c, 0x500);
-    p.b.connect(
-        &qb2,
-        qa2.qpn,
-        aip,
-        amac,
-        &Conn { sq_psn: 0x500, ..c },
-        c.sq_psn,
-    );
+    p.connect_qps(&qa2, &qb2, &c, 0x500);
     for i in 0..100usize {
         p.b.post_recv(
             if i % 2 == 0 { &mut p.qb } else { &mut qb2 },

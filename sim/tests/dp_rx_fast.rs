@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use dp::*;
 use ferroverbs_hw::datapath::wqe::MLX5_WQE_CTRL_SOLICITED;
-use ferroverbs_hw::Bus;
 use ferroverbs_sim::transport::responder::set_general_path_only;
 use ferroverbs_sim::DataPathStats;
 
@@ -56,23 +55,6 @@ struct Scenario {
     run: fn(&mut Pair, &mut Qp, &mut Qp, &[Mr; 2], &[Mr; 4], &mut Cqes),
 }
 
-/// CQEs polled during a run: A's send CQ, B's receive CQ, in order.
-#[derive(Default)]
-struct Cqes {
-    a: Vec<Vec<u8>>,
-    b: Vec<Vec<u8>>,
-}
-
-/// Polls everything both CQs hold.
-fn drain(p: &mut Pair, out: &mut Cqes) {
-    while let Some(c) = p.a.poll(&mut p.acq.0) {
-        out.a.push(c.as_bytes().to_vec());
-    }
-    while let Some(c) = p.b.poll(&mut p.bcq.1) {
-        out.b.push(c.as_bytes().to_vec());
-    }
-}
-
 fn run(s: &Scenario, general: bool) -> Outcome {
     set_general_path_only(general);
     let mut p = Pair::deterministic(Conn::default());
@@ -82,16 +64,7 @@ fn run(s: &Scenario, general: bool) -> Outcome {
     let mut qa = p.a.create_qp(&p.acq.0, &p.acq.1, 8, 4, 2);
     let mut qb = p.b.create_qp(&p.bcq.0, &p.bcq.1, 8, 4, s.stride);
     let c = Conn::default();
-    let (bip, bmac, aip, amac) = (p.b.ip, p.b.mac, p.a.ip, p.a.mac);
-    p.a.connect(&qa, qb.qpn, bip, bmac, &c, 0x500);
-    p.b.connect(
-        &qb,
-        qa.qpn,
-        aip,
-        amac,
-        &Conn { sq_psn: 0x500, ..c },
-        c.sq_psn,
-    );
+    p.connect_qps(&qa, &qb, &c, 0x500);
     let src = [p.a.reg_mr(4096, ALL), p.a.reg_mr(4096, ALL)];
     for (k, m) in src.iter().enumerate() {
         let bytes: Vec<u8> = (0..4096).map(|i| (i * 7 + k * 3 + 1) as u8).collect();
@@ -107,12 +80,8 @@ fn run(s: &Scenario, general: bool) -> Outcome {
     let mut cqes = Cqes::default();
     (s.run)(&mut p, &mut qa, &mut qb, &src, &dst, &mut cqes);
     p.fabric.run_until_idle();
-    drain(&mut p, &mut cqes);
+    p.drain(&mut cqes);
     let b_mem = dst.iter().map(|m| p.b.mr_read(m, 0, m.len)).collect();
-    let io = |n: &Node| {
-        let i = n.h.sim.iommu();
-        (i.faults(), i.dma_read_bytes(), i.dma_write_bytes())
-    };
     let mut a_stats = p.a.h.sim.stats().data_path;
     let mut b_stats = p.b.h.sim.stats().data_path;
     let fast = b_stats.rx_send_only_fast;
@@ -146,7 +115,7 @@ fn run(s: &Scenario, general: bool) -> Outcome {
         b_mem,
         a_stats,
         b_stats,
-        iommu: [io(&p.a), io(&p.b)],
+        iommu: [p.a.iommu_counters(), p.b.iommu_counters()],
         states,
         b_eqes,
     }
@@ -196,7 +165,7 @@ fn traffic(
             p.a.ring(qa, f);
         }
         p.fabric.run_until_idle();
-        drain(p, out);
+        p.drain(out);
     }
 }
 
@@ -339,10 +308,7 @@ fn scenarios() -> Vec<Scenario> {
             fast: true,
             clean: false,
             run: |p, qa, qb, src, dst, _| {
-                let m = dst[0].m;
-                let iova = p.b.h.iova(m);
-                let len = p.b.h.mapped[m].mem.len();
-                p.b.h.bus.dma_unmap(iova, len).unwrap();
+                p.b.h.unmap(dst[0].m);
                 one(p, qa, qb, src, 64, &[sge(&dst[0], 0, 64)]);
             },
         },
@@ -352,11 +318,8 @@ fn scenarios() -> Vec<Scenario> {
             fast: true,
             clean: false,
             run: |p, qa, qb, src, dst, _| {
-                let m = p.bcq.1.m;
-                let iova = p.b.h.iova(m);
-                let len = p.b.h.mapped[m].mem.len();
                 one(p, qa, qb, src, 64, &[sge(&dst[0], 0, 64)]);
-                p.b.h.bus.dma_unmap(iova, len).unwrap();
+                p.b.h.unmap(p.bcq.1.m);
                 one(p, qa, qb, src, 64, &[sge(&dst[0], 64, 64)]);
             },
         },
@@ -371,10 +334,7 @@ fn scenarios() -> Vec<Scenario> {
                 // its read faults.
                 p.b.post_recv(qb, &[sge(&dst[0], 0, 64)]);
                 one(p, qa, qb, src, 64, &[sge(&dst[0], 64, 64)]);
-                let m = qb.m;
-                let iova = p.b.h.iova(m);
-                let len = p.b.h.mapped[m].mem.len();
-                p.b.h.bus.dma_unmap(iova, len).unwrap();
+                p.b.h.unmap(qb.m);
                 p.a.post(qa, &send_wqe(qa.qpn, &[sge(&src[0], 5, 64)], None, SIG));
                 p.fabric.run_until_idle();
             },
@@ -387,10 +347,7 @@ fn scenarios() -> Vec<Scenario> {
             run: |p, qa, qb, src, dst, _| {
                 one(p, qa, qb, src, 64, &[sge(&dst[0], 0, 64)]);
                 p.b.post_recv(qb, &[sge(&dst[0], 64, 64)]);
-                let m = qb.m;
-                let iova = p.b.h.iova(m);
-                let len = p.b.h.mapped[m].mem.len();
-                p.b.h.bus.dma_unmap(iova, len).unwrap();
+                p.b.h.unmap(qb.m);
                 p.a.post(qa, &send_wqe(qa.qpn, &[sge(&src[0], 5, 64)], None, SIG));
                 p.fabric.run_until_idle();
                 p.fabric.run_timers(Duration::from_millis(1));

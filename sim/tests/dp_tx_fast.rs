@@ -55,23 +55,6 @@ struct Scenario {
     run: fn(&mut Pair, &mut Qp, &mut Qp, &Mr, &Mr, &mut Cqes),
 }
 
-/// CQEs polled during a run: A's send CQ, B's receive CQ, in order.
-#[derive(Default)]
-struct Cqes {
-    a: Vec<Vec<u8>>,
-    b: Vec<Vec<u8>>,
-}
-
-/// Polls everything both CQs hold.
-fn drain(p: &mut Pair, out: &mut Cqes) {
-    while let Some(c) = p.a.poll(&mut p.acq.0) {
-        out.a.push(c.as_bytes().to_vec());
-    }
-    while let Some(c) = p.b.poll(&mut p.bcq.1) {
-        out.b.push(c.as_bytes().to_vec());
-    }
-}
-
 fn run(s: &Scenario, general: bool) -> Outcome {
     set_general_path_only(general);
     let mut p = Pair::deterministic(s.conn);
@@ -79,16 +62,7 @@ fn run(s: &Scenario, general: bool) -> Outcome {
     let mut qa = p.a.create_qp(&p.acq.0, &p.acq.1, s.log_sq, 4, 2);
     let mut qb = p.b.create_qp(&p.bcq.0, &p.bcq.1, 4, s.log_rq, 2);
     let c = s.conn;
-    let (bip, bmac, aip, amac) = (p.b.ip, p.b.mac, p.a.ip, p.a.mac);
-    p.a.connect(&qa, qb.qpn, bip, bmac, &c, 0x500);
-    p.b.connect(
-        &qb,
-        qa.qpn,
-        aip,
-        amac,
-        &Conn { sq_psn: 0x500, ..c },
-        c.sq_psn,
-    );
+    p.connect_qps(&qa, &qb, &c, 0x500);
     let src = p.a.reg_mr(8192, ALL);
     let bytes: Vec<u8> = (0..8192).map(|i| (i * 7 + 1) as u8).collect();
     p.a.mr_write(&src, 0, &bytes);
@@ -98,12 +72,8 @@ fn run(s: &Scenario, general: bool) -> Outcome {
     p.fabric.clear_impairments();
     p.fabric.run_timers(Duration::from_secs(1));
     p.fabric.run_until_idle();
-    drain(&mut p, &mut cqes);
+    p.drain(&mut cqes);
     let b_mem = p.b.mr_read(&dst, 0, dst.len);
-    let io = |n: &Node| {
-        let i = n.h.sim.iommu();
-        (i.faults(), i.dma_read_bytes(), i.dma_write_bytes())
-    };
     let mut a_stats = p.a.h.sim.stats().data_path;
     let mut b_stats = p.b.h.sim.stats().data_path;
     let fast = a_stats.tx_send_only_fast;
@@ -126,7 +96,7 @@ fn run(s: &Scenario, general: bool) -> Outcome {
         b_mem,
         a_stats,
         b_stats,
-        iommu: [io(&p.a), io(&p.b)],
+        iommu: [p.a.iommu_counters(), p.b.iommu_counters()],
         states,
     }
 }
@@ -247,7 +217,7 @@ fn traffic(
             p.a.ring(qa, f);
         }
         p.fabric.run_until_idle();
-        drain(p, out);
+        p.drain(out);
     }
 }
 
@@ -324,13 +294,13 @@ fn scenarios() -> Vec<Scenario> {
                     .impair(am, bm, Impairments::new().drop_frames(5, 3));
                 traffic(p, qa, qb, src, dst, &inline_lens(64), 32, out);
                 p.fabric.run_timers(Duration::from_secs(1));
-                drain(p, out);
+                p.drain(out);
                 p.fabric
                     .impair(am, bm, Impairments::new().seeded(3).loss(0.2));
                 traffic(p, qa, qb, src, dst, &inline_lens(100), 10, out);
                 p.fabric.clear_impairments();
                 p.fabric.run_timers(Duration::from_secs(1));
-                drain(p, out);
+                p.drain(out);
             },
         },
         Scenario {
@@ -349,7 +319,7 @@ fn scenarios() -> Vec<Scenario> {
                 p.b.post_recv(qb, &[sge(dst, 0, 64)]);
                 p.b.post_recv(qb, &[sge(dst, 64, 64)]);
                 p.fabric.run_timers(Duration::from_millis(1));
-                drain(p, out);
+                p.drain(out);
             },
         },
         Scenario {
@@ -364,7 +334,7 @@ fn scenarios() -> Vec<Scenario> {
                 p.a.post(qa, &inline_send(qa.qpn, &data, None, SIG));
                 p.a.post(qa, &inline_send(qa.qpn ^ 1, &data, None, SIG));
                 p.fabric.run_until_idle();
-                drain(p, out);
+                p.drain(out);
             },
         },
     ]

@@ -170,6 +170,13 @@ impl Host {
         self.mapped[i].iova
     }
 
+    /// Unmaps mapping `i` and keeps its memory (a test of what the device does with
+    /// host memory taken away from it).
+    pub fn unmap(&self, i: usize) {
+        let d = &self.mapped[i];
+        self.bus.dma_unmap(d.iova, d.mem.len()).unwrap();
+    }
+
     /// Unmaps everything mapped with [`Host::map`].
     pub fn release(&mut self) {
         for d in self.mapped.drain(..) {

@@ -156,6 +156,12 @@ pub struct Node {
 }
 
 impl Node {
+    /// The IOMMU's fault count and DMA bytes read and written.
+    pub fn iommu_counters(&self) -> (u64, u64, u64) {
+        let i = self.h.sim.iommu();
+        (i.faults(), i.dma_read_bytes(), i.dma_write_bytes())
+    }
+
     /// A device with `cfg`, brought up, GID 0 = `ip` (IPv4-mapped, RoCE v2).
     pub fn new(cfg: SimConfig, ip: [u8; 4]) -> Node {
         let mut h = Host::new(cfg);
@@ -666,6 +672,15 @@ pub fn err(c: &Cqe64) -> ErrCqe {
     ErrCqe::read_from(c.as_bytes()).unwrap()
 }
 
+/// The CQEs polled from A's send CQ and B's receive CQ ([`Pair::drain`]), as bytes.
+#[derive(Default)]
+pub struct Cqes {
+    /// A's send CQ.
+    pub a: Vec<Vec<u8>>,
+    /// B's receive CQ.
+    pub b: Vec<Vec<u8>>,
+}
+
 /// Two nodes on a fabric, each with a send and a receive CQ and an RC QP connected to
 /// the other's.
 pub struct Pair {
@@ -718,6 +733,28 @@ impl Pair {
     /// A deterministic pair.
     pub fn deterministic(conn: Conn) -> Pair {
         Pair::new(|s| SimConfig::deterministic(s, 1), conn)
+    }
+
+    /// Connects a further QP of A, `qa`, and one of B, `qb`, to each other with `c`:
+    /// A sends from `c.sq_psn`, B from `b_sq_psn`, each expecting the other's.
+    pub fn connect_qps(&mut self, qa: &Qp, qb: &Qp, c: &Conn, b_sq_psn: u32) {
+        let (bip, bmac, aip, amac) = (self.b.ip, self.b.mac, self.a.ip, self.a.mac);
+        self.a.connect(qa, qb.qpn, bip, bmac, c, b_sq_psn);
+        let cb = Conn {
+            sq_psn: b_sq_psn,
+            ..*c
+        };
+        self.b.connect(qb, qa.qpn, aip, amac, &cb, c.sq_psn);
+    }
+
+    /// Polls everything A's send CQ and B's receive CQ hold into `out`, as bytes.
+    pub fn drain(&mut self, out: &mut Cqes) {
+        while let Some(c) = self.a.poll(&mut self.acq.0) {
+            out.a.push(c.as_bytes().to_vec());
+        }
+        while let Some(c) = self.b.poll(&mut self.bcq.1) {
+            out.b.push(c.as_bytes().to_vec());
+        }
     }
 
     /// Runs the fabric until nothing moves (deterministic), or waits until `done`
