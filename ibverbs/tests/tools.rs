@@ -51,6 +51,20 @@ const ACK_TIMEOUT: &str = "20";
 /// (`FERROVERBS_MIN_ACK_TIMEOUT`, docs/ibverbs-compat.md).
 const PATIENT: [(&str, &str); 1] = [("FERROVERBS_MIN_ACK_TIMEOUT", ACK_TIMEOUT)];
 
+/// A pair is run again only when a tool printed perftest's calibration failure
+/// (`support::pair_env`), in either stream; other failures are not.
+#[test]
+fn only_perftest_calibration_failures_are_run_again() {
+    use support::{calibration_failed, PERFTEST_CALIBRATION_FAILED};
+    let msg = format!("{PERFTEST_CALIBRATION_FAILED}: 0.820676 < 0.9\nCan't produce a report\n");
+    assert!(calibration_failed("", &msg));
+    assert!(calibration_failed(&msg, ""));
+    assert!(!calibration_failed(
+        " 2          5                0.00               0.07",
+        "ethernet_read_keys: Couldn't read remote address"
+    ));
+}
+
 #[test]
 fn ibv_devices_lists_the_device() {
     if !have("ibv_devices") {
