@@ -23,7 +23,7 @@ use ferroverbs_hw::datapath::wqe::{
     MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND, MLX5_OPCODE_SEND_IMM,
 };
 
-use super::mem::{self, Need, Sge};
+use super::mem::{self, KeyError, Need, Sge};
 use super::qp::QpCfg;
 use crate::firmware::{Firmware, ServiceType};
 use crate::iommu::{CachedAccess, Iommu, Window};
@@ -150,6 +150,9 @@ pub struct WqeData {
     pub sges: Vec<Sge>,
     /// Inline bytes (of a WQE decoded by [`parse_send`]; see [`WqeData::inline_bytes`]).
     pub inline: Vec<u8>,
+    /// The data part in WQE order when it mixes inline and pointer segments (empty
+    /// otherwise): the message is these pieces one after the other.
+    pub pieces: Vec<Piece>,
     /// The first two WQEBBs of a WQE whose inline bytes are read from there (taken by
     /// [`inline_send`]; see [`WqeData::set_pair`]).
     pub pair: Pair,
@@ -159,6 +162,20 @@ pub struct WqeData {
     /// ([`Iommu::read_cached`]: every read still checked against the map table, only
     /// its search saved while no unmap happened).
     pub win: Window,
+}
+
+/// One segment of a data part that mixes inline and pointer segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// `len` inline bytes at `at` of [`WqeData::inline`].
+    Inline {
+        /// Offset in [`WqeData::inline`].
+        at: u32,
+        /// Byte count.
+        len: u32,
+    },
+    /// A pointer (data) segment.
+    Gather(Sge),
 }
 
 /// The first two WQEBBs of an inline SEND ([`inline_send`]) kept as read, and the
@@ -187,6 +204,76 @@ impl WqeData {
             Some(n) => &self.pair.bytes[INLINE_SEND_DATA_AT..INLINE_SEND_DATA_AT + usize::from(n)],
             None => &self.inline,
         }
+    }
+
+    /// Copies the bytes at `offset` of the message of the WQE these belong to into
+    /// `dst`: its inline bytes (`inline`: the WQE's data is inline only), its pieces in
+    /// order (a mixed data part), or its gather list.
+    #[inline]
+    pub fn gather(
+        &self,
+        fw: &Firmware,
+        io: &Iommu,
+        inline: bool,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<(), KeyError> {
+        if inline {
+            let src = usize::try_from(offset)
+                .ok()
+                .and_then(|o| self.inline_bytes().get(o..o.checked_add(dst.len())?))
+                .ok_or(KeyError::Bounds)?;
+            dst.copy_from_slice(src);
+            return Ok(());
+        }
+        if self.pieces.is_empty() {
+            return mem::gather(fw, io, &self.sges, offset, dst);
+        }
+        self.gather_pieces(fw, io, offset, dst)
+    }
+
+    /// [`WqeData::gather`] of a mixed data part.
+    #[cold]
+    fn gather_pieces(
+        &self,
+        fw: &Firmware,
+        io: &Iommu,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<(), KeyError> {
+        let mut skip = offset;
+        let mut done = 0usize;
+        for p in &self.pieces {
+            if done == dst.len() {
+                break;
+            }
+            let len = match p {
+                Piece::Inline { len, .. } => u64::from(*len),
+                Piece::Gather(s) => s.len,
+            };
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            let n = ((len - skip) as usize).min(dst.len() - done);
+            let out = &mut dst[done..done + n];
+            match p {
+                Piece::Inline { at, .. } => {
+                    let from = *at as usize + skip as usize;
+                    let src = self.inline.get(from..from + n).ok_or(KeyError::Bounds)?;
+                    out.copy_from_slice(src);
+                }
+                Piece::Gather(s) => {
+                    mem::gather(fw, io, std::slice::from_ref(s), skip, out)?;
+                }
+            }
+            done += n;
+            skip = 0;
+        }
+        if done < dst.len() {
+            return Err(KeyError::Bounds);
+        }
+        Ok(())
     }
 
     /// Makes this the data of the inline SEND `w` at `pos` decoded by [`inline_send`]
@@ -364,6 +451,7 @@ pub fn parse_send_read(
 ) -> SendWqe {
     data.sges.clear();
     data.inline.clear();
+    data.pieces.clear();
     data.pair.len = None;
     data.pos = Some(pos);
     let mut w = malformed(pos);
@@ -422,7 +510,9 @@ pub fn inline_send(cfg: &QpCfg, pos: u32, raw: &[u8; 128]) -> Option<SendWqe> {
         return None;
     }
     let n = (head & !MLX5_INLINE_SEG) as usize;
-    if 4 + n > (ds - 1) * 16 || n as u64 > cfg.max_msg {
+    // One inline segment that is the whole data part: anything after its padding is
+    // another segment (a mixed data part, `data_part`), which the general path walks.
+    if (4 + n).div_ceil(16) != ds - 1 || n as u64 > cfg.max_msg {
         return None;
     }
     Some(SendWqe {
@@ -498,40 +588,8 @@ fn decode(
     } else {
         &raw[base * 16..ds * 16]
     };
-    if part.len() >= 4 && be32(part) & MLX5_INLINE_SEG != 0 {
-        let n = (be32(part) & !MLX5_INLINE_SEG) as usize;
-        if 4 + n > part.len() || !matches!(op, Op::Send { .. } | Op::Write { .. }) {
-            return;
-        }
-        data.inline.extend_from_slice(&part[4..4 + n]);
-        w.inline = true;
-        w.len = n as u64;
-    } else {
-        let need = if op.scatters() {
-            Need::LocalWrite
-        } else {
-            Need::LocalRead
-        };
-        for seg in part.chunks_exact(16) {
-            let Ok(d) = WqeDataSeg::read_from(seg) else {
-                return;
-            };
-            let len = match d.byte_count() {
-                0 => 1u64 << 31,
-                n => u64::from(n),
-            };
-            let sge = Sge {
-                addr: d.addr(),
-                len,
-                key: d.lkey(),
-            };
-            if mem::check(fw, sge.key, cfg.pd, need, sge.addr, sge.len).is_err() {
-                w.error = Some(WqeError::Prot);
-                return;
-            }
-            data.sges.push(sge);
-        }
-        w.len = mem::total(&data.sges);
+    if !data_part(fw, cfg, op, part, w, data) {
+        return;
     }
     if matches!(op, Op::CmpSwap | Op::FetchAdd) {
         if w.len < 8 {
@@ -545,6 +603,85 @@ fn decode(
         return;
     }
     w.error = None;
+}
+
+/// Reads the data part of a send WQE segment by segment into `data`, setting `w.len`
+/// and `w.inline`; false (with `w.error` set for a key error) if it is malformed.
+///
+/// The PRM lets the data part mix inline segments (a BE32 header `byte_count |
+/// MLX5_INLINE_SEG`, the bytes, padded to the next 16-byte boundary) and pointer
+/// segments (`struct mlx5_wqe_data_seg`) in any order, and production producers do:
+/// UCX's mlx5 transport (`uct/ib/rc/accel/rc_mlx5.inl`) posts `ctrl | inline AM
+/// header | data pointer` for active messages and `ctrl | inline TMH | data pointer`
+/// for tag matching. The message is the concatenation of every segment in order. A
+/// data part of inline segments only keeps its bytes in `data.inline`; one of pointer
+/// segments only, its list in `data.sges`; a mix, both, and its order in
+/// `data.pieces` ([`WqeData::gather`] reads any of the three).
+fn data_part(
+    fw: &Firmware,
+    cfg: &QpCfg,
+    op: Op,
+    part: &[u8],
+    w: &mut SendWqe,
+    data: &mut WqeData,
+) -> bool {
+    let need = if op.scatters() {
+        Need::LocalWrite
+    } else {
+        Need::LocalRead
+    };
+    let mut at = 0;
+    let mut inline_segs = 0usize;
+    let mut total = 0u64;
+    while at < part.len() {
+        let rest = &part[at..];
+        let head = be32(rest);
+        if head & MLX5_INLINE_SEG != 0 {
+            // Inline data: only the opcodes that send bytes from the WQE (RDMA READ
+            // and atomics scatter into the local list).
+            let n = (head & !MLX5_INLINE_SEG) as usize;
+            if 4 + n > rest.len() || !matches!(op, Op::Send { .. } | Op::Write { .. }) {
+                return false;
+            }
+            let start = data.inline.len() as u32;
+            data.inline.extend_from_slice(&rest[4..4 + n]);
+            data.pieces.push(Piece::Inline {
+                at: start,
+                len: n as u32,
+            });
+            inline_segs += 1;
+            total += n as u64;
+            at += (4 + n).next_multiple_of(16);
+        } else {
+            let Ok(d) = WqeDataSeg::read_from(&rest[..16]) else {
+                return false;
+            };
+            let len = match d.byte_count() {
+                0 => 1u64 << 31,
+                n => u64::from(n),
+            };
+            let sge = Sge {
+                addr: d.addr(),
+                len,
+                key: d.lkey(),
+            };
+            if mem::check(fw, sge.key, cfg.pd, need, sge.addr, sge.len).is_err() {
+                w.error = Some(WqeError::Prot);
+                return false;
+            }
+            data.sges.push(sge);
+            data.pieces.push(Piece::Gather(sge));
+            total = total.saturating_add(len);
+            at += 16;
+        }
+    }
+    w.len = total;
+    w.inline = inline_segs != 0 && data.sges.is_empty();
+    if inline_segs == 0 || w.inline {
+        // One kind only: the list or the bytes say it all.
+        data.pieces.clear();
+    }
+    true
 }
 
 /// Fills `data` again for the WQE at `pos` (already validated when it was fetched).

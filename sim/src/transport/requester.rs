@@ -368,15 +368,7 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, i: usize) -> Result<(), TxError> {
             }
             let data = &sq.txd;
             let inline = f.w.inline;
-            let send = |fw: &_, io: &_, dst: &mut [u8]| {
-                if inline {
-                    let o = off as usize;
-                    dst.copy_from_slice(&data.inline_bytes()[o..o + dst.len()]);
-                    Ok(())
-                } else {
-                    mem::gather(fw, io, &data.sges, off, dst)
-                }
-            };
+            let send = |fw: &_, io: &_, dst: &mut [u8]| data.gather(fw, io, inline, off, dst);
             match &qp.cfg.encap {
                 Some(e) => send_frame(cx, e, &roce, plen, send)?,
                 None => send_packet(cx, path, &roce, plen, send)?,

@@ -190,18 +190,7 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, f: &Flight) -> Result<(), super::TxErro
     let data = &qp.sq.txd;
     let inline = f.w.inline;
     send_packet(cx, &path, &roce, plen, |fw, io, dst| {
-        if inline {
-            let o = off as usize;
-            match data.inline_bytes().get(o..o + dst.len()) {
-                Some(src) => {
-                    dst.copy_from_slice(src);
-                    Ok(())
-                }
-                None => Err(mem::KeyError::Translation),
-            }
-        } else {
-            mem::gather(fw, io, &data.sges, off, dst)
-        }
+        data.gather(fw, io, inline, off, dst)
     })
 }
 

@@ -184,12 +184,7 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, w: &SendWqe) -> Result<(), Synd> {
     }
     let data = &qp.sq.txd;
     let r = send_packet(cx, &path, &roce, w.len as usize, |fw, io, dst| {
-        if w.inline {
-            dst.copy_from_slice(&data.inline_bytes()[..dst.len()]);
-            Ok(())
-        } else {
-            mem::gather(fw, io, &data.sges, 0, dst)
-        }
+        data.gather(fw, io, w.inline, 0, dst)
     });
     qp.sq.next_psn = psn.next();
     qp.sq.psn_hi = qp.sq.next_psn;

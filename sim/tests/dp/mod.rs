@@ -13,8 +13,8 @@ use ferroverbs_hw::datapath::cqe::{sw_owned, Cqe64, ErrCqe, CQE_OP_OWN_INIT};
 use ferroverbs_hw::datapath::dbr;
 use ferroverbs_hw::datapath::uar;
 use ferroverbs_hw::datapath::wqe::{
-    WqeAtomicSeg, WqeCtrlSeg, WqeDataSeg, WqeRaddrSeg, MLX5_INLINE_SEG, MLX5_OPCODE_ATOMIC_CS,
-    MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ, MLX5_OPCODE_RDMA_WRITE,
+    WqeAtomicSeg, WqeAv, WqeCtrlSeg, WqeDataSeg, WqeRaddrSeg, MLX5_INLINE_SEG,
+    MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ, MLX5_OPCODE_RDMA_WRITE,
     MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND, MLX5_OPCODE_SEND_IMM, MLX5_WQE_CTRL_CQ_UPDATE,
 };
 use ferroverbs_hw::Bus;
@@ -313,6 +313,19 @@ impl Node {
     /// An RC QP (send CQ `scq`, receive CQ `rcq`) of `1 << log_sq` WQEBBs and
     /// `1 << log_rq` receive WQEs of `16 << stride` bytes.
     pub fn create_qp(&mut self, scq: &Cq, rcq: &Cq, log_sq: u8, log_rq: u8, stride: u8) -> Qp {
+        self.create_qp_st(0, scq, rcq, log_sq, log_rq, stride)
+    }
+
+    /// A QP of service type `st` (the qpc encoding: 0 RC, 1 UC, 2 UD).
+    pub fn create_qp_st(
+        &mut self,
+        st: u8,
+        scq: &Cq,
+        rcq: &Cq,
+        log_sq: u8,
+        log_rq: u8,
+        stride: u8,
+    ) -> Qp {
         let rq_stride = 16usize << stride;
         let rq = rq_stride << log_rq;
         let sq = 64usize << log_sq;
@@ -323,7 +336,7 @@ impl Node {
         let mut i = cmd::new_input(Opcode::CreateQp, 0, 0x110 + npages * 8);
         let f = qpm::in_command;
         let uidx = 0x1000 + self.h.mapped.len() as u32;
-        set(&mut i, f(qpc::st), 0);
+        set(&mut i, f(qpc::st), st.into());
         set(&mut i, f(qpc::pm_state), 3);
         set(&mut i, f(qpc::pd), self.pd.into());
         set(&mut i, f(qpc::uar_page), self.up.uar.into());
@@ -367,6 +380,24 @@ impl Node {
         self.modify_init(qp, c);
         self.modify_rtr(qp, rqpn, peer_ip, peer_mac, c, rq_psn);
         self.modify_rts(qp, c);
+    }
+
+    /// Takes UD QP `qp` to RTS with Q_Key `qkey` and first PSN `sq_psn`.
+    pub fn connect_ud(&mut self, qp: &Qp, qkey: u32, sq_psn: u32) {
+        let f = qpm::in_command;
+        let t = QpTransition::Rst2Init;
+        let mut i = qpm::transition_input(t, qp.qpn, 0);
+        set(&mut i, qpm::primary_path(ads::vhca_port_num), 1);
+        set(&mut i, f(qpc::pm_state), 3);
+        set(&mut i, f(qpc::q_key), qkey.into());
+        self.h.ok(&i, t.out_layout().size());
+        let t = QpTransition::Init2Rtr;
+        let i = qpm::transition_input(t, qp.qpn, 0);
+        self.h.ok(&i, t.out_layout().size());
+        let t = QpTransition::Rtr2Rts;
+        let mut i = qpm::transition_input(t, qp.qpn, 0);
+        set(&mut i, f(qpc::next_send_psn), sq_psn.into());
+        self.h.ok(&i, t.out_layout().size());
     }
 
     /// RST2INIT.
@@ -606,6 +637,82 @@ pub fn inline_wqe(qpn: u32, data: &[u8], write: Option<(u64, u32)>, flags: u8) -
     w.extend_from_slice(data);
     w.resize(ds * 16, 0);
     w
+}
+
+/// One segment of a WQE's data part ([`mixed_wqe`]).
+#[derive(Clone, Debug)]
+pub enum Seg {
+    /// An inline segment: a BE32 `len | MLX5_INLINE_SEG` header and the bytes, padded
+    /// to 16.
+    Inline(Vec<u8>),
+    /// A pointer (data) segment: address, length, lkey.
+    Ptr((u64, u32, u32)),
+}
+
+/// The data part of `segs`, in order, each segment on its own 16-byte boundary.
+pub fn data_part(segs: &[Seg]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for s in segs {
+        match s {
+            Seg::Inline(b) => {
+                v.extend_from_slice(&(b.len() as u32 | MLX5_INLINE_SEG).to_be_bytes());
+                v.extend_from_slice(b);
+                v.resize(v.len().next_multiple_of(16), 0);
+            }
+            Seg::Ptr(p) => v.extend(data_segs(&[*p])),
+        }
+    }
+    v
+}
+
+/// A WQE of `opcode` whose segments after the control one are `middle` (a remote
+/// address segment, a UD address vector; a multiple of 16 bytes) and then the data
+/// part `segs`.
+pub fn mixed_wqe(
+    qpn: u32,
+    opcode: u8,
+    middle: &[u8],
+    segs: &[Seg],
+    imm: Option<u32>,
+    flags: u8,
+) -> Vec<u8> {
+    let data = data_part(segs);
+    let ds = 1 + middle.len() / 16 + data.len() / 16;
+    let mut w = ctrl(opcode, qpn, ds, flags, imm.unwrap_or(0)).to_vec();
+    w.extend_from_slice(middle);
+    w.extend(data);
+    w
+}
+
+/// The remote address segment of an RDMA WRITE or READ.
+pub fn raddr_seg(raddr: u64, rkey: u32) -> [u8; 16] {
+    let mut r = WqeRaddrSeg::zeroed();
+    r.set_raddr_seg(raddr, rkey);
+    let mut b = [0u8; 16];
+    b.copy_from_slice(r.as_bytes());
+    b
+}
+
+/// The 48-byte UD address vector towards `dest_qpn` of the node at `ip`/`mac` with
+/// Q_Key `qkey` (RoCEv2: the IPv4-mapped GID, source GID index 0).
+pub fn ud_av(ip: [u8; 4], mac: [u8; 6], dest_qpn: u32, qkey: u32) -> [u8; 48] {
+    let mut av = WqeAv::zeroed();
+    av.set_dgram_seg(
+        u64::from(qkey) << 32,
+        dest_qpn,
+        true,
+        0,
+        0,
+        0,
+        mac,
+        0,
+        64,
+        WqeAv::make_grh_gid_fl(true, 0, 0),
+        gid_v4(ip, mac).gid,
+    );
+    let mut b = [0u8; 48];
+    b.copy_from_slice(av.as_bytes());
+    b
 }
 
 /// An RDMA WRITE (WRITE_IMM with `imm`) or READ WQE.
