@@ -1,4 +1,4 @@
-//! The error table of issue 4 through the verbs API on two simulated NICs: each case
+//! The RC error table through the verbs API on two simulated NICs: each case
 //! with its expected work completion status (or post error), and the flush of what
 //! was outstanding once a QP is in error.
 
@@ -110,6 +110,29 @@ fn the_error_table() {
             "{name}: the requester sees the NAK: {s:?}"
         );
         drop((qa, qb));
+    }
+
+    // SEND with Invalidate naming the key of a memory region: `ibv_reg_mr` regions
+    // are not created with remote invalidation enabled (Linux mlx5_ib sets
+    // `mkc.en_rinval` for type-2 memory windows only), so the responder refuses to
+    // invalidate it: the receive completes in error and the requester is NAKed
+    // (invalid request); the region stays usable.
+    {
+        let (mut qa, mut qb) = fresh(&pa, &pb, &cqa, &cqb, &ga, &gb);
+        qb.post_recv(&[RecvWr::new(3, &[rbuf.sge(0, 4096).unwrap()])])
+            .unwrap();
+        qa.post_send(&[SendWr::send_with_inv(9, &s64, remote_all.rkey()).signaled()])
+            .unwrap();
+        let r = wait(&net, &mut cqb, 1)[0];
+        assert_eq!((r.status, r.wr_id), (WcStatus::RemInvReqErr, 3), "{r:?}");
+        let s = wait(&net, &mut cqa, 1)[0];
+        assert_eq!((s.status, s.wr_id), (WcStatus::RemInvReqErr, 9), "{s:?}");
+        drop((qa, qb));
+        let (mut qa, _qb) = fresh(&pa, &pb, &cqa, &cqb, &ga, &gb);
+        qa.post_send(&[SendWr::rdma_write(10, &s64, remote_all.remote(0)).signaled()])
+            .unwrap();
+        let w = wait(&net, &mut cqa, 1)[0];
+        assert_eq!((w.status, w.wr_id), (WcStatus::Success, 10), "{w:?}");
     }
 
     // Remote access errors: bad rkey, out of bounds, missing remote rights.

@@ -67,6 +67,16 @@ impl<'a> SendWr<'a> {
         Self::with(wr_id, SendOp::SendImm { imm }, SendData::Gather(sg_list))
     }
 
+    /// SEND with Invalidate (RC only): the responder invalidates `rkey` when the
+    /// message arrives (IBTA Vol. 1 §9.4.1.4) and its completion carries
+    /// [`WcFlags::WITH_INV`](crate::verbs::WcFlags::WITH_INV) and the key. Only keys
+    /// created with remote invalidation enabled can be invalidated (on a ConnectX,
+    /// memory windows of type 2; not the memory regions of `ibv_reg_mr`); any other
+    /// key fails the request with a remote invalid request error on both sides.
+    pub fn send_with_inv(wr_id: u64, sg_list: &'a [Sge], rkey: u32) -> Self {
+        Self::with(wr_id, SendOp::SendInv { rkey }, SendData::Gather(sg_list))
+    }
+
     /// RDMA WRITE of a gather list to `remote`.
     pub fn rdma_write(wr_id: u64, sg_list: &'a [Sge], remote: RemoteAddr) -> Self {
         Self::with(

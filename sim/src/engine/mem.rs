@@ -76,6 +76,10 @@ pub struct MkeyView {
     rr: bool,
     rw: bool,
     a: bool,
+    /// `mkc.free`: the key is not usable (created free, or invalidated).
+    free: bool,
+    /// `mkc.en_rinval`: a SEND with Invalidate may invalidate the key.
+    en_rinval: bool,
 }
 
 impl MkeyView {
@@ -92,7 +96,24 @@ impl MkeyView {
             rr: get(m, mkc::rr) != 0,
             rw: get(m, mkc::rw) != 0,
             a: get(m, mkc::a) != 0,
+            free: get(m, mkc::free) != 0,
+            en_rinval: get(m, mkc::en_rinval) != 0,
         }
+    }
+
+    /// Whether the key is free (`mkc.free`): every access through it fails.
+    pub fn is_free(&self) -> bool {
+        self.free
+    }
+
+    /// Whether a remote SEND with Invalidate may invalidate the key (`mkc.en_rinval`).
+    pub fn remote_invalidate(&self) -> bool {
+        self.en_rinval
+    }
+
+    /// Marks the key free (invalidated).
+    pub fn set_free(&mut self) {
+        self.free = true;
     }
 
     fn allows(&self, need: Need) -> bool {
@@ -143,7 +164,7 @@ pub fn checked(
 ) -> Result<&Mkey, KeyError> {
     let k = fw
         .mkey(key >> 8)
-        .filter(|k| k.key == key)
+        .filter(|k| k.key == key && !k.view.free)
         .ok_or(KeyError::Invalid)?;
     if k.pd != pd {
         return Err(KeyError::Pd);
@@ -169,7 +190,7 @@ fn walk(
 ) -> Result<(), KeyError> {
     let k = fw
         .mkey(key >> 8)
-        .filter(|k| k.key == key)
+        .filter(|k| k.key == key && !k.view.free)
         .ok_or(KeyError::Invalid)?;
     walk_key(k, va, len, write, f)
 }
@@ -450,6 +471,8 @@ mod tests {
             rr: true,
             rw: true,
             a: true,
+            free: false,
+            en_rinval: false,
         };
         // MTT entries: page IOVAs with both enables, read-only, write-only, neither.
         let mtt: Vec<u64> = (0..8u64)

@@ -150,6 +150,9 @@ pub struct DataPathStats {
     pub rx_no_qp: u64,
     /// Dropped: the QP's state does not accept it.
     pub rx_bad_state: u64,
+    /// SEND with Invalidate whose R_Key could not be invalidated (unknown or free
+    /// key, another PD, remote invalidation not enabled): completed in error.
+    pub rx_bad_invalidate: u64,
     /// Dropped: source or destination address does not match the QP's path.
     pub rx_bad_addr: u64,
     /// Dropped: P_Key mismatch.

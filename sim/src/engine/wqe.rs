@@ -20,7 +20,7 @@
 use ferroverbs_hw::datapath::wqe::{
     WqeAv, WqeCtrlSeg, WqeDataSeg, MLX5_INLINE_SEG, MLX5_INVALID_LKEY, MLX5_OPCODE_ATOMIC_CS,
     MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_NOP, MLX5_OPCODE_RDMA_READ, MLX5_OPCODE_RDMA_WRITE,
-    MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND, MLX5_OPCODE_SEND_IMM,
+    MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND, MLX5_OPCODE_SEND_IMM, MLX5_OPCODE_SEND_INVAL,
 };
 
 use super::mem::{self, KeyError, Need, Sge};
@@ -55,6 +55,10 @@ pub enum Op {
         /// With immediate data.
         imm: bool,
     },
+    /// SEND with Invalidate (RC only): the control segment's `imm` is the R_Key the
+    /// responder invalidates (`mlx5-datapath.md` §2.1), carried in the last packet's
+    /// IETH.
+    SendInv,
     /// RDMA WRITE (with immediate if `imm`).
     Write {
         /// With immediate data.
@@ -74,6 +78,7 @@ impl Op {
             MLX5_OPCODE_NOP => Op::Nop,
             MLX5_OPCODE_SEND => Op::Send { imm: false },
             MLX5_OPCODE_SEND_IMM => Op::Send { imm: true },
+            MLX5_OPCODE_SEND_INVAL => Op::SendInv,
             MLX5_OPCODE_RDMA_WRITE => Op::Write { imm: false },
             MLX5_OPCODE_RDMA_WRITE_IMM => Op::Write { imm: true },
             MLX5_OPCODE_RDMA_READ => Op::Read,
@@ -86,7 +91,7 @@ impl Op {
     /// DS units before the data part.
     fn base_ds(self) -> usize {
         match self {
-            Op::Nop | Op::Send { .. } => 1,
+            Op::Nop | Op::Send { .. } | Op::SendInv => 1,
             Op::Write { .. } | Op::Read => 2,
             Op::CmpSwap | Op::FetchAdd => 3,
         }
@@ -560,6 +565,11 @@ fn decode(
     if ud && !matches!(op, Op::Nop | Op::Send { .. }) {
         return;
     }
+    // SEND with Invalidate exists on RC (and XRC) only (IBTA Vol. 1 §9.4.1.4, the
+    // opcode table of §9.2.1): on UC it is an operation the QP cannot execute.
+    if op == Op::SendInv && cfg.st != ServiceType::Rc {
+        return;
+    }
     let av_ds = if ud && op != Op::Nop {
         WqeAv::SIZE / 16
     } else {
@@ -640,7 +650,8 @@ fn data_part(
             // Inline data: only the opcodes that send bytes from the WQE (RDMA READ
             // and atomics scatter into the local list).
             let n = (head & !MLX5_INLINE_SEG) as usize;
-            if 4 + n > rest.len() || !matches!(op, Op::Send { .. } | Op::Write { .. }) {
+            if 4 + n > rest.len() || !matches!(op, Op::Send { .. } | Op::SendInv | Op::Write { .. })
+            {
                 return false;
             }
             let start = data.inline.len() as u32;

@@ -30,6 +30,7 @@ pub mod table;
 mod vport;
 
 use ferroverbs_hw::control::cmd::{self, Opcode};
+use ferroverbs_hw::control::mkey::mkc;
 use ferroverbs_hw::control::qp::{QpTransition, QpcState};
 use ferroverbs_hw::Field;
 
@@ -148,6 +149,17 @@ pub struct Mkey {
     pub mtt: Vec<u64>,
     /// `mkc` decoded for the data path (once, at creation).
     pub view: crate::engine::mem::MkeyView,
+}
+
+/// Why a remote invalidation ([`Firmware::invalidate_remote`]) was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InvalidateError {
+    /// No live MKEY has this key (unknown index, other variant byte, already free).
+    NoKey,
+    /// The MKEY belongs to another protection domain than the receiving QP's.
+    OtherPd,
+    /// The MKEY was not created with remote invalidation enabled (`mkc.en_rinval`).
+    NotEnabled,
 }
 
 /// A completion queue.
@@ -596,6 +608,31 @@ impl Firmware {
     #[inline]
     pub fn mkey(&self, index: u32) -> Option<&Mkey> {
         self.mkey_objs.get(index)
+    }
+
+    /// Invalidates memory key `key` for a SEND with Invalidate received by a QP of
+    /// protection domain `pd` (the R_Key of its IETH, IBTA Vol. 1 §9.4.1.4 and
+    /// §10.6.7.2): the key must name a live MKEY of `pd` created with remote
+    /// invalidation enabled (`mkc.en_rinval`, PRM "Mkey Context"); it becomes free
+    /// (`mkc.free = 1`, as QUERY_MKEY then reports), so that every later access
+    /// through it fails.
+    pub fn invalidate_remote(&mut self, key: u32, pd: u32) -> Result<(), InvalidateError> {
+        let k = self
+            .mkey_objs
+            .get_mut(key >> 8)
+            .filter(|k| k.key == key && !k.view.is_free())
+            .ok_or(InvalidateError::NoKey)?;
+        if k.pd != pd {
+            return Err(InvalidateError::OtherPd);
+        }
+        if !k.view.remote_invalidate() {
+            return Err(InvalidateError::NotEnabled);
+        }
+        k.view.set_free();
+        if mkc::free.fits(k.mkc.len()) {
+            mkc::free.set(&mut k.mkc, 1);
+        }
+        Ok(())
     }
 
     /// Executes one command: `input` is the whole gathered input, `outlen` the output

@@ -19,7 +19,7 @@ use crate::engine::mem;
 use crate::engine::wqe::{self, Op, WqeError};
 use crate::engine::{Ctx, Flight, QpRt, Synd};
 use crate::iommu::{Held, Iommu};
-use crate::wire::{atomic_eth, immdt, opcode::Position, reth, Opcode, RoceRepr, MAX_U24};
+use crate::wire::{atomic_eth, ieth, immdt, opcode::Position, reth, Opcode, RoceRepr, MAX_U24};
 use ferroverbs_hw::control::qp::QpcState;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -196,7 +196,7 @@ fn queue(qp: &mut QpRt, cx: &mut Ctx, mut w: wqe::SendWqe) {
         w.error = Some(WqeError::QpOp);
     }
     let npsn = match (w.error, w.op) {
-        (None, Some(Op::Send { .. } | Op::Write { .. } | Op::Read)) => {
+        (None, Some(Op::Send { .. } | Op::SendInv | Op::Write { .. } | Op::Read)) => {
             (w.len.div_ceil(pmtu).max(1)).min(u64::from(u32::MAX)) as u32
         }
         (None, Some(Op::CmpSwap | Op::FetchAdd)) => 1,
@@ -309,8 +309,10 @@ fn push_sent(
 fn send_opcode(op: Op, pos: Position) -> Opcode {
     use Opcode::*;
     match (op, pos) {
-        (Op::Send { .. }, Position::First) => RcSendFirst,
-        (Op::Send { .. }, Position::Middle) => RcSendMiddle,
+        (Op::Send { .. } | Op::SendInv, Position::First) => RcSendFirst,
+        (Op::Send { .. } | Op::SendInv, Position::Middle) => RcSendMiddle,
+        (Op::SendInv, Position::Last) => RcSendLastWithInvalidate,
+        (Op::SendInv, Position::Only) => RcSendOnlyWithInvalidate,
         (Op::Send { imm: false }, Position::Last) => RcSendLast,
         (Op::Send { imm: true }, Position::Last) => RcSendLastWithImmediate,
         (Op::Send { imm: false }, Position::Only) => RcSendOnly,
@@ -338,7 +340,8 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, i: usize) -> Result<(), TxError> {
     let remote = qp.cfg.remote_qpn;
     let psn = f.first_psn.add(f.sent);
     match op {
-        Op::Send { imm } | Op::Write { imm } => {
+        Op::Send { .. } | Op::SendInv | Op::Write { .. } => {
+            let imm = matches!(op, Op::Send { imm: true } | Op::Write { imm: true });
             let k = f.sent;
             let off = u64::from(k) * pmtu;
             let plen = pmtu.min(f.w.len.saturating_sub(off)) as usize;
@@ -354,7 +357,8 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, i: usize) -> Result<(), TxError> {
             let last = pos.ends_message();
             let mut b = bth(send_opcode(op, pos), remote, psn);
             b.ack_req = last || (k + 1).is_multiple_of(ACK_EVERY);
-            b.solicited = last && f.w.solicited && (matches!(op, Op::Send { .. }) || imm);
+            b.solicited =
+                last && f.w.solicited && (matches!(op, Op::Send { .. } | Op::SendInv) || imm);
             let mut roce = RoceRepr::new(b);
             if matches!(op, Op::Write { .. }) && pos.starts_message() {
                 roce.reth = Some(reth::Repr {
@@ -365,6 +369,10 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, i: usize) -> Result<(), TxError> {
             }
             if imm && last {
                 roce.immdt = Some(immdt::Repr { immediate: f.w.imm });
+            }
+            if op == Op::SendInv && last {
+                // The control segment's `imm` is the R_Key to invalidate.
+                roce.ieth = Some(ieth::Repr { rkey: f.w.imm });
             }
             let data = &sq.txd;
             let inline = f.w.inline;

@@ -11,9 +11,9 @@
 //! of that device (`IBV_ATOMIC_HCA`). Zero-length RDMA operations check no rkey.
 
 use ferroverbs_hw::datapath::cqe::{
-    MLX5_CQE_RESP_SEND, MLX5_CQE_RESP_SEND_IMM, MLX5_CQE_RESP_WR_IMM,
+    MLX5_CQE_RESP_SEND, MLX5_CQE_RESP_SEND_IMM, MLX5_CQE_RESP_SEND_INV, MLX5_CQE_RESP_WR_IMM,
     MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
-    MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+    MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR, MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR,
 };
 use ferroverbs_hw::datapath::eqe::{
     MLX5_EVENT_TYPE_WQ_ACCESS_ERROR, MLX5_EVENT_TYPE_WQ_INVAL_REQ_ERROR,
@@ -461,16 +461,37 @@ fn send_data(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
         );
     }
     qp.resp.rwqe.got += n;
+    let inv = pkt.repr.ieth.map(|i| i.rkey);
+    if let Some(rkey) = inv {
+        // SEND with Invalidate: the R_Key of the IETH is invalidated when the message
+        // completes (IBTA Vol. 1 §9.4.1.4), if it names a key of the QP's PD created
+        // with remote invalidation enabled (`mkc.en_rinval`). Otherwise the request is
+        // invalid: the receive completes in error and the requester is NAKed (invalid
+        // request), the responder's QP going to error, as rxe does (`rxe_resp.c`,
+        // RESPST_ERR_INVALIDATE_RKEY: IB_WC_REM_INV_REQ_ERR).
+        if cx.fw.invalidate_remote(rkey, qp.cfg.pd).is_err() {
+            cx.stats.rx_bad_invalidate += 1;
+            return recv_error(
+                qp,
+                cx,
+                psn,
+                MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR,
+                NakCode::InvalidRequest,
+            );
+        }
+    }
     qp.resp.epsn = psn.next();
     if pos.ends_message() {
         qp.resp.cur = InMsg::None;
         qp.resp.msn = qp.resp.msn.wrapping_add(1) & MASK24;
         qp.resp.rwqe.active = false;
-        let imm = pkt.repr.immdt.map(|i| i.immediate);
-        let opcode = if imm.is_some() {
-            MLX5_CQE_RESP_SEND_IMM
-        } else {
-            MLX5_CQE_RESP_SEND
+        // The CQE's `imm_inval_pkey` holds the immediate, or the invalidated R_Key
+        // (`mlx5-datapath.md` §5: libmlx5 reads it as `invalidated_rkey`).
+        let imm = pkt.repr.immdt.map(|i| i.immediate).or(inv);
+        let opcode = match (pkt.repr.immdt, inv) {
+            (Some(_), _) => MLX5_CQE_RESP_SEND_IMM,
+            (None, Some(_)) => MLX5_CQE_RESP_SEND_INV,
+            (None, None) => MLX5_CQE_RESP_SEND,
         };
         let rw = &qp.resp.rwqe;
         let written = cx.post_resp_cqe(

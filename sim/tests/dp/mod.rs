@@ -34,6 +34,8 @@ pub const RW: u8 = 8;
 pub const RA: u8 = 16;
 /// Everything.
 pub const ALL: u8 = LR | LW | RR | RW | RA;
+/// Not an access right: remote invalidation enabled (`mkc.en_rinval`).
+pub const RINV: u8 = 32;
 
 /// A memory region: a mapped buffer and its MKEY (VA = host address).
 #[derive(Clone, Copy, Debug)]
@@ -199,6 +201,7 @@ impl Node {
             (RR, mkc::rr),
             (RW, mkc::rw),
             (RA, mkc::a),
+            (RINV, mkc::en_rinval),
         ] {
             set(&mut i, f(field), u64::from(access & bit != 0));
         }
