@@ -32,7 +32,9 @@ fn main() {
     let old = |r: &ferroverbs::verbs::MemoryRegion<'_, _>| {
         let mut b = [0u8; 8];
         r.read(0, &mut b);
-        u64::from_be_bytes(b)
+        // The fetched value arrives in host byte order (the driver selects host-endian
+        // atomic responses, as Linux does).
+        u64::from_ne_bytes(b)
     };
     let now = |r: &ferroverbs::verbs::MemoryRegion<'_, _>| {
         let mut b = [0u8; 8];

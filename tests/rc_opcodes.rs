@@ -179,8 +179,9 @@ fn atomics_fetch_add_and_compare_swap() {
     pair!(|net, pa, pb, qa, _qb, cqa, _cqb| {
         let local = pa.alloc_mr(64, A::LOCAL_WRITE).unwrap();
         let remote = pb.alloc_mr(64, A::LOCAL_WRITE | A::REMOTE_ATOMIC).unwrap();
-        // The simulator keeps the operand in host order and, as a ConnectX does,
-        // returns the original value big-endian.
+        // The simulator keeps the operand in host order and returns the original value
+        // in host order, as a ConnectX whose driver selected host-endian atomic
+        // responses does (`atomic_req_8B_endianness_mode`).
         remote.write(8, &100u64.to_le_bytes());
         let res = [local.sge(0, 8).unwrap()];
         qa.post_send(&[SendWr::atomic_fetch_add(1, &res, remote.remote(8), 5).signaled()])
@@ -192,7 +193,7 @@ fn atomics_fetch_add_and_compare_swap() {
         );
         let mut v = [0u8; 8];
         local.read(0, &mut v);
-        assert_eq!(v, 100u64.to_be_bytes());
+        assert_eq!(v, 100u64.to_ne_bytes());
         remote.read(8, &mut v);
         assert_eq!(u64::from_le_bytes(v), 105);
         // A compare that fails, then one that succeeds.
@@ -209,8 +210,10 @@ fn atomics_fetch_add_and_compare_swap() {
                 (s.status, s.opcode, s.byte_len, s.wr_id),
                 (WcStatus::Success, WcOpcode::CompSwap, 8, id)
             );
+            // The fetched value in host byte order: the driver set the device's
+            // atomic responses to host endianness, as Linux does.
             local.read(16, &mut v);
-            assert_eq!(v, orig.to_be_bytes());
+            assert_eq!(v, orig.to_ne_bytes());
             remote.read(8, &mut v);
             assert_eq!(u64::from_le_bytes(v), after);
         }
@@ -307,4 +310,63 @@ fn gather_and_scatter_lists() {
         l1.read(2000, &mut y);
         assert_eq!(y, &msg[1500..4000]);
     });
+}
+
+/// A fetch-and-add between NIC 1 (whose device is `a`) and NIC 2; the 8 bytes the
+/// original value was written back as.
+fn fetched_bytes(net: &Net) -> [u8; 8] {
+    let (ca, ga) = open_nic(&net.a, 1);
+    let (cb, gb) = open_nic(&net.b, 2);
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let mut cqa = ca.create_cq(16).unwrap();
+    let cqb = cb.create_cq(16).unwrap();
+    let mut qa = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, cap())).unwrap();
+    let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap())).unwrap();
+    connect(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024);
+    let local = pa.alloc_mr(8, A::LOCAL_WRITE).unwrap();
+    let remote = pb.alloc_mr(8, A::LOCAL_WRITE | A::REMOTE_ATOMIC).unwrap();
+    remote.write(0, &0x0102_0304_0506_0708u64.to_le_bytes());
+    let res = [local.sge(0, 8).unwrap()];
+    qa.post_send(&[SendWr::atomic_fetch_add(1, &res, remote.remote(0), 1).signaled()])
+        .unwrap();
+    assert_eq!(wait(net, &mut cqa, 1)[0].status, WcStatus::Success);
+    let mut v = [0u8; 8];
+    local.read(0, &mut v);
+    v
+}
+
+#[test]
+fn atomic_results_follow_the_devices_endianness_mode() {
+    use ferroverbs::AtomicCap;
+    use ferroverbs_hw::control::caps::atomic_caps;
+    use ferroverbs_sim::firmware::CapType;
+    // The default device supports host-endian responses: the driver selects them
+    // (SET_HCA_CAP atomic) and reports HCA atomics, and the fetched value arrives in
+    // host byte order.
+    let net = Net::new(false);
+    assert_eq!(
+        open_nic(&net.a, 1).0.query_device().unwrap().atomic_cap,
+        AtomicCap::Hca
+    );
+    assert_eq!(fetched_bytes(&net), 0x0102_0304_0506_0708u64.to_ne_bytes());
+    // A device without mode 1 stays big-endian: atomics still execute, the value comes
+    // back in network order, and the device is reported without atomics (Linux
+    // `get_atomic_caps`).
+    let cfg = ferroverbs_sim::SimConfig::deterministic(0xa1, 1).cap(
+        CapType::Atomic,
+        atomic_caps::supported_atomic_req_8B_endianness_mode_1,
+        0,
+    );
+    let net = Net {
+        fabric: ferroverbs_sim::Fabric::new(0xfab),
+        a: ferroverbs_sim::Sim::new(cfg),
+        b: ferroverbs_sim::Sim::new(ferroverbs_sim::SimConfig::deterministic(0xb2, 1)),
+    };
+    net.fabric.attach(&net.a);
+    net.fabric.attach(&net.b);
+    assert_eq!(
+        open_nic(&net.a, 1).0.query_device().unwrap().atomic_cap,
+        AtomicCap::None
+    );
+    assert_eq!(fetched_bytes(&net), 0x0102_0304_0506_0708u64.to_be_bytes());
 }

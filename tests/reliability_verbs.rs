@@ -305,7 +305,7 @@ fn lossy_workload(
                 _ => {
                     let mut b = [0u8; 8];
                     src.read(off, &mut b);
-                    assert_eq!(u64::from_be_bytes(b), fa - 1, "seed {seed:#x}: atomic {m}");
+                    assert_eq!(u64::from_ne_bytes(b), fa - 1, "seed {seed:#x}: atomic {m}");
                 }
             }
         }
@@ -318,7 +318,7 @@ fn lossy_workload(
     );
     let mut b = [0u8; 8];
     ctr.read(0, &mut b);
-    assert!(u64::from_le_bytes(b) == fa || u64::from_be_bytes(b) == fa);
+    assert_eq!(u64::from_ne_bytes(b), fa);
     let _ = next_recv;
     net.fabric.fault_stats()
 }

@@ -151,7 +151,11 @@ fn traffic(a: &Nic, b: &Nic, step: bool, rounds: usize) {
         wait(&nics, step, &mut cqa, 1);
         let mut v = [0u8; 8];
         la.read(40000, &mut v);
-        assert_eq!(v, (r as u64).to_be_bytes());
+        assert_eq!(
+            v,
+            (r as u64).to_ne_bytes(),
+            "the fetched value in host order"
+        );
         lb.read(32768, &mut v);
         assert_eq!(u64::from_le_bytes(v), r as u64 + 3);
     }

@@ -665,7 +665,7 @@ impl<B: Bus> Context<B> {
             max_srq: pow2_u32(c.gen(g::log_max_srq)),
             max_srq_wr: pow2_u32(c.gen(g::log_max_srq_sz)).saturating_sub(1),
             max_srq_sge: max_rq_sg.saturating_sub(1),
-            atomic_cap: if c.gen(g::atomic) == 1 {
+            atomic_cap: if c.hca_atomics() {
                 AtomicCap::Hca
             } else {
                 AtomicCap::None

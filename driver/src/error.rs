@@ -293,6 +293,8 @@ pub enum Step {
     SetGeneralCaps,
     /// `QUERY_HCA_CAP` / `SET_HCA_CAP` of the RoCE capabilities.
     RoceCaps,
+    /// `QUERY_HCA_CAP` / `SET_HCA_CAP` of the atomic capabilities.
+    AtomicCaps,
     /// `QUERY_PAGES(init)` and `MANAGE_PAGES(give)`.
     InitPages,
     /// `INIT_HCA`.
@@ -323,6 +325,7 @@ impl fmt::Display for Step {
             Step::QueryGeneralCaps => "querying general capabilities",
             Step::SetGeneralCaps => "setting general capabilities",
             Step::RoceCaps => "querying/setting RoCE capabilities",
+            Step::AtomicCaps => "querying/setting atomic capabilities",
             Step::InitPages => "giving init pages",
             Step::InitHca => "INIT_HCA",
             Step::EnableRoce => "enabling RoCE on the NIC vport",

@@ -83,6 +83,8 @@ pub(crate) struct Caps {
     pub(crate) general_cur: Vec<u8>,
     pub(crate) general_max: Vec<u8>,
     pub(crate) roce_cur: Option<Vec<u8>>,
+    /// The atomic capabilities (current), when the device has atomics.
+    pub(crate) atomic_cur: Option<Vec<u8>>,
 }
 
 impl Caps {
@@ -91,6 +93,7 @@ impl Caps {
             general_cur: vec![0; CAP_LEN],
             general_max: vec![0; CAP_LEN],
             roce_cur: None,
+            atomic_cur: None,
         }
     }
 
@@ -102,6 +105,29 @@ impl Caps {
     /// A RoCE capability field (current value), 0 without RoCE.
     pub(crate) fn roce(&self, f: ferroverbs_hw::Field) -> u64 {
         self.roce_cur.as_deref().map_or(0, |c| f.get(c))
+    }
+
+    /// An atomic capability field (current value), 0 without atomics.
+    pub(crate) fn atomic(&self, f: ferroverbs_hw::Field) -> u64 {
+        self.atomic_cur.as_deref().map_or(0, |c| f.get(c))
+    }
+
+    /// Whether the device executes the verbs' atomics as `IBV_ATOMIC_HCA` promises
+    /// (Linux `mlx5_ib` `get_atomic_caps`): compare-and-swap and fetch-and-add on 8-byte
+    /// operands of RC QPs, with the fetched value returned in host byte order
+    /// (`atomic_req_8B_endianness_mode` set). A device left in big-endian mode still
+    /// executes atomics, but is reported without atomic support, as Linux does.
+    pub(crate) fn hca_atomics(&self) -> bool {
+        use ferroverbs_hw::control::caps::{
+            ATOMIC_OPS_CMP_SWAP, ATOMIC_OPS_FETCH_ADD, MLX5_ATOMIC_CAPS_ATOMIC_SIZE_QP_8_BYTES,
+        };
+        let ops = ATOMIC_OPS_CMP_SWAP | ATOMIC_OPS_FETCH_ADD;
+        self.gen(prm::cmd_hca_cap::atomic) == 1
+            && self.atomic(prm::atomic_caps::atomic_operations) & ops == ops
+            && self.atomic(prm::atomic_caps::atomic_size_qp)
+                & u64::from(MLX5_ATOMIC_CAPS_ATOMIC_SIZE_QP_8_BYTES)
+                != 0
+            && self.atomic(prm::atomic_caps::atomic_req_8B_endianness_mode) != 0
     }
 }
 
@@ -227,6 +253,10 @@ impl<B: Bus> Hca<B> {
             .query_cap(query_cap_op(CapType::General, CapMode::Cur))
             .map_err(at(Step::QueryGeneralCaps))?;
         self.set_general_caps().map_err(at(Step::SetGeneralCaps))?;
+        // Atomic before RoCE, as Linux's `set_hca_cap` orders them.
+        if self.caps.gen(prm::cmd_hca_cap::atomic) == 1 {
+            self.atomic_caps().map_err(at(Step::AtomicCaps))?;
+        }
         if self.caps.gen(prm::cmd_hca_cap::roce) == 1 {
             self.roce_caps().map_err(at(Step::RoceCaps))?;
         }
@@ -357,6 +387,26 @@ impl<B: Bus> Hca<B> {
             cur = self.query_cap(query_cap_op(CapType::Roce, CapMode::Cur))?;
         }
         self.caps.roce_cur = Some(cur);
+        Ok(())
+    }
+
+    /// Atomic capabilities; selects host-endian 8-byte atomic responses when the device
+    /// supports them (Linux `handle_hca_cap_atomic`: SET_HCA_CAP of a zeroed atomic page
+    /// but for `atomic_req_8B_endianness_mode`), so that a fetched value lands in host
+    /// byte order as a libmlx5 user on Linux gets it.
+    fn atomic_caps(&mut self) -> Result<()> {
+        use ferroverbs_hw::control::caps::ATOMIC_REQ_MODE_HOST_ENDIANNESS;
+        let f = prm::atomic_caps::atomic_req_8B_endianness_mode;
+        let mut cur = self.query_cap(query_cap_op(CapType::Atomic, CapMode::Cur))?;
+        if prm::atomic_caps::supported_atomic_req_8B_endianness_mode_1.get(&cur) == 1
+            && f.get(&cur) != ATOMIC_REQ_MODE_HOST_ENDIANNESS
+        {
+            let mut set = vec![0u8; CAP_LEN];
+            f.set(&mut set, ATOMIC_REQ_MODE_HOST_ENDIANNESS);
+            self.set_cap(set_cap_op(CapType::Atomic), &set)?;
+            cur = self.query_cap(query_cap_op(CapType::Atomic, CapMode::Cur))?;
+        }
+        self.caps.atomic_cur = Some(cur);
         Ok(())
     }
 

@@ -30,7 +30,9 @@ pub mod op {
     pub const ACCESS_REG: u16 = Opcode::AccessReg.value();
 }
 
-pub use ferroverbs_hw::control::caps::{cmd_hca_cap, query_hca_cap_out, roce_cap, set_hca_cap_in};
+pub use ferroverbs_hw::control::caps::{
+    atomic_caps, cmd_hca_cap, query_hca_cap_out, roce_cap, set_hca_cap_in,
+};
 pub use ferroverbs_hw::control::eq::{create_eq_in, create_eq_out, destroy_eq_in, eqc};
 pub use ferroverbs_hw::control::hca::{init_hca_in, query_issi_out, set_issi_in, teardown_hca_in};
 pub use ferroverbs_hw::control::pages::{manage_pages_in, manage_pages_out, query_pages_out};

@@ -72,9 +72,17 @@ fn capabilities_are_connectx5_like() {
     assert_eq!(get(roce, r::r_roce_dest_udp_port), 4791);
     assert_eq!(get(roce, r::roce_version), 0x5);
     assert_eq!(get(roce, r::sw_r_roce_src_udp_port), 0);
-    // Atomic page: modelled, all zero.
+    // Atomic page: the standard 8-byte atomics, big-endian responses until software
+    // selects host endianness (which MAX allows).
+    use ferroverbs_hw::control::caps::atomic_caps as a;
     let o = h.simple(Opcode::QueryHcaCap, (3 << 1) | 1, |_| {});
-    assert!(o[16..].iter().all(|&b| b == 0));
+    let atomic = &o[0x10..];
+    assert_eq!(get(atomic, a::atomic_operations), 0x3);
+    assert_eq!(get(atomic, a::atomic_size_qp), 0x8);
+    assert_eq!(get(atomic, a::supported_atomic_req_8B_endianness_mode_1), 1);
+    assert_eq!(get(atomic, a::atomic_req_8B_endianness_mode), 0);
+    let o = h.simple(Opcode::QueryHcaCap, 3 << 1, |_| {});
+    assert_eq!(get(&o[0x10..], a::atomic_req_8B_endianness_mode), 1);
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Capabilities: QUERY_HCA_CAP / SET_HCA_CAP and the capability pages a verbs driver
 //! reads and sets: the general device capabilities ([`cmd_hca_cap`]) and the RoCE
-//! capabilities ([`roce_cap`]).
+//! capabilities ([`roce_cap`]) and the atomic capabilities ([`atomic_caps`]).
 //!
 //! A capability page is 4096 bytes (`hca_cap_union`) at byte 0x10 of the QUERY_HCA_CAP
 //! output and of the SET_HCA_CAP input; [`in_command`] moves a field of a page there.
@@ -305,6 +305,38 @@ prm_layout! {
         roce_address_table_size: 0xf0, 0x10;
     }
 }
+prm_layout! {
+    /// The atomic capabilities (cap type ATOMIC): which atomic operations and sizes an
+    /// RC QP executes, and the byte order of the value an 8-byte atomic returns to the
+    /// requester.
+    pub mod atomic_caps = "atomic_caps" (0x800) {
+        /// The requester's byte order for 8-byte atomic responses: 0 big-endian, 1 host
+        /// endianness ([`ATOMIC_REQ_MODE_HOST_ENDIANNESS`]); settable.
+        atomic_req_8B_endianness_mode: 0x40, 2;
+        /// Mode 1 (host endianness) may be set.
+        supported_atomic_req_8B_endianness_mode_1: 0x46, 1;
+        /// Supported operations ([`ATOMIC_OPS_CMP_SWAP`], [`ATOMIC_OPS_FETCH_ADD`], ...).
+        atomic_operations: 0x90, 0x10;
+        /// Operand sizes supported on QPs (`MLX5_ATOMIC_CAPS_ATOMIC_SIZE_QP_*`).
+        atomic_size_qp: 0xb0, 0x10;
+        /// Operand sizes supported on DC.
+        atomic_size_dc: 0xd0, 0x10;
+    }
+}
+
+/// `atomic_caps.atomic_operations`: compare and swap (Linux `mlx5_ib.h`
+/// `MLX5_ATOMIC_OPS_CMP_SWAP`).
+pub const ATOMIC_OPS_CMP_SWAP: u64 = 1 << 0;
+/// `atomic_caps.atomic_operations`: fetch and add (`MLX5_ATOMIC_OPS_FETCH_ADD`).
+pub const ATOMIC_OPS_FETCH_ADD: u64 = 1 << 1;
+/// `atomic_caps.atomic_operations`: masked compare and swap.
+pub const ATOMIC_OPS_MASKED_CMP_SWAP: u64 = 1 << 2;
+/// `atomic_caps.atomic_operations`: masked fetch and add.
+pub const ATOMIC_OPS_MASKED_FETCH_ADD: u64 = 1 << 3;
+/// `atomic_caps.atomic_req_8B_endianness_mode`: responses in host endianness (Linux
+/// `mlx5_core` `MLX5_ATOMIC_REQ_MODE_HOST_ENDIANNESS`); 0 is big-endian.
+pub const ATOMIC_REQ_MODE_HOST_ENDIANNESS: u64 = 1;
+
 /// The layouts of this module.
 pub const LAYOUTS: &[&Layout] = &[
     &query_hca_cap_in::LAYOUT,
@@ -313,6 +345,7 @@ pub const LAYOUTS: &[&Layout] = &[
     &set_hca_cap_out::LAYOUT,
     &cmd_hca_cap::LAYOUT,
     &roce_cap::LAYOUT,
+    &atomic_caps::LAYOUT,
 ];
 
 header_enum! {
@@ -391,6 +424,8 @@ c_constants! {
         Mlx5Ifc MLX5_SET_HCA_CAP_OP_MOD_ROCE: u16 = 0x4;
         /// Port selection.
         Mlx5Ifc MLX5_SET_HCA_CAP_OP_MODE_PORT_SELECTION: u16 = 0x25;
+        /// `atomic_caps.atomic_size_qp`: 8-byte operands.
+        Mlx5Ifc MLX5_ATOMIC_CAPS_ATOMIC_SIZE_QP_8_BYTES: u16 = 8;
 
 }
 

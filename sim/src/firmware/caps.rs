@@ -13,9 +13,10 @@
 
 use ferroverbs_hw::Field;
 
-use super::ifc::{cmd_hca_cap as g, roce_cap as r};
+use super::ifc::{atomic_caps as a, cmd_hca_cap as g, roce_cap as r};
 use super::syndrome::Syndrome;
 use super::FwConfig;
+use ferroverbs_hw::control::caps::{ATOMIC_OPS_CMP_SWAP, ATOMIC_OPS_FETCH_ADD};
 
 /// Size of one capability image (`hca_cap_union`).
 pub const CAP_IMAGE: usize = 4096;
@@ -25,7 +26,7 @@ pub const CAP_IMAGE: usize = 4096;
 pub enum CapType {
     /// `MLX5_CAP_GENERAL` (0): `cmd_hca_cap`.
     General,
-    /// `MLX5_CAP_ATOMIC` (3): `atomic_caps` (reported as all zero: no extended atomics).
+    /// `MLX5_CAP_ATOMIC` (3): `atomic_caps`.
     Atomic,
     /// `MLX5_CAP_ROCE` (4): `roce_cap`.
     Roce,
@@ -104,6 +105,27 @@ pub const SETTABLE_GENERAL: &[(Field, Rule)] = &[
 
 /// RoCE capability fields SET_HCA_CAP may change.
 pub const SETTABLE_ROCE: &[(Field, Rule)] = &[(r::sw_r_roce_src_udp_port, Rule::UpToMax)];
+
+/// Atomic capability fields SET_HCA_CAP may change: the requester's byte order for
+/// 8-byte atomic responses (Linux `handle_hca_cap_atomic` sets host endianness when
+/// `supported_atomic_req_8B_endianness_mode_1` allows it; the maximum image holds 1
+/// only then).
+pub const SETTABLE_ATOMIC: &[(Field, Rule)] = &[(a::atomic_req_8B_endianness_mode, Rule::UpToMax)];
+
+/// The atomic capabilities: the standard 8-byte compare-and-swap and fetch-and-add
+/// on RC QPs (what the simulator executes; masked and larger atomics are absent),
+/// responses big-endian until SET_HCA_CAP selects host endianness.
+fn atomic_defaults() -> Vec<(Field, u64)> {
+    vec![
+        (
+            a::atomic_operations,
+            ATOMIC_OPS_CMP_SWAP | ATOMIC_OPS_FETCH_ADD,
+        ),
+        (a::atomic_size_qp, 8),
+        (a::supported_atomic_req_8B_endianness_mode_1, 1),
+        (a::atomic_req_8B_endianness_mode, 0),
+    ]
+}
 
 /// The current value of the general capabilities of a ConnectX-5-like adapter.
 fn general_defaults(cfg: &FwConfig) -> Vec<(Field, u64)> {
@@ -221,6 +243,9 @@ impl Caps {
         for (f, v) in roce_defaults(cfg) {
             set(&mut cur[2], f, v);
         }
+        for (f, v) in atomic_defaults() {
+            set(&mut cur[1], f, v);
+        }
         let mut max = cur.clone();
         for (f, v) in general_max_extra() {
             set(&mut max[0], f, v);
@@ -232,6 +257,9 @@ impl Caps {
             set(&mut cur[o.cap.idx()], o.field, o.value);
             set(&mut max[o.cap.idx()], o.field, o.value);
         }
+        // Host-endian atomic responses may be selected when mode 1 is supported.
+        let mode_1 = get(&max[1], a::supported_atomic_req_8B_endianness_mode_1);
+        set(&mut max[1], a::atomic_req_8B_endianness_mode, mode_1);
         Caps { cur, max }
     }
 
@@ -259,11 +287,16 @@ impl Caps {
         get(&self.cur[2], f)
     }
 
+    /// A current atomic capability.
+    pub fn atomic(&self, f: Field) -> u64 {
+        get(&self.cur[1], f)
+    }
+
     fn settable(ty: CapType) -> &'static [(Field, Rule)] {
         match ty {
             CapType::General => SETTABLE_GENERAL,
             CapType::Roce => SETTABLE_ROCE,
-            CapType::Atomic => &[],
+            CapType::Atomic => SETTABLE_ATOMIC,
         }
     }
 
@@ -277,10 +310,13 @@ impl Caps {
             set(&mut mask, *f, u64::MAX);
         }
         let cur = &self.cur[i];
-        let changed_elsewhere = (0..CAP_IMAGE).any(|b| {
-            let n = new.get(b).copied().unwrap_or(0);
-            (n ^ cur[b]) & !mask[b] != 0
-        });
+        // Linux (`handle_hca_cap_atomic`) sends the atomic page zeroed but for the
+        // field it sets: the firmware takes the settable fields of that page only.
+        let changed_elsewhere = ty != CapType::Atomic
+            && (0..CAP_IMAGE).any(|b| {
+                let n = new.get(b).copied().unwrap_or(0);
+                (n ^ cur[b]) & !mask[b] != 0
+            });
         if changed_elsewhere {
             return Err(Syndrome::SetCapReadOnly);
         }
@@ -299,5 +335,49 @@ impl Caps {
         }
         self.cur[i] = img;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode_page(mode: u64) -> Vec<u8> {
+        let mut p = vec![0u8; CAP_IMAGE];
+        set(&mut p, a::atomic_req_8B_endianness_mode, mode);
+        p
+    }
+
+    #[test]
+    fn the_atomic_page_takes_a_supported_endianness_mode_only() {
+        let mut c = Caps::new(&FwConfig::default());
+        assert_eq!(
+            get(c.image(CapType::Atomic, true), a::atomic_operations),
+            ATOMIC_OPS_CMP_SWAP | ATOMIC_OPS_FETCH_ADD
+        );
+        // Linux's zeroed page with the mode alone is accepted; the rest is kept.
+        assert_eq!(c.set(CapType::Atomic, &mode_page(1)), Ok(()));
+        assert_eq!(c.atomic(a::atomic_req_8B_endianness_mode), 1);
+        assert_eq!(c.atomic(a::atomic_size_qp), 8);
+        assert_eq!(
+            c.set(CapType::Atomic, &mode_page(2)),
+            Err(Syndrome::SetCapValue)
+        );
+        assert_eq!(c.atomic(a::atomic_req_8B_endianness_mode), 1);
+        // Without mode 1 support only big-endian responses may be selected.
+        let cfg = FwConfig {
+            caps: vec![CapOverride {
+                cap: CapType::Atomic,
+                field: a::supported_atomic_req_8B_endianness_mode_1,
+                value: 0,
+            }],
+            ..FwConfig::default()
+        };
+        let mut c = Caps::new(&cfg);
+        assert_eq!(
+            c.set(CapType::Atomic, &mode_page(1)),
+            Err(Syndrome::SetCapValue)
+        );
+        assert_eq!(c.set(CapType::Atomic, &mode_page(0)), Ok(()));
     }
 }

@@ -593,6 +593,25 @@ impl Firmware {
         }
     }
 
+    /// The bytes an 8-byte atomic's original value is written back as into the
+    /// requester's local buffer: big-endian (network order, the reset state), or in the
+    /// host byte order declared with HOST_ENDIANNESS once SET_HCA_CAP has set
+    /// `atomic_caps.atomic_req_8B_endianness_mode` to host endianness (Linux
+    /// `handle_hca_cap_atomic`, so that libmlx5 and the verbs return the value in host
+    /// order).
+    pub fn atomic_result_bytes(&self, value: u64) -> [u8; 8] {
+        let mode = self
+            .caps
+            .atomic(ifc::atomic_caps::atomic_req_8B_endianness_mode);
+        if mode == ferroverbs_hw::control::caps::ATOMIC_REQ_MODE_HOST_ENDIANNESS
+            && self.host_endianness == 0
+        {
+            value.to_le_bytes()
+        } else {
+            value.to_be_bytes()
+        }
+    }
+
     /// The host byte order software declared with HOST_ENDIANNESS (`he`: 0 little-endian,
     /// 1 big-endian).
     pub fn host_endianness(&self) -> u8 {

@@ -512,7 +512,7 @@ fn on_atomic_ack(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     };
     ack_to(qp, psn.sub(1));
     let f = qp.sq.wqes[i];
-    let bytes = orig.original.to_be_bytes();
+    let bytes = cx.fw.atomic_result_bytes(orig.original);
     let ok = wqe::reload(cx.fw, cx.io, &qp.cfg, &f.w, &mut qp.sq.rxd)
         && mem::scatter(cx.fw, cx.io, &qp.sq.rxd.sges, 0, &bytes).is_ok();
     if !ok {
