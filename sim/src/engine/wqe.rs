@@ -108,6 +108,55 @@ impl Op {
     }
 }
 
+/// The fence mode of a send WQE (`fm_ce_se` bits 7..5, the PRM's `MLX5_FENCE_MODE_*`):
+/// what must complete before the WQE executes. rdma-core writes mode 4 ("small and
+/// fence", `MLX5_WQE_CTRL_FENCE`) for `IBV_SEND_FENCE`, and the initiator small fence
+/// on the WQE after a local invalidation or memory window bind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fence {
+    /// Mode 0: none.
+    None,
+    /// Mode 1, initiator small fence: earlier local operations (UMR, BIND_MW,
+    /// LOCAL_INV) complete first. The simulator executes no such operation (they fail
+    /// as operations the QP cannot execute), so nothing is ever waited for.
+    InitiatorSmall,
+    /// Mode 2, fence: earlier RDMA READs and atomics complete first (the IBTA fence
+    /// indicator, Vol. 1 §10.8.3.3); modes 5-7 (reserved) are taken as this.
+    Fence,
+    /// Mode 3, strong ordering: every earlier WQE completes (is acknowledged) first.
+    StrongOrdering,
+    /// Mode 4, small and fence: modes 1 and 2 together.
+    SmallAndFence,
+}
+
+impl Fence {
+    /// The mode of `fm_ce_se` bits 7..5 (`fence_mode`).
+    pub fn of(mode: u8) -> Fence {
+        match mode {
+            0 => Fence::None,
+            1 => Fence::InitiatorSmall,
+            3 => Fence::StrongOrdering,
+            4 => Fence::SmallAndFence,
+            _ => Fence::Fence,
+        }
+    }
+
+    /// Whether the WQE waits for every earlier READ and atomic.
+    #[inline]
+    pub fn waits_for_reads(self) -> bool {
+        matches!(
+            self,
+            Fence::Fence | Fence::SmallAndFence | Fence::StrongOrdering
+        )
+    }
+
+    /// Whether the WQE waits for every earlier WQE to complete.
+    #[inline]
+    pub fn waits_for_all(self) -> bool {
+        self == Fence::StrongOrdering
+    }
+}
+
 /// A send WQE as the requester keeps it while the operation is in flight.
 #[derive(Clone, Copy, Debug)]
 pub struct SendWqe {
@@ -125,8 +174,8 @@ pub struct SendWqe {
     pub signaled: bool,
     /// Solicited event requested.
     pub solicited: bool,
-    /// Fenced behind earlier READs and atomics.
-    pub fence: bool,
+    /// The fence mode of the control segment.
+    pub fence: Fence,
     /// The immediate word (as its bytes sit in the WQE: big-endian value).
     pub imm: u32,
     /// Remote address.
@@ -369,7 +418,7 @@ fn malformed(pos: u32) -> SendWqe {
         op: None,
         signaled: false,
         solicited: false,
-        fence: false,
+        fence: Fence::None,
         imm: 0,
         raddr: 0,
         rkey: 0,
@@ -391,7 +440,7 @@ fn header(w: &mut SendWqe, first: &[u8], avail: u32) -> Option<(usize, u32, u32)
     w.opcode = ctrl.opcode();
     w.signaled = ctrl.cq_update();
     w.solicited = ctrl.solicited();
-    w.fence = ctrl.fence_mode() != 0;
+    w.fence = Fence::of(ctrl.fence_mode());
     w.imm = ctrl.imm();
     let ds = usize::from(ctrl.ds());
     if ds == 0 {
@@ -528,7 +577,7 @@ pub fn inline_send(cfg: &QpCfg, pos: u32, raw: &[u8; 128]) -> Option<SendWqe> {
         op: Some(Op::Send { imm }),
         signaled: ctrl.cq_update(),
         solicited: ctrl.solicited(),
-        fence: ctrl.fence_mode() != 0,
+        fence: Fence::of(ctrl.fence_mode()),
         imm: ctrl.imm(),
         raddr: 0,
         rkey: 0,

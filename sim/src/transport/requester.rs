@@ -8,7 +8,8 @@
 //! * the window allows: at most [`WINDOW`] PSNs past the oldest unacknowledged one;
 //! * the initiator depth allows: at most `2^log_sra_max` READ/atomic requests
 //!   outstanding;
-//! * no fence holds: a fenced WQE waits for every earlier READ/atomic to complete;
+//! * no fence holds: a fenced WQE waits for every earlier READ/atomic to complete, a
+//!   strongly ordered one (fence mode 3) for every earlier WQE;
 //! * no RNR back-off is running.
 //!
 //! A WQE that failed validation stops fetching; it completes in error (and the QP goes
@@ -98,8 +99,11 @@ pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
             continue;
         }
         // A fenced WQE waits for every earlier READ/atomic (itself excluded, when a
-        // go-back-N resends it).
-        if sent == 0 && fence && qp.sq.reads_out > u32::from(counted) {
+        // go-back-N resends it); a strongly ordered one for every earlier WQE.
+        if sent == 0
+            && ((fence.waits_for_reads() && qp.sq.reads_out > u32::from(counted))
+                || (fence.waits_for_all() && !earlier_done(qp, i)))
+        {
             break;
         }
         if op.is_read_atomic() && !counted && qp.sq.reads_out >= qp.cfg.sra_max {
@@ -186,6 +190,12 @@ fn fetch<'a>(qp: &mut QpRt, cx: &mut Ctx, avail: u32, io: &'a Iommu, hold: &mut 
     queue(qp, cx, w);
 }
 
+/// Whether every flight before flight `i` has completed (strong ordering: fence mode
+/// 3 executes a WQE only then).
+fn earlier_done(qp: &QpRt, i: usize) -> bool {
+    qp.sq.wqes.iter().take(i).all(|f| f.done)
+}
+
 /// Queues the fetched WQE `w`.
 fn queue(qp: &mut QpRt, cx: &mut Ctx, mut w: wqe::SendWqe) {
     cx.stats.wqes += 1;
@@ -237,7 +247,8 @@ fn send_now(qp: &mut QpRt, cx: &mut Ctx, w: &wqe::SendWqe, raw: &[u8; 128]) -> b
     let n = w.len as usize;
     if qp.cfg.path.is_none()
         || n > qp.cfg.pmtu as usize
-        || (w.fence && sq.reads_out > 0)
+        || (w.fence.waits_for_reads() && sq.reads_out > 0)
+        || (w.fence.waits_for_all() && !sq.wqes.is_empty())
         || psn.distance(sq.una) >= WINDOW as i32
     {
         return false;
