@@ -205,6 +205,8 @@ pub struct Bar {
     health_counter: u32,
     ignored_writes: AtomicU64,
     bad_reads: AtomicU64,
+    /// log2 of the BAR0 stride between UAR indexes (the firmware's `UarGeometry`).
+    uar_shift: u32,
 }
 
 impl core::fmt::Debug for Bar {
@@ -241,6 +243,7 @@ impl Bar {
             health_counter: 0,
             ignored_writes: AtomicU64::new(0),
             bad_reads: AtomicU64::new(0),
+            uar_shift: 12,
         };
         bar.reset();
         bar
@@ -259,6 +262,7 @@ impl Bar {
         r.health.fw_ver.set(c.fw_rev.health_fw_ver());
         r.health.hw_id.set(c.hw_id);
         self.cmdq_programmed = false;
+        self.uar_shift = 12;
         self.health_counter = 0;
         self.reset_at_ns = self.clock.now_ns();
         self.set_initializing(true);
@@ -443,8 +447,20 @@ impl Bar {
         })
     }
 
+    /// The UAR index and the offset in its page of BAR0 offset `off`. With UAR pages
+    /// above 4 KiB the registers are in the page's first 4 KiB: an offset past them is
+    /// given as `ADAPTER_PAGE_SIZE` or more, which no register has.
     fn uar_of(&self, off: usize) -> (u32, usize) {
-        ((off / ADAPTER_PAGE_SIZE) as u32, off % ADAPTER_PAGE_SIZE)
+        (
+            (off >> self.uar_shift) as u32,
+            off & ((1 << self.uar_shift) - 1),
+        )
+    }
+
+    /// Sets the UAR geometry: UAR `n` is at BAR0 offset `n << shift` (12 to 16, as the
+    /// firmware's capabilities chose at INIT_HCA; 12 at reset).
+    pub fn set_uar_shift(&mut self, shift: u32) {
+        self.uar_shift = shift.clamp(12, 16);
     }
 
     fn slot_mask(&self) -> u32 {

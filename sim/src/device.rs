@@ -890,6 +890,9 @@ impl Shared {
                 fw.execute(&self.iommu, input, outlen)
             },
         );
+        // INIT_HCA fixes the UAR geometry the capabilities chose.
+        let shift = d.fw.uar_geometry().shift;
+        d.bar.set_uar_shift(shift);
         // The command's effect on QPs and CQs reaches the data path at once (a 2ERR
         // flushes before the command completes).
         d.engine

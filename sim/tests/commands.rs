@@ -591,3 +591,76 @@ fn force_teardown_destroys_everything() {
     );
     let _ = EventType::Cmd;
 }
+
+#[test]
+fn the_uar_page_size_sets_the_uar_geometry() {
+    use ferroverbs_hw::datapath::uar::{eq_doorbell_value, EQ_DOORBELL_ARM};
+    use ferroverbs_hw::Bus;
+    // 64 KiB host pages with 4 KiB UARs (`uar_4k`), as Linux sets them there:
+    // ALLOC_UAR hands out sixteen UARs from an index aligned to sixteen, and an
+    // object may use any of them.
+    let mut h = Host::deterministic();
+    h.init_with(|i| {
+        set(i, cap_at(g::log_uar_page_sz), 4);
+        set(i, cap_at(g::uar_4k), 1);
+    });
+    let (a, b) = (h.alloc_uar(), h.alloc_uar());
+    assert_eq!((a % 16, b % 16), (0, 0), "{a} {b}");
+    assert_ne!(a, b);
+    let (eqn, _) = h.create_eq(6, a + 3, 0, &[EventType::Cmd]);
+    let stray = h.sim.stats().stray_doorbells;
+    h.eq_doorbell(a + 3, eqn, 0, true);
+    assert_eq!(h.sim.stats().stray_doorbells, stray);
+    // Through another UAR of the same page: not this EQ's.
+    h.eq_doorbell(a + 4, eqn, 0, true);
+    assert_eq!(h.sim.stats().stray_doorbells, stray + 1);
+    // Only the index ALLOC_UAR returned names the allocation.
+    let mut d = input(Opcode::DeallocUar, 0);
+    set(&mut d, dealloc_uar_in::uar, u64::from(b + 1));
+    h.fails(
+        &d,
+        outlen(Opcode::DeallocUar),
+        ferroverbs_sim::firmware::Syndrome::UarUnknown,
+    );
+    set(&mut d, dealloc_uar_in::uar, u64::from(b));
+    h.ok(&d, outlen(Opcode::DeallocUar));
+
+    // 8 KiB UAR pages without `uar_4k`: UAR n at n << 13, registers in the first 4 KiB.
+    let mut h = Host::deterministic();
+    h.init_with(|i| set(i, cap_at(g::log_uar_page_sz), 1));
+    let u = h.alloc_uar();
+    let (eqn, _) = h.create_eq(6, u, 0, &[EventType::Cmd]);
+    let before = h.sim.stats();
+    let page = (u as usize) << 13;
+    h.bus
+        .write32(page + EQ_DOORBELL_ARM, eq_doorbell_value(eqn as u8, 0));
+    let after = h.sim.stats();
+    assert_eq!(
+        (after.stray_doorbells, after.ignored_bar_writes),
+        (before.stray_doorbells, before.ignored_bar_writes)
+    );
+    // The second 4 KiB of the page holds no register.
+    h.bus.write32(
+        page + 4096 + EQ_DOORBELL_ARM,
+        eq_doorbell_value(eqn as u8, 0),
+    );
+    assert_eq!(
+        h.sim.stats().ignored_bar_writes,
+        after.ignored_bar_writes + 1
+    );
+
+    // Above 64 KiB pages: refused.
+    let mut h = Host::deterministic();
+    h.simple(Opcode::EnableHca, 0, |_| {});
+    let mut i = input(Opcode::SetHcaCap, 0);
+    let at = set_hca_cap_in::capability.byte_offset();
+    let cur = h.caps(true);
+    i[at..at + cur.len()].copy_from_slice(&cur);
+    set(&mut i, cap_at(g::cmdif_checksum), 0);
+    set(&mut i, cap_at(g::log_uar_page_sz), 5);
+    h.fails(
+        &i,
+        outlen(Opcode::SetHcaCap),
+        ferroverbs_sim::firmware::Syndrome::SetCapValue,
+    );
+}

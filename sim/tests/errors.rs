@@ -367,7 +367,7 @@ fn caps(c: &mut Check) {
     c.fails(&mut h, &base(g::port_type, 0), n, Syndrome::SetCapReadOnly);
     c.fails(
         &mut h,
-        &base(g::log_uar_page_sz, 1),
+        &base(g::log_uar_page_sz, 5),
         n,
         Syndrome::SetCapValue,
     );

@@ -89,8 +89,9 @@ pub const SETTABLE_GENERAL: &[(Field, Rule)] = &[
     // Command-interface checksums are not modelled: "disabled" (what both drivers set)
     // or the reset state, never "enabled".
     (g::cmdif_checksum, Rule::OneOf(&[0, 1])),
-    // UARs are 4 KiB pages of BAR0: only log_uar_page_sz 0.
-    (g::log_uar_page_sz, Rule::Only(0)),
+    // The UAR page size, 4 KiB << log_uar_page_sz (Linux sets PAGE_SHIFT - 12: 0 to
+    // 4 for the 4 KiB to 64 KiB pages of the hosts ConnectX serves).
+    (g::log_uar_page_sz, Rule::OneOf(&[0, 1, 2, 3, 4])),
     (g::pkey_table_size, Rule::UpToMax),
     (g::log_max_qp, Rule::UpToMax),
     (g::drain_sigerr, Rule::UpToMax),

@@ -151,6 +151,57 @@ pub struct Mkey {
     pub view: crate::engine::mem::MkeyView,
 }
 
+/// Where the UARs are in BAR0 and how ALLOC_UAR hands them out, as the general
+/// capabilities `log_uar_page_sz` and `uar_4k` set them (PRM "UAR"; Linux
+/// `mlx5_core` `uar2pfn` and `uars_per_sys_page`). Linux sets `log_uar_page_sz =
+/// PAGE_SHIFT - 12`, and `uar_4k` on hosts with pages above 4 KiB when the device
+/// supports it.
+///
+/// * `uar_4k = 0`: a UAR page is `4 KiB << log_uar_page_sz` (the host page): UAR `n`
+///   is at `n << (12 + log_uar_page_sz)`, its registers in the first 4 KiB.
+/// * `uar_4k = 1`: UARs are 4 KiB (`n << 12`), and ALLOC_UAR hands out a host page's
+///   worth, `2^log_uar_page_sz` consecutive UARs from an index aligned to that count;
+///   objects may name any UAR of the page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UarGeometry {
+    /// log2 of the BAR0 stride between UAR indexes.
+    pub shift: u32,
+    /// UAR indexes per allocation (a power of two).
+    pub group: u32,
+}
+
+impl Default for UarGeometry {
+    fn default() -> Self {
+        UarGeometry {
+            shift: 12,
+            group: 1,
+        }
+    }
+}
+
+impl UarGeometry {
+    /// The geometry of `log_uar_page_sz` and `uar_4k`.
+    pub fn of(log_uar_page_sz: u64, uar_4k: bool) -> Self {
+        let k = log_uar_page_sz.min(16) as u32;
+        if uar_4k {
+            UarGeometry {
+                shift: 12,
+                group: 1 << k,
+            }
+        } else {
+            UarGeometry {
+                shift: 12 + k,
+                group: 1,
+            }
+        }
+    }
+
+    /// The allocation (UAR page) UAR index `uar` belongs to.
+    pub fn unit(self, uar: u32) -> u32 {
+        uar / self.group
+    }
+}
+
 /// Why a remote invalidation ([`Firmware::invalidate_remote`]) was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InvalidateError {
@@ -355,6 +406,8 @@ pub struct Firmware {
     caps: Caps,
     pages: Pages,
     uars: Table<()>,
+    /// The UAR geometry the capabilities set at INIT_HCA ([`UarGeometry`]).
+    uar_geom: UarGeometry,
     pds: Table<()>,
     tds: Table<()>,
     /// MKEY numbering (index allocation, capacity); the MKEYs live in `mkey_objs`.
@@ -445,6 +498,7 @@ impl Firmware {
         let ports = vport::ports(&cfg, &caps);
         let mut fw = Firmware {
             uars: Table::new(cfg.first_uar, cfg.num_uars.max(1)),
+            uar_geom: UarGeometry::default(),
             pds: Table::new(1, 1),
             tds: Table::new(1, 1),
             // Index 1 with variant 0 would be key 0x100, MLX5_INVALID_LKEY, the receive
@@ -491,6 +545,23 @@ impl Firmware {
     /// Sizes the object tables from the current capabilities.
     fn size_tables(&mut self) {
         use ifc::cmd_hca_cap as g;
+        let geom = UarGeometry::of(
+            self.caps.gen(g::log_uar_page_sz),
+            self.caps.gen(g::uar_4k) != 0,
+        );
+        if geom != self.uar_geom && self.uars.is_empty() {
+            // The 4 KiB pages of BAR0 past the init segment, regrouped: UAR indexes
+            // whose page lies wholly in that range, allocated `group` at a time.
+            let init_end = u64::from(self.cfg.first_uar) << 12;
+            let bar_end = u64::from(self.cfg.first_uar + self.cfg.num_uars) << 12;
+            let first_index = init_end.div_ceil(1 << geom.shift);
+            let end_index = bar_end >> geom.shift;
+            let group = u64::from(geom.group);
+            let first_unit = first_index.div_ceil(group);
+            let end_unit = (end_index / group).max(first_unit + 1);
+            self.uars = Table::new(first_unit as u32, (end_unit - first_unit) as u32);
+            self.uar_geom = geom;
+        }
         let cap = |log: u64| -> u32 { 1u32 << log.min(24) };
         self.pds.set_capacity(cap(self.caps.gen(g::log_max_pd)));
         self.tds
@@ -884,9 +955,26 @@ impl Firmware {
         true
     }
 
-    /// Whether UAR index `uar` is allocated.
+    /// Whether UAR index `uar` is allocated (it belongs to an allocated UAR page).
     pub fn uar_allocated(&self, uar: u32) -> bool {
-        self.uars.contains(uar)
+        self.uars.contains(self.uar_geom.unit(uar))
+    }
+
+    /// The UAR geometry: BAR0 offset of UAR `n` is `n << shift`.
+    pub fn uar_geometry(&self) -> UarGeometry {
+        self.uar_geom
+    }
+
+    /// Takes a use of the UAR page holding UAR index `uar` (false if not allocated).
+    pub(crate) fn uar_acquire(&mut self, uar: u32) -> bool {
+        let u = self.uar_geom.unit(uar);
+        self.uars.acquire(u)
+    }
+
+    /// Releases a use taken by [`Firmware::uar_acquire`].
+    pub(crate) fn uar_release(&mut self, uar: u32) {
+        let u = self.uar_geom.unit(uar);
+        self.uars.release(u);
     }
 
     /// The firmware wants `delta` more pages (negative: fewer): records it and posts a

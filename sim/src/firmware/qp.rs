@@ -79,7 +79,7 @@ impl Firmware {
             return Err(Syndrome::QpUnknownPd.into());
         }
         let uar = q(qpc::uar_page) as u32;
-        if !self.uars.contains(uar) {
+        if !self.uar_allocated(uar) {
             return Err(Syndrome::QpUnknownUar.into());
         }
         let rq_type = q(qpc::rq_type);
@@ -172,7 +172,7 @@ impl Firmware {
             .insert(qp)
             .ok_or(Fail::from(Syndrome::QpExhausted))?;
         self.pds.acquire(pd);
-        self.uars.acquire(uar);
+        self.uar_acquire(uar);
         for cq in [cqn_snd, cqn_rcv].into_iter().flatten() {
             self.cqs.acquire(cq);
         }
@@ -193,7 +193,7 @@ impl Firmware {
             .remove(qpn)
             .map_err(|_| Fail::from(Syndrome::QpUnknown))?;
         self.pds.release(qp.pd);
-        self.uars.release(qp.uar);
+        self.uar_release(qp.uar);
         for cq in [qp.cqn_snd, qp.cqn_rcv].into_iter().flatten() {
             self.cqs.release(cq);
         }

@@ -69,7 +69,7 @@ impl Firmware {
             return Err(Syndrome::EqBadSize.into());
         }
         let uar = q(eqc::uar_page) as u32;
-        if !self.uars.contains(uar) {
+        if !self.uar_allocated(uar) {
             return Err(Syndrome::EqUnknownUar.into());
         }
         let intr = q(eqc::intr);
@@ -115,7 +115,7 @@ impl Firmware {
             .eqs
             .insert(Eq { ring })
             .ok_or(Fail::from(Syndrome::EqExhausted))?;
-        self.uars.acquire(uar);
+        self.uar_acquire(uar);
         let mut o = Out::new(create_eq_out::SIZE);
         o.set(create_eq_out::eq_number, u64::from(eqn));
         o.done()
@@ -126,7 +126,7 @@ impl Firmware {
         c.lengths(destroy_eq_in::SIZE, destroy_eq_out::SIZE)?;
         let eqn = c.get(destroy_eq_in::eq_number) as u32;
         let eq = removed(self.eqs.remove(eqn), Syndrome::EqUnknown, Syndrome::EqInUse)?;
-        self.uars.release(eq.ring.uar);
+        self.uar_release(eq.ring.uar);
         Out::new(destroy_eq_out::SIZE).done()
     }
 
@@ -179,7 +179,7 @@ impl Firmware {
             return Err(Syndrome::CqUnknownEq.into());
         }
         let uar = q(cqc::uar_page) as u32;
-        if !self.uars.contains(uar) {
+        if !self.uar_allocated(uar) {
             return Err(Syndrome::CqUnknownUar.into());
         }
         let dbr = q(cqc::dbr_addr);
@@ -216,7 +216,7 @@ impl Firmware {
             .insert(cq)
             .ok_or(Fail::from(Syndrome::CqExhausted))?;
         self.eqs.acquire(eqn);
-        self.uars.acquire(uar);
+        self.uar_acquire(uar);
         let mut o = Out::new(create_cq_out::SIZE);
         o.set(create_cq_out::cqn, u64::from(cqn));
         o.done()
@@ -228,7 +228,7 @@ impl Firmware {
         let cqn = c.get(destroy_cq_in::cqn) as u32;
         let cq = removed(self.cqs.remove(cqn), Syndrome::CqUnknown, Syndrome::CqInUse)?;
         self.eqs.release(cq.eqn);
-        self.uars.release(cq.uar);
+        self.uar_release(cq.uar);
         self.datapath_events
             .push(super::DataPathEvent::CqDestroyed(cqn));
         Out::new(destroy_cq_out::SIZE).done()

@@ -39,8 +39,9 @@ impl Firmware {
             .uars
             .insert(())
             .ok_or(Fail::from(Syndrome::UarExhausted))?;
+        // The first UAR of the allocated page (`UarGeometry`).
         let mut o = Out::new(alloc_uar_out::SIZE);
-        o.set(alloc_uar_out::uar, u64::from(n));
+        o.set(alloc_uar_out::uar, u64::from(n * self.uar_geom.group));
         o.done()
     }
 
@@ -48,8 +49,12 @@ impl Firmware {
         c.op_mod_zero()?;
         c.lengths(dealloc_uar_in::SIZE, dealloc_uar_out::SIZE)?;
         let n = c.get(dealloc_uar_in::uar) as u32;
+        // Only the index ALLOC_UAR returned names the allocation.
+        if !n.is_multiple_of(self.uar_geom.group) {
+            return Err(Syndrome::UarUnknown.into());
+        }
         removed(
-            self.uars.remove(n),
+            self.uars.remove(self.uar_geom.unit(n)),
             Syndrome::UarUnknown,
             Syndrome::UarInUse,
         )?;

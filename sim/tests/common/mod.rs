@@ -394,6 +394,11 @@ impl Host {
 
     /// Everything up to and including INIT_HCA, in rdma-core's order.
     pub fn init(&mut self) {
+        self.init_with(|_| {});
+    }
+
+    /// [`Host::init`] with the general SET_HCA_CAP input changed by `f` first.
+    pub fn init_with(&mut self, f: impl FnOnce(&mut Vec<u8>)) {
         self.simple(Opcode::EnableHca, 0, |_| {});
         let o = self.simple(Opcode::QueryIssi, 0, |_| {});
         assert_eq!(get(&o, query_issi_out::supported_issi_dw0) & 2, 2);
@@ -410,6 +415,7 @@ impl Host {
             ferroverbs_hw::control::caps::in_command(cmd_hca_cap::cmdif_checksum),
             0,
         );
+        f(&mut i);
         self.ok(&i, outlen(Opcode::SetHcaCap));
         let init = self.query_pages(2);
         self.give(init as usize);
