@@ -20,7 +20,9 @@
 //!   while CQEs past the doorbell's consumer index exist fires at once.
 
 use ferroverbs_hw::control::cq::{cqc, CqcSt, CqcStatus};
-use ferroverbs_hw::datapath::cqe::{hw_owner_bit, make_op_own, Cqe64, ErrCqe};
+use ferroverbs_hw::datapath::cqe::{
+    hw_owner_bit, make_op_own, Cqe64, ErrCqe, MLX5_INLINE_SCATTER_32, MLX5_INLINE_SCATTER_64,
+};
 use ferroverbs_hw::datapath::eqe::{MLX5_EVENT_TYPE_COMP, MLX5_EVENT_TYPE_CQ_ERROR};
 use zerocopy::byteorder::big_endian::{U16, U32, U64};
 
@@ -375,6 +377,47 @@ impl CqRt {
     /// Writes a CQE and posts the completion event it triggers.
     pub fn push(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, c: &Completion) -> Pushed {
         self.push_with(fw, io, irqs, c.solicits(), |owner| c.encode(owner))
+    }
+
+    /// [`CqRt::push`] of a responder CQE that carries the received message `data`
+    /// (scatter to CQE; at most 32 bytes, or 64 with 128-byte CQEs): up to 32 bytes in
+    /// the CQE's first 32 bytes with `MLX5_INLINE_SCATTER_32` in `op_own`, more in
+    /// the first half of the 128-byte entry with `MLX5_INLINE_SCATTER_64`
+    /// (`mlx5-datapath.md` §5; libmlx5 `cq.c` reads them from the CQE, or the 64 bytes
+    /// before it). The data is written before the CQE, whose owner byte goes last.
+    pub fn push_scattered(
+        &mut self,
+        fw: &mut Firmware,
+        io: &Iommu,
+        irqs: &Irqs,
+        c: &Completion,
+        data: &[u8],
+    ) -> Pushed {
+        let wide = data.len() > 32;
+        if data.len() > 64 || (wide && self.cqe_size != 128) {
+            self.fail(fw, io, irqs, CqcStatus::CqWriteFail);
+            return Pushed::Failed;
+        }
+        let lower = self.cqe_iova(self.pi).map(|a| a - (self.cqe_size - 64));
+        let mut wrote = true;
+        let pushed = self.push_with(fw, io, irqs, c.solicits(), |owner| {
+            let mut e = c.encode(owner);
+            if wide {
+                let mut half = [0u8; 64];
+                half[..data.len()].copy_from_slice(data);
+                wrote = lower.is_some_and(|a| io.write(a, &half).is_ok());
+                e[63] |= MLX5_INLINE_SCATTER_64;
+            } else {
+                e[..data.len()].copy_from_slice(data);
+                e[63] |= MLX5_INLINE_SCATTER_32;
+            }
+            e
+        });
+        if !wrote {
+            self.fail(fw, io, irqs, CqcStatus::CqWriteFail);
+            return Pushed::Failed;
+        }
+        pushed
     }
 
     /// [`CqRt::push`] of the CQE `entry(owner)` gives for the owner bit of its slot;

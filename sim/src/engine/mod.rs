@@ -303,10 +303,24 @@ impl Ctx<'_> {
     /// Writes a CQE to CQ `cqn` (loading its runtime on first use). Returns whether it
     /// was written.
     pub fn post_cqe(&mut self, cqn: Option<u32>, c: &Completion) -> bool {
+        self.post_cqe_with(cqn, c, None)
+    }
+
+    /// [`Ctx::post_cqe`] of a responder CQE carrying the message `data` (scatter to
+    /// CQE, [`CqRt::push_scattered`]).
+    pub fn post_cqe_scattered(&mut self, cqn: Option<u32>, c: &Completion, data: &[u8]) -> bool {
+        self.post_cqe_with(cqn, c, Some(data))
+    }
+
+    fn post_cqe_with(&mut self, cqn: Option<u32>, c: &Completion, data: Option<&[u8]>) -> bool {
         let Some(cqn) = cqn else { return false };
+        let push = |cq: &mut CqRt, fw: &mut Firmware, io: &Iommu, irqs: &Irqs| match data {
+            Some(d) => cq.push_scattered(fw, io, irqs, c, d),
+            None => cq.push(fw, io, irqs, c),
+        };
         // One lookup in the common case (the runtime is loaded).
         let pushed = match self.cqs.get_mut(cqn) {
-            Some(cq) => cq.push(self.fw, self.io, self.irqs, c),
+            Some(cq) => push(cq, self.fw, self.io, self.irqs),
             None => {
                 let Some(rt) = CqRt::load(self.fw, cqn) else {
                     self.stats.cqes_dropped += 1;
@@ -320,7 +334,7 @@ impl Ctx<'_> {
                 let Some(cq) = self.cqs.get_mut(cqn) else {
                     return false;
                 };
-                cq.push(self.fw, self.io, self.irqs, c)
+                push(cq, self.fw, self.io, self.irqs)
             }
         };
         match pushed {

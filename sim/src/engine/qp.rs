@@ -110,6 +110,9 @@ pub struct QpCfg {
     pub cqn_rcv: Option<u32>,
     /// User index (reported in CQEs, CQE version 1).
     pub user_index: u32,
+    /// The largest received SEND placed in its CQE instead of the receive buffer
+    /// (responder scatter to CQE, `qpc.cs_res`; 0: none).
+    pub scatter_cqe: u32,
     /// The Q counter set its events count into (`qpc.counter_set_id`; 0: none).
     pub counter_set: u8,
     /// UAR page of the QP's doorbells.
@@ -236,6 +239,7 @@ impl QpCfg {
                 }
                 _ => g(qpc::user_index) as u32,
             },
+            scatter_cqe: Self::scatter_cqe(fw, qp, g(qpc::cs_res)),
             counter_set: g(qpc::counter_set_id) as u8,
             uar: qp.uar,
             buf: QueueBuf {
@@ -275,6 +279,29 @@ impl QpCfg {
         };
         cfg.resp_cqe = super::cq::CqeTemplate::resp(cfg.qpn, cfg.remote_qpn, cfg.user_index, false);
         cfg
+    }
+
+    /// The responder scatter-to-CQE limit of `qpc.cs_res` (PRM; Linux `mlx5_ib`
+    /// `configure_responder_scat_cqe` sets `MLX5_RES_SCAT_DATA32_CQE` (1) for RC and UC
+    /// QPs whose receive CQ has 64-byte CQEs, `MLX5_RES_SCAT_DATA64_CQE` (2) for
+    /// 128-byte ones): messages of up to 32 bytes go in the 64-byte CQE, of up to 64 in
+    /// the first half of a 128-byte entry (`MLX5_INLINE_SCATTER_32`/`_64` in `op_own`,
+    /// copied out by libmlx5's `mlx5_copy_to_recv_wqe`). Data64 on a CQ of 64-byte
+    /// CQEs gives 32; UD QPs (whose buffers start with the GRH) never scatter to CQE.
+    fn scatter_cqe(fw: &Firmware, qp: &Qp, cs_res: u64) -> u32 {
+        if !matches!(qp.st, ServiceType::Rc | ServiceType::Uc) {
+            return 0;
+        }
+        let cqe128 = qp
+            .cqn_rcv
+            .and_then(|c| fw.cq(c))
+            .is_some_and(|c| c.cqe_size == 128);
+        match cs_res {
+            1 => 32,
+            2 if cqe128 => 64,
+            2 => 32,
+            _ => 0,
+        }
     }
 
     fn path(fw: &Firmware, img: &[u8], qpn: u32) -> Option<Path> {

@@ -19,7 +19,7 @@ use ferroverbs_hw::datapath::eqe::{
     MLX5_EVENT_TYPE_WQ_ACCESS_ERROR, MLX5_EVENT_TYPE_WQ_INVAL_REQ_ERROR,
 };
 
-use crate::engine::cq::CqeKind;
+use crate::engine::cq::{Completion, CqeKind};
 use crate::engine::mem::{self, Need};
 use crate::engine::recv::{self, TakeError};
 use crate::engine::wqe::RecvError;
@@ -137,6 +137,7 @@ fn fast_send_only(qp: &QpRt, one: &One) -> bool {
         && qp.resp.cur == InMsg::None
         && qp.cfg.srqn.is_none()
         && one.payload.len() <= qp.cfg.pmtu as usize
+        && one.payload.len() > qp.cfg.scatter_cqe as usize
         && !GENERAL_ONLY.load(Ordering::Relaxed)
 }
 
@@ -450,8 +451,11 @@ fn send_data(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
             NakCode::InvalidRequest,
         );
     }
+    // Scatter to CQE (`qpc.cs_res`): a one-packet message small enough goes in its CQE,
+    // the receive buffer untouched (software copies it there).
+    let in_cqe = pos == Position::Only && n <= u64::from(qp.cfg.scatter_cqe);
     let win = &mut qp.resp.data_win;
-    if mem::scatter_cached(cx.fw, cx.io, win, &rw.sges, rw.got, pkt.payload).is_err() {
+    if !in_cqe && mem::scatter_cached(cx.fw, cx.io, win, &rw.sges, rw.got, pkt.payload).is_err() {
         return recv_error(
             qp,
             cx,
@@ -494,14 +498,24 @@ fn send_data(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
             (None, None) => MLX5_CQE_RESP_SEND,
         };
         let rw = &qp.resp.rwqe;
-        let written = cx.post_resp_cqe(
-            &qp.cfg,
-            opcode,
-            pkt.repr.bth.solicited,
-            rw.counter as u16,
-            byte_cnt(rw.got),
-            imm.unwrap_or(0),
-        );
+        let written = if in_cqe {
+            let c = qp.resp_completion(CqeKind::Resp { opcode }, rw.counter, rw.got, cx.now);
+            let c = Completion {
+                imm: imm.unwrap_or(0),
+                se: pkt.repr.bth.solicited,
+                ..c
+            };
+            cx.post_cqe_scattered(qp.cfg.cqn_rcv, &c, pkt.payload)
+        } else {
+            cx.post_resp_cqe(
+                &qp.cfg,
+                opcode,
+                pkt.repr.bth.solicited,
+                rw.counter as u16,
+                byte_cnt(rw.got),
+                imm.unwrap_or(0),
+            )
+        };
         if !written {
             return qp.to_error(cx);
         }

@@ -312,7 +312,9 @@ fn on_send(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
     if rw.got + n > rw.total {
         return recv_error(qp, cx, MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
     }
-    if mem::scatter(cx.fw, cx.io, &rw.sges, rw.got, pkt.payload).is_err() {
+    // Scatter to CQE (`qpc.cs_res`), as on RC: a small one-packet message goes in its CQE.
+    let in_cqe = pos == Position::Only && n <= u64::from(qp.cfg.scatter_cqe);
+    if !in_cqe && mem::scatter(cx.fw, cx.io, &rw.sges, rw.got, pkt.payload).is_err() {
         return recv_error(qp, cx, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
     }
     qp.resp.rwqe.got += n;
@@ -337,7 +339,12 @@ fn on_send(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
     );
     c.imm = imm.unwrap_or(0);
     c.se = pkt.repr.bth.solicited;
-    if !cx.post_cqe(qp.cfg.cqn_rcv, &c) {
+    let written = if in_cqe {
+        cx.post_cqe_scattered(qp.cfg.cqn_rcv, &c, pkt.payload)
+    } else {
+        cx.post_cqe(qp.cfg.cqn_rcv, &c)
+    };
+    if !written {
         qp.to_error(cx);
     }
 }

@@ -63,6 +63,8 @@ pub struct Cq {
     pub dbr_off: usize,
     /// Consumer index.
     pub ci: u32,
+    /// Bytes per entry: 64, or 128 (the CQE64 in the upper half).
+    pub stride: usize,
 }
 
 /// A QP and its producer state.
@@ -252,11 +254,18 @@ impl Node {
 
     /// A CQ with the overrun-ignore bit as given.
     pub fn create_cq_with(&mut self, log: u8, oi: bool) -> Cq {
-        let bytes = 64usize << log;
+        self.create_cq_sized(log, oi, 64)
+    }
+
+    /// A CQ of `1 << log` entries of `stride` bytes (64, or 128: `cqc.cqe_sz` 1).
+    pub fn create_cq_sized(&mut self, log: u8, oi: bool, stride: usize) -> Cq {
+        let bytes = stride << log;
         let dbr_off = bytes.next_multiple_of(4096);
         let m = self.h.map(dbr_off + 4096);
         for k in 0..(1usize << log) {
-            self.h.mapped[m].mem.write(k * 64 + 63, &[CQE_OP_OWN_INIT]);
+            self.h.mapped[m]
+                .mem
+                .write(k * stride + stride - 1, &[CQE_OP_OWN_INIT]);
         }
         let base = self.h.iova(m);
         let pas: Vec<u64> = (0..bytes.div_ceil(4096) as u64)
@@ -268,6 +277,11 @@ impl Node {
             ferroverbs_hw::control::cq::in_command(ferroverbs_hw::control::cq::cqc::oi),
             oi.into(),
         );
+        set(
+            &mut i,
+            ferroverbs_hw::control::cq::in_command(ferroverbs_hw::control::cq::cqc::cqe_sz),
+            u64::from(stride == 128),
+        );
         let o = self.h.ok(&i, outlen(Opcode::CreateCq));
         Cq {
             cqn: create_cq_out::cqn.get(&o) as u32,
@@ -275,14 +289,22 @@ impl Node {
             log,
             dbr_off,
             ci: 0,
+            stride,
         }
+    }
+
+    /// The whole entry (`cq.stride` bytes) the last [`Node::poll`] of `cq` took.
+    pub fn last_entry(&self, cq: &Cq) -> Vec<u8> {
+        let n = 1u32 << cq.log;
+        let off = ((cq.ci.wrapping_sub(1) & (n - 1)) as usize) * cq.stride;
+        self.h.mapped[cq.m].mem.bytes(off, cq.stride)
     }
 
     /// Takes the next CQE if software owns it (updating the consumer index record).
     pub fn poll(&self, cq: &mut Cq) -> Option<Cqe64> {
         let n = 1u32 << cq.log;
         let mem = &self.h.mapped[cq.m].mem;
-        let off = ((cq.ci & (n - 1)) as usize) * 64;
+        let off = ((cq.ci & (n - 1)) as usize) * cq.stride + cq.stride - 64;
         let mut own = [0u8; 1];
         mem.read(off + 63, &mut own);
         if !sw_owned(own[0], cq.ci, n) {
@@ -329,6 +351,22 @@ impl Node {
         log_rq: u8,
         stride: u8,
     ) -> Qp {
+        self.create_qp_cs(st, scq, rcq, log_sq, log_rq, stride, 0)
+    }
+
+    /// [`Node::create_qp_st`] with responder scatter to CQE `cs_res` (`qpc.cs_res`:
+    /// 0 none, 1 up to 32 bytes, 2 up to 64).
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_qp_cs(
+        &mut self,
+        st: u8,
+        scq: &Cq,
+        rcq: &Cq,
+        log_sq: u8,
+        log_rq: u8,
+        stride: u8,
+        cs_res: u8,
+    ) -> Qp {
         let rq_stride = 16usize << stride;
         let rq = rq_stride << log_rq;
         let sq = 64usize << log_sq;
@@ -340,6 +378,7 @@ impl Node {
         let f = qpm::in_command;
         let uidx = 0x1000 + self.h.mapped.len() as u32;
         set(&mut i, f(qpc::st), st.into());
+        set(&mut i, f(qpc::cs_res), cs_res.into());
         set(&mut i, f(qpc::pm_state), 3);
         set(&mut i, f(qpc::pd), self.pd.into());
         set(&mut i, f(qpc::uar_page), self.up.uar.into());
