@@ -9,7 +9,7 @@
 //! The SENDs are posted through the driver's typed entries (`qp.post()`, one
 //! `send_inline` per message, one `ring()` per list: the same WQEs and one doorbell per
 //! list, as `post_send` of the list writes them); `--post-send` posts the same list
-//! through the general `post_send` instead (the loop measured before session 5).
+//! through the general `post_send` instead.
 //!
 //! Deterministic mode (the default) runs everything on this thread: the send doorbell
 //! is serviced while `post_send` runs, and the example steps the fabric (the receiver's

@@ -317,7 +317,7 @@ fn deterministic_devices_stepped_by_each_process() {
     // A ping-pong: both processes step their devices while they wait. (A passive
     // server steps its device only while it waits on the rendezvous connection;
     // under heavy load that can be too rare for the transport's timers, see
-    // docs/performance.md section 7.5.)
+    // docs/performance.md, across processes.)
     check(
         13,
         &["send-lat", "-n", "20", "--sim-mode", "deterministic"],

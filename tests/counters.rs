@@ -1,4 +1,4 @@
-//! Counters (issue 6) checked exactly against known workloads on two simulated NICs:
+//! Counters checked exactly against known workloads on two simulated NICs:
 //! SENDs and WRITEs of known sizes (packets = segments of the path MTU, bytes =
 //! headers + payload, DMA bytes = WQEs + payload + CQEs + doorbell records, doorbells,
 //! WQE fetches, the SQ depth and its high-water mark), a lossy link (a sequence NAK and

@@ -1,4 +1,4 @@
-//! The RC error table through the verbs API on two simulated NICs: each case
+//! The RC error cases through the verbs API on two simulated NICs: each case
 //! with its expected work completion status (or post error), and the flush of what
 //! was outstanding once a QP is in error.
 

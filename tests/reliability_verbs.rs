@@ -1,4 +1,4 @@
-//! RC reliability through the verbs API (issue 5), on two simulated NICs whose fabric
+//! RC reliability through the verbs API, on two simulated NICs whose fabric
 //! link is impaired: the retry budget exhausted by a partition (RetryExcErr, the QP in
 //! ERR as `query` reports, every outstanding WR flushed, counted exactly, then reset
 //! and reconnected), RNR exhaustion (RnrRetryExcErr), and a seeded lossy workload of

@@ -1,4 +1,4 @@
-//! Shared receive queues (issue 6) through the verbs API on two simulated NICs: one
+//! Shared receive queues through the verbs API on two simulated NICs: one
 //! SRQ shared by 8 RC QPs under load (thousands of messages, each verified, receive
 //! buffers reposted as they complete), the limit event raised through the async event
 //! API once per arming and not again until re-armed, the SRQ full error, the CQE's

@@ -1,4 +1,4 @@
-//! UC queue pairs (issue 6) through the verbs API on two simulated NICs: SEND,
+//! UC queue pairs through the verbs API on two simulated NICs: SEND,
 //! SEND with immediate, RDMA WRITE and RDMA WRITE with immediate over a lossy link.
 //! A lost packet loses exactly the message it belongs to: every other message
 //! arrives intact (data, immediate, length), in order, and the receive WQEs a lost

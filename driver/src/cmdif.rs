@@ -16,9 +16,9 @@
 //! slot's bit. The driver checks the delivery status, copies the output back and
 //! checks the command status in the output header.
 //!
-//! [`CmdIf`] is the queue itself; the loop that waits for completion (polled or by
+//! `CmdIf` is the queue itself; the loop that waits for completion (polled or by
 //! event), services page requests meanwhile and enforces the timeout is
-//! [`Hca::exec`](crate::hca::Hca::exec).
+//! `Hca::exec`.
 
 use std::sync::Arc;
 use std::time::Duration;

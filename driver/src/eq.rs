@@ -12,7 +12,7 @@
 //!
 //! The driver's one EQ is the async EQ: command completions (type 0x0a), page
 //! requests (0x0b) and the asynchronous events of queues and ports. This module also
-//! services page requests while the device runs (see [`Hca::service_page_requests`]).
+//! services page requests while the device runs (see `Hca::service_page_requests`).
 
 use std::sync::Arc;
 

@@ -1,19 +1,19 @@
 //! The health watchdog.
 //!
-//! Firmware advances a 24-bit health counter in the init segment (0x1010 [23:0]) and
+//! Firmware advances a 24-bit health counter in the init segment (0x1010 bits 23:0) and
 //! reports trouble in the health buffer (0x200). Like both reference drivers the
 //! watchdog looks at the "fatal sensors" in this order (Linux `health.c`
 //! `check_fatal_sensors`, rdma-core `mlx5_vfio.c` `health_check`):
 //!
 //! 1. `health.fw_ver` (0x230) reads all ones: the device fell off the bus;
-//! 2. `nic_interface` (0x14 [10:8]) reads DISABLED (1) or SW_RESET (7);
+//! 2. `nic_interface` (0x14 bits 10:8) reads DISABLED (1) or SW_RESET (7);
 //! 3. `health.synd` (0x23d) is nonzero: a firmware/hardware error syndrome;
 //!
 //! and, once per watchdog period, whether the counter moved. After
 //! [`MAX_MISSES`] consecutive periods without movement the device is declared failed
 //! (both drivers use 3).
 //!
-//! The verdict is sticky: once the device is failed, [`Health::failed`] returns the
+//! The verdict is sticky: once the device is failed, `Health::failed` returns the
 //! reason at once and the driver refuses every further command instead of waiting on
 //! a device that will not answer. No thread is involved: the watchdog runs whenever
 //! the driver touches the device (before each command, while waiting for one, and in

@@ -158,7 +158,7 @@ pub struct Nic {
     /// The UDP link of the simulated device.
     pub link: Option<UdpLink>,
     /// The shortest local ACK timeout exponent its RC QPs get
-    /// ([`min_ack_timeout_from_env`] on a simulated NIC, 0, no floor, on hardware).
+    /// (`min_ack_timeout_from_env` on a simulated NIC, 0, no floor, on hardware).
     pub min_ack_timeout: u8,
 }
 

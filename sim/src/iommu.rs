@@ -946,8 +946,8 @@ unsafe fn volatile_read(src: *const u8, dst: &mut [u8]) {
 /// reads a doorbell record: one aligned DWORD of a PCIe read). A doorbell record read
 /// byte by byte could be torn by the driver's store of the next counter (`0x00ff` →
 /// `0x0100` read as `0x0000` or `0x01ff`), and the device then took up to a ring of
-/// stale WQEs as posted (the stale-payload failure of session 3,
-/// docs/performance.md §7.5.2).
+/// stale WQEs as posted: the previous lap's WQEs went out again, and a receive
+/// completed with the previous message's payload.
 #[inline(always)]
 fn read_pieces(
     addr: usize,

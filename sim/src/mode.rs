@@ -1,4 +1,4 @@
-//! Execution modes (design §5) and the device thread of threaded mode.
+//! Execution modes and the device thread of threaded mode.
 //!
 //! | | deterministic | threaded |
 //! |---|---|---|

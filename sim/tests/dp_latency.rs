@@ -1,7 +1,6 @@
-//! Measures where send doorbells are best serviced (design §5: "whatever the choice,
-//! measure it"): the round trip of a 64-byte SEND ping-pong between two threaded
-//! devices with doorbells serviced on the ringing thread (the default) and deferred to
-//! the device thread. Ignored by default (timing); run with
+//! Measures where send doorbells are best serviced: the round trip of a 64-byte SEND
+//! ping-pong between two threaded devices with doorbells serviced on the ringing
+//! thread (the default) and deferred to the device thread. Ignored by default (timing); run with
 //! `cargo test --release -p ferroverbs-sim --test dp_latency -- --ignored --nocapture`.
 //! A short run of each also checks that deferred doorbells work in both modes.
 

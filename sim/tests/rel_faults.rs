@@ -1,4 +1,4 @@
-//! RC reliability over impaired links (issue 5), deterministic mode: seeded fault
+//! RC reliability over impaired links, deterministic mode: seeded fault
 //! schedules (loss, duplication, reordering, corruption) within the retry budget, and a
 //! mixed SEND / WRITE / READ / fetch-and-add workload that must arrive exactly once, in
 //! order, intact, with exactly one successful completion per WR. A failing case prints

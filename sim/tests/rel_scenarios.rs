@@ -1,4 +1,4 @@
-//! RC reliability scenarios (issue 5), deterministic mode, each with its expected
+//! RC reliability scenarios, deterministic mode, each with its expected
 //! completions: local ACK timeout exceeded / not exceeded / infinite, PSN sequence
 //! error retry exhaustion, implied NAK exceeded / not exceeded, ghost ACK, bad
 //! response, rkey violation, RNR exceeded / not exceeded / infinite, partial WRITE and

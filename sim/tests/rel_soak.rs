@@ -1,4 +1,4 @@
-//! Soak (issue 5): 1,000,000 messages of a mixed SEND / WRITE / READ / fetch-and-add
+//! Soak: 1,000,000 messages of a mixed SEND / WRITE / READ / fetch-and-add
 //! workload over links losing 1 % of frames in each direction, deterministic mode:
 //! nothing lost, nothing duplicated, everything in order and intact.
 //!

@@ -4,7 +4,7 @@
 //! of two of at least 16; a WQE is an array of `stride / 16` data segments. Posting
 //! writes the non-empty SGEs in order and, when they do not fill the WQE, a terminator
 //! entry (`byte_count` 0, lkey
-//! [`MLX5_INVALID_LKEY`](ferroverbs_hw::datapath::wqe::MLX5_INVALID_LKEY), `addr` 0).
+//! [`MLX5_INVALID_LKEY`], `addr` 0).
 //! The producer counter `head` counts WQEs; publishing it is a barrier and the doorbell
 //! record word [`MLX5_RCV_DBR`](ferroverbs_hw::datapath::dbr::MLX5_RCV_DBR) =
 //! BE32(`head & 0xffff`). The RQ has no MMIO doorbell.

@@ -311,11 +311,11 @@ prm_layout! {
     /// requester.
     pub mod atomic_caps = "atomic_caps" (0x800) {
         /// The requester's byte order for 8-byte atomic responses: 0 big-endian, 1 host
-        /// endianness ([`ATOMIC_REQ_MODE_HOST_ENDIANNESS`]); settable.
+        /// endianness ([`super::ATOMIC_REQ_MODE_HOST_ENDIANNESS`]); settable.
         atomic_req_8B_endianness_mode: 0x40, 2;
         /// Mode 1 (host endianness) may be set.
         supported_atomic_req_8B_endianness_mode_1: 0x46, 1;
-        /// Supported operations ([`ATOMIC_OPS_CMP_SWAP`], [`ATOMIC_OPS_FETCH_ADD`], ...).
+        /// Supported operations ([`super::ATOMIC_OPS_CMP_SWAP`], [`super::ATOMIC_OPS_FETCH_ADD`], ...).
         atomic_operations: 0x90, 0x10;
         /// Operand sizes supported on QPs (`MLX5_ATOMIC_CAPS_ATOMIC_SIZE_QP_*`).
         atomic_size_qp: 0xb0, 0x10;

@@ -252,7 +252,7 @@ pub fn write(fw: &Firmware, io: &Iommu, key: u32, va: u64, src: &[u8]) -> Result
     write_cached(fw, io, &mut Window::default(), key, va, src)
 }
 
-/// [`write`] with the IOMMU accesses through the cached window `win`
+/// [`write()`] with the IOMMU accesses through the cached window `win`
 /// ([`Iommu::write_cached`]: the same checks, no table search while it is current).
 pub fn write_cached(
     fw: &Firmware,
@@ -304,8 +304,8 @@ fn one_piece(k: &Mkey, va: u64, len: usize, write: bool) -> Option<u64> {
 
 /// [`write_cached`] through the MKEY `k` that [`checked`] gave for this key: the same
 /// bounds check, translation and IOMMU accesses, without looking the key up again. A
-/// write within one piece of the translation ([`one_piece`]: a SEND's payload in one
-/// page) is translated at once; any other goes through [`walk_key`]. `io` is the
+/// write within one piece of the translation (`one_piece`: a SEND's payload in one
+/// page) is translated at once; any other goes through `walk_key`. `io` is the
 /// [`Iommu`] or a [`Held`](crate::iommu::Held) table (the one-packet receive path).
 pub fn write_key_cached(
     k: &Mkey,

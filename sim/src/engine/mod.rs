@@ -1191,7 +1191,7 @@ impl Engine {
     /// fixed offsets, without building the whole header representation) and goes to
     /// [`transport::responder::on_send_only`]; every other frame, and every frame that
     /// parser does not take, is parsed by [`wire::frame::parse`] as before. Both take
-    /// the same QP lookup and checks ([`rc_target`]) and the same bookkeeping after.
+    /// the same QP lookup and checks (`rc_target`) and the same bookkeeping after.
     pub fn receive(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, now: u64, frame: &[u8]) {
         self.stats.rx_frames += 1;
         self.stats.rx_bytes += frame.len() as u64;

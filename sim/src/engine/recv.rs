@@ -66,7 +66,8 @@ pub fn take(qp: &mut QpRt, cx: &mut Ctx, scatter: bool) -> Result<(), TakeError>
 /// (it moves forward, and the driver never overwrites a WQE the device has not
 /// consumed), so those are still posted; this is what a ConnectX does (it fetches
 /// the record when its known WQEs run out). The record is one aligned 4-byte load
-/// ([`CachedAccess::read_be32_cached`]), never torn (§7.5.2 of `docs/performance.md`).
+/// ([`CachedAccess::read_be32_cached`]), never torn (a torn record made the
+/// device take stale WQEs as posted; see `Iommu`'s aligned reads).
 #[inline(always)]
 fn consume_rq(qp: &mut QpRt, io: &impl CachedAccess) -> Result<u32, TakeError> {
     if qp.rq_known == 0 {

@@ -17,7 +17,7 @@
 //! * [`Fabric`]: the switch, and the driver of deterministic runs ([`Fabric::step`],
 //!   [`Fabric::run_until_idle`], [`Fabric::advance`]).
 //!
-//! Execution (design §5): in deterministic mode nothing moves on its own: a send
+//! Execution: in deterministic mode nothing moves on its own: a send
 //! doorbell is serviced on the ringing thread and leaves its frames in the
 //! destinations' receive queues; [`Fabric::step`] lets every attached device (in attach
 //! order) process the frames waiting for it, which may queue more frames, and

@@ -9,7 +9,7 @@
 //!   (as ARP would) and captures are coherent ([`UdpConfig::sim_config`]).
 //! * **Datagrams** carry exactly what RoCEv2 puts after the UDP header: BTH, extension
 //!   headers, payload, pad and ICRC (§1.1). A frame the device transmits goes to the
-//!   address in its IPv4 destination, at the peers' port ([`UdpConfig::peer_port`]).
+//!   address in its IPv4 destination, at the peers' port (`UdpConfig::peer_port`).
 //! * **The ICRC** (§2.4) covers the masked IPv4 and UDP headers, which the kernel owns
 //!   on a socket. Both ends therefore agree on the *canonical* headers a receiver
 //!   reconstructs from what `recvfrom` tells it: IPv4 version 4, IHL 5, total length
@@ -31,7 +31,7 @@
 //!   and the link rewrites the frame's source port and ICRC to match (counted as
 //!   `tx_port_fallback`).
 //! * **Receive.** The link has no thread of its own: it is the device's
-//!   [`Ingress`](crate::mode::Ingress). Whoever services the device reads the socket
+//!   [`Ingress`]. Whoever services the device reads the socket
 //!   first, without blocking (`recvmmsg` with `MSG_DONTWAIT`, bursts of [`RX_BURST`],
 //!   at most [`RX_POLL_MAX`] datagrams per service), rebuilds each datagram's full
 //!   Ethernet frame in a pooled buffer (destination MAC = the NIC's port 1, source MAC
@@ -47,7 +47,7 @@
 //! * **Who reads.** In deterministic mode, the thread that steps the device
 //!   ([`Sim::step`]): an application that busy-polls its CQ and steps while it finds
 //!   nothing receives each datagram on its own thread, as a busy-polling application
-//!   on a real NIC does, with no thread hand-off (`docs/performance.md` §7.5). In
+//!   on a real NIC does, with no thread hand-off (`docs/performance.md`). In
 //!   threaded mode, the device thread: it reads the socket on every iteration, yields
 //!   for [`crate::mode::YIELD_TIME`] after its last work (it does not spin: each
 //!   iteration is a system call anyway, and spinning threads starve the application's
@@ -128,7 +128,7 @@ pub const RX_BURST: usize = 32;
 /// device processes them. One burst: the device then processes and acknowledges them
 /// before it reads more, which keeps the ACKs flowing to a bulk sender (one ACK per
 /// burst; reading 256 datagrams before processing halved the ACKs and cost the
-/// 64 KiB WRITE test ~20 % of its throughput, `docs/performance.md` §7.5).
+/// 64 KiB WRITE test ~20 % of its throughput).
 pub const RX_POLL_MAX: usize = RX_BURST;
 
 /// The MAC address this link gives the NIC at `addr`: `02:00:a:b:c:d` (locally

@@ -143,7 +143,7 @@ fn fast_send_only(qp: &QpRt, one: &One) -> bool {
 
 /// [`on_request`] of a one-packet RC SEND read by
 /// [`parse_rc_send_only`](crate::wire::frame::parse_rc_send_only), for an RC QP:
-/// [`send_only`] when [`fast_send_only`] holds, else [`on_request`] with the packet's
+/// `send_only` when `fast_send_only` holds, else [`on_request`] with the packet's
 /// headers (the same handling as a SEND the general parser read).
 #[inline(always)]
 pub fn on_send_only(qp: &mut QpRt, cx: &mut Ctx, s: &RcSendOnly) {
@@ -700,7 +700,8 @@ fn read_responses(
             mem::read(fw, io, rkey, va + off, dst)
         });
         if sent.is_err() {
-            // Host memory vanished under the READ: the requester times out (issue 5).
+            // Host memory vanished under the READ: no response goes out, and the
+            // requester times out.
             break;
         }
         cx.stats.read_responses += 1;

@@ -450,7 +450,7 @@ fn lean_bth(h: &[u8; LEAN_HEADERS], opcode: super::Opcode) -> super::bth::Repr {
     }
 }
 
-/// [`parse_lean`] for the frame of the common request, a one-packet RC SEND (with or
+/// `parse_lean` for the frame of the common request, a one-packet RC SEND (with or
 /// without immediate), read at fixed offsets with the same checks (structure, IPv4
 /// header checksum, lengths, UDP port and zero checksum, transport version, pad,
 /// ICRC) and without building the whole [`Repr`]. `None` for any other frame or any

@@ -52,7 +52,7 @@ const MASKED_LEN: usize = 8 + ipv4::HEADER_LEN + udp::HEADER_LEN + bth::HEADER_L
 ///
 /// The common packet (a whole BTH, a transport part a multiple of four bytes long, a
 /// CPU with `PCLMULQDQ`) goes straight to the fold kernel from the caller (this
-/// function is inlined: a test and a call); any other to [`compute_other`].
+/// function is inlined: a test and a call); any other to `compute_other`.
 #[inline]
 pub fn compute(
     ipv4_header: &[u8; ipv4::HEADER_LEN],

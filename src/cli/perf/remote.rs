@@ -25,7 +25,8 @@
 //! application, as a NIC does. With `--sim-mode deterministic` each process steps its
 //! own device whenever it has nothing else to do, the passive server included; a step
 //! reads the UDP socket itself, so the polling thread receives each datagram with no
-//! other thread involved: the fastest round trip (`docs/performance.md` §7.5).
+//! other thread involved: the fastest round trip (`docs/performance.md`, across
+//! processes).
 //!
 //! The client prints what the in-process mode prints. The server prints the
 //! information block and the addresses, and for the ping-pong tests (send-lat,
@@ -356,7 +357,7 @@ pub fn run(cfg: &PerfConfig) -> Result<(), CliError> {
     // services it unless its thread is doing so (threaded mode: NAPI-style busy
     // polling, never waiting for the device thread; the device thread naps meanwhile,
     // see `ferroverbs_sim::mode::ASSIST_NAP`). An empty poll still yields: spinning
-    // halved the bandwidth of the peer's device thread on shared CPUs (§7.5.1).
+    // halved the bandwidth of the peer's device thread on shared CPUs.
     let pump = || {
         if threaded {
             if sim.try_service().unwrap_or(0) == 0 {

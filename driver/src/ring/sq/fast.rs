@@ -344,7 +344,8 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
     /// batch wrote anything: `wmb`, the doorbell
     /// record, `wmb` ([`SendQueue::doorbell`]'s order), the BlueFlame half toggled
     /// and the BlueFlame decision taken. Returns the doorbell to ring with
-    /// [`SendQueue::ring`] (nothing may be stored to the ring in between). The
+    /// [`SendQueue::ring_direct`] or [`SendQueue::ring_slow`] (nothing may be stored
+    /// to the ring in between). The
     /// cursor stays usable for a next batch (empty again).
     #[inline(always)]
     pub fn publish<B: Bus + ?Sized, S: WqeSlots>(
