@@ -1676,6 +1676,155 @@ pub(crate) unsafe extern "C" fn nothing() -> c_int {
     0
 }
 
+/// `ibv_is_fork_initialized`: `IBV_FORK_UNNEEDED`. rdma-core answers that when the
+/// kernel copies pinned pages on fork; this library registers memory without the
+/// kernel's RDMA stack (the simulator's memory is the process's own, VFIO pins through
+/// the IOMMU), so a child's copy-on-write never takes a page from under the device's
+/// mappings of the parent and `ibv_fork_init` has nothing to set up (it returns 0).
+pub(crate) unsafe extern "C" fn fork_unneeded() -> c_int {
+    c::IBV_FORK_UNNEEDED
+}
+
+/// `ibv_import_device(cmd_fd)`: rdma-core finds the device whose uverbs character
+/// device `cmd_fd` is: not a character device: EINVAL; none of the listed devices has
+/// that device number: ENODEV. This library's device has no uverbs character device,
+/// so a character device never names it.
+pub(crate) unsafe extern "C" fn import_device(cmd_fd: c_int) -> *mut c_void {
+    // SAFETY: an all-zero `stat` is a valid value; fstat writes it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on any int is defined (EBADF for a bad descriptor); `st` is writable.
+    let r = unsafe { libc::fstat(cmd_fd, &mut st) };
+    if r != 0 || st.st_mode & libc::S_IFMT != libc::S_IFCHR {
+        set_errno(libc::EINVAL);
+    } else {
+        set_errno(libc::ENODEV);
+    }
+    ptr::null_mut()
+}
+
+/// `__ioctl_final_num_attrs(num_attrs, link)`: the attributes of a chain of
+/// `struct ibv_command_buffer` (the provider's ioctl builder), as rdma-core counts
+/// them: `num_attrs` plus, for each linked buffer, its `next_attr - hdr.attrs`.
+///
+/// # Safety
+/// `link` is NULL or a chain of valid `ibv_command_buffer`s (the caller's promise).
+pub(crate) unsafe extern "C" fn ioctl_final_num_attrs(
+    num_attrs: c_uint,
+    mut link: *const abi::ibv_command_buffer,
+) -> c_uint {
+    let mut n = num_attrs;
+    while !link.is_null() {
+        // SAFETY: `link` is a valid command buffer (the caller's promise); `hdr.attrs`
+        // is its trailing attribute array, `next_attr` points into it.
+        let (next, used) = unsafe {
+            let b = &*link;
+            let attrs = ptr::addr_of!((*link).attrs) as *const abi::ib_uverbs_attr;
+            (b.next, b.next_attr.offset_from(attrs))
+        };
+        n = n.wrapping_add(used as c_uint);
+        link = next;
+    }
+    n
+}
+
+/// The IBVERBS_1.0 device of rdma-core's compatibility layer (`struct
+/// ibv_device_1_0`): the real device at its third word.
+#[repr(C)]
+pub(crate) struct IbvDevice10 {
+    obsolete_sysfs_dev: *mut c_void,
+    obsolete_sysfs_ibdev: *mut c_void,
+    real_device: *mut abi::ibv_device,
+    ops: [*mut c_void; 2],
+}
+
+/// `ibv_get_device_list@IBVERBS_1.0`: as rdma-core builds it, an array of
+/// `ibv_device_1_0` wrappers whose slot -1 keeps the real list.
+pub(crate) unsafe extern "C" fn get_device_list_1_0(num: *mut c_int) -> *mut *mut IbvDevice10 {
+    let mut n: c_int = 0;
+    // SAFETY: `n` is a writable int.
+    let real = unsafe { get_device_list(&mut n) };
+    if real.is_null() {
+        return ptr::null_mut();
+    }
+    let n = n as usize;
+    // SAFETY: calloc of n + 2 pointers (the real list, the wrappers, NULL).
+    let l = unsafe { libc::calloc(n + 2, std::mem::size_of::<usize>()) } as *mut *mut c_void;
+    if l.is_null() {
+        // SAFETY: `real` came from `get_device_list`.
+        unsafe { free_device_list(real) };
+        set_errno(libc::ENOMEM);
+        return ptr::null_mut();
+    }
+    // SAFETY: `l` has n + 2 slots; `real` has n devices before its NULL.
+    unsafe {
+        *l = real as *mut c_void;
+        for i in 0..n {
+            let d = libc::calloc(1, std::mem::size_of::<IbvDevice10>()) as *mut IbvDevice10;
+            if d.is_null() {
+                for j in 1..=i {
+                    libc::free(*l.add(j));
+                }
+                libc::free(l as *mut c_void);
+                free_device_list(real);
+                set_errno(libc::ENOMEM);
+                return ptr::null_mut();
+            }
+            (*d).real_device = *real.add(i);
+            *l.add(i + 1) = d as *mut c_void;
+        }
+        if !num.is_null() {
+            *num = n as c_int;
+        }
+        l.add(1) as *mut *mut IbvDevice10
+    }
+}
+
+/// `ibv_free_device_list@IBVERBS_1.0`.
+///
+/// # Safety
+/// `list` came from [`get_device_list_1_0`].
+pub(crate) unsafe extern "C" fn free_device_list_1_0(list: *mut *mut IbvDevice10) {
+    if list.is_null() {
+        return;
+    }
+    // SAFETY: the list is NULL-terminated, its slot -1 is the real list (as built by
+    // `get_device_list_1_0`), every element and the array are calloc'd.
+    unsafe {
+        let mut p = list;
+        while !(*p).is_null() {
+            libc::free(*p as *mut c_void);
+            p = p.add(1);
+        }
+        let base = list.sub(1);
+        free_device_list(*base as *mut *mut abi::ibv_device);
+        libc::free(base as *mut c_void);
+    }
+}
+
+/// `ibv_get_device_name@IBVERBS_1.0`.
+///
+/// # Safety
+/// `dev` is an element of a [`get_device_list_1_0`] list.
+pub(crate) unsafe extern "C" fn get_device_name_1_0(dev: *mut IbvDevice10) -> *const c_char {
+    if dev.is_null() {
+        return ptr::null();
+    }
+    // SAFETY: `dev` is a live 1.0 wrapper; its real device is ours.
+    unsafe { get_device_name((*dev).real_device) }
+}
+
+/// `ibv_get_device_guid@IBVERBS_1.0`.
+///
+/// # Safety
+/// `dev` is an element of a [`get_device_list_1_0`] list.
+pub(crate) unsafe extern "C" fn get_device_guid_1_0(dev: *mut IbvDevice10) -> u64 {
+    if dev.is_null() {
+        return 0;
+    }
+    // SAFETY: `dev` is a live 1.0 wrapper; its real device is ours.
+    unsafe { get_device_guid((*dev).real_device) }
+}
+
 /// For entry points that report "not found" with -1 (`ibv_read_sysfs_file`).
 pub(crate) unsafe extern "C" fn minus_one() -> c_int {
     -1
