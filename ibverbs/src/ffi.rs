@@ -17,7 +17,6 @@ use std::os::fd::RawFd;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
 
 use ferroverbs::verbs::{
     AddressHandle, AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap,
@@ -311,6 +310,84 @@ pub(crate) struct CtxObj {
     vctx: abi::verbs_context,
     nic: &'static Nic,
     own_async_fd: Option<RawFd>,
+    /// `context->async_fd`: an epoll descriptor watching the async EQ's eventfd (see
+    /// [`AppFd`]).
+    app_async_fd: AppFd,
+}
+
+/// The descriptor an application gets for `channel->fd` or `context->async_fd`: an
+/// epoll instance (level-triggered) on the device's eventfd, so that it is readable
+/// exactly when that eventfd is (`poll(2)`, `epoll` and `select` work on it), while its
+/// file status flags are the application's own: the eventfd underneath is opened
+/// non-blocking for the driver, and an application that sets `O_NONBLOCK` on this
+/// descriptor (`fcntl`) makes `ibv_get_cq_event` / `ibv_get_async_event` answer -1
+/// with `EAGAIN` instead of waiting, as rdma-core's event files do.
+pub(crate) struct AppFd(std::os::fd::OwnedFd);
+
+impl AppFd {
+    /// An epoll descriptor (blocking, close-on-exec) that watches `inner`.
+    fn watching(inner: RawFd) -> Result<AppFd, c_int> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: epoll_create1 takes no pointers; it returns a new descriptor or -1.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EMFILE));
+        }
+        // SAFETY: `ep` was just returned by epoll_create1 and is owned by nobody else.
+        let own = unsafe { std::os::fd::OwnedFd::from_raw_fd(ep) };
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: 0,
+        };
+        // SAFETY: `ev` is a valid epoll_event living across the call.
+        if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, inner, &mut ev) } != 0 {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL));
+        }
+        Ok(AppFd(own))
+    }
+
+    fn raw(&self) -> RawFd {
+        use std::os::fd::AsRawFd;
+        self.0.as_raw_fd()
+    }
+
+    /// Whether the application made the descriptor non-blocking.
+    fn nonblocking(&self) -> bool {
+        // SAFETY: F_GETFL on our own open descriptor takes no pointer.
+        let fl = unsafe { libc::fcntl(self.raw(), libc::F_GETFL) };
+        fl >= 0 && fl & libc::O_NONBLOCK != 0
+    }
+
+    /// Sleeps until the descriptor is readable (an event is waiting).
+    fn wait(&self) {
+        let mut p = libc::pollfd {
+            fd: self.raw(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid `pollfd` that lives across the call; nfds = 1.
+        unsafe { libc::poll(&mut p, 1, -1) };
+    }
+
+    /// The event from `take`, or, when there is none: -1 with `EAGAIN` on a
+    /// non-blocking descriptor (`None`), otherwise a wait until the descriptor is
+    /// readable and another try.
+    fn next<T>(&self, mut take: impl FnMut() -> Option<T>) -> Option<T> {
+        loop {
+            if let Some(v) = take() {
+                return Some(v);
+            }
+            if self.nonblocking() {
+                set_errno(libc::EAGAIN);
+                return None;
+            }
+            self.wait();
+        }
+    }
 }
 
 // SAFETY: the application's pointer is the `context` member of the `verbs_context`
@@ -370,6 +447,17 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
                 (fd, (fd >= 0).then_some(fd))
             }
         };
+        let app_async_fd = match AppFd::watching(async_fd) {
+            Ok(f) => f,
+            Err(e) => {
+                if let Some(fd) = own {
+                    // SAFETY: our own eventfd, not handed out.
+                    unsafe { libc::close(fd) };
+                }
+                set_errno(e);
+                return ptr::null_mut();
+            }
+        };
         let mut ops = [ptr::null::<c_void>(); 32];
         ops[abi::ops::POLL_CQ] = fnp(poll_cq as *const ());
         ops[abi::ops::REQ_NOTIFY_CQ] = fnp(req_notify_cq as *const ());
@@ -387,7 +475,7 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
                     device: dev,
                     ops,
                     cmd_fd: -1,
-                    async_fd,
+                    async_fd: app_async_fd.raw(),
                     num_comp_vectors: 1,
                     mutex: abi::pthread_mutex_t([0; 40]),
                     abi_compat: c::VERBS_ABI_IS_EXTENDED as *mut c_void,
@@ -395,6 +483,7 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
             },
             nic,
             own_async_fd: own,
+            app_async_fd,
         })
         .into_ibv()
     })
@@ -774,6 +863,8 @@ pub(crate) unsafe extern "C" fn dereg_mr(mr: *mut abi::ibv_mr) -> c_int {
 pub(crate) struct ChanObj {
     ibv: abi::ibv_comp_channel,
     ch: CompletionChannel<'static, B>,
+    /// `channel->fd`: an epoll descriptor watching the channel's eventfd.
+    app_fd: AppFd,
     /// CQN -> CQ object, for `ibv_get_cq_event`.
     cqs: Mutex<Vec<(u32, SyncPtr<CqObj>)>>,
     users: Users,
@@ -785,14 +876,15 @@ pub(crate) unsafe extern "C" fn create_comp_channel(
     // SAFETY: the caller's context.
     ptr_verb(unsafe { CtxObj::from_ibv(ctx) }, |o| {
         let ch = o.nic.ctx.create_comp_channel().or_errno()?;
-        let fd = ch.fd();
+        let app_fd = AppFd::watching(ch.fd())?;
         Ok(Box::new(ChanObj {
             ibv: abi::ibv_comp_channel {
                 context: ctx,
-                fd,
+                fd: app_fd.raw(),
                 refcnt: 0,
             },
             ch,
+            app_fd,
             cqs: Mutex::new(Vec::new()),
             users: Users::default(),
         })
@@ -950,11 +1042,13 @@ pub(crate) unsafe extern "C" fn get_cq_event(
 ) -> c_int {
     // SAFETY: the caller's channel.
     status_verb(unsafe { ChanObj::from_ibv(ch) }, |c| {
-        let ev = c.ch.get_cq_event();
-        let p = lock(&c.cqs)
-            .iter()
-            .find(|(n, _)| *n == ev.cqn)
-            .map(|(_, p)| *p)?;
+        // An event of a CQ destroyed meanwhile is skipped.
+        let p = c.app_fd.next(|| loop {
+            let ev = c.ch.try_get_cq_event()?;
+            if let Some(p) = lock(&c.cqs).iter().find(|(n, _)| *n == ev.cqn) {
+                break Some(p.1);
+            }
+        })?;
         // SAFETY: the CQ is registered, hence alive; the out-parameters are the
         // caller's.
         unsafe {
@@ -1614,39 +1708,37 @@ pub(crate) unsafe extern "C" fn get_async_event(
         if event.is_null() {
             return None;
         }
-        loop {
-            if let Some(e) = o.nic.ctx.get_async_event() {
-                let (ty, element) = match e {
-                    AsyncEvent::PortActive { port } => (9, usize::from(port)),
-                    AsyncEvent::PortError { port } => (10, usize::from(port)),
-                    AsyncEvent::PortChange { port, .. } => (18, usize::from(port)),
-                    AsyncEvent::DeviceFatal { .. } => (8, 0),
-                    // IBV_EVENT_SRQ_LIMIT_REACHED and IBV_EVENT_SRQ_ERR, `element.srq`
-                    // the application's SRQ (an event of an SRQ destroyed meanwhile
-                    // is dropped).
-                    AsyncEvent::SrqLimitReached { srqn } => match srq_by_num(srqn) {
-                        Some(p) => (15, p as usize),
-                        None => continue,
-                    },
-                    AsyncEvent::SrqError { srqn } => match srq_by_num(srqn) {
-                        Some(p) => (14, p as usize),
-                        None => continue,
-                    },
-                    // QP and CQ events would need the application's object; they are
-                    // reported through completions with error status instead.
-                    _ => continue,
-                };
-                // SAFETY: the caller's out-parameter.
-                unsafe {
-                    event.write(abi::ibv_async_event {
-                        element: element as *mut c_void,
-                        event_type: ty,
-                    })
-                };
-                return Some(());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let (ty, element) = o.app_async_fd.next(|| loop {
+            let e = o.nic.ctx.try_get_async_event()?;
+            break Some(match e {
+                AsyncEvent::PortActive { port } => (9, usize::from(port)),
+                AsyncEvent::PortError { port } => (10, usize::from(port)),
+                AsyncEvent::PortChange { port, .. } => (18, usize::from(port)),
+                AsyncEvent::DeviceFatal { .. } => (8, 0),
+                // IBV_EVENT_SRQ_LIMIT_REACHED and IBV_EVENT_SRQ_ERR, `element.srq`
+                // the application's SRQ (an event of an SRQ destroyed meanwhile
+                // is dropped).
+                AsyncEvent::SrqLimitReached { srqn } => match srq_by_num(srqn) {
+                    Some(p) => (15, p as usize),
+                    None => continue,
+                },
+                AsyncEvent::SrqError { srqn } => match srq_by_num(srqn) {
+                    Some(p) => (14, p as usize),
+                    None => continue,
+                },
+                // QP and CQ events would need the application's object; they are
+                // reported through completions with error status instead.
+                _ => continue,
+            });
+        })?;
+        // SAFETY: the caller's out-parameter.
+        unsafe {
+            event.write(abi::ibv_async_event {
+                element: element as *mut c_void,
+                event_type: ty,
+            })
+        };
+        Some(())
     })
 }
 

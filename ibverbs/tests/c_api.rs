@@ -46,6 +46,44 @@ extern "C" {
     fn ibv_import_dm(ctx: *mut abi::ibv_context, handle: u32) -> *mut c_void;
     fn ibv_query_qp_data_in_order(qp: *mut abi::ibv_qp, op: c_int, flags: u32) -> c_int;
     fn __ioctl_final_num_attrs(num: u32, link: *const abi::ibv_command_buffer) -> u32;
+    fn ibv_create_comp_channel(ctx: *mut abi::ibv_context) -> *mut abi::ibv_comp_channel;
+    fn ibv_destroy_comp_channel(ch: *mut abi::ibv_comp_channel) -> c_int;
+    fn ibv_get_cq_event(
+        ch: *mut abi::ibv_comp_channel,
+        cq: *mut *mut abi::ibv_cq,
+        cq_context: *mut *mut c_void,
+    ) -> c_int;
+    fn ibv_ack_cq_events(cq: *mut abi::ibv_cq, n: u32);
+    fn ibv_modify_qp(qp: *mut abi::ibv_qp, attr: *mut abi::ibv_qp_attr, mask: c_int) -> c_int;
+    fn ibv_get_async_event(ctx: *mut abi::ibv_context, ev: *mut abi::ibv_async_event) -> c_int;
+    fn ibv_ack_async_event(ev: *mut abi::ibv_async_event);
+}
+
+/// Tests that change the shared NIC's link or need it up take this lock.
+static LINK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn link_lock() -> std::sync::MutexGuard<'static, ()> {
+    LINK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether `fd` becomes readable within `ms` (`poll(2)`).
+fn readable(fd: c_int, ms: c_int) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, ms) == 1 }
+}
+
+fn set_nonblocking(fd: c_int) {
+    // SAFETY: fcntl on an open descriptor, no pointers.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        assert!(fl >= 0);
+        assert_eq!(libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK), 0);
+    }
 }
 
 /// The process's context and a PD on it (opened once; the NIC stays up).
@@ -252,5 +290,155 @@ fn ibverbs_1_0_device_list_through_the_compat_versions() {
         null_with(open(dev10), libc::EOPNOTSUPP, "ibv_open_device@IBVERBS_1.0");
         free(l);
         libc::dlclose(h);
+    }
+}
+
+type PostRecv = unsafe extern "C" fn(
+    *mut abi::ibv_qp,
+    *mut abi::ibv_recv_wr,
+    *mut *mut abi::ibv_recv_wr,
+) -> c_int;
+type ReqNotify = unsafe extern "C" fn(*mut abi::ibv_cq, c_int) -> c_int;
+type PollCq = unsafe extern "C" fn(*mut abi::ibv_cq, c_int, *mut abi::ibv_wc) -> c_int;
+
+#[test]
+fn get_cq_event_on_a_non_blocking_channel_answers_eagain() {
+    let d = dev();
+    let _g = link_lock();
+    // SAFETY: the verbs API used as its contract says; the ops are the context's.
+    unsafe {
+        let ops = (*d.ctx).ops;
+        let post_recv: PostRecv = std::mem::transmute(ops[abi::ops::POST_RECV]);
+        let req_notify: ReqNotify = std::mem::transmute(ops[abi::ops::REQ_NOTIFY_CQ]);
+        let poll_cq: PollCq = std::mem::transmute(ops[abi::ops::POLL_CQ]);
+        let ch = ibv_create_comp_channel(d.ctx);
+        assert!(!ch.is_null());
+        let fd = (*ch).fd;
+        let cq = ibv_create_cq(d.ctx, 8, 0x5eed as *mut c_void, ch.cast(), 0);
+        assert!(!cq.is_null());
+        set_nonblocking(fd);
+        // Nothing queued: -1 with EAGAIN at once, and the descriptor is not readable.
+        let (mut got_cq, mut got_ctx) = (ptr::null_mut(), ptr::null_mut());
+        set_errno(0);
+        assert_eq!(ibv_get_cq_event(ch, &mut got_cq, &mut got_ctx), -1);
+        assert_eq!(errno(), libc::EAGAIN);
+        assert!(!readable(fd, 0));
+
+        // A completion on the armed CQ: a receive flushed by moving its QP to ERR.
+        let mut init = abi::ibv_qp_init_attr {
+            qp_context: ptr::null_mut(),
+            send_cq: cq,
+            recv_cq: cq,
+            srq: ptr::null_mut(),
+            cap: abi::ibv_qp_cap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: 2,
+            sq_sig_all: 0,
+        };
+        let qp = ibv_create_qp(d.pd, &mut init);
+        assert!(!qp.is_null());
+        let mut a = abi::ibv_qp_attr {
+            qp_state: 1,
+            port_num: 1,
+            qp_access_flags: 1,
+            ..Default::default()
+        };
+        // IBV_QP_STATE | PKEY_INDEX | PORT | ACCESS_FLAGS
+        assert_eq!(ibv_modify_qp(qp, &mut a, 0x39), 0);
+        let mut buf = [0u8; 64];
+        let mut sge = abi::ibv_sge {
+            addr: buf.as_mut_ptr() as u64,
+            length: 0,
+            lkey: 0,
+        };
+        let mut wr = abi::ibv_recv_wr {
+            wr_id: 77,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 0,
+        };
+        let mut bad = ptr::null_mut();
+        assert_eq!(post_recv(qp, &mut wr, &mut bad), 0);
+        assert_eq!(req_notify(cq, 0), 0);
+        let mut a = abi::ibv_qp_attr {
+            qp_state: 6,
+            ..Default::default()
+        };
+        assert_eq!(ibv_modify_qp(qp, &mut a, 1), 0);
+        assert!(
+            readable(fd, 10_000),
+            "the channel's descriptor never became readable"
+        );
+        assert_eq!(ibv_get_cq_event(ch, &mut got_cq, &mut got_ctx), 0);
+        assert_eq!(got_cq, cq);
+        assert_eq!(got_ctx, 0x5eed as *mut c_void);
+        ibv_ack_cq_events(cq, 1);
+        // The one event taken: EAGAIN again, not readable.
+        set_errno(0);
+        assert_eq!(ibv_get_cq_event(ch, &mut got_cq, &mut got_ctx), -1);
+        assert_eq!(errno(), libc::EAGAIN);
+        assert!(!readable(fd, 0));
+        let mut wc = [abi::ibv_wc::default(); 4];
+        assert_eq!(poll_cq(cq, 4, wc.as_mut_ptr()), 1);
+        assert_eq!(wc[0].wr_id, 77);
+        assert_eq!(wc[0].status, 5, "IBV_WC_WR_FLUSH_ERR");
+        assert_eq!(ibv_destroy_qp(qp), 0);
+        assert_eq!(ibv_destroy_cq(cq), 0);
+        assert_eq!(ibv_destroy_comp_channel(ch), 0);
+    }
+}
+
+#[test]
+fn get_async_event_on_a_non_blocking_descriptor_answers_eagain() {
+    let d = dev();
+    let _g = link_lock();
+    let sim = ibverbs::device::nic()
+        .unwrap()
+        .sim
+        .as_ref()
+        .expect("a simulated NIC");
+    // SAFETY: the verbs API used as its contract says.
+    unsafe {
+        let fd = (*d.ctx).async_fd;
+        set_nonblocking(fd);
+        let mut ev = abi::ibv_async_event {
+            element: ptr::null_mut(),
+            event_type: 0,
+        };
+        // Whatever bring-up queued, then nothing: EAGAIN, not readable.
+        let mut n = 0;
+        while ibv_get_async_event(d.ctx, &mut ev) == 0 {
+            ibv_ack_async_event(&mut ev);
+            n += 1;
+            assert!(n < 64, "events without end");
+        }
+        assert_eq!(errno(), libc::EAGAIN);
+        assert!(!readable(fd, 0));
+
+        // Link down and up: two port events; the descriptor is readable until both
+        // are taken.
+        assert!(sim.set_link(1, false));
+        assert!(sim.set_link(1, true));
+        let mut got = vec![];
+        for _ in 0..2 {
+            assert!(
+                readable(fd, 10_000),
+                "async_fd not readable with events queued"
+            );
+            assert_eq!(ibv_get_async_event(d.ctx, &mut ev), 0);
+            got.push((ev.event_type, ev.element as usize));
+            ibv_ack_async_event(&mut ev);
+        }
+        // IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE, element.port_num 1.
+        assert_eq!(got, vec![(10, 1), (9, 1)]);
+        set_errno(0);
+        assert_eq!(ibv_get_async_event(d.ctx, &mut ev), -1);
+        assert_eq!(errno(), libc::EAGAIN);
+        assert!(!readable(fd, 0));
     }
 }
