@@ -922,18 +922,22 @@ pub(crate) unsafe extern "C" fn create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut abi::ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut abi::ibv_cq {
     // SAFETY: the caller's context.
     ptr_verb(unsafe { CtxObj::from_ibv(ctx) }, |o| {
         let n = u32::try_from(cqe).map_err(|_| libc::EINVAL)?.max(1);
+        // A vector the context does not have is EINVAL, as the kernel answers.
+        if comp_vector < 0 || comp_vector >= o.vctx.context.num_comp_vectors {
+            return Err(libc::EINVAL);
+        }
         // SAFETY: NULL or the caller's channel, alive while CQs use it.
         let chan = unsafe { ChanObj::from_ibv(channel) }.ok();
         let cq = match chan {
             Some(c) => c.ch.create_cq(n),
             None => o.nic.ctx.create_cq(n),
         }
-        .or_errno()?;
+        .map_err(|e| convert::create_cq_errno(&e))?;
         let cqn = cq.cqn();
         let cap = cq.capacity();
         let p = Box::new(CqObj {

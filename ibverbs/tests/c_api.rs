@@ -57,6 +57,15 @@ extern "C" {
     fn ibv_modify_qp(qp: *mut abi::ibv_qp, attr: *mut abi::ibv_qp_attr, mask: c_int) -> c_int;
     fn ibv_get_async_event(ctx: *mut abi::ibv_context, ev: *mut abi::ibv_async_event) -> c_int;
     fn ibv_ack_async_event(ev: *mut abi::ibv_async_event);
+    fn ibv_query_device(ctx: *mut abi::ibv_context, attr: *mut abi::ibv_device_attr) -> c_int;
+    fn ibv_query_qp(
+        qp: *mut abi::ibv_qp,
+        attr: *mut abi::ibv_qp_attr,
+        mask: c_int,
+        init: *mut abi::ibv_qp_init_attr,
+    ) -> c_int;
+    fn ibv_fork_init() -> c_int;
+    fn ibv_is_fork_initialized() -> c_int;
 }
 
 /// Tests that change the shared NIC's link or need it up take this lock.
@@ -440,5 +449,81 @@ fn get_async_event_on_a_non_blocking_descriptor_answers_eagain() {
         assert_eq!(ibv_get_async_event(d.ctx, &mut ev), -1);
         assert_eq!(errno(), libc::EAGAIN);
         assert!(!readable(fd, 0));
+    }
+}
+
+#[test]
+fn create_cq_refuses_too_many_entries_and_a_missing_vector_with_einval() {
+    let d = dev();
+    // SAFETY: the verbs API used as its contract says.
+    unsafe {
+        let mut attr: abi::ibv_device_attr = std::mem::zeroed();
+        assert_eq!(ibv_query_device(d.ctx, &mut attr), 0);
+        let max = attr.max_cqe;
+        assert!(max > 0);
+        set_errno(0);
+        let cq = ibv_create_cq(d.ctx, max + 1, ptr::null_mut(), ptr::null_mut(), 0);
+        null_with(cq.cast(), libc::EINVAL, "max_cqe + 1 entries");
+        assert_eq!((*d.ctx).num_comp_vectors, 1);
+        for v in [1, 7, -1] {
+            set_errno(0);
+            let cq = ibv_create_cq(d.ctx, 8, ptr::null_mut(), ptr::null_mut(), v);
+            null_with(cq.cast(), libc::EINVAL, &format!("completion vector {v}"));
+        }
+        let cq = ibv_create_cq(d.ctx, 8, ptr::null_mut(), ptr::null_mut(), 0);
+        assert!(!cq.is_null(), "vector 0 of 1");
+        assert_eq!(ibv_destroy_cq(cq), 0);
+    }
+}
+
+#[test]
+fn query_qp_reports_the_q_key_of_a_ud_qp() {
+    let d = dev();
+    // SAFETY: the verbs API used as its contract says.
+    unsafe {
+        let cq = ibv_create_cq(d.ctx, 8, ptr::null_mut(), ptr::null_mut(), 0);
+        assert!(!cq.is_null());
+        let mut init = abi::ibv_qp_init_attr {
+            qp_context: ptr::null_mut(),
+            send_cq: cq,
+            recv_cq: cq,
+            srq: ptr::null_mut(),
+            cap: abi::ibv_qp_cap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: 4, // IBV_QPT_UD
+            sq_sig_all: 0,
+        };
+        let qp = ibv_create_qp(d.pd, &mut init);
+        assert!(!qp.is_null());
+        let mut a = abi::ibv_qp_attr {
+            qp_state: 1,
+            port_num: 1,
+            qkey: 0x1234_5678,
+            ..Default::default()
+        };
+        // IBV_QP_STATE | PKEY_INDEX | PORT | QKEY
+        assert_eq!(ibv_modify_qp(qp, &mut a, 0x71), 0);
+        let mut q = abi::ibv_qp_attr::default();
+        let mut qi: abi::ibv_qp_init_attr = std::mem::zeroed();
+        assert_eq!(ibv_query_qp(qp, &mut q, 0x40 | 1, &mut qi), 0);
+        assert_eq!(q.qp_state, 1);
+        assert_eq!(q.qkey, 0x1234_5678);
+        assert_eq!(ibv_destroy_qp(qp), 0);
+        assert_eq!(ibv_destroy_cq(cq), 0);
+    }
+}
+
+#[test]
+fn fork_support_is_reported_unneeded() {
+    // SAFETY: plain calls without arguments.
+    unsafe {
+        assert_eq!(ibv_fork_init(), 0);
+        // IBV_FORK_UNNEEDED, as rdma-core reports on a kernel that copies pinned pages.
+        assert_eq!(ibv_is_fork_initialized(), 2);
     }
 }
