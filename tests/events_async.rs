@@ -282,3 +282,48 @@ fn a_stalled_health_counter_gives_device_fatal() {
         "{got:?}"
     );
 }
+
+#[test]
+fn try_and_timed_async_events_never_block_and_the_fd_stays_readable_while_queued() {
+    let sim = sim();
+    let ctx = open(&sim, 1);
+    let fd = ctx.async_event_fd().unwrap();
+    assert_eq!(ctx.try_get_async_event(), None);
+    let t = std::time::Instant::now();
+    assert_eq!(
+        ctx.get_async_event_timeout(Some(Duration::from_millis(30))),
+        None
+    );
+    assert!(t.elapsed() >= Duration::from_millis(30));
+    assert!(!readable(fd, 0));
+    // Two events at once: after the first is taken the descriptor is still readable
+    // (an application sleeping in poll/epoll would otherwise never see the second).
+    assert!(sim.set_link(1, false));
+    assert!(sim.set_link(1, true));
+    assert!(readable(fd, 1000));
+    assert_eq!(
+        ctx.try_get_async_event(),
+        Some(AsyncEvent::PortError { port: 1 })
+    );
+    assert!(
+        readable(fd, 0),
+        "an event is queued but the descriptor is not readable"
+    );
+    assert_eq!(
+        ctx.get_async_event_timeout(Some(Duration::from_secs(5))),
+        Some(AsyncEvent::PortActive { port: 1 })
+    );
+    assert!(!readable(fd, 0));
+    assert_eq!(ctx.try_get_async_event(), None);
+    // The timed form wakes on the descriptor when another thread causes an event.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(50));
+            sim.set_link(1, false);
+        });
+        assert_eq!(
+            ctx.get_async_event_timeout(Some(Duration::from_secs(10))),
+            Some(AsyncEvent::PortError { port: 1 })
+        );
+    });
+}

@@ -626,6 +626,12 @@ impl<B: Bus> Context<B> {
         self.lock_any().poll_eq();
     }
 
+    /// Whether async events wait in the context's queue (taken or not by a command's
+    /// look at the async EQ).
+    pub(crate) fn async_event_queued(&self) -> bool {
+        self.lock_any().async_event_queued()
+    }
+
     /// The oldest async event not yet taken (see [`Context::process_events`]).
     pub fn next_async_event(&self) -> Option<AsyncEvent> {
         self.lock_any().take_async_event()

@@ -709,6 +709,11 @@ impl<B: Bus> Hca<B> {
         }
     }
 
+    /// Whether async events wait to be taken.
+    pub(crate) fn async_event_queued(&self) -> bool {
+        !self.async_events.is_empty()
+    }
+
     /// The oldest async event not yet taken.
     pub(crate) fn take_async_event(&mut self) -> Option<AsyncEvent> {
         self.async_events.pop_front()

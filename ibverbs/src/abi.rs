@@ -696,8 +696,41 @@ pub struct ibv_async_event {
     pub event_type: c_uint,
 }
 
+/// `struct ib_uverbs_attr` (`rdma/rdma_user_ioctl_cmds.h`): 16 bytes.
+#[repr(C)]
+pub struct ib_uverbs_attr {
+    /// `attr_id`, `len`, `flags`, `attr_data`.
+    pub head: [u16; 4],
+    /// `data` / `data_s64`.
+    pub data: u64,
+}
+
+/// `struct ibv_command_buffer` of rdma-core's provider interface (`cmd_ioctl.h`, not
+/// installed): the links, the cursors, five bytes of indices and flags, then the
+/// `ib_uverbs_ioctl_hdr` (24 bytes, 8-aligned) whose trailing `attrs[]` starts at 56.
+#[repr(C)]
+pub struct ibv_command_buffer {
+    /// `next`: the linked buffer.
+    pub next: *const ibv_command_buffer,
+    /// `next_attr`: the first unused attribute of `attrs`.
+    pub next_attr: *const ib_uverbs_attr,
+    /// `last_attr`.
+    pub last_attr: *const ib_uverbs_attr,
+    /// `uhw_*` indices and the flag bits.
+    pub idx_flags: [u8; 5],
+    /// `hdr`: length, object_id, method_id, num_attrs, reserved1, driver_id, reserved2.
+    pub hdr: [u64; 3],
+    /// `hdr.attrs[]`.
+    pub attrs: [ib_uverbs_attr; 0],
+}
+const _: () = assert!(std::mem::size_of::<ib_uverbs_attr>() == 16);
+const _: () = assert!(std::mem::offset_of!(ibv_command_buffer, hdr) == 32);
+const _: () = assert!(std::mem::offset_of!(ibv_command_buffer, attrs) == 56);
+
 /// Constants of `verbs.h`.
 pub mod c {
+    /// `IBV_FORK_UNNEEDED` (`enum ibv_fork_status`).
+    pub const IBV_FORK_UNNEEDED: i32 = 2;
     /// `IBV_NODE_CA`.
     pub const IBV_NODE_CA: i32 = 1;
     /// `IBV_TRANSPORT_IB` (RoCE devices report IB).

@@ -71,6 +71,16 @@ pub fn errno_of(e: &VerbsError) -> i32 {
     }
 }
 
+/// The errno of a failed `ibv_create_cq`: more entries than `max_cqe` is EINVAL (as
+/// mlx5 answers it: the size is an invalid argument, not a shortage of memory); the
+/// rest as [`errno_of`].
+pub fn create_cq_errno(e: &VerbsError) -> i32 {
+    match e {
+        VerbsError::CapExceeded { .. } => libc::EINVAL,
+        e => errno_of(e),
+    }
+}
+
 /// The driver's access flags of `ibv_access_flags`, or EINVAL for flags this library
 /// cannot honour (zero-based, on-demand paging, ...). Optional-range hints (relaxed
 /// ordering) and `MW_BIND`/`HUGETLB` are accepted and have no effect.
@@ -232,6 +242,7 @@ pub fn qp_info_to_ibv(i: &QpInfo) -> abi::ibv_qp_attr {
         timeout: i.timeout,
         retry_cnt: i.retry_cnt,
         rnr_retry: i.rnr_retry,
+        qkey: i.qkey,
         ..Default::default()
     };
     a.ah_attr.grh.dgid = i.av.dgid;

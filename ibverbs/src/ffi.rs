@@ -17,7 +17,6 @@ use std::os::fd::RawFd;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
 
 use ferroverbs::verbs::{
     AddressHandle, AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap,
@@ -311,6 +310,84 @@ pub(crate) struct CtxObj {
     vctx: abi::verbs_context,
     nic: &'static Nic,
     own_async_fd: Option<RawFd>,
+    /// `context->async_fd`: an epoll descriptor watching the async EQ's eventfd (see
+    /// [`AppFd`]).
+    app_async_fd: AppFd,
+}
+
+/// The descriptor an application gets for `channel->fd` or `context->async_fd`: an
+/// epoll instance (level-triggered) on the device's eventfd, so that it is readable
+/// exactly when that eventfd is (`poll(2)`, `epoll` and `select` work on it), while its
+/// file status flags are the application's own: the eventfd underneath is opened
+/// non-blocking for the driver, and an application that sets `O_NONBLOCK` on this
+/// descriptor (`fcntl`) makes `ibv_get_cq_event` / `ibv_get_async_event` answer -1
+/// with `EAGAIN` instead of waiting, as rdma-core's event files do.
+pub(crate) struct AppFd(std::os::fd::OwnedFd);
+
+impl AppFd {
+    /// An epoll descriptor (blocking, close-on-exec) that watches `inner`.
+    fn watching(inner: RawFd) -> Result<AppFd, c_int> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: epoll_create1 takes no pointers; it returns a new descriptor or -1.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EMFILE));
+        }
+        // SAFETY: `ep` was just returned by epoll_create1 and is owned by nobody else.
+        let own = unsafe { std::os::fd::OwnedFd::from_raw_fd(ep) };
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: 0,
+        };
+        // SAFETY: `ev` is a valid epoll_event living across the call.
+        if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, inner, &mut ev) } != 0 {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL));
+        }
+        Ok(AppFd(own))
+    }
+
+    fn raw(&self) -> RawFd {
+        use std::os::fd::AsRawFd;
+        self.0.as_raw_fd()
+    }
+
+    /// Whether the application made the descriptor non-blocking.
+    fn nonblocking(&self) -> bool {
+        // SAFETY: F_GETFL on our own open descriptor takes no pointer.
+        let fl = unsafe { libc::fcntl(self.raw(), libc::F_GETFL) };
+        fl >= 0 && fl & libc::O_NONBLOCK != 0
+    }
+
+    /// Sleeps until the descriptor is readable (an event is waiting).
+    fn wait(&self) {
+        let mut p = libc::pollfd {
+            fd: self.raw(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid `pollfd` that lives across the call; nfds = 1.
+        unsafe { libc::poll(&mut p, 1, -1) };
+    }
+
+    /// The event from `take`, or, when there is none: -1 with `EAGAIN` on a
+    /// non-blocking descriptor (`None`), otherwise a wait until the descriptor is
+    /// readable and another try.
+    fn next<T>(&self, mut take: impl FnMut() -> Option<T>) -> Option<T> {
+        loop {
+            if let Some(v) = take() {
+                return Some(v);
+            }
+            if self.nonblocking() {
+                set_errno(libc::EAGAIN);
+                return None;
+            }
+            self.wait();
+        }
+    }
 }
 
 // SAFETY: the application's pointer is the `context` member of the `verbs_context`
@@ -370,6 +447,17 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
                 (fd, (fd >= 0).then_some(fd))
             }
         };
+        let app_async_fd = match AppFd::watching(async_fd) {
+            Ok(f) => f,
+            Err(e) => {
+                if let Some(fd) = own {
+                    // SAFETY: our own eventfd, not handed out.
+                    unsafe { libc::close(fd) };
+                }
+                set_errno(e);
+                return ptr::null_mut();
+            }
+        };
         let mut ops = [ptr::null::<c_void>(); 32];
         ops[abi::ops::POLL_CQ] = fnp(poll_cq as *const ());
         ops[abi::ops::REQ_NOTIFY_CQ] = fnp(req_notify_cq as *const ());
@@ -387,7 +475,7 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
                     device: dev,
                     ops,
                     cmd_fd: -1,
-                    async_fd,
+                    async_fd: app_async_fd.raw(),
                     num_comp_vectors: 1,
                     mutex: abi::pthread_mutex_t([0; 40]),
                     abi_compat: c::VERBS_ABI_IS_EXTENDED as *mut c_void,
@@ -395,6 +483,7 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
             },
             nic,
             own_async_fd: own,
+            app_async_fd,
         })
         .into_ibv()
     })
@@ -774,6 +863,8 @@ pub(crate) unsafe extern "C" fn dereg_mr(mr: *mut abi::ibv_mr) -> c_int {
 pub(crate) struct ChanObj {
     ibv: abi::ibv_comp_channel,
     ch: CompletionChannel<'static, B>,
+    /// `channel->fd`: an epoll descriptor watching the channel's eventfd.
+    app_fd: AppFd,
     /// CQN -> CQ object, for `ibv_get_cq_event`.
     cqs: Mutex<Vec<(u32, SyncPtr<CqObj>)>>,
     users: Users,
@@ -785,14 +876,15 @@ pub(crate) unsafe extern "C" fn create_comp_channel(
     // SAFETY: the caller's context.
     ptr_verb(unsafe { CtxObj::from_ibv(ctx) }, |o| {
         let ch = o.nic.ctx.create_comp_channel().or_errno()?;
-        let fd = ch.fd();
+        let app_fd = AppFd::watching(ch.fd())?;
         Ok(Box::new(ChanObj {
             ibv: abi::ibv_comp_channel {
                 context: ctx,
-                fd,
+                fd: app_fd.raw(),
                 refcnt: 0,
             },
             ch,
+            app_fd,
             cqs: Mutex::new(Vec::new()),
             users: Users::default(),
         })
@@ -830,18 +922,22 @@ pub(crate) unsafe extern "C" fn create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut abi::ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut abi::ibv_cq {
     // SAFETY: the caller's context.
     ptr_verb(unsafe { CtxObj::from_ibv(ctx) }, |o| {
         let n = u32::try_from(cqe).map_err(|_| libc::EINVAL)?.max(1);
+        // A vector the context does not have is EINVAL, as the kernel answers.
+        if comp_vector < 0 || comp_vector >= o.vctx.context.num_comp_vectors {
+            return Err(libc::EINVAL);
+        }
         // SAFETY: NULL or the caller's channel, alive while CQs use it.
         let chan = unsafe { ChanObj::from_ibv(channel) }.ok();
         let cq = match chan {
             Some(c) => c.ch.create_cq(n),
             None => o.nic.ctx.create_cq(n),
         }
-        .or_errno()?;
+        .map_err(|e| convert::create_cq_errno(&e))?;
         let cqn = cq.cqn();
         let cap = cq.capacity();
         let p = Box::new(CqObj {
@@ -950,11 +1046,13 @@ pub(crate) unsafe extern "C" fn get_cq_event(
 ) -> c_int {
     // SAFETY: the caller's channel.
     status_verb(unsafe { ChanObj::from_ibv(ch) }, |c| {
-        let ev = c.ch.get_cq_event();
-        let p = lock(&c.cqs)
-            .iter()
-            .find(|(n, _)| *n == ev.cqn)
-            .map(|(_, p)| *p)?;
+        // An event of a CQ destroyed meanwhile is skipped.
+        let p = c.app_fd.next(|| loop {
+            let ev = c.ch.try_get_cq_event()?;
+            if let Some(p) = lock(&c.cqs).iter().find(|(n, _)| *n == ev.cqn) {
+                break Some(p.1);
+            }
+        })?;
         // SAFETY: the CQ is registered, hence alive; the out-parameters are the
         // caller's.
         unsafe {
@@ -1614,39 +1712,37 @@ pub(crate) unsafe extern "C" fn get_async_event(
         if event.is_null() {
             return None;
         }
-        loop {
-            if let Some(e) = o.nic.ctx.get_async_event() {
-                let (ty, element) = match e {
-                    AsyncEvent::PortActive { port } => (9, usize::from(port)),
-                    AsyncEvent::PortError { port } => (10, usize::from(port)),
-                    AsyncEvent::PortChange { port, .. } => (18, usize::from(port)),
-                    AsyncEvent::DeviceFatal { .. } => (8, 0),
-                    // IBV_EVENT_SRQ_LIMIT_REACHED and IBV_EVENT_SRQ_ERR, `element.srq`
-                    // the application's SRQ (an event of an SRQ destroyed meanwhile
-                    // is dropped).
-                    AsyncEvent::SrqLimitReached { srqn } => match srq_by_num(srqn) {
-                        Some(p) => (15, p as usize),
-                        None => continue,
-                    },
-                    AsyncEvent::SrqError { srqn } => match srq_by_num(srqn) {
-                        Some(p) => (14, p as usize),
-                        None => continue,
-                    },
-                    // QP and CQ events would need the application's object; they are
-                    // reported through completions with error status instead.
-                    _ => continue,
-                };
-                // SAFETY: the caller's out-parameter.
-                unsafe {
-                    event.write(abi::ibv_async_event {
-                        element: element as *mut c_void,
-                        event_type: ty,
-                    })
-                };
-                return Some(());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let (ty, element) = o.app_async_fd.next(|| loop {
+            let e = o.nic.ctx.try_get_async_event()?;
+            break Some(match e {
+                AsyncEvent::PortActive { port } => (9, usize::from(port)),
+                AsyncEvent::PortError { port } => (10, usize::from(port)),
+                AsyncEvent::PortChange { port, .. } => (18, usize::from(port)),
+                AsyncEvent::DeviceFatal { .. } => (8, 0),
+                // IBV_EVENT_SRQ_LIMIT_REACHED and IBV_EVENT_SRQ_ERR, `element.srq`
+                // the application's SRQ (an event of an SRQ destroyed meanwhile
+                // is dropped).
+                AsyncEvent::SrqLimitReached { srqn } => match srq_by_num(srqn) {
+                    Some(p) => (15, p as usize),
+                    None => continue,
+                },
+                AsyncEvent::SrqError { srqn } => match srq_by_num(srqn) {
+                    Some(p) => (14, p as usize),
+                    None => continue,
+                },
+                // QP and CQ events would need the application's object; they are
+                // reported through completions with error status instead.
+                _ => continue,
+            });
+        })?;
+        // SAFETY: the caller's out-parameter.
+        unsafe {
+            event.write(abi::ibv_async_event {
+                element: element as *mut c_void,
+                event_type: ty,
+            })
+        };
+        Some(())
     })
 }
 
@@ -1674,6 +1770,155 @@ pub(crate) unsafe extern "C" fn unsupported_int() -> c_int {
 /// constructors of libmlx5 and libefa, `ibv_dontfork_range`, `__verbs_log`, ...): 0.
 pub(crate) unsafe extern "C" fn nothing() -> c_int {
     0
+}
+
+/// `ibv_is_fork_initialized`: `IBV_FORK_UNNEEDED`. rdma-core answers that when the
+/// kernel copies pinned pages on fork; this library registers memory without the
+/// kernel's RDMA stack (the simulator's memory is the process's own, VFIO pins through
+/// the IOMMU), so a child's copy-on-write never takes a page from under the device's
+/// mappings of the parent and `ibv_fork_init` has nothing to set up (it returns 0).
+pub(crate) unsafe extern "C" fn fork_unneeded() -> c_int {
+    c::IBV_FORK_UNNEEDED
+}
+
+/// `ibv_import_device(cmd_fd)`: rdma-core finds the device whose uverbs character
+/// device `cmd_fd` is: not a character device: EINVAL; none of the listed devices has
+/// that device number: ENODEV. This library's device has no uverbs character device,
+/// so a character device never names it.
+pub(crate) unsafe extern "C" fn import_device(cmd_fd: c_int) -> *mut c_void {
+    // SAFETY: an all-zero `stat` is a valid value; fstat writes it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on any int is defined (EBADF for a bad descriptor); `st` is writable.
+    let r = unsafe { libc::fstat(cmd_fd, &mut st) };
+    if r != 0 || st.st_mode & libc::S_IFMT != libc::S_IFCHR {
+        set_errno(libc::EINVAL);
+    } else {
+        set_errno(libc::ENODEV);
+    }
+    ptr::null_mut()
+}
+
+/// `__ioctl_final_num_attrs(num_attrs, link)`: the attributes of a chain of
+/// `struct ibv_command_buffer` (the provider's ioctl builder), as rdma-core counts
+/// them: `num_attrs` plus, for each linked buffer, its `next_attr - hdr.attrs`.
+///
+/// # Safety
+/// `link` is NULL or a chain of valid `ibv_command_buffer`s (the caller's promise).
+pub(crate) unsafe extern "C" fn ioctl_final_num_attrs(
+    num_attrs: c_uint,
+    mut link: *const abi::ibv_command_buffer,
+) -> c_uint {
+    let mut n = num_attrs;
+    while !link.is_null() {
+        // SAFETY: `link` is a valid command buffer (the caller's promise); `hdr.attrs`
+        // is its trailing attribute array, `next_attr` points into it.
+        let (next, used) = unsafe {
+            let b = &*link;
+            let attrs = ptr::addr_of!((*link).attrs) as *const abi::ib_uverbs_attr;
+            (b.next, b.next_attr.offset_from(attrs))
+        };
+        n = n.wrapping_add(used as c_uint);
+        link = next;
+    }
+    n
+}
+
+/// The IBVERBS_1.0 device of rdma-core's compatibility layer (`struct
+/// ibv_device_1_0`): the real device at its third word.
+#[repr(C)]
+pub(crate) struct IbvDevice10 {
+    obsolete_sysfs_dev: *mut c_void,
+    obsolete_sysfs_ibdev: *mut c_void,
+    real_device: *mut abi::ibv_device,
+    ops: [*mut c_void; 2],
+}
+
+/// `ibv_get_device_list@IBVERBS_1.0`: as rdma-core builds it, an array of
+/// `ibv_device_1_0` wrappers whose slot -1 keeps the real list.
+pub(crate) unsafe extern "C" fn get_device_list_1_0(num: *mut c_int) -> *mut *mut IbvDevice10 {
+    let mut n: c_int = 0;
+    // SAFETY: `n` is a writable int.
+    let real = unsafe { get_device_list(&mut n) };
+    if real.is_null() {
+        return ptr::null_mut();
+    }
+    let n = n as usize;
+    // SAFETY: calloc of n + 2 pointers (the real list, the wrappers, NULL).
+    let l = unsafe { libc::calloc(n + 2, std::mem::size_of::<usize>()) } as *mut *mut c_void;
+    if l.is_null() {
+        // SAFETY: `real` came from `get_device_list`.
+        unsafe { free_device_list(real) };
+        set_errno(libc::ENOMEM);
+        return ptr::null_mut();
+    }
+    // SAFETY: `l` has n + 2 slots; `real` has n devices before its NULL.
+    unsafe {
+        *l = real as *mut c_void;
+        for i in 0..n {
+            let d = libc::calloc(1, std::mem::size_of::<IbvDevice10>()) as *mut IbvDevice10;
+            if d.is_null() {
+                for j in 1..=i {
+                    libc::free(*l.add(j));
+                }
+                libc::free(l as *mut c_void);
+                free_device_list(real);
+                set_errno(libc::ENOMEM);
+                return ptr::null_mut();
+            }
+            (*d).real_device = *real.add(i);
+            *l.add(i + 1) = d as *mut c_void;
+        }
+        if !num.is_null() {
+            *num = n as c_int;
+        }
+        l.add(1) as *mut *mut IbvDevice10
+    }
+}
+
+/// `ibv_free_device_list@IBVERBS_1.0`.
+///
+/// # Safety
+/// `list` came from [`get_device_list_1_0`].
+pub(crate) unsafe extern "C" fn free_device_list_1_0(list: *mut *mut IbvDevice10) {
+    if list.is_null() {
+        return;
+    }
+    // SAFETY: the list is NULL-terminated, its slot -1 is the real list (as built by
+    // `get_device_list_1_0`), every element and the array are calloc'd.
+    unsafe {
+        let mut p = list;
+        while !(*p).is_null() {
+            libc::free(*p as *mut c_void);
+            p = p.add(1);
+        }
+        let base = list.sub(1);
+        free_device_list(*base as *mut *mut abi::ibv_device);
+        libc::free(base as *mut c_void);
+    }
+}
+
+/// `ibv_get_device_name@IBVERBS_1.0`.
+///
+/// # Safety
+/// `dev` is an element of a [`get_device_list_1_0`] list.
+pub(crate) unsafe extern "C" fn get_device_name_1_0(dev: *mut IbvDevice10) -> *const c_char {
+    if dev.is_null() {
+        return ptr::null();
+    }
+    // SAFETY: `dev` is a live 1.0 wrapper; its real device is ours.
+    unsafe { get_device_name((*dev).real_device) }
+}
+
+/// `ibv_get_device_guid@IBVERBS_1.0`.
+///
+/// # Safety
+/// `dev` is an element of a [`get_device_list_1_0`] list.
+pub(crate) unsafe extern "C" fn get_device_guid_1_0(dev: *mut IbvDevice10) -> u64 {
+    if dev.is_null() {
+        return 0;
+    }
+    // SAFETY: `dev` is a live 1.0 wrapper; its real device is ours.
+    unsafe { get_device_guid((*dev).real_device) }
 }
 
 /// For entry points that report "not found" with -1 (`ibv_read_sysfs_file`).

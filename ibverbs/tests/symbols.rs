@@ -1,7 +1,10 @@
 //! The built library as the dynamic loader sees it (`readelf`): soname
 //! `libibverbs.so.1`, every symbol of `libibverbs.map` defined at its exact version
-//! node (`ibv_reg_mr@@IBVERBS_1.1`), nothing else exported, the version nodes chained
-//! (when the Debian tools are installed) every
+//! node (`ibv_reg_mr@@IBVERBS_1.1`), nothing else exported, the version nodes chained;
+//! its whole exported symbol@version set equal to the installed rdma-core
+//! `libibverbs.so.1`'s (defaults `@@` and compatibility versions `@` alike, so that a
+//! program or library linked with immediate binding, such as pyverbs or libfabric, finds
+//! every symbol it may import); and (when the Debian tools are installed) every
 //! `IBVERBS_*` import of the tools and of the libraries perftest loads (libmlx5,
 //! libefa, librdmacm) satisfied at the version they name.
 //!
@@ -50,8 +53,19 @@ fn map() -> BTreeMap<String, String> {
     m
 }
 
-/// (name, version, defined) of the dynamic symbols readelf lists.
-fn dyn_syms(text: &str) -> Vec<(String, String, bool)> {
+/// One dynamic symbol as readelf lists it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Sym {
+    name: String,
+    /// The version node, "" for none.
+    version: String,
+    /// `name@@NODE` (the default version a new link binds to) rather than `name@NODE`.
+    default: bool,
+    defined: bool,
+}
+
+/// The dynamic symbols readelf lists.
+fn dyn_syms(text: &str) -> Vec<Sym> {
     text.lines()
         .filter_map(|l| {
             let c: Vec<&str> = l.split_whitespace().collect();
@@ -61,14 +75,32 @@ fn dyn_syms(text: &str) -> Vec<(String, String, bool)> {
             }
             let defined = c[6] != "UND";
             let name = c[7];
-            let (n, v) = if let Some((n, v)) = name.split_once("@@") {
-                (n, v)
+            let (n, v, default) = if let Some((n, v)) = name.split_once("@@") {
+                (n, v, true)
             } else if let Some((n, v)) = name.split_once('@') {
-                (n, v)
+                (n, v, false)
             } else {
-                (name, "")
+                (name, "", true)
             };
-            Some((n.to_string(), v.to_string(), defined))
+            Some(Sym {
+                name: n.to_string(),
+                version: v.to_string(),
+                default,
+                defined,
+            })
+        })
+        .collect()
+}
+
+/// The defined, versioned symbols of a library as `name@NODE` / `name@@NODE` (the
+/// version nodes' own absolute symbols left out).
+fn exported_set(text: &str) -> std::collections::BTreeSet<String> {
+    dyn_syms(text)
+        .into_iter()
+        .filter(|s| s.defined && !s.name.is_empty() && !NODES.contains(&s.name.as_str()))
+        .map(|s| {
+            let at = if s.default { "@@" } else { "@" };
+            format!("{}{at}{}", s.name, s.version)
         })
         .collect()
 }
@@ -88,12 +120,11 @@ fn soname_and_versions() {
     assert!(m.len() >= 126, "{} symbols in the map", m.len());
     let defined: BTreeMap<String, String> = dyn_syms(&syms)
         .into_iter()
-        .filter(|(_, _, d)| *d)
-        .filter(|(n, _, _)| !n.is_empty())
-        .map(|(n, v, _)| (n, v))
+        .filter(|s| s.defined && s.default && !s.name.is_empty())
+        .map(|s| (s.name, s.version))
         .collect();
-    // Exactly the map's symbols are exported, each at its node (readelf prints the
-    // default version as `name@@NODE`).
+    // Exactly the map's symbols are exported at their default version, each at its
+    // node (readelf prints the default version as `name@@NODE`).
     let want = m;
     // Version nodes may appear as absolute symbols named after themselves.
     let got: BTreeMap<String, String> = defined
@@ -130,6 +161,20 @@ fn soname_and_versions() {
     );
 }
 
+/// The `*.so` files under `dir` (none if it does not exist).
+fn shared_objects(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(shared_objects(&p));
+        } else if p.extension().is_some_and(|x| x == "so") {
+            out.push(p);
+        }
+    }
+    out
+}
+
 #[test]
 fn every_import_of_the_tools_is_exported_at_its_version() {
     let lib = support::built_library();
@@ -137,10 +182,10 @@ fn every_import_of_the_tools_is_exported_at_its_version() {
         println!("SKIPPED: readelf (binutils) not installed");
         return;
     };
-    let ours: BTreeMap<String, String> = dyn_syms(&ours)
+    let ours: std::collections::BTreeSet<(String, String)> = dyn_syms(&ours)
         .into_iter()
-        .filter(|(_, _, d)| *d)
-        .map(|(n, v, _)| (n, v))
+        .filter(|s| s.defined)
+        .map(|s| (s.name, s.version))
         .collect();
     let mut files = vec![];
     for t in [
@@ -166,6 +211,11 @@ fn every_import_of_the_tools_is_exported_at_its_version() {
     for l in ["libmlx5.so.1", "libefa.so.1", "librdmacm.so.1"] {
         files.push(std::path::PathBuf::from("/usr/lib/x86_64-linux-gnu").join(l));
     }
+    // pyverbs (python3-pyverbs), when installed: its extension modules are linked with
+    // immediate binding and import the import verbs, dma-buf registration and more.
+    files.extend(shared_objects(std::path::Path::new(
+        "/usr/lib/python3/dist-packages/pyverbs",
+    )));
     let present: Vec<_> = files.iter().filter(|f| f.exists()).collect();
     if present.is_empty() {
         assert_ne!(
@@ -179,14 +229,14 @@ fn every_import_of_the_tools_is_exported_at_its_version() {
     let mut checked = 0;
     for f in present {
         let t = readelf(&["--dyn-syms", "-W"], f).unwrap();
-        for (n, v, defined) in dyn_syms(&t) {
-            if defined || !v.starts_with("IBVERBS_") {
+        for s in dyn_syms(&t) {
+            let (n, v) = (s.name, s.version);
+            if s.defined || !v.starts_with("IBVERBS_") {
                 continue;
             }
             let v = v.split_whitespace().next().unwrap().to_string();
-            assert_eq!(
-                ours.get(&n),
-                Some(&v),
+            assert!(
+                ours.contains(&(n.clone(), v.clone())),
                 "{} imports {n}@{v}; the library does not export it there",
                 f.display()
             );
@@ -194,4 +244,45 @@ fn every_import_of_the_tools_is_exported_at_its_version() {
         }
     }
     assert!(checked > 100, "only {checked} imports checked");
+}
+
+/// The installed rdma-core library (`libibverbs1`, a dependency of `ibverbs-utils`).
+const SYSTEM_LIBIBVERBS: &str = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1";
+
+#[test]
+fn exports_exactly_the_symbol_versions_of_the_system_library() {
+    let lib = support::built_library();
+    let Some(ours) = readelf(&["--dyn-syms", "-W"], &lib) else {
+        println!("SKIPPED: readelf (binutils) not installed");
+        return;
+    };
+    let system = std::path::Path::new(SYSTEM_LIBIBVERBS);
+    if !system.exists() {
+        assert_ne!(
+            std::env::var(support::REQUIRE_ENV).as_deref(),
+            Ok("1"),
+            "{SYSTEM_LIBIBVERBS} (libibverbs1) not installed"
+        );
+        println!("SKIPPED: {SYSTEM_LIBIBVERBS} not installed");
+        return;
+    }
+    let theirs = exported_set(&readelf(&["--dyn-syms", "-W"], system).unwrap());
+    let ours = exported_set(&ours);
+    // rdma-core v44 exports 180 (names at their default and compatibility versions).
+    assert!(
+        theirs.len() >= 180,
+        "{} symbols in {SYSTEM_LIBIBVERBS}",
+        theirs.len()
+    );
+    let missing: Vec<_> = theirs.difference(&ours).collect();
+    let extra: Vec<_> = ours.difference(&theirs).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "the drop-in does not export (but {SYSTEM_LIBIBVERBS} does): {missing:?}\n\
+         the drop-in exports (but {SYSTEM_LIBIBVERBS} does not): {extra:?}"
+    );
+    // Both forms of a symbol with a compatibility version.
+    assert!(ours.contains("ibv_alloc_pd@IBVERBS_1.0"));
+    assert!(ours.contains("ibv_alloc_pd@@IBVERBS_1.1"));
+    assert!(ours.contains("ibv_reg_dmabuf_mr@@IBVERBS_1.12"));
 }

@@ -31,6 +31,7 @@
 //! | health watchdog verdict | [`DeviceFatal`](AsyncEvent::DeviceFatal) | `IBV_EVENT_DEVICE_FATAL` |
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use ferroverbs_hw::datapath::eqe::{
     EventType, MLX5_PORT_CHANGE_SUBTYPE_ACTIVE, MLX5_PORT_CHANGE_SUBTYPE_DOWN,
@@ -284,13 +285,53 @@ impl EventState {
 
 impl<B: Bus> Context<B> {
     /// Takes the next asynchronous event, processing pending EQEs first; `None` when
-    /// there is none. Never blocks (sleep on [`Context::async_event_fd`] to wait).
+    /// there is none. Never blocks: the same as [`Context::try_get_async_event`].
     pub fn get_async_event(&self) -> Option<AsyncEvent> {
+        self.try_get_async_event()
+    }
+
+    /// Takes the next asynchronous event without blocking (`ibv_get_async_event` on a
+    /// non-blocking descriptor): `None` when there is none. While events stay queued
+    /// after this one, [`Context::async_event_fd`] stays readable.
+    pub fn try_get_async_event(&self) -> Option<AsyncEvent> {
         let mut one = [AsyncEvent::Other {
             event_type: 0,
             sub_type: 0,
         }];
         (self.poll_async_events(&mut one) == 1).then_some(one[0])
+    }
+
+    /// Waits up to `timeout` (`None`: forever) for an asynchronous event
+    /// (`ibv_get_async_event`, blocking): sleeps in `poll(2)` on
+    /// [`Context::async_event_fd`], which the device makes readable when it writes
+    /// an event. On a bus without interrupts (no descriptor) the async EQ is looked
+    /// at every millisecond instead. In the simulator's deterministic mode another
+    /// thread must drive the device.
+    pub fn get_async_event_timeout(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if let Some(ev) = self.try_get_async_event() {
+                return Some(ev);
+            }
+            let left = match deadline {
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    Some(left)
+                }
+                None => None,
+            };
+            match self.async_event_fd() {
+                Some(fd) => {
+                    super::channel::wait_readable(fd, left);
+                }
+                None => std::thread::sleep(left.map_or(Duration::from_millis(1), |l| {
+                    l.min(Duration::from_millis(1))
+                })),
+            }
+        }
     }
 
     /// Fills `out` with pending asynchronous events (oldest first), processing
@@ -318,6 +359,13 @@ impl<B: Bus> Context<B> {
                 None => break,
             }
         }
+        if n == out.len() && self.async_event_queued() {
+            // Keep the descriptor readable while events wait (the kernel's async
+            // event file is readable while its list is non-empty).
+            if let Some(fd) = self.async_event_fd() {
+                super::channel::signal_eventfd(fd);
+            }
+        }
         if n < out.len() {
             if let Some(failure) = self.failure() {
                 if !self
@@ -335,7 +383,8 @@ impl<B: Bus> Context<B> {
 
     /// The async EQ's MSI-X eventfd (vector 0), where the bus offers one: readable
     /// once the device has written an EQE to the async EQ since the driver last
-    /// consumed it. [`Context::get_async_event`] clears it. The descriptor belongs to
+    /// consumed it, and while events wait in the context's queue.
+    /// [`Context::try_get_async_event`] clears it when it hands out the last one. The descriptor belongs to
     /// the bus: do not close it.
     pub fn async_event_fd(&self) -> Option<i32> {
         self.bus().irq_eventfd(0)

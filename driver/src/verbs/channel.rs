@@ -381,7 +381,7 @@ pub(crate) fn drain_eventfd(fd: RawFd) -> bool {
 }
 
 /// Adds 1 to an eventfd (makes it readable).
-fn signal_eventfd(fd: RawFd) {
+pub(crate) fn signal_eventfd(fd: RawFd) {
     let one = 1u64;
     // SAFETY: writes 8 bytes from `one`, a live 8-byte local; a full counter or bad
     // descriptor makes write(2) fail, which only means the fd is already readable or

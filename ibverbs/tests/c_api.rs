@@ -1,0 +1,529 @@
+//! Verbs of the library called in process through its exported C symbols, as a C
+//! program calls them, where the answer must be rdma-core's: the entry points of
+//! features this library does not offer (import, dma-buf registration, the data-order
+//! query) answer as rdma-core does for a provider without the op; the IBVERBS_1.0
+//! compatibility versions (reached with `dlvsym`, as a program linked against them
+//! binds) list the device. All tests share one simulated NIC (host 84 of this process's
+//! loopback /24).
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ptr;
+use std::sync::OnceLock;
+
+use ibverbs::abi;
+
+mod support;
+
+use support::net;
+
+extern "C" {
+    fn ibv_get_device_list(num: *mut c_int) -> *mut *mut abi::ibv_device;
+    fn ibv_get_device_guid(dev: *mut abi::ibv_device) -> u64;
+    fn ibv_open_device(dev: *mut abi::ibv_device) -> *mut abi::ibv_context;
+    fn ibv_alloc_pd(ctx: *mut abi::ibv_context) -> *mut abi::ibv_pd;
+    fn ibv_create_cq(
+        ctx: *mut abi::ibv_context,
+        cqe: c_int,
+        cq_context: *mut c_void,
+        ch: *mut c_void,
+        vec: c_int,
+    ) -> *mut abi::ibv_cq;
+    fn ibv_create_qp(pd: *mut abi::ibv_pd, init: *mut abi::ibv_qp_init_attr) -> *mut abi::ibv_qp;
+    fn ibv_destroy_qp(qp: *mut abi::ibv_qp) -> c_int;
+    fn ibv_destroy_cq(cq: *mut abi::ibv_cq) -> c_int;
+    fn ibv_reg_dmabuf_mr(
+        pd: *mut abi::ibv_pd,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        fd: c_int,
+        access: c_int,
+    ) -> *mut abi::ibv_mr;
+    fn ibv_import_device(cmd_fd: c_int) -> *mut abi::ibv_context;
+    fn ibv_import_pd(ctx: *mut abi::ibv_context, handle: u32) -> *mut abi::ibv_pd;
+    fn ibv_unimport_pd(pd: *mut abi::ibv_pd);
+    fn ibv_import_mr(pd: *mut abi::ibv_pd, handle: u32) -> *mut abi::ibv_mr;
+    fn ibv_import_dm(ctx: *mut abi::ibv_context, handle: u32) -> *mut c_void;
+    fn ibv_query_qp_data_in_order(qp: *mut abi::ibv_qp, op: c_int, flags: u32) -> c_int;
+    fn __ioctl_final_num_attrs(num: u32, link: *const abi::ibv_command_buffer) -> u32;
+    fn ibv_create_comp_channel(ctx: *mut abi::ibv_context) -> *mut abi::ibv_comp_channel;
+    fn ibv_destroy_comp_channel(ch: *mut abi::ibv_comp_channel) -> c_int;
+    fn ibv_get_cq_event(
+        ch: *mut abi::ibv_comp_channel,
+        cq: *mut *mut abi::ibv_cq,
+        cq_context: *mut *mut c_void,
+    ) -> c_int;
+    fn ibv_ack_cq_events(cq: *mut abi::ibv_cq, n: u32);
+    fn ibv_modify_qp(qp: *mut abi::ibv_qp, attr: *mut abi::ibv_qp_attr, mask: c_int) -> c_int;
+    fn ibv_get_async_event(ctx: *mut abi::ibv_context, ev: *mut abi::ibv_async_event) -> c_int;
+    fn ibv_ack_async_event(ev: *mut abi::ibv_async_event);
+    fn ibv_query_device(ctx: *mut abi::ibv_context, attr: *mut abi::ibv_device_attr) -> c_int;
+    fn ibv_query_qp(
+        qp: *mut abi::ibv_qp,
+        attr: *mut abi::ibv_qp_attr,
+        mask: c_int,
+        init: *mut abi::ibv_qp_init_attr,
+    ) -> c_int;
+    fn ibv_fork_init() -> c_int;
+    fn ibv_is_fork_initialized() -> c_int;
+}
+
+/// Tests that change the shared NIC's link or need it up take this lock.
+static LINK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn link_lock() -> std::sync::MutexGuard<'static, ()> {
+    LINK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether `fd` becomes readable within `ms` (`poll(2)`).
+fn readable(fd: c_int, ms: c_int) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, ms) == 1 }
+}
+
+fn set_nonblocking(fd: c_int) {
+    // SAFETY: fcntl on an open descriptor, no pointers.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        assert!(fl >= 0);
+        assert_eq!(libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK), 0);
+    }
+}
+
+/// The process's context and a PD on it (opened once; the NIC stays up).
+struct Dev {
+    ctx: *mut abi::ibv_context,
+    pd: *mut abi::ibv_pd,
+}
+// SAFETY: the library's verbs may be called from any thread.
+unsafe impl Send for Dev {}
+// SAFETY: as above.
+unsafe impl Sync for Dev {}
+
+fn dev() -> &'static Dev {
+    static DEV: OnceLock<Dev> = OnceLock::new();
+    DEV.get_or_init(|| {
+        // SAFETY: set before the library reads it (the first open), to the same value
+        // by every test of this process.
+        unsafe { std::env::set_var("FERROVERBS_DEVICE", format!("sim:{}", net::host(84))) };
+        // SAFETY: the verbs API used as its contract says.
+        unsafe {
+            let mut n = 0;
+            let list = ibv_get_device_list(&mut n);
+            assert_eq!(n, 1);
+            let ctx = ibv_open_device(*list);
+            assert!(!ctx.is_null());
+            let pd = ibv_alloc_pd(ctx);
+            assert!(!pd.is_null());
+            Dev { ctx, pd }
+        }
+    })
+}
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap()
+}
+
+fn set_errno(e: c_int) {
+    // SAFETY: this thread's errno slot.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// A NULL result with `errno` `want` (errno cleared before the call).
+fn null_with(p: *mut c_void, want: c_int, what: &str) {
+    let e = errno();
+    assert!(p.is_null(), "{what}: not NULL");
+    assert_eq!(e, want, "{what}: errno {e}, want {want}");
+}
+
+#[test]
+fn import_and_dmabuf_verbs_fail_as_rdma_core_without_the_provider_op() {
+    let d = dev();
+    // SAFETY: the verbs API used as its contract says (live context and PD).
+    unsafe {
+        set_errno(0);
+        let mr = ibv_reg_dmabuf_mr(d.pd, 0, 4096, 0, -1, 1);
+        null_with(mr.cast(), libc::EOPNOTSUPP, "ibv_reg_dmabuf_mr");
+        set_errno(0);
+        null_with(
+            ibv_import_pd(d.ctx, 1).cast(),
+            libc::EOPNOTSUPP,
+            "ibv_import_pd",
+        );
+        set_errno(0);
+        null_with(
+            ibv_import_mr(d.pd, 1).cast(),
+            libc::EOPNOTSUPP,
+            "ibv_import_mr",
+        );
+        set_errno(0);
+        null_with(ibv_import_dm(d.ctx, 1), libc::EOPNOTSUPP, "ibv_import_dm");
+        // rdma-core's dummy unimport does nothing: the PD stays usable.
+        ibv_unimport_pd(d.pd);
+        let cq = ibv_create_cq(d.ctx, 4, ptr::null_mut(), ptr::null_mut(), 0);
+        assert!(!cq.is_null());
+
+        // ibv_import_device: a descriptor that is not a character device is EINVAL; a
+        // character device that is no device of the list is ENODEV.
+        let mut fds = [0; 2];
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        set_errno(0);
+        null_with(
+            ibv_import_device(fds[0]).cast(),
+            libc::EINVAL,
+            "import (pipe)",
+        );
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+        set_errno(0);
+        null_with(ibv_import_device(-1).cast(), libc::EINVAL, "import (-1)");
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        assert!(null >= 0);
+        set_errno(0);
+        null_with(
+            ibv_import_device(null).cast(),
+            libc::ENODEV,
+            "import (/dev/null)",
+        );
+        libc::close(null);
+
+        // ibv_query_qp_data_in_order: 0 ("not known to be in order"), with or without
+        // IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS.
+        let mut init = abi::ibv_qp_init_attr {
+            qp_context: ptr::null_mut(),
+            send_cq: cq,
+            recv_cq: cq,
+            srq: ptr::null_mut(),
+            cap: abi::ibv_qp_cap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: 2,
+            sq_sig_all: 0,
+        };
+        let qp = ibv_create_qp(d.pd, &mut init);
+        assert!(!qp.is_null());
+        // IBV_WR_RDMA_WRITE = 0, IBV_WR_SEND = 2.
+        assert_eq!(ibv_query_qp_data_in_order(qp, 0, 0), 0);
+        assert_eq!(ibv_query_qp_data_in_order(qp, 2, 1), 0);
+        assert_eq!(ibv_destroy_qp(qp), 0);
+        assert_eq!(ibv_destroy_cq(cq), 0);
+    }
+}
+
+#[test]
+fn ioctl_final_num_attrs_counts_the_linked_buffers() {
+    /// A command buffer with room for 4 attributes.
+    #[repr(C)]
+    struct Buf {
+        b: abi::ibv_command_buffer,
+        room: [abi::ib_uverbs_attr; 4],
+    }
+    fn buf(used: usize, next: *const abi::ibv_command_buffer) -> Box<Buf> {
+        // SAFETY: all-zero is a valid `Buf` (pointers NULL, integers 0).
+        let mut b: Box<Buf> = Box::new(unsafe { std::mem::zeroed() });
+        let attrs = b.room.as_ptr();
+        b.b.next = next;
+        // SAFETY: within `room` (used <= 4).
+        b.b.next_attr = unsafe { attrs.add(used) };
+        b
+    }
+    let last = buf(3, ptr::null());
+    let first = buf(2, &last.b);
+    // SAFETY: a valid chain of two command buffers.
+    unsafe {
+        assert_eq!(__ioctl_final_num_attrs(1, ptr::null()), 1);
+        assert_eq!(__ioctl_final_num_attrs(1, &last.b), 4);
+        assert_eq!(__ioctl_final_num_attrs(1, &first.b), 6);
+    }
+}
+
+#[test]
+fn ibverbs_1_0_device_list_through_the_compat_versions() {
+    let d = dev();
+    let lib = support::built_library();
+    let path = std::ffi::CString::new(lib.to_str().unwrap()).unwrap();
+    type List10 = unsafe extern "C" fn(*mut c_int) -> *mut *mut c_void;
+    type Free10 = unsafe extern "C" fn(*mut *mut c_void);
+    type Name10 = unsafe extern "C" fn(*mut c_void) -> *const c_char;
+    type Guid10 = unsafe extern "C" fn(*mut c_void) -> u64;
+    type Open10 = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
+    // SAFETY: dlopen of the built library (a second, private copy: RTLD_LOCAL), its
+    // IBVERBS_1.0 functions looked up by version as the loader binds them and called
+    // with the types rdma-core's compat-1_0.c gives them.
+    unsafe {
+        let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        assert!(!h.is_null(), "dlopen {}", lib.display());
+        let sym = |name: &CStr, node: &CStr| {
+            let p = libc::dlvsym(h, name.as_ptr(), node.as_ptr());
+            assert!(!p.is_null(), "{name:?}@{node:?} not found");
+            p
+        };
+        let v10 = c"IBVERBS_1.0";
+        let list: List10 = std::mem::transmute(sym(c"ibv_get_device_list", v10));
+        let free: Free10 = std::mem::transmute(sym(c"ibv_free_device_list", v10));
+        let name: Name10 = std::mem::transmute(sym(c"ibv_get_device_name", v10));
+        let guid: Guid10 = std::mem::transmute(sym(c"ibv_get_device_guid", v10));
+        let open: Open10 = std::mem::transmute(sym(c"ibv_open_device", v10));
+        // The 1.0 and the default versions are different functions.
+        assert_ne!(
+            sym(c"ibv_get_device_list", v10),
+            sym(c"ibv_get_device_list", c"IBVERBS_1.1")
+        );
+
+        let mut n = -1;
+        let l = list(&mut n);
+        assert!(!l.is_null());
+        assert_eq!(n, 1);
+        assert!((*l.add(1)).is_null(), "NULL-terminated");
+        let dev10 = *l;
+        // The wrapper holds the real device at its third word.
+        let real = *(dev10 as *const *mut abi::ibv_device).add(2);
+        assert!(!real.is_null());
+        assert_eq!(
+            CStr::from_ptr(name(dev10)),
+            CStr::from_ptr((*real).name.as_ptr())
+        );
+        assert_eq!(guid(dev10), ibv_get_device_guid((*d.ctx).device));
+        assert_ne!(guid(dev10), 0);
+        // A 1.0 context is not offered.
+        set_errno(0);
+        null_with(open(dev10), libc::EOPNOTSUPP, "ibv_open_device@IBVERBS_1.0");
+        free(l);
+        libc::dlclose(h);
+    }
+}
+
+type PostRecv = unsafe extern "C" fn(
+    *mut abi::ibv_qp,
+    *mut abi::ibv_recv_wr,
+    *mut *mut abi::ibv_recv_wr,
+) -> c_int;
+type ReqNotify = unsafe extern "C" fn(*mut abi::ibv_cq, c_int) -> c_int;
+type PollCq = unsafe extern "C" fn(*mut abi::ibv_cq, c_int, *mut abi::ibv_wc) -> c_int;
+
+#[test]
+fn get_cq_event_on_a_non_blocking_channel_answers_eagain() {
+    let d = dev();
+    let _g = link_lock();
+    // SAFETY: the verbs API used as its contract says; the ops are the context's.
+    unsafe {
+        let ops = (*d.ctx).ops;
+        let post_recv: PostRecv = std::mem::transmute(ops[abi::ops::POST_RECV]);
+        let req_notify: ReqNotify = std::mem::transmute(ops[abi::ops::REQ_NOTIFY_CQ]);
+        let poll_cq: PollCq = std::mem::transmute(ops[abi::ops::POLL_CQ]);
+        let ch = ibv_create_comp_channel(d.ctx);
+        assert!(!ch.is_null());
+        let fd = (*ch).fd;
+        let cq = ibv_create_cq(d.ctx, 8, 0x5eed as *mut c_void, ch.cast(), 0);
+        assert!(!cq.is_null());
+        set_nonblocking(fd);
+        // Nothing queued: -1 with EAGAIN at once, and the descriptor is not readable.
+        let (mut got_cq, mut got_ctx) = (ptr::null_mut(), ptr::null_mut());
+        set_errno(0);
+        assert_eq!(ibv_get_cq_event(ch, &mut got_cq, &mut got_ctx), -1);
+        assert_eq!(errno(), libc::EAGAIN);
+        assert!(!readable(fd, 0));
+
+        // A completion on the armed CQ: a receive flushed by moving its QP to ERR.
+        let mut init = abi::ibv_qp_init_attr {
+            qp_context: ptr::null_mut(),
+            send_cq: cq,
+            recv_cq: cq,
+            srq: ptr::null_mut(),
+            cap: abi::ibv_qp_cap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: 2,
+            sq_sig_all: 0,
+        };
+        let qp = ibv_create_qp(d.pd, &mut init);
+        assert!(!qp.is_null());
+        let mut a = abi::ibv_qp_attr {
+            qp_state: 1,
+            port_num: 1,
+            qp_access_flags: 1,
+            ..Default::default()
+        };
+        // IBV_QP_STATE | PKEY_INDEX | PORT | ACCESS_FLAGS
+        assert_eq!(ibv_modify_qp(qp, &mut a, 0x39), 0);
+        let mut buf = [0u8; 64];
+        let mut sge = abi::ibv_sge {
+            addr: buf.as_mut_ptr() as u64,
+            length: 0,
+            lkey: 0,
+        };
+        let mut wr = abi::ibv_recv_wr {
+            wr_id: 77,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 0,
+        };
+        let mut bad = ptr::null_mut();
+        assert_eq!(post_recv(qp, &mut wr, &mut bad), 0);
+        assert_eq!(req_notify(cq, 0), 0);
+        let mut a = abi::ibv_qp_attr {
+            qp_state: 6,
+            ..Default::default()
+        };
+        assert_eq!(ibv_modify_qp(qp, &mut a, 1), 0);
+        assert!(
+            readable(fd, 10_000),
+            "the channel's descriptor never became readable"
+        );
+        assert_eq!(ibv_get_cq_event(ch, &mut got_cq, &mut got_ctx), 0);
+        assert_eq!(got_cq, cq);
+        assert_eq!(got_ctx, 0x5eed as *mut c_void);
+        ibv_ack_cq_events(cq, 1);
+        // The one event taken: EAGAIN again, not readable.
+        set_errno(0);
+        assert_eq!(ibv_get_cq_event(ch, &mut got_cq, &mut got_ctx), -1);
+        assert_eq!(errno(), libc::EAGAIN);
+        assert!(!readable(fd, 0));
+        let mut wc = [abi::ibv_wc::default(); 4];
+        assert_eq!(poll_cq(cq, 4, wc.as_mut_ptr()), 1);
+        assert_eq!(wc[0].wr_id, 77);
+        assert_eq!(wc[0].status, 5, "IBV_WC_WR_FLUSH_ERR");
+        assert_eq!(ibv_destroy_qp(qp), 0);
+        assert_eq!(ibv_destroy_cq(cq), 0);
+        assert_eq!(ibv_destroy_comp_channel(ch), 0);
+    }
+}
+
+#[test]
+fn get_async_event_on_a_non_blocking_descriptor_answers_eagain() {
+    let d = dev();
+    let _g = link_lock();
+    let sim = ibverbs::device::nic()
+        .unwrap()
+        .sim
+        .as_ref()
+        .expect("a simulated NIC");
+    // SAFETY: the verbs API used as its contract says.
+    unsafe {
+        let fd = (*d.ctx).async_fd;
+        set_nonblocking(fd);
+        let mut ev = abi::ibv_async_event {
+            element: ptr::null_mut(),
+            event_type: 0,
+        };
+        // Whatever bring-up queued, then nothing: EAGAIN, not readable.
+        let mut n = 0;
+        while ibv_get_async_event(d.ctx, &mut ev) == 0 {
+            ibv_ack_async_event(&mut ev);
+            n += 1;
+            assert!(n < 64, "events without end");
+        }
+        assert_eq!(errno(), libc::EAGAIN);
+        assert!(!readable(fd, 0));
+
+        // Link down and up: two port events; the descriptor is readable until both
+        // are taken.
+        assert!(sim.set_link(1, false));
+        assert!(sim.set_link(1, true));
+        let mut got = vec![];
+        for _ in 0..2 {
+            assert!(
+                readable(fd, 10_000),
+                "async_fd not readable with events queued"
+            );
+            assert_eq!(ibv_get_async_event(d.ctx, &mut ev), 0);
+            got.push((ev.event_type, ev.element as usize));
+            ibv_ack_async_event(&mut ev);
+        }
+        // IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE, element.port_num 1.
+        assert_eq!(got, vec![(10, 1), (9, 1)]);
+        set_errno(0);
+        assert_eq!(ibv_get_async_event(d.ctx, &mut ev), -1);
+        assert_eq!(errno(), libc::EAGAIN);
+        assert!(!readable(fd, 0));
+    }
+}
+
+#[test]
+fn create_cq_refuses_too_many_entries_and_a_missing_vector_with_einval() {
+    let d = dev();
+    // SAFETY: the verbs API used as its contract says.
+    unsafe {
+        let mut attr: abi::ibv_device_attr = std::mem::zeroed();
+        assert_eq!(ibv_query_device(d.ctx, &mut attr), 0);
+        let max = attr.max_cqe;
+        assert!(max > 0);
+        set_errno(0);
+        let cq = ibv_create_cq(d.ctx, max + 1, ptr::null_mut(), ptr::null_mut(), 0);
+        null_with(cq.cast(), libc::EINVAL, "max_cqe + 1 entries");
+        assert_eq!((*d.ctx).num_comp_vectors, 1);
+        for v in [1, 7, -1] {
+            set_errno(0);
+            let cq = ibv_create_cq(d.ctx, 8, ptr::null_mut(), ptr::null_mut(), v);
+            null_with(cq.cast(), libc::EINVAL, &format!("completion vector {v}"));
+        }
+        let cq = ibv_create_cq(d.ctx, 8, ptr::null_mut(), ptr::null_mut(), 0);
+        assert!(!cq.is_null(), "vector 0 of 1");
+        assert_eq!(ibv_destroy_cq(cq), 0);
+    }
+}
+
+#[test]
+fn query_qp_reports_the_q_key_of_a_ud_qp() {
+    let d = dev();
+    // SAFETY: the verbs API used as its contract says.
+    unsafe {
+        let cq = ibv_create_cq(d.ctx, 8, ptr::null_mut(), ptr::null_mut(), 0);
+        assert!(!cq.is_null());
+        let mut init = abi::ibv_qp_init_attr {
+            qp_context: ptr::null_mut(),
+            send_cq: cq,
+            recv_cq: cq,
+            srq: ptr::null_mut(),
+            cap: abi::ibv_qp_cap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: 4, // IBV_QPT_UD
+            sq_sig_all: 0,
+        };
+        let qp = ibv_create_qp(d.pd, &mut init);
+        assert!(!qp.is_null());
+        let mut a = abi::ibv_qp_attr {
+            qp_state: 1,
+            port_num: 1,
+            qkey: 0x1234_5678,
+            ..Default::default()
+        };
+        // IBV_QP_STATE | PKEY_INDEX | PORT | QKEY
+        assert_eq!(ibv_modify_qp(qp, &mut a, 0x71), 0);
+        let mut q = abi::ibv_qp_attr::default();
+        let mut qi: abi::ibv_qp_init_attr = std::mem::zeroed();
+        assert_eq!(ibv_query_qp(qp, &mut q, 0x40 | 1, &mut qi), 0);
+        assert_eq!(q.qp_state, 1);
+        assert_eq!(q.qkey, 0x1234_5678);
+        assert_eq!(ibv_destroy_qp(qp), 0);
+        assert_eq!(ibv_destroy_cq(cq), 0);
+    }
+}
+
+#[test]
+fn fork_support_is_reported_unneeded() {
+    // SAFETY: plain calls without arguments.
+    unsafe {
+        assert_eq!(ibv_fork_init(), 0);
+        // IBV_FORK_UNNEEDED, as rdma-core reports on a kernel that copies pinned pages.
+        assert_eq!(ibv_is_fork_initialized(), 2);
+    }
+}
