@@ -298,13 +298,47 @@ fn a_fatal_health_syndrome_fails_the_device_at_the_next_call() {
     sim.raise_fatal(Some(FatalHealth {
         synd: 0x1,
         ext_synd: 0,
-        rfr: false,
+        rfr: true,
     }));
     assert!(matches!(
         ctx.process_events(),
         Err(Error::DeviceFailed(Failure::FatalSyndrome { synd: 1, .. }))
     ));
     drop(ctx);
+    assert_eq!(sim.stats().mappings, 0);
+}
+
+#[test]
+fn a_health_syndrome_without_rfr_does_not_fail_the_device() {
+    let sim = sim();
+    let ctx = Device::open(sim.bus(), config(&sim)).unwrap();
+    sim.raise_fatal(Some(FatalHealth {
+        synd: 0x7,
+        ext_synd: 0x1234,
+        rfr: false,
+    }));
+    // Commands keep running, the watchdog keeps its counter rule.
+    let before = sim.stats().commands_completed;
+    ctx.query_device().unwrap();
+    ctx.process_events().unwrap();
+    assert!(sim.stats().commands_completed > before);
+    assert_eq!(ctx.failure(), None);
+    assert_eq!(ctx.health_reports(), 1);
+    sim.stall_health(true);
+    let mut polls = 0;
+    let err = loop {
+        sim.advance(PERIOD);
+        polls += 1;
+        assert!(polls <= MAX_MISSES + 1, "stalled counter not detected");
+        if let Err(e) = ctx.process_events() {
+            break e;
+        }
+    };
+    assert!(
+        matches!(err, Error::DeviceFailed(Failure::CounterStalled { .. })),
+        "{err:?}"
+    );
+    let _ = ctx.close();
     assert_eq!(sim.stats().mappings, 0);
 }
 

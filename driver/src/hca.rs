@@ -533,11 +533,6 @@ impl<B: Bus> Hca<B> {
         Ok(())
     }
 
-    /// The driver's clock.
-    pub(crate) fn now(&self) -> Duration {
-        self.clock.now()
-    }
-
     /// The EQ number of the async EQ.
     pub(crate) fn async_eqn(&self) -> Option<u8> {
         self.eq
@@ -574,13 +569,7 @@ impl<B: Bus> Hca<B> {
         if let Some(f) = self.health.failed() {
             return Err(Error::DeviceFailed(f));
         }
-        self.health
-            .check_sensors(&*self.bus)
-            .map_err(Error::DeviceFailed)?;
-        let now = self.clock.now();
-        self.health
-            .tick(&*self.bus, now)
-            .map_err(Error::DeviceFailed)?;
+        self.check_health(false)?;
         let r = self.run_with_timeout(SlotClass::Regular, input, out_len, timeout);
         if !self.page_requests.is_empty() && self.health.failed().is_none() {
             if let Err(e) = self.service_page_requests() {
@@ -627,7 +616,9 @@ impl<B: Bus> Hca<B> {
                 }
             }
             let now = self.clock.now();
-            if let Err(f) = self.health.tick(&*self.bus, now) {
+            let tick = self.health.tick(&*self.bus, now);
+            self.queue_health_report();
+            if let Err(f) = tick {
                 self.cmd.abandon(&p);
                 let e = Error::DeviceFailed(f);
                 self.trace(&p, now, Err(&e));
@@ -699,17 +690,53 @@ impl<B: Bus> Hca<B> {
                     tracing::debug!(cqn, "completion event on the async EQ ignored");
                 }
                 crate::eq::Event::Async(ev) => {
-                    if self.async_events.len() >= ASYNC_EVENT_QUEUE {
-                        self.async_events.pop_front();
-                        self.dropped_events += 1;
-                    }
-                    self.async_events.push_back(ev);
+                    Self::push_async_event(&mut self.async_events, &mut self.dropped_events, ev)
                 }
             }
         }
         if any {
             eq.arm();
         }
+    }
+
+    /// Queues `ev` for the application, dropping the oldest beyond
+    /// [`ASYNC_EVENT_QUEUE`] (disjoint fields, so the EQ may be borrowed meanwhile).
+    fn push_async_event(queue: &mut VecDeque<AsyncEvent>, dropped: &mut u64, ev: AsyncEvent) {
+        if queue.len() >= ASYNC_EVENT_QUEUE {
+            queue.pop_front();
+            *dropped += 1;
+        }
+        queue.push_back(ev);
+    }
+
+    /// Queues the non-fatal health syndrome the watchdog found, if any.
+    fn queue_health_report(&mut self) {
+        if let Some(r) = self.health.take_report() {
+            let ev = AsyncEvent::HealthReport {
+                synd: r.synd,
+                ext_synd: r.ext_synd,
+            };
+            Self::push_async_event(&mut self.async_events, &mut self.dropped_events, ev);
+        }
+    }
+
+    /// Reads the fatal sensors (and, unless `sensors_only`, runs the watchdog if a
+    /// period has passed); a non-fatal syndrome becomes an async event.
+    pub(crate) fn check_health(&mut self, sensors_only: bool) -> Result<()> {
+        let r = self.health.check_sensors(&*self.bus).and_then(|()| {
+            if sensors_only {
+                return Ok(());
+            }
+            let now = self.clock.now();
+            self.health.tick(&*self.bus, now)
+        });
+        self.queue_health_report();
+        r.map_err(Error::DeviceFailed)
+    }
+
+    /// Non-fatal health syndromes reported so far.
+    pub(crate) fn health_reports(&self) -> u64 {
+        self.health.reports()
     }
 
     /// The oldest async event not yet taken.

@@ -572,8 +572,11 @@ impl Sim {
         d.faults.health_stalled = stalled;
     }
 
-    /// Raises (or with `None` clears) a fatal health condition: `synd`, `ext_synd`
-    /// and the RFR bit in the health buffer, `synd` in `health_syndrome`.
+    /// Raises (or with `None` clears) a health condition: `synd`, `ext_synd` and the
+    /// RFR bit in the health buffer, `synd` in `health_syndrome`. With `rfr` the
+    /// firmware asks for a reset, which drivers treat as fatal; without it the
+    /// syndrome is a non-fatal report (rdma-core `sensor_fw_synd_rfr`, Linux
+    /// `health.c`). The device keeps executing commands either way.
     pub fn raise_fatal(&self, fatal: Option<FatalHealth>) {
         let mut d = self.dev();
         match fatal {
