@@ -29,7 +29,6 @@ use ferroverbs_hw::control::qp::{
 use ferroverbs_hw::control::uar_pd_td::{alloc_uar_out, dealloc_uar_in, dealloc_uar_out};
 use ferroverbs_hw::datapath::cqe::{MLX5_CQE_REQ, MLX5_CQE_RESP_SEND};
 use ferroverbs_hw::datapath::dbr::{MLX5_RCV_DBR, MLX5_SND_DBR};
-use ferroverbs_hw::datapath::uar::{bf_buf_size, bfreg_offset, uar_bar_offset};
 use ferroverbs_hw::{Bus, DmaPerm};
 
 use super::attr::ceil_log2;
@@ -787,17 +786,9 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         // on an uncached BAR mapping).
         let blueflame = init.blueflame && ctx.bus().blueflame();
         let bf = if blueflame && ctx.cap(g::bf) == 1 {
-            BlueFlameReg {
-                reg: uar_bar_offset(uar) + bfreg_offset(0, bf_reg_size),
-                buf_size: bf_buf_size(bf_reg_size),
-                index: 1,
-            }
+            BlueFlameReg::blueflame(uar, bf_reg_size)
         } else {
-            BlueFlameReg {
-                reg: uar_bar_offset(uar) + bfreg_offset(0, bf_reg_size),
-                buf_size: 0,
-                index: 0,
-            }
+            BlueFlameReg::doorbell_only(uar, bf_reg_size)
         };
         let mut q = Queues::new(
             buf,
