@@ -36,7 +36,13 @@ fn run() -> ferroverbs::Result<()> {
     // A simulated single-port ConnectX-5-like device on virtual time.
     let sim = Sim::new(SimConfig::deterministic(2024, 1));
     let mac0 = sim.with_firmware(|fw| fw.ports()[0].mac);
+    // The driver's waits move the device's virtual time on (firmware boot).
+    let (now, time) = (sim.clock().clone(), sim.clock().clone());
     let config = DeviceConfig::default()
+        .with_clock(std::sync::Arc::new(ferroverbs::SteppedClock::new(
+            move || now.now(),
+            move |d| time.advance(d),
+        )))
         .with_gid(GidEntry::ipv4(0, [192, 168, 10, 1], mac0))
         .with_gid(GidEntry::ipv6(
             1,

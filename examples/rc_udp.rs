@@ -214,7 +214,13 @@ pub fn run(a: &Args) -> Result<Report, String> {
     let ctx = Device::open(
         sim.bus(),
         DeviceConfig::default()
-            .with_clock(std::sync::Arc::new(move || clock.now()))
+            .with_clock(std::sync::Arc::new(ferroverbs::SteppedClock::new(
+                {
+                    let c = clock.clone();
+                    move || c.now()
+                },
+                move |d| clock.advance(d),
+            )))
             .with_gid(gid),
     )
     .map_err(|e| format!("bring-up: {e}"))?;

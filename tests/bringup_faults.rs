@@ -6,11 +6,13 @@
 mod bringup_support;
 use bringup_support::*;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use ferroverbs::health::MAX_MISSES;
-use ferroverbs::{CmdStatus, DeliveryStatus, Device, DeviceConfig, Error, Failure, Opcode, Step};
+use ferroverbs::{
+    CmdStatus, DeliveryStatus, Device, DeviceConfig, Error, Failure, InitWait, Opcode, Step,
+};
 use ferroverbs_hw::bus::Block64;
 use ferroverbs_hw::control::cmd::Opcode as Op;
 use ferroverbs_hw::control::cmdq::CmdqGeometry;
@@ -296,13 +298,47 @@ fn a_fatal_health_syndrome_fails_the_device_at_the_next_call() {
     sim.raise_fatal(Some(FatalHealth {
         synd: 0x1,
         ext_synd: 0,
-        rfr: false,
+        rfr: true,
     }));
     assert!(matches!(
         ctx.process_events(),
         Err(Error::DeviceFailed(Failure::FatalSyndrome { synd: 1, .. }))
     ));
     drop(ctx);
+    assert_eq!(sim.stats().mappings, 0);
+}
+
+#[test]
+fn a_health_syndrome_without_rfr_does_not_fail_the_device() {
+    let sim = sim();
+    let ctx = Device::open(sim.bus(), config(&sim)).unwrap();
+    sim.raise_fatal(Some(FatalHealth {
+        synd: 0x7,
+        ext_synd: 0x1234,
+        rfr: false,
+    }));
+    // Commands keep running, the watchdog keeps its counter rule.
+    let before = sim.stats().commands_completed;
+    ctx.query_device().unwrap();
+    ctx.process_events().unwrap();
+    assert!(sim.stats().commands_completed > before);
+    assert_eq!(ctx.failure(), None);
+    assert_eq!(ctx.health_reports(), 1);
+    sim.stall_health(true);
+    let mut polls = 0;
+    let err = loop {
+        sim.advance(PERIOD);
+        polls += 1;
+        assert!(polls <= MAX_MISSES + 1, "stalled counter not detected");
+        if let Err(e) = ctx.process_events() {
+            break e;
+        }
+    };
+    assert!(
+        matches!(err, Error::DeviceFailed(Failure::CounterStalled { .. })),
+        "{err:?}"
+    );
+    let _ = ctx.close();
     assert_eq!(sim.stats().mappings, 0);
 }
 
@@ -329,11 +365,24 @@ fn a_device_that_falls_off_the_bus_is_reported_not_waited_for() {
 }
 
 /// A bus in front of the simulator whose `initializing` bit reads as set for the
-/// first `reads` reads after the command queue address is written (the simulator
-/// clears it at once; real firmware takes its time, or never finishes).
+/// first `reads` reads (counted from the command queue address write if
+/// `after_cmdq`): a firmware that takes its time, or never finishes.
 struct SlowInit {
     bus: SimBus,
     reads: AtomicU64,
+    after_cmdq: bool,
+    cmdq_written: AtomicBool,
+}
+
+impl SlowInit {
+    fn new(sim: &Sim, reads: u64, after_cmdq: bool) -> Self {
+        SlowInit {
+            bus: sim.bus(),
+            reads: AtomicU64::new(reads),
+            after_cmdq,
+            cmdq_written: AtomicBool::new(false),
+        }
+    }
 }
 
 impl Bus for SlowInit {
@@ -343,6 +392,7 @@ impl Bus for SlowInit {
     fn read32(&self, off: usize) -> u32 {
         let v = self.bus.read32(off);
         if off == iseg::INITIALIZING
+            && (!self.after_cmdq || self.cmdq_written.load(Ordering::Acquire))
             && self
                 .reads
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
@@ -353,6 +403,9 @@ impl Bus for SlowInit {
         v
     }
     fn write32(&self, off: usize, value: u32) {
+        if off == iseg::CMDQ_ADDR_L_SZ {
+            self.cmdq_written.store(true, Ordering::Release);
+        }
         self.bus.write32(off, value)
     }
     fn write64(&self, off: usize, value: u64) {
@@ -370,39 +423,120 @@ impl Bus for SlowInit {
 }
 
 #[test]
-fn firmware_that_never_finishes_initializing_times_out() {
+fn firmware_that_never_boots_times_out_before_the_command_queue_address() {
     let sim = sim();
-    let bus = SlowInit {
-        bus: sim.bus(),
-        reads: AtomicU64::new(u64::MAX),
-    };
     let dcfg = DeviceConfig {
         init_timeout: Duration::from_secs(2),
         ..config(&sim)
-    }
-    .with_clock(ticking(&sim, Duration::from_millis(5)));
-    let err = Device::open(bus, dcfg).unwrap_err();
-    assert_eq!(err.step(), Some(Step::WaitFirmware));
+    };
+    let err = Device::open(SlowInit::new(&sim, u64::MAX, false), dcfg).unwrap_err();
+    assert_eq!(err.step(), Some(Step::WaitFirmwareBoot));
+    assert!(
+        err.to_string()
+            .contains("firmware still initializing before the command queue address was written"),
+        "{err}"
+    );
     let Error::BringUp(b) = err else {
         unreachable!()
     };
     assert!(
-        matches!(*b.source, Error::FirmwareInitTimeout { waited } if waited >= Duration::from_secs(2))
+        matches!(*b.source, Error::FirmwareInitTimeout { phase: InitWait::BeforeCmdqAddress, waited } if waited >= Duration::from_secs(2)),
+        "{b:?}"
     );
+    // The address was never written, nothing was mapped, no command was run.
+    assert_eq!(sim.with_bar(|bar| bar.cmdq_addr()), None);
+    assert_eq!(sim.stats().cmdq_writes_while_booting, 0);
     assert_eq!(sim.stats().mappings, 0);
     assert_eq!(sim.stats().commands_completed, 0);
+}
 
-    // A firmware that takes a while is waited for.
-    let sim = self::sim();
-    let bus = SlowInit {
-        bus: sim.bus(),
-        reads: AtomicU64::new(60),
+#[test]
+fn firmware_that_stays_initializing_after_the_command_queue_address_times_out() {
+    let sim = sim();
+    let dcfg = DeviceConfig {
+        init_timeout: Duration::from_secs(2),
+        ..config(&sim)
     };
-    let dcfg = config(&sim).with_clock(ticking(&sim, Duration::from_millis(5)));
-    let ctx = Device::open(bus, dcfg).unwrap();
-    assert!(sim.clock().now() >= Duration::from_millis(300));
+    let err = Device::open(SlowInit::new(&sim, u64::MAX, true), dcfg).unwrap_err();
+    assert_eq!(err.step(), Some(Step::WaitFirmware));
+    assert!(
+        err.to_string()
+            .contains("firmware still initializing after the command queue address was written"),
+        "{err}"
+    );
+    let Error::BringUp(b) = err else {
+        unreachable!()
+    };
+    assert!(matches!(
+        *b.source,
+        Error::FirmwareInitTimeout { phase: InitWait::AfterCmdqAddress, waited } if waited >= Duration::from_secs(2)
+    ));
+    // The address was latched (the firmware had booted), then everything unwound.
+    assert!(sim.with_bar(|bar| bar.cmdq_addr()).is_some());
+    assert_eq!(sim.stats().mappings, 0);
+    assert_eq!(sim.stats().commands_completed, 0);
+}
+
+#[test]
+fn a_firmware_that_takes_a_while_is_waited_for_before_and_after() {
+    for after_cmdq in [false, true] {
+        let sim = self::sim();
+        let dcfg = config(&sim).with_clock(ticking(&sim, Duration::from_millis(5)));
+        let ctx = Device::open(SlowInit::new(&sim, 60, after_cmdq), dcfg).unwrap();
+        assert!(sim.clock().now() >= Duration::from_millis(300));
+        assert_eq!(sim.stats().cmdq_writes_while_booting, 0);
+        ctx.close().unwrap();
+        assert_nothing_left(&sim);
+    }
+}
+
+#[test]
+fn bring_up_waits_for_the_simulated_firmware_to_boot() {
+    // Virtual time: the driver's waits move the device's time on until it has booted,
+    // and only then write the command queue address.
+    let mut cfg = SimConfig::deterministic(3, 1);
+    cfg.bar.boot_time = Duration::from_millis(50);
+    let sim = Sim::new(cfg);
+    let ctx = Device::open(sim.bus(), config(&sim)).unwrap();
+    assert!(sim.clock().now() >= Duration::from_millis(50));
+    assert_eq!(sim.stats().cmdq_writes_while_booting, 0);
+    assert!(sim.with_bar(|bar| bar.cmdq_addr()).is_some());
     ctx.close().unwrap();
     assert_nothing_left(&sim);
+
+    // Real time, the driver on the host's clock.
+    let mut cfg = SimConfig::threaded(4, 1);
+    cfg.bar.boot_time = Duration::from_millis(30);
+    let sim = Sim::new(cfg);
+    let t = std::time::Instant::now();
+    let dcfg = DeviceConfig {
+        cmd_timeout: Duration::from_secs(5),
+        ..DeviceConfig::default()
+    }
+    .with_gid(gid0());
+    let ctx = Device::open(sim.bus(), dcfg).unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(30));
+    assert_eq!(sim.stats().cmdq_writes_while_booting, 0);
+    ctx.close().unwrap();
+}
+
+#[test]
+fn a_virtual_clock_nobody_moves_ends_the_boot_wait() {
+    // The driver reads the device's virtual time but cannot move it: the firmware
+    // never boots, and the wait ends instead of spinning forever.
+    let sim = sim();
+    let c = sim.clock().clone();
+    let frozen: std::sync::Arc<dyn ferroverbs::Clock> = std::sync::Arc::new(move || c.now());
+    let err = Device::open(sim.bus(), config(&sim).with_clock(frozen)).unwrap_err();
+    assert_eq!(err.step(), Some(Step::WaitFirmwareBoot));
+    let Error::BringUp(b) = err else {
+        unreachable!()
+    };
+    assert!(
+        matches!(*b.source, Error::ClockFrozen { phase: InitWait::BeforeCmdqAddress, looks } if looks >= 4096),
+        "{b:?}"
+    );
+    assert_eq!(sim.stats().mappings, 0);
 }
 
 #[test]

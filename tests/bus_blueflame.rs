@@ -8,21 +8,25 @@ mod verbs_support;
 use verbs_support::*;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use ferroverbs::verbs::{AccessFlags as A, Mtu, QpCap, QpInitAttr, RecvWr, SendFlags, SendWr};
 use ferroverbs::{Device, DeviceConfig};
 use ferroverbs_hw::bus::Block64;
+use ferroverbs_hw::control::qp::qpc;
 use ferroverbs_hw::{Bus, BusError, DmaPerm};
 use ferroverbs_sim::SimBus;
 
 /// The simulator's bus, with `blueflame()` as configured and the 64-bit writes and
-/// 64-byte block writes counted.
+/// 64-byte block writes counted, their BAR0 offsets recorded.
 struct Counted {
     bus: SimBus,
     blueflame: bool,
     write64: AtomicU64,
     blocks: AtomicU64,
+    /// `(block write?, BAR0 offset)` of every doorbell-page write.
+    writes: Mutex<Vec<(bool, usize)>>,
 }
 
 impl Bus for Counted {
@@ -37,10 +41,12 @@ impl Bus for Counted {
     }
     fn write64(&self, off: usize, value: u64) {
         self.write64.fetch_add(1, Ordering::Relaxed);
+        self.writes.lock().unwrap().push((false, off));
         self.bus.write64(off, value)
     }
     fn write_block64(&self, off: usize, block: &Block64) {
         self.blocks.fetch_add(1, Ordering::Relaxed);
+        self.writes.lock().unwrap().push((true, off));
         self.bus.write_block64(off, block)
     }
     fn blueflame(&self) -> bool {
@@ -71,6 +77,15 @@ impl Counted {
 /// one through `post_send` and one through `send_inline`, and returns the MMIO writes
 /// each post made: `[(write64, blocks); 2]`.
 fn two_sends(blueflame: bool) -> [(u64, u64); 2] {
+    two_sends_at(blueflame).0
+}
+
+/// A doorbell-page write: `(block write?, offset)`.
+type Write = (bool, usize);
+
+/// As [`two_sends`], with the doorbell writes of the two posts as `(block write?,
+/// offset in the QP's UAR page)`.
+fn two_sends_at(blueflame: bool) -> ([(u64, u64); 2], Vec<Write>) {
     let net = Net::new(false);
     let ga = nic_gid(&net.a, 1);
     let cfg = DeviceConfig {
@@ -86,6 +101,7 @@ fn two_sends(blueflame: bool) -> [(u64, u64); 2] {
         blueflame,
         write64: AtomicU64::new(0),
         blocks: AtomicU64::new(0),
+        writes: Mutex::new(Vec::new()),
     };
     let ca = Device::open(bus, cfg).expect("bring-up");
     let (cb, gb) = open_nic(&net.b, 2);
@@ -107,6 +123,11 @@ fn two_sends(blueflame: bool) -> [(u64, u64); 2] {
     .unwrap();
 
     let bus = ca.bus();
+    let uar = net.a.with_firmware(|fw| {
+        let q = fw.qp(na).unwrap();
+        qpc::uar_page.get(&q.qpc) as usize
+    });
+    bus.writes.lock().unwrap().clear();
     let before = bus.counts();
     qa.post_send(&[SendWr::send_inline(10, &[b"general path"]).signaled()])
         .unwrap();
@@ -125,10 +146,21 @@ fn two_sends(blueflame: bool) -> [(u64, u64); 2] {
     let mut b = [0u8; 10];
     rbuf.read(64, &mut b);
     assert_eq!(&b, b"typed path");
-    [
-        (mid.0 - before.0, mid.1 - before.1),
-        (after.0 - mid.0, after.1 - mid.1),
-    ]
+    let at = bus
+        .writes
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|&&(_, off)| off / 4096 == uar)
+        .map(|&(block, off)| (block, off % 4096))
+        .collect();
+    (
+        [
+            (mid.0 - before.0, mid.1 - before.1),
+            (after.0 - mid.0, after.1 - mid.1),
+        ],
+        at,
+    )
 }
 
 #[test]
@@ -142,4 +174,19 @@ fn blueflame_copies_a_single_small_inline_wqe() {
     // An inline SEND of at most 12 bytes is 3 DS, one WQEBB: one 64-byte block and no
     // separate doorbell (the block's first 8 bytes are the doorbell).
     assert_eq!(two_sends(true), [(0, 1); 2]);
+}
+
+#[test]
+fn blueflame_goes_through_bfreg_1_and_doorbells_through_bfreg_0() {
+    // rdma-core's mlx5 never BlueFlames through register 0 (`mlx5_init_context` gives
+    // it no buffer); Linux mlx5_ib hands it out only as the doorbell-only register.
+    // Register k of a UAR is at 0x800 + k * 512 (bf_reg_size 512), each of its halves
+    // 256 bytes, used alternately.
+    let (counts, at) = two_sends_at(true);
+    assert_eq!(counts, [(0, 1); 2]);
+    assert_eq!(at, vec![(true, 0xa00), (true, 0xb00)]);
+    // Without BlueFlame: the 8-byte doorbell at register 0, no halves.
+    let (counts, at) = two_sends_at(false);
+    assert_eq!(counts, [(1, 0); 2]);
+    assert_eq!(at, vec![(false, 0x800), (false, 0x800)]);
 }

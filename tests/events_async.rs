@@ -238,7 +238,7 @@ fn a_fatal_health_syndrome_gives_device_fatal_once() {
     sim.raise_fatal(Some(FatalHealth {
         synd: 1,
         ext_synd: 0x42,
-        rfr: false,
+        rfr: true,
     }));
     let failure = Failure::FatalSyndrome {
         synd: 1,
@@ -257,6 +257,68 @@ fn a_fatal_health_syndrome_gives_device_fatal_once() {
     assert_eq!(ctx.failure(), Some(failure));
     assert_eq!(ctx.get_async_event(), None);
     assert!(ctx.alloc_pd().is_err());
+}
+
+#[test]
+fn a_health_syndrome_without_rfr_is_a_report_not_a_failure() {
+    // rdma-core `sensor_fw_synd_rfr` and Linux `health.c`: a syndrome is fatal only
+    // with the reset-for-recovery bit; alone it is reported and the device works on.
+    let sim = sim();
+    let ctx = open(&sim, 1);
+    sim.raise_fatal(Some(FatalHealth {
+        synd: 0x10,
+        ext_synd: 0x0003,
+        rfr: false,
+    }));
+    let evs = all_events(&ctx);
+    assert_eq!(
+        evs,
+        vec![AsyncEvent::HealthReport {
+            synd: 0x10,
+            ext_synd: 3
+        }]
+    );
+    assert_eq!(ctx.failure(), None);
+    assert_eq!(ctx.health_reports(), 1);
+    // Still working: commands run, and the same syndrome is not reported again.
+    let pd = ctx
+        .alloc_pd()
+        .expect("a device with a non-fatal syndrome works");
+    drop(pd);
+    sim.advance(Duration::from_secs(3));
+    ctx.process_events().unwrap();
+    assert_eq!(ctx.get_async_event(), None);
+    assert_eq!(ctx.health_reports(), 1);
+    // A different syndrome is a new report.
+    sim.raise_fatal(Some(FatalHealth {
+        synd: 0x1,
+        ext_synd: 0,
+        rfr: false,
+    }));
+    ctx.process_events().unwrap();
+    assert_eq!(
+        ctx.get_async_event(),
+        Some(AsyncEvent::HealthReport {
+            synd: 1,
+            ext_synd: 0
+        })
+    );
+    assert_eq!(ctx.health_reports(), 2);
+    // The firmware then asks for a reset: now it is fatal.
+    sim.raise_fatal(Some(FatalHealth {
+        synd: 0x1,
+        ext_synd: 0,
+        rfr: true,
+    }));
+    assert_eq!(
+        all_events(&ctx),
+        vec![AsyncEvent::DeviceFatal {
+            failure: Failure::FatalSyndrome {
+                synd: 1,
+                ext_synd: 0
+            }
+        }]
+    );
 }
 
 #[test]

@@ -40,7 +40,13 @@ fn nic(addr: Ipv4Addr) -> Nic {
 fn open(n: &Nic) -> Context<SimBus> {
     let clock = n.sim.clock().clone();
     let cfg = DeviceConfig::default()
-        .with_clock(std::sync::Arc::new(move || clock.now()))
+        .with_clock(std::sync::Arc::new(ferroverbs::SteppedClock::new(
+            {
+                let c = clock.clone();
+                move || c.now()
+            },
+            move |d| clock.advance(d),
+        )))
         .with_gid(n.gid);
     Device::open(n.sim.bus(), cfg).expect("bring-up")
 }

@@ -73,7 +73,13 @@ fn a_million_hostile_datagrams() {
     let ctx = Device::open(
         sim.bus(),
         DeviceConfig::default()
-            .with_clock(std::sync::Arc::new(move || clock.now()))
+            .with_clock(std::sync::Arc::new(ferroverbs::SteppedClock::new(
+                {
+                    let c = clock.clone();
+                    move || c.now()
+                },
+                move |d| clock.advance(d),
+            )))
             .with_gid(gid),
     )
     .unwrap();

@@ -39,7 +39,13 @@ fn nic(cfg: UdpConfig, threaded: bool) -> Nic {
 fn open(n: &Nic) -> Context<SimBus> {
     let clock = n.sim.clock().clone();
     let cfg = DeviceConfig::default()
-        .with_clock(std::sync::Arc::new(move || clock.now()))
+        .with_clock(std::sync::Arc::new(ferroverbs::SteppedClock::new(
+            {
+                let c = clock.clone();
+                move || c.now()
+            },
+            move |d| clock.advance(d),
+        )))
         .with_gid(n.gid);
     Device::open(n.sim.bus(), cfg).expect("bring-up")
 }

@@ -184,7 +184,13 @@ fn verbs_objects_on_the_simulator_allocate_nothing_in_steady_state() {
         let gid = GidEntry::ipv4(0, [10, 0, 0, n], sim.port_macs()[0]);
         let c = sim.clock().clone();
         let cfg = DeviceConfig::default()
-            .with_clock(Arc::new(move || c.now()))
+            .with_clock(Arc::new(ferroverbs::SteppedClock::new(
+                {
+                    let c = c.clone();
+                    move || c.now()
+                },
+                move |d| c.advance(d),
+            )))
             .with_gid(gid);
         (Device::open(sim.bus(), cfg).unwrap(), gid)
     };

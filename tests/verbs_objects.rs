@@ -6,8 +6,8 @@ mod verbs_support;
 use verbs_support::*;
 
 use ferroverbs::verbs::{
-    AccessFlags, Attribute, BadWr, Error, Mtu, PostError, QpAttr, QpCap, QpInitAttr, QpState,
-    RecvWr, SendWr, Transition,
+    flow_label_from_qpns, udp_sport_from_flow_label, AccessFlags, Attribute, BadWr, Error, Mtu,
+    PostError, QpAttr, QpCap, QpInitAttr, QpState, RecvWr, SendWr, Transition,
 };
 use ferroverbs_hw::control::mkey::mkc;
 use ferroverbs_hw::control::qp::QpcState as FwQpState;
@@ -296,8 +296,12 @@ fn transitions_check_their_attributes() {
     assert_eq!(info.av.dgid, gid(2).gid);
     assert_eq!(info.av.dmac, gid(2).mac);
     assert_eq!(info.av.hop_limit, 64);
+    // No flow label on the path: Linux's port from the QP numbers' flow label.
     let sport = info.av.udp_sport.unwrap();
-    assert!(sport >= 0xc000, "{sport:#x}");
+    assert_eq!(
+        sport,
+        udp_sport_from_flow_label(flow_label_from_qpns(qp.qp_num(), 0x77))
+    );
     sim.with_firmware(|fw| {
         let q = fw.qp(qp.qp_num()).unwrap();
         assert_eq!(q.state, FwQpState::Rts);
@@ -321,6 +325,58 @@ fn transitions_check_their_attributes() {
     assert_eq!(qp.query().unwrap().state, QpState::Reset);
     qp.to_init(1, AccessFlags::empty()).unwrap();
     assert_eq!(qp.query().unwrap().state, QpState::Init);
+}
+
+#[test]
+fn the_rc_udp_source_port_follows_the_flow_label_then_the_qp_numbers() {
+    // Linux mlx5_ib `mlx5_set_path_udp_sport`: a non-zero flow label gives the port
+    // (`rdma_flow_label_to_udp_sport`), else `rdma_calc_flow_label(lqpn, rqpn)` does.
+    let sim = sim();
+    let ctx = open(&sim, 1);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let init = QpInitAttr::new(&cq, &cq, QpCap::default());
+    let fw_sport = |qpn: u32| {
+        sim.with_firmware(|fw| {
+            let q = fw.qp(qpn).unwrap();
+            ads::udp_sport.at(qpc::primary_address_path.bit).get(&q.qpc) as u16
+        })
+    };
+    for (flow_label, dest_qpn) in [
+        (0x1_2345u32, 0x77u32),
+        (0, 0x77),
+        (0, 0x1234),
+        (0xf_ffff, 9),
+    ] {
+        let mut qp = pd.create_qp(&init).unwrap();
+        qp.to_init(1, AccessFlags::empty()).unwrap();
+        let mut attr = rtr(2, dest_qpn, Mtu::Mtu1024);
+        attr.av.flow_label = flow_label;
+        qp.to_rtr(&attr).unwrap();
+        let fl = if flow_label != 0 {
+            flow_label
+        } else {
+            flow_label_from_qpns(qp.qp_num(), dest_qpn)
+        };
+        let want = udp_sport_from_flow_label(fl);
+        assert_eq!(fw_sport(qp.qp_num()), want, "flow label {flow_label:#x}");
+        assert_eq!(qp.query().unwrap().av.udp_sport, Some(want));
+        if flow_label != 0 {
+            // Whatever the QP numbers: the flow label alone decides.
+            assert_eq!(
+                want,
+                0xc000 | ((flow_label & 0x3fff) ^ (flow_label >> 14)) as u16
+            );
+        }
+    }
+    // A port the caller gives is kept.
+    let mut qp = pd.create_qp(&init).unwrap();
+    qp.to_init(1, AccessFlags::empty()).unwrap();
+    let mut attr = rtr(2, 0x77, Mtu::Mtu1024);
+    attr.av.flow_label = 0x1_2345;
+    attr.av.udp_sport = Some(0xd00d);
+    qp.to_rtr(&attr).unwrap();
+    assert_eq!(fw_sport(qp.qp_num()), 0xd00d);
 }
 
 #[test]

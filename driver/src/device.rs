@@ -544,6 +544,12 @@ impl<B: Bus> Context<B> {
         self.fw_ver
     }
 
+    /// Non-fatal health syndromes the watchdog has seen (each new `health.synd`
+    /// without the RFR bit once; each is also an [`AsyncEvent::HealthReport`]).
+    pub fn health_reports(&self) -> u64 {
+        self.lock_any().health_reports()
+    }
+
     /// Why the device failed, if it did.
     pub fn failure(&self) -> Option<Failure> {
         self.verdict.get().copied()
@@ -609,14 +615,10 @@ impl<B: Bus> Context<B> {
     /// then when the driver is otherwise idle.
     pub fn process_events(&self) -> Result<()> {
         let mut hca = self.lock()?;
-        let bus = Arc::clone(&hca.bus);
-        hca.health
-            .check_sensors(&*bus)
-            .map_err(Error::DeviceFailed)?;
+        hca.check_health(true)?;
         hca.poll_eq();
         let r = hca.service_page_requests();
-        let now = hca.now();
-        hca.health.tick(&*bus, now).map_err(Error::DeviceFailed)?;
+        hca.check_health(false)?;
         r
     }
 

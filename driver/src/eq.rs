@@ -85,6 +85,14 @@ pub enum AsyncEvent {
         /// The sub-type byte.
         sub_type: u8,
     },
+    /// The health watchdog found a new non-fatal syndrome in the health buffer
+    /// (`health.synd` without the RFR bit): not an EQE, queued with them.
+    HealthReport {
+        /// `health.synd`.
+        synd: u8,
+        /// `health.ext_synd`.
+        ext_synd: u16,
+    },
 }
 
 /// A decoded EQE.

@@ -268,6 +268,26 @@ pub enum Failure {
     },
 }
 
+/// The two waits for the `initializing` bit (Linux mlx5_core `mlx5_function_enable`:
+/// `wait_fw_init` "pre-initializing" before `mlx5_cmd_enable` writes the command queue
+/// address, and "initializing" after it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InitWait {
+    /// Before the command queue address was written: firmware still booting.
+    BeforeCmdqAddress,
+    /// After the command queue address was written.
+    AfterCmdqAddress,
+}
+
+impl fmt::Display for InitWait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            InitWait::BeforeCmdqAddress => "before the command queue address was written",
+            InitWait::AfterCmdqAddress => "after the command queue address was written",
+        })
+    }
+}
+
 /// A step of the bring-up sequence (`docs/bring-up.md` describes each).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Step {
@@ -275,9 +295,14 @@ pub enum Step {
     Config,
     /// Reading the init segment: `cmdif_rev` and the command queue geometry.
     InitSegment,
+    /// Waiting for the `initializing` bit to clear before the command queue address
+    /// is written: the firmware is booting (after a reset or the function-level reset
+    /// that opening a vfio-pci device does).
+    WaitFirmwareBoot,
     /// Allocating the command queue page and writing its address.
     CmdqAddress,
-    /// Waiting for the `initializing` bit to clear.
+    /// Waiting for the `initializing` bit to clear again after the command queue
+    /// address was written.
     WaitFirmware,
     /// `ENABLE_HCA`.
     EnableHca,
@@ -316,6 +341,7 @@ impl fmt::Display for Step {
         let s = match self {
             Step::Config => "checking the configuration",
             Step::InitSegment => "reading the init segment",
+            Step::WaitFirmwareBoot => "waiting for firmware to boot",
             Step::CmdqAddress => "programming the command queue address",
             Step::WaitFirmware => "waiting for firmware initialization",
             Step::EnableHca => "ENABLE_HCA",
@@ -379,10 +405,25 @@ pub enum Error {
     #[error("no free command slot: all are held by commands the device never completed")]
     NoFreeSlot,
     /// The `initializing` bit did not clear in time.
-    #[error("firmware still initializing after {waited:?}")]
+    #[error("firmware still initializing {phase} (waited {waited:?})")]
     FirmwareInitTimeout {
+        /// Which of the two waits it was.
+        phase: InitWait,
         /// How long the driver waited.
         waited: Duration,
+    },
+    /// The driver's clock did not move while it waited for the device: a clock of
+    /// virtual time that nobody advances (see [`crate::clock::SteppedClock`]).
+    #[error(
+        "firmware still initializing {phase} and the driver's clock did not move in {looks} \
+         looks: a clock of virtual time must move on while the driver waits \
+         (ferroverbs::clock::SteppedClock)"
+    )]
+    ClockFrozen {
+        /// Which wait it was.
+        phase: InitWait,
+        /// Looks at the `initializing` bit.
+        looks: u32,
     },
     /// The device failed; every later call returns this at once.
     #[error("device failed: {0}")]

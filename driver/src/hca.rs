@@ -5,8 +5,13 @@
 //! `mlx5_load`); `docs/bring-up.md` describes every step and how it can fail:
 //!
 //! 1. read the init segment: `cmdif_rev` must be 5, the queue geometry sane;
-//! 2. allocate the command queue page and write its address;
-//! 3. wait (time-bounded) for the `initializing` bit to clear;
+//! 2. wait (time-bounded) for the `initializing` bit to clear: the firmware boots
+//!    after a reset or the function-level reset of opening a vfio-pci device, and
+//!    does not latch a command queue address before it has (Linux mlx5_core
+//!    `mlx5_function_enable`, `wait_fw_init` "pre-initializing");
+//! 3. allocate the command queue page, write its address, and wait for the bit again
+//!    (`mlx5_function_enable`'s second `wait_fw_init`, rdma-core `mlx5_vfio`
+//!    `mlx5_vfio_setup_function`'s only one);
 //! 4. `ENABLE_HCA`;
 //! 5. `QUERY_ISSI`, `SET_ISSI(1)`;
 //! 6. `QUERY_PAGES(boot)`, `MANAGE_PAGES(give)`;
@@ -41,7 +46,7 @@ use crate::cmdif::{read_geometry, CmdIf, Pending, SlotClass};
 use crate::device::{DeviceConfig, GidConfig};
 use crate::dma::PagePool;
 use crate::eq::{async_event_mask, AsyncEvent, EventQueue, NUM_SPARE_EQE};
-use crate::error::{BringUpError, Error, Failure, Opcode, Result, Step};
+use crate::error::{BringUpError, Error, Failure, InitWait, Opcode, Result, Step};
 use crate::health::Health;
 use crate::prm::{self, op};
 use crate::regs;
@@ -173,6 +178,49 @@ pub(crate) struct Hca<B: Bus> {
     pub(crate) caps: Caps,
 }
 
+/// Looks at the `initializing` bit after which a wait whose clock has not moved at
+/// all gives up: past the spinning and yielding rounds of [`crate::clock::host_idle`]
+/// these are 1 ms sleeps, so a frozen clock costs about two seconds of host time.
+const FROZEN_CLOCK_LOOKS: u32 = 4096;
+
+/// Waits until the `initializing` bit (iseg 0x1fc bit 31) reads clear, at most
+/// `timeout` on `clock` (Linux mlx5_core `wait_fw_init`, rdma-core `mlx5_vfio`
+/// `wait_fw_init`), letting the clock pass time between looks ([`Clock::idle`]).
+///
+/// Ends in [`Error::FirmwareInitTimeout`] naming `phase`, in
+/// [`Error::DeviceFailed`]`(Vanished)` when the register and the health buffer read
+/// all ones, and in [`Error::ClockFrozen`] when `clock` never moved while the device
+/// kept reporting itself initializing (virtual time nobody advances).
+fn wait_firmware<B: Bus + ?Sized>(
+    bus: &B,
+    clock: &dyn Clock,
+    timeout: Duration,
+    phase: InitWait,
+) -> Result<()> {
+    let start = clock.now();
+    let mut backoff = Backoff::default();
+    loop {
+        let v = bus.read32(regs::INITIALIZING);
+        if !regs::initializing(v) {
+            return Ok(());
+        }
+        if v == u32::MAX && bus.read32(regs::HEALTH_FW_VER) == u32::MAX {
+            return Err(Error::DeviceFailed(Failure::Vanished));
+        }
+        let waited = clock.now().saturating_sub(start);
+        if waited >= timeout {
+            return Err(Error::FirmwareInitTimeout { phase, waited });
+        }
+        if waited.is_zero() && backoff.rounds() >= FROZEN_CLOCK_LOOKS {
+            return Err(Error::ClockFrozen {
+                phase,
+                looks: backoff.rounds(),
+            });
+        }
+        backoff.idle(clock);
+    }
+}
+
 /// Maximum number of async events kept for the application.
 const ASYNC_EVENT_QUEUE: usize = 1024;
 
@@ -191,6 +239,14 @@ impl<B: Bus> Hca<B> {
         };
         config.validate().map_err(fail(Step::Config))?;
         let geo = read_geometry(&*bus).map_err(fail(Step::InitSegment))?;
+        let clock = &*config.clock;
+        wait_firmware(
+            &*bus,
+            clock,
+            config.init_timeout,
+            InitWait::BeforeCmdqAddress,
+        )
+        .map_err(fail(Step::WaitFirmwareBoot))?;
         let cmd = CmdIf::new(&bus, geo).map_err(fail(Step::CmdqAddress))?;
         let mut hca = Hca {
             pages: PagePool::new(&bus),
@@ -234,7 +290,16 @@ impl<B: Bus> Hca<B> {
 
     fn setup(&mut self, config: &DeviceConfig) -> std::result::Result<(), (Step, Error)> {
         let at = |step: Step| move |e: Error| (step, e);
-        self.wait_firmware().map_err(at(Step::WaitFirmware))?;
+        // Linux waits at most `FW_INIT` (2 s) here, rdma-core up to 120 s; the
+        // configured timeout bounds both waits.
+        wait_firmware(
+            &*self.bus,
+            &*self.clock,
+            self.init_timeout,
+            InitWait::AfterCmdqAddress,
+        )
+        .map_err(|e| self.vanished_is_fatal(e))
+        .map_err(at(Step::WaitFirmware))?;
 
         self.exec(&cmd_in(op::ENABLE_HCA, 0, 16), 16)
             .map_err(at(Step::EnableHca))?;
@@ -288,23 +353,11 @@ impl<B: Bus> Hca<B> {
         Ok(())
     }
 
-    /// Waits for the `initializing` bit to clear (rdma-core `wait_fw_init`).
-    fn wait_firmware(&mut self) -> Result<()> {
-        let start = self.clock.now();
-        let mut backoff = Backoff::default();
-        loop {
-            let v = self.bus.read32(regs::INITIALIZING);
-            if !regs::initializing(v) {
-                return Ok(());
-            }
-            if v == u32::MAX && self.bus.read32(regs::HEALTH_FW_VER) == u32::MAX {
-                return Err(Error::DeviceFailed(self.health.fail(Failure::Vanished)));
-            }
-            let waited = self.clock.now().saturating_sub(start);
-            if waited >= self.init_timeout {
-                return Err(Error::FirmwareInitTimeout { waited });
-            }
-            backoff.snooze();
+    /// Records a vanished device in the watchdog's sticky verdict.
+    fn vanished_is_fatal(&self, e: Error) -> Error {
+        match e {
+            Error::DeviceFailed(f) => Error::DeviceFailed(self.health.fail(f)),
+            e => e,
         }
     }
 
@@ -530,11 +583,6 @@ impl<B: Bus> Hca<B> {
         Ok(())
     }
 
-    /// The driver's clock.
-    pub(crate) fn now(&self) -> Duration {
-        self.clock.now()
-    }
-
     /// The EQ number of the async EQ.
     pub(crate) fn async_eqn(&self) -> Option<u8> {
         self.eq
@@ -571,13 +619,7 @@ impl<B: Bus> Hca<B> {
         if let Some(f) = self.health.failed() {
             return Err(Error::DeviceFailed(f));
         }
-        self.health
-            .check_sensors(&*self.bus)
-            .map_err(Error::DeviceFailed)?;
-        let now = self.clock.now();
-        self.health
-            .tick(&*self.bus, now)
-            .map_err(Error::DeviceFailed)?;
+        self.check_health(false)?;
         let r = self.run_with_timeout(SlotClass::Regular, input, out_len, timeout);
         if !self.page_requests.is_empty() && self.health.failed().is_none() {
             if let Err(e) = self.service_page_requests() {
@@ -624,7 +666,9 @@ impl<B: Bus> Hca<B> {
                 }
             }
             let now = self.clock.now();
-            if let Err(f) = self.health.tick(&*self.bus, now) {
+            let tick = self.health.tick(&*self.bus, now);
+            self.queue_health_report();
+            if let Err(f) = tick {
                 self.cmd.abandon(&p);
                 let e = Error::DeviceFailed(f);
                 self.trace(&p, now, Err(&e));
@@ -696,11 +740,7 @@ impl<B: Bus> Hca<B> {
                     tracing::debug!(cqn, "completion event on the async EQ ignored");
                 }
                 crate::eq::Event::Async(ev) => {
-                    if self.async_events.len() >= ASYNC_EVENT_QUEUE {
-                        self.async_events.pop_front();
-                        self.dropped_events += 1;
-                    }
-                    self.async_events.push_back(ev);
+                    Self::push_async_event(&mut self.async_events, &mut self.dropped_events, ev)
                 }
             }
         }
@@ -712,6 +752,46 @@ impl<B: Bus> Hca<B> {
     /// Whether async events wait to be taken.
     pub(crate) fn async_event_queued(&self) -> bool {
         !self.async_events.is_empty()
+    }
+
+    /// Queues `ev` for the application, dropping the oldest beyond
+    /// [`ASYNC_EVENT_QUEUE`] (disjoint fields, so the EQ may be borrowed meanwhile).
+    fn push_async_event(queue: &mut VecDeque<AsyncEvent>, dropped: &mut u64, ev: AsyncEvent) {
+        if queue.len() >= ASYNC_EVENT_QUEUE {
+            queue.pop_front();
+            *dropped += 1;
+        }
+        queue.push_back(ev);
+    }
+
+    /// Queues the non-fatal health syndrome the watchdog found, if any.
+    fn queue_health_report(&mut self) {
+        if let Some(r) = self.health.take_report() {
+            let ev = AsyncEvent::HealthReport {
+                synd: r.synd,
+                ext_synd: r.ext_synd,
+            };
+            Self::push_async_event(&mut self.async_events, &mut self.dropped_events, ev);
+        }
+    }
+
+    /// Reads the fatal sensors (and, unless `sensors_only`, runs the watchdog if a
+    /// period has passed); a non-fatal syndrome becomes an async event.
+    pub(crate) fn check_health(&mut self, sensors_only: bool) -> Result<()> {
+        let r = self.health.check_sensors(&*self.bus).and_then(|()| {
+            if sensors_only {
+                return Ok(());
+            }
+            let now = self.clock.now();
+            self.health.tick(&*self.bus, now)
+        });
+        self.queue_health_report();
+        r.map_err(Error::DeviceFailed)
+    }
+
+    /// Non-fatal health syndromes reported so far.
+    pub(crate) fn health_reports(&self) -> u64 {
+        self.health.reports()
     }
 
     /// The oldest async event not yet taken.

@@ -37,14 +37,15 @@ mod regs;
 pub mod ring;
 pub mod verbs;
 
-pub use clock::{Clock, MonotonicClock};
+pub use clock::{Clock, MonotonicClock, SteppedClock};
 pub use device::{
     AtomicCap, Context, Device, DeviceAttr, DeviceConfig, FwVersion, GidConfig, GidEntry, L3Type,
     LinkLayer, Mtu, PortAttr, PortState, RoceVersion, Transports,
 };
 pub use eq::AsyncEvent;
 pub use error::{
-    BringUpError, CmdError, CmdStatus, DeliveryStatus, Error, Failure, Opcode, Result, Step,
+    BringUpError, CmdError, CmdStatus, DeliveryStatus, Error, Failure, InitWait, Opcode, Result,
+    Step,
 };
 
 pub mod vfio;

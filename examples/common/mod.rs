@@ -42,7 +42,13 @@ pub fn open(sim: &Sim, n: u8) -> (Context<SimBus>, GidEntry) {
     let gid = GidEntry::ipv4(0, [10, 0, 0, n], sim.port_macs()[0]);
     let clock = sim.clock().clone();
     let cfg = DeviceConfig::default()
-        .with_clock(std::sync::Arc::new(move || clock.now()))
+        .with_clock(std::sync::Arc::new(ferroverbs::SteppedClock::new(
+            {
+                let c = clock.clone();
+                move || c.now()
+            },
+            move |d| clock.advance(d),
+        )))
         .with_gid(gid);
     (Device::open(sim.bus(), cfg).expect("bring-up"), gid)
 }

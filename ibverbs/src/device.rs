@@ -196,7 +196,13 @@ impl Nic {
                     .map_err(|e| format!("cannot bind the simulated NIC to {addr}:{port}: {e}"))?;
                 let clock = sim.clock().clone();
                 let config = DeviceConfig::default()
-                    .with_clock(Arc::new(move || clock.now()))
+                    .with_clock(Arc::new(ferroverbs::SteppedClock::new(
+                        {
+                            let c = clock.clone();
+                            move || c.now()
+                        },
+                        move |d| clock.advance(d),
+                    )))
                     .with_gid(GidEntry::ipv4(0, addr.octets(), mac_for(*addr)));
                 let ctx = Device::open(AnyBus::Sim(sim.bus()), config)
                     .map_err(|e| format!("bring-up of the simulated NIC failed: {e}"))?;

@@ -77,12 +77,20 @@ pub struct BarConfig {
     pub nic_interface_supported: u8,
     /// The FW-reset-supported bit of the `initializing` register.
     pub fw_reset_supported: bool,
-    /// If set, the `initializing` bit also clears once this much device time has
-    /// passed since reset, for drivers that wait for it before programming the command
-    /// queue (Linux's pre-init wait). Unset, it clears only when the command queue
-    /// address is written (what rdma-core and ferroverbs wait for).
-    pub boot_time: Option<Duration>,
+    /// How long the firmware boots after a reset (device time: virtual in
+    /// deterministic mode, real otherwise). Until then the `initializing` bit reads
+    /// set and a write of the command queue address is not latched (counted, see
+    /// [`Bar::cmdq_writes_while_booting`]); afterwards the bit reads clear, whether or
+    /// not the address has been written. Real firmware clears the bit on its own once
+    /// booted, which Linux mlx5_core `mlx5_function_enable` waits for before it writes
+    /// the address ("pre-initializing" `wait_fw_init`). Default [`DEFAULT_BOOT_TIME`].
+    pub boot_time: Duration,
 }
+
+/// The default [`BarConfig::boot_time`]: 1 ms, short enough that a device opened on
+/// real time costs nothing noticeable (a real adapter takes hundreds of milliseconds
+/// to seconds after a function-level reset).
+pub const DEFAULT_BOOT_TIME: Duration = Duration::from_millis(1);
 
 /// The geometry both drivers accept and the reference recommends: 32 entries of 64
 /// bytes (low byte 0x56).
@@ -111,7 +119,7 @@ impl Default for BarConfig {
             hw_id: 0x20d,
             nic_interface_supported: 0,
             fw_reset_supported: false,
-            boot_time: None,
+            boot_time: DEFAULT_BOOT_TIME,
         }
     }
 }
@@ -197,8 +205,10 @@ pub struct Bar {
     /// The init segment's stored registers, as the device presents them (big-endian).
     regs: Box<InitSeg>,
     cmdq_programmed: bool,
-    /// Firmware has not finished initializing (before the boot time, if any).
-    initializing: bool,
+    /// Held in `initializing` past the boot time ([`Bar::set_initializing`]).
+    held_initializing: bool,
+    /// Command queue address writes made while the firmware was booting.
+    cmdq_writes_while_booting: AtomicU64,
     /// Device time of the last reset, in nanoseconds.
     reset_at_ns: u64,
     vanished: bool,
@@ -237,7 +247,8 @@ impl Bar {
             clock,
             regs: Box::new(InitSeg::new_zeroed()),
             cmdq_programmed: false,
-            initializing: true,
+            held_initializing: false,
+            cmdq_writes_while_booting: AtomicU64::new(0),
             reset_at_ns: 0,
             vanished: false,
             health_counter: 0,
@@ -265,7 +276,8 @@ impl Bar {
         self.uar_shift = 12;
         self.health_counter = 0;
         self.reset_at_ns = self.clock.now_ns();
-        self.set_initializing(true);
+        self.held_initializing = false;
+        self.store_initializing();
         self.store_health_counter();
     }
 
@@ -345,6 +357,14 @@ impl Bar {
             return self.uar_write32(off, value);
         }
         match off {
+            // A booting firmware does not latch the command queue address (Linux
+            // mlx5_core `mlx5_function_enable` waits for `initializing` to clear
+            // before `mlx5_cmd_enable` writes it).
+            iseg::CMDQ_ADDR_H | iseg::CMDQ_ADDR_L_SZ if self.initializing() => {
+                self.cmdq_writes_while_booting
+                    .fetch_add(1, Ordering::Relaxed);
+                None
+            }
             iseg::CMDQ_ADDR_H => {
                 self.regs.cmdq_addr_h.set(value);
                 None
@@ -356,8 +376,6 @@ impl Bar {
                     | self.config.cmdq.to_reg();
                 self.regs.cmdq_addr_l_sz.set(stored);
                 self.cmdq_programmed = true;
-                // Firmware is ready once it knows where its command queue is.
-                self.set_initializing(false);
                 Some(BarEvent::CmdqAddress {
                     addr: self.programmed_addr(),
                     nic_interface,
@@ -499,27 +517,41 @@ impl Bar {
         self.nic_interface() == mode as u8
     }
 
-    /// Whether firmware reports itself initializing: from reset until the command queue
-    /// address is written (or the configured boot time has passed).
+    /// Whether firmware reports itself initializing: from reset until the boot time
+    /// has passed, or while held there ([`Bar::set_initializing`]).
     pub fn initializing(&self) -> bool {
-        let booted = self.config.boot_time.is_some_and(|t| {
-            let since = self.clock.now_ns().saturating_sub(self.reset_at_ns);
-            u128::from(since) >= t.as_nanos()
-        });
-        self.initializing && !booted
+        self.held_initializing || self.boot_remaining() > Duration::ZERO
     }
 
-    /// Sets or clears the `initializing` state (set at power-on, cleared when the command
-    /// queue address is written).
+    /// Device time left until the firmware has booted (zero once it has).
+    pub fn boot_remaining(&self) -> Duration {
+        let since = self.clock.now_ns().saturating_sub(self.reset_at_ns);
+        self.config
+            .boot_time
+            .saturating_sub(Duration::from_nanos(since))
+    }
+
+    /// Holds the firmware in `initializing` past its boot time (a firmware that never
+    /// finishes booting), or releases it. A reset releases it too.
     pub fn set_initializing(&mut self, on: bool) {
+        self.held_initializing = on;
+    }
+
+    /// Command queue address writes (either half) made while the firmware was
+    /// booting, which it did not latch: a driver that did not wait for `initializing`
+    /// to clear first.
+    pub fn cmdq_writes_while_booting(&self) -> u64 {
+        self.cmdq_writes_while_booting.load(Ordering::Relaxed)
+    }
+
+    fn store_initializing(&mut self) {
         let c = self.config;
         let mut v = u32::from(c.nic_interface_supported & 7) << 24;
         if c.fw_reset_supported {
             v |= 1 << iseg::MLX5_FW_RESET_SUPPORTED_OFFSET;
         }
-        // Bit 31 is computed at read time from `initializing`.
+        // Bit 31 is computed at read time from `initializing()`.
         self.regs.initializing.set(v);
-        self.initializing = on;
     }
 
     // ----- health -----
@@ -638,12 +670,20 @@ mod tests {
 
     #[test]
     fn programming_the_command_queue() {
-        let mut b = bar();
+        let clock = Clock::virtual_time();
+        let mut b = Bar::new(BarConfig::default(), clock.clone());
+        // While the firmware boots the address is not latched.
+        assert_eq!(b.write32(iseg::CMDQ_ADDR_H, 0x0000_0007), None);
+        assert_eq!(b.write32(iseg::CMDQ_ADDR_L_SZ, 0x7777_7000), None);
+        assert_eq!(b.cmdq_writes_while_booting(), 2);
+        assert_eq!(b.cmdq_addr(), None);
+        assert_eq!(b.read32(iseg::CMDQ_ADDR_H), 0);
+        assert_eq!(b.read32(iseg::CMDQ_ADDR_L_SZ), 0x56);
+        clock.advance(DEFAULT_BOOT_TIME);
+        // Booted: the bit clears on its own, before any address is written.
+        assert!(!b.initializing());
+        assert!(!iseg::is_initializing(b.read32(iseg::INITIALIZING)));
         assert_eq!(b.write32(iseg::CMDQ_ADDR_H, 0x0000_0001), None);
-        assert!(
-            b.initializing(),
-            "initializing until the low half is written"
-        );
         let ev = b.write32(iseg::CMDQ_ADDR_L_SZ, 0x2345_6000);
         assert_eq!(
             ev,
@@ -680,6 +720,7 @@ mod tests {
             iseg::with_nic_interface(cur, NicInterface::SwReset),
         );
         assert_eq!(b.nic_interface(), 7);
+        assert_eq!(b.cmdq_writes_while_booting(), 2);
         b.reset();
         assert!(b.initializing());
         assert_eq!(b.cmdq_addr(), None);
@@ -690,7 +731,7 @@ mod tests {
     fn boot_time_clears_initializing_for_pre_init_waits() {
         let clock = Clock::virtual_time();
         let cfg = BarConfig {
-            boot_time: Some(Duration::from_millis(10)),
+            boot_time: Duration::from_millis(10),
             nic_interface_supported: 0b011,
             fw_reset_supported: true,
             ..BarConfig::default()
@@ -702,9 +743,25 @@ mod tests {
         );
         clock.advance(Duration::from_millis(9));
         assert!(b.initializing());
+        assert_eq!(b.boot_remaining(), Duration::from_millis(1));
         clock.advance(Duration::from_millis(1));
         assert!(!b.initializing());
+        assert_eq!(b.boot_remaining(), Duration::ZERO);
         assert_eq!(b.read32(iseg::INITIALIZING), 1 << 30 | 0b011 << 24);
+    }
+
+    #[test]
+    fn held_initializing_outlasts_the_boot_and_a_reset_releases_it() {
+        let clock = Clock::virtual_time();
+        let mut b = Bar::new(BarConfig::default(), clock.clone());
+        b.set_initializing(true);
+        clock.advance(Duration::from_secs(10));
+        assert!(b.initializing());
+        assert_eq!(b.write32(iseg::CMDQ_ADDR_L_SZ, 0x1000), None);
+        assert_eq!(b.cmdq_writes_while_booting(), 1);
+        b.reset();
+        clock.advance(DEFAULT_BOOT_TIME);
+        assert!(!b.initializing());
     }
 
     #[test]

@@ -173,6 +173,9 @@ pub struct SimStats {
     /// BAR writes the register file ignored (read-only registers, undefined offsets,
     /// a vanished device).
     pub ignored_bar_writes: u64,
+    /// Command queue address writes the firmware did not latch because it was still
+    /// booting (a driver that did not wait for `initializing` to clear first).
+    pub cmdq_writes_while_booting: u64,
     /// MSI-X eventfds open.
     pub eventfds: usize,
     /// Data-path counters.
@@ -518,6 +521,7 @@ impl Sim {
             commands_held: d.held.len(),
             stray_doorbells: d.stray,
             ignored_bar_writes: d.bar.ignored_writes(),
+            cmdq_writes_while_booting: d.bar.cmdq_writes_while_booting(),
             eventfds: self.shared.irqs.open_fds(),
             data_path: d.engine.stats(),
             rx_queued: self.shared.rx.len(),
@@ -568,8 +572,11 @@ impl Sim {
         d.faults.health_stalled = stalled;
     }
 
-    /// Raises (or with `None` clears) a fatal health condition: `synd`, `ext_synd`
-    /// and the RFR bit in the health buffer, `synd` in `health_syndrome`.
+    /// Raises (or with `None` clears) a health condition: `synd`, `ext_synd` and the
+    /// RFR bit in the health buffer, `synd` in `health_syndrome`. With `rfr` the
+    /// firmware asks for a reset, which drivers treat as fatal; without it the
+    /// syndrome is a non-fatal report (rdma-core `sensor_fw_synd_rfr`, Linux
+    /// `health.c`). The device keeps executing commands either way.
     pub fn raise_fatal(&self, fatal: Option<FatalHealth>) {
         let mut d = self.dev();
         match fatal {

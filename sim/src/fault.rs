@@ -96,7 +96,8 @@ pub struct FatalHealth {
     pub synd: u8,
     /// `health.ext_synd`.
     pub ext_synd: u16,
-    /// The RFR (reset for recovery requested) bit, bit 7 of `rfr_severity`.
+    /// The RFR (reset for recovery requested) bit, bit 7 of `rfr_severity`: set, the
+    /// condition is fatal to drivers; clear, a non-fatal report.
     pub rfr: bool,
 }
 

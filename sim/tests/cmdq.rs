@@ -66,7 +66,10 @@ fn init_segment_registers() {
     sim.stall_health(false);
     sim.advance(Duration::from_millis(100));
     assert_eq!(bus.read32(iseg::HEALTH_COUNTER), c0 + 4);
-    // Programming the command queue clears `initializing`.
+    // The firmware booted while time moved on (the default boot time is 1 ms):
+    // `initializing` cleared on its own, and the command queue address is latched.
+    assert!(!iseg::is_initializing(bus.read32(iseg::INITIALIZING)));
+    assert_eq!(sim.stats().cmdq_writes_while_booting, 0);
     let mem = Mem::new(4096);
     let iova = bus.dma_map(mem.addr(), 4096, DmaPerm::RW).unwrap();
     bus.write32(iseg::CMDQ_ADDR_H, (iova >> 32) as u32);

@@ -73,7 +73,11 @@ pub fn open_sim_with(index: u8, cfg: SimConfig) -> Result<SimNic, CliError> {
     let mac = sim.with_firmware(|fw| fw.ports()[0].mac);
     let ipv4 = sim_ipv4(index);
     let name = format!("sim{index}");
-    let ctx = Device::open(sim.bus(), driver_config(mac, ipv4))
+    let (now, time) = (sim.clock().clone(), sim.clock().clone());
+    let config = driver_config(mac, ipv4).with_clock(std::sync::Arc::new(
+        ferroverbs::SteppedClock::new(move || now.now(), move |d| time.advance(d)),
+    ));
+    let ctx = Device::open(sim.bus(), config)
         .map_err(|e| CliError::setup(format!("cannot bring up the simulated device {name}"), e))?;
     Ok(SimNic {
         sim,

@@ -14,10 +14,14 @@ pub fn sim() -> Sim {
     Sim::new(SimConfig::deterministic(0x5eed, 1))
 }
 
-/// The driver's clock reading the device's virtual time.
+/// The driver's clock reading the device's virtual time, which the driver's waits
+/// move on (in 100 µs steps while the firmware boots).
 pub fn vclock(sim: &Sim) -> Arc<dyn Clock> {
-    let c = sim.clock().clone();
-    Arc::new(move || c.now())
+    let (now, time) = (sim.clock().clone(), sim.clock().clone());
+    Arc::new(ferroverbs::SteppedClock::new(
+        move || now.now(),
+        move |d| time.advance(d),
+    ))
 }
 
 /// The GID of NIC `n` (index 0 of its table): 10.0.0.n, MAC 02:00:00:00:00:n.

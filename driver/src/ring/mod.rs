@@ -37,7 +37,7 @@ pub use rq::{ReceiveQueue, RecvRequest, RqConfig};
 pub use sq::{
     use_blueflame, BlueFlameReg, Doorbell, DoorbellRegs, LastWqe, PendingDoorbell, PostedWqe,
     QpType, RemoteAddr, SendData, SendFlags, SendOp, SendQueue, SendWr, SqConfig, SqCursor,
-    UdAddress, WqeSlots,
+    UdAddress, WqeSlots, BLUEFLAME_BFREG,
 };
 
 /// One scatter/gather element: `length` bytes at `addr` of the memory region `lkey`.

@@ -26,6 +26,7 @@
 use super::mem::{DoorbellWord, QueueMem};
 use super::{GeometryError, PostError, Sge};
 use ferroverbs_hw::datapath::dbr::sq_counter;
+use ferroverbs_hw::datapath::uar::{bf_buf_size, bfreg_offset, uar_bar_offset};
 use ferroverbs_hw::datapath::wqe::{
     inline_ds, wqebbs_for_ds, WqeAv, MAX_WQE_DS, MLX5_INLINE_SEG, MLX5_OPCODE_ATOMIC_CS,
     MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ, MLX5_OPCODE_RDMA_WRITE,
@@ -211,6 +212,34 @@ pub struct BlueFlameReg {
     pub buf_size: usize,
     /// The register's index (rdma-core `uuarn`); 0 never uses BlueFlame.
     pub index: u32,
+}
+
+/// The BlueFlame register a QP BlueFlames through in the UAR it owns: register 1,
+/// never 0. rdma-core's mlx5 gives register 0 no BlueFlame buffer (`mlx5.c`
+/// `mlx5_init_context`: `buf_size = bf_reg_size / 2` only `if (bfi)`), and Linux
+/// mlx5_ib hands register 0 out only as the doorbell-only fallback (`qp.c`
+/// `alloc_bfreg`, `NUM_NON_BLUE_FLAME_BFREGS = 1`); the BlueFlame ones start at 1.
+pub const BLUEFLAME_BFREG: usize = 1;
+
+impl BlueFlameReg {
+    /// BlueFlame through register [`BLUEFLAME_BFREG`] of UAR `uar`, its two halves
+    /// alternating.
+    pub const fn blueflame(uar: u32, bf_reg_size: usize) -> Self {
+        BlueFlameReg {
+            reg: uar_bar_offset(uar) + bfreg_offset(BLUEFLAME_BFREG, bf_reg_size),
+            buf_size: bf_buf_size(bf_reg_size),
+            index: BLUEFLAME_BFREG as u32,
+        }
+    }
+
+    /// Plain 8-byte doorbells to register 0 of UAR `uar` (rdma-core `uuarn` 0).
+    pub const fn doorbell_only(uar: u32, bf_reg_size: usize) -> Self {
+        BlueFlameReg {
+            reg: uar_bar_offset(uar) + bfreg_offset(0, bf_reg_size),
+            buf_size: 0,
+            index: 0,
+        }
+    }
 }
 
 /// How a [`SendQueue`] is laid out and behaves.

@@ -57,6 +57,16 @@ pub fn udp_sport_from_flow_label(fl: u32) -> u16 {
     (((fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14)) as u16) | 0xc000
 }
 
+/// Linux `rdma_calc_flow_label` (`include/rdma/ib_verbs.h`): the flow label of a
+/// connection whose path gives none, the same on both ends: the product of the two
+/// QP numbers, folded (`v ^= v >> 20; v ^= v >> 40`) to 20 bits.
+pub fn flow_label_from_qpns(lqpn: u32, rqpn: u32) -> u32 {
+    let mut v = u64::from(lqpn) * u64::from(rqpn);
+    v ^= v >> 20;
+    v ^= v >> 40;
+    (v & 0xf_ffff) as u32
+}
+
 /// The address vector of `attr` from local port `port` (without destination QPN and
 /// Q_Key, which each send writes).
 pub fn build_av(attr: &AddressVector) -> WqeAv {
@@ -213,6 +223,26 @@ mod tests {
         );
         assert_eq!(&b[32..], &gid[..]);
         assert_eq!(av.rlid(), udp_sport_from_flow_label(0x1_2345));
+    }
+
+    #[test]
+    fn flow_label_from_qpns_is_linuxs_rule() {
+        // (0x1234 * 0x5678) = 0x6260060, folded: 0x6260060 ^ 0x62 = 0x6260002 -> 0x60002.
+        assert_eq!(flow_label_from_qpns(0x1234, 0x5678), 0x6_0002);
+        // Symmetric, so both ends of a connection agree.
+        assert_eq!(
+            flow_label_from_qpns(0x5678, 0x1234),
+            flow_label_from_qpns(0x1234, 0x5678)
+        );
+        assert_eq!(flow_label_from_qpns(7, 0), 0);
+        // The top bits fold in: 0xffffff * 0xffffff = 0xfffffe000001.
+        let v: u64 = 0xffff_fe00_0001;
+        let v = v ^ (v >> 20);
+        let v = v ^ (v >> 40);
+        assert_eq!(
+            flow_label_from_qpns(0xff_ffff, 0xff_ffff),
+            (v & 0xf_ffff) as u32
+        );
     }
 
     #[test]

@@ -29,6 +29,7 @@
 //! | `PORT_CHANGE` 0x09, sub-type ACTIVE / DOWN | [`PortActive`](AsyncEvent::PortActive) / [`PortError`](AsyncEvent::PortError) | `IBV_EVENT_PORT_ACTIVE` / `IBV_EVENT_PORT_ERR` |
 //! | `PORT_CHANGE`, other sub-types | [`PortChange`](AsyncEvent::PortChange) | `IBV_EVENT_LID_CHANGE`, ... |
 //! | health watchdog verdict | [`DeviceFatal`](AsyncEvent::DeviceFatal) | `IBV_EVENT_DEVICE_FATAL` |
+//! | health syndrome without RFR (not fatal) | [`HealthReport`](AsyncEvent::HealthReport) | none (Linux logs it and runs its devlink health reporter) |
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -128,6 +129,16 @@ pub enum AsyncEvent {
         /// The sub-type.
         sub_type: u8,
     },
+    /// The firmware reported a health syndrome without asking for a reset (`health.synd`
+    /// nonzero, RFR clear): the device keeps working. Each new syndrome is reported
+    /// once (Linux `health.c` `poll_health` reports a changed syndrome and carries
+    /// on; a syndrome is fatal only with RFR, rdma-core `sensor_fw_synd_rfr`).
+    HealthReport {
+        /// `health.synd` (1 = FW internal error, 0x10 = high temperature, ...).
+        synd: u8,
+        /// `health.ext_synd`.
+        ext_synd: u16,
+    },
     /// The device failed (health watchdog): nothing works any more.
     DeviceFatal {
         /// Why.
@@ -191,6 +202,9 @@ impl AsyncEvent {
                 event_type,
                 sub_type,
             },
+            RawEvent::HealthReport { synd, ext_synd } => {
+                AsyncEvent::HealthReport { synd, ext_synd }
+            }
         }
     }
 
@@ -238,6 +252,7 @@ impl AsyncEvent {
             AsyncEvent::PortError { .. } => "IBV_EVENT_PORT_ERR",
             AsyncEvent::PortChange { .. } => "IBV_EVENT_PORT_CHANGE",
             AsyncEvent::DeviceFatal { .. } => "IBV_EVENT_DEVICE_FATAL",
+            AsyncEvent::HealthReport { .. } => "health report",
             AsyncEvent::Other { .. } => "other",
         }
     }

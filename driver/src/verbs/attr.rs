@@ -274,8 +274,9 @@ pub struct AddressVector {
     pub flow_label: u32,
     /// Service level: the Ethernet priority (0-7).
     pub sl: u8,
-    /// The UDP source port; `None` derives one from the QP numbers (in the RoCE v2
-    /// range 0xc000-0xffff), as Linux derives it from the flow label.
+    /// The UDP source port; `None` derives one in the RoCE v2 range 0xc000-0xffff as
+    /// Linux does: from `flow_label` when non-zero, else (on a connected QP) from
+    /// the flow label of the two QP numbers (`mlx5_set_path_udp_sport`).
     pub udp_sport: Option<u16>,
 }
 

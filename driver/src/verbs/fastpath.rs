@@ -33,7 +33,6 @@ use std::sync::Arc;
 use ferroverbs_hw::datapath::cqe::{
     hw_owner_bit, make_op_own, Cqe64, MLX5_CQE_REQ, MLX5_CQE_RESP_SEND,
 };
-use ferroverbs_hw::datapath::uar::{bf_buf_size, bfreg_offset, uar_bar_offset};
 use ferroverbs_hw::{Bus, DmaPerm};
 
 use super::cq::Poller;
@@ -65,11 +64,7 @@ impl<B: Bus> DetachedQp<B> {
     pub fn new(bus: &Arc<B>, qpn: u32, cap: &QpCap, sq_sig_all: bool) -> Result<Self> {
         let geo = geometry(&Limits::CX5, cap)?;
         let buf = Arc::new(DmaBuf::new(bus, geo.dbr_offset() + 64, DmaPerm::RW)?);
-        let bf = BlueFlameReg {
-            reg: uar_bar_offset(DETACHED_UAR) + bfreg_offset(0, 512),
-            buf_size: bf_buf_size(512),
-            index: 1,
-        };
+        let bf = BlueFlameReg::blueflame(DETACHED_UAR, 512);
         let q = Queues::new(buf, geo, qpn, bf, sq_sig_all, false, true, Arc::clone(bus))?;
         let sq_slots = q.sq_slots()?;
         Ok(DetachedQp { q, sq_slots })
@@ -81,11 +76,7 @@ impl<B: Bus> DetachedQp<B> {
     pub fn new_db_only(bus: &Arc<B>, qpn: u32, cap: &QpCap, sq_sig_all: bool) -> Result<Self> {
         let geo = geometry(&Limits::CX5, cap)?;
         let buf = Arc::new(DmaBuf::new(bus, geo.dbr_offset() + 64, DmaPerm::RW)?);
-        let bf = BlueFlameReg {
-            reg: uar_bar_offset(DETACHED_UAR) + bfreg_offset(0, 512),
-            buf_size: bf_buf_size(512),
-            index: 1,
-        };
+        let bf = BlueFlameReg::blueflame(DETACHED_UAR, 512);
         let q = Queues::new(buf, geo, qpn, bf, sq_sig_all, true, true, Arc::clone(bus))?;
         let sq_slots = q.sq_slots()?;
         Ok(DetachedQp { q, sq_slots })

@@ -123,7 +123,7 @@ mod srq;
 mod wc;
 mod wr;
 
-pub use ah::{udp_sport_from_flow_label, AddressHandle};
+pub use ah::{flow_label_from_qpns, udp_sport_from_flow_label, AddressHandle};
 pub(crate) use async_event::EventState;
 pub use async_event::{AsyncEvent, CQ_ERR_SYNDROME_ACCESS_VIOLATION, CQ_ERR_SYNDROME_OVERRUN};
 pub use attr::{

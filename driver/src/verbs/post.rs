@@ -1040,7 +1040,7 @@ mod tests {
     #[test]
     fn a_batch_of_one_inline_send_rings_blueflame_and_a_list_the_doorbell() {
         let mut s = side(&QpCap::default(), true);
-        let bf = uar_bar_offset(DETACHED_UAR) + 0x800;
+        let bf = uar_bar_offset(DETACHED_UAR) + 0xa00; // BlueFlame register 1
         let mut b = s.qp.post().unwrap();
         assert!(b.is_empty());
         b.send_inline(1, &[0xee; 64], SendFlags::SIGNALED).unwrap();
@@ -1297,7 +1297,7 @@ mod tests {
             ..QpCap::default()
         };
         let mut s = side(&cap, false);
-        let bf = uar_bar_offset(DETACHED_UAR) + 0x800;
+        let bf = uar_bar_offset(DETACHED_UAR) + 0xa00; // BlueFlame register 1
         let payload = [0x77u8; 64];
         let mut posted = Vec::new();
         let err = loop {

@@ -29,7 +29,6 @@ use ferroverbs_hw::control::qp::{
 use ferroverbs_hw::control::uar_pd_td::{alloc_uar_out, dealloc_uar_in, dealloc_uar_out};
 use ferroverbs_hw::datapath::cqe::{MLX5_CQE_REQ, MLX5_CQE_RESP_SEND};
 use ferroverbs_hw::datapath::dbr::{MLX5_RCV_DBR, MLX5_SND_DBR};
-use ferroverbs_hw::datapath::uar::{bf_buf_size, bfreg_offset, uar_bar_offset};
 use ferroverbs_hw::{Bus, DmaPerm};
 
 use super::attr::ceil_log2;
@@ -37,8 +36,9 @@ use super::cq::CqCore;
 use super::fastmem::{FastMem, FastWord, SqSlots, WrIdTable};
 use super::srq::{SharedReceiveQueue, SrqShared};
 use super::{
-    exec, AccessFlags, AddressVector, CompletionQueue, Error, Pd, QpAttr, QpInfo, QpState, RecvWr,
-    Result, RtrAttr, RtsAttr, SendFlags, SendOp, SendWr, Sge, Transition, UdInitAttr,
+    exec, flow_label_from_qpns, udp_sport_from_flow_label, AccessFlags, AddressVector,
+    CompletionQueue, Error, Pd, QpAttr, QpInfo, QpState, RecvWr, Result, RtrAttr, RtsAttr,
+    SendFlags, SendOp, SendWr, Sge, Transition, UdInitAttr,
 };
 use crate::dma::{DmaBuf, PAGE_SIZE};
 use crate::ring::{self, BlueFlameReg, QpType, RqConfig, SqConfig};
@@ -786,17 +786,9 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         // on an uncached BAR mapping).
         let blueflame = init.blueflame && ctx.bus().blueflame();
         let bf = if blueflame && ctx.cap(g::bf) == 1 {
-            BlueFlameReg {
-                reg: uar_bar_offset(uar) + bfreg_offset(0, bf_reg_size),
-                buf_size: bf_buf_size(bf_reg_size),
-                index: 1,
-            }
+            BlueFlameReg::blueflame(uar, bf_reg_size)
         } else {
-            BlueFlameReg {
-                reg: uar_bar_offset(uar) + bfreg_offset(0, bf_reg_size),
-                buf_size: 0,
-                index: 0,
-            }
+            BlueFlameReg::doorbell_only(uar, bf_reg_size)
         };
         let mut q = Queues::new(
             buf,
@@ -1572,9 +1564,15 @@ impl<'a, B: Bus> QueuePair<'a, B> {
         p(ads::eth_prio).set(input, u64::from(av.sl & 7));
         p(ads::sl).set(input, u64::from(av.sl & 7));
         let sport = av.udp_sport.unwrap_or_else(|| {
-            // A stable port per connection in the RoCE v2 range 0xc000-0xffff.
-            let h = self.qpn.wrapping_mul(0x9e37_79b9) ^ dest_qpn.unwrap_or(0);
-            0xc000 | (h as u16 & 0x3fff)
+            // Linux mlx5_ib `mlx5_set_path_udp_sport`: the path's flow label when it
+            // has one, else `rdma_calc_flow_label(lqpn, rqpn)`; then
+            // `rdma_flow_label_to_udp_sport`.
+            let fl = if av.flow_label != 0 {
+                av.flow_label
+            } else {
+                flow_label_from_qpns(self.qpn, dest_qpn.unwrap_or(0))
+            };
+            udp_sport_from_flow_label(fl)
         });
         p(ads::udp_sport).set(input, sport.into());
     }

@@ -48,7 +48,7 @@ fn a_signaled_send_completes_with_its_wr_id() {
     let s = sge();
     qp.post_send(&[SendWr::send(0xabc, &s).signaled()]).unwrap();
     // BlueFlame (one WQE of 2 DS): the WQE went to the register of the QP's UAR.
-    let bf = ferroverbs_hw::datapath::uar::uar_bar_offset(DETACHED_UAR) + 0x800;
+    let bf = ferroverbs_hw::datapath::uar::uar_bar_offset(DETACHED_UAR) + 0xa00; // BlueFlame register 1
     assert_eq!(bus.bar_bytes(bf + 3, 1), [MLX5_OPCODE_SEND]);
     cq.produce_send(QPN, idx, MLX5_OPCODE_SEND);
     assert_eq!(cq.poll(&mut wc), 1);
@@ -132,7 +132,7 @@ fn lists_ring_one_doorbell_and_stop_at_the_bad_request() {
     );
     // Two WQEs went out with one 8-byte doorbell naming the second.
     assert_eq!(qp.next_send_index(), first.wrapping_add(2));
-    let bf = ferroverbs_hw::datapath::uar::uar_bar_offset(DETACHED_UAR) + 0x800;
+    let bf = ferroverbs_hw::datapath::uar::uar_bar_offset(DETACHED_UAR) + 0xa00; // BlueFlame register 1
     let db = bus.bar_bytes(bf, 8);
     assert_eq!(u16::from_be_bytes([db[1], db[2]]), first.wrapping_add(1));
 }

@@ -7,10 +7,10 @@
 //! for up to 120 s) and report command interface revision 5 (iseg 0x4 `[31:16]`,
 //! Linux `CMD_IF_REV`). This is Linux's "pre-initializing" wait
 //! (`mlx5_function_enable` polls the bit *before* programming the command queue, so
-//! real firmware clears it first); rdma-core waits only after programming the queue,
-//! which the driver's bring-up does again. It takes any [`Bus`], so it runs against
-//! `MemBus` in tests and against the simulator (whose firmware, by default, stays
-//! initializing until the command queue address is written).
+//! real firmware clears it first); rdma-core waits only after programming the queue.
+//! The driver's bring-up waits again, before and after programming the queue. It
+//! takes any [`Bus`], so it runs against `MemBus` in tests and against the simulator
+//! (whose firmware boots for a configurable time after reset).
 
 use std::time::{Duration, Instant};
 

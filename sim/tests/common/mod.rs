@@ -122,6 +122,20 @@ impl Answer {
 /// as Linux allocates them).
 pub const BLOCK_STRIDE: usize = 1024;
 
+/// Waits, as Linux's pre-initializing wait does, until the firmware has booted and
+/// reads `initializing` clear: moves virtual time on, or sleeps on real time.
+pub fn wait_booted(sim: &Sim, bus: &SimBus) {
+    for _ in 0..10_000 {
+        if !iseg::is_initializing(bus.read32(iseg::INITIALIZING)) {
+            return;
+        }
+        if !sim.advance(std::time::Duration::from_micros(100)) {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+    panic!("the simulated firmware did not boot");
+}
+
 /// The test driver.
 pub struct Host {
     pub sim: Sim,
@@ -138,6 +152,7 @@ impl Host {
     pub fn new(cfg: SimConfig) -> Host {
         let sim = Sim::new(cfg);
         let bus = sim.bus();
+        wait_booted(&sim, &bus);
         let mem = Mem::new(4096);
         let iova = bus.dma_map(mem.addr(), 4096, DmaPerm::RW).unwrap();
         bus.write32(iseg::CMDQ_ADDR_H, (iova >> 32) as u32);

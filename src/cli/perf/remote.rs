@@ -339,7 +339,13 @@ pub fn run(cfg: &PerfConfig) -> Result<(), CliError> {
     let ctx = Device::open(
         sim.bus(),
         DeviceConfig::default()
-            .with_clock(Arc::new(move || clock.now()))
+            .with_clock(Arc::new(ferroverbs::SteppedClock::new(
+                {
+                    let c = clock.clone();
+                    move || c.now()
+                },
+                move |d| clock.advance(d),
+            )))
             .with_gid(GidEntry::ipv4(0, ip.octets(), mac)),
     )
     .map_err(|e| CliError::setup(format!("cannot bring up the simulated NIC at {ip}"), e))?;
