@@ -284,6 +284,25 @@ pub(crate) struct WqShared {
     srq: std::sync::OnceLock<Arc<SrqShared>>,
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Unit tests that poll one completion through two CQs (to compare their decoders)
+    /// retire it twice; they turn the software tail check off on their thread.
+    pub(crate) static SKIP_RQ_TAIL_CHECK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[inline(always)]
+fn rq_tail_check_skipped() -> bool {
+    #[cfg(test)]
+    {
+        SKIP_RQ_TAIL_CHECK.with(|s| s.get())
+    }
+    #[cfg(not(test))]
+    {
+        false
+    }
+}
+
 /// Marks a published completion counter: every bit above the 16-bit counter, so that
 /// `DONE | w` is the mark and counter for any `w` whose low 16 bits are the counter
 /// (the poll path ORs it onto a swapped CQE word without clearing the bits above).
@@ -408,11 +427,30 @@ impl WqShared {
             // The counter is the SRQ WQE index.
             return s.retire(counter);
         }
+        self.check_rq_tail(counter);
         let wr_id =
             self.rq_wr_id[(u32::from(counter) & self.rq_mask) as usize].load(Ordering::Relaxed);
         self.rq_done
             .store(DONE | u32::from(counter.wrapping_add(1)), Ordering::Release);
         Some(wr_id)
+    }
+
+    /// Debug builds: checks that the receive completion of a QP's own RQ names the
+    /// WQE at the software tail. The slot is taken from the CQE's `wqe_counter`, as the
+    /// hardware field allows; libmlx5 (`cq.c`, `handle_responder`) keeps a software
+    /// tail instead (`wq->tail`), because a plain RQ completes in order: a counter
+    /// other than the tail means a device (or simulator) reporting the wrong WQE.
+    /// Nothing in release builds.
+    #[inline(always)]
+    fn check_rq_tail(&self, counter: u16) {
+        if cfg!(debug_assertions) && !rq_tail_check_skipped() {
+            // `DONE | tail`, or 0 before the first completion (tail 0).
+            let tail = self.rq_done.load(Ordering::Relaxed) as u16;
+            assert_eq!(
+                counter, tail,
+                "receive CQE wqe_counter {counter:#x} is not the RQ's software tail {tail:#x}"
+            );
+        }
     }
 
     /// [`WqShared::rq_retire`] of a QP with its own RQ (no SRQ; what a match of
@@ -421,6 +459,7 @@ impl WqShared {
     /// `DONE | (counter + 1) mod 2^16`, as `rq_retire`'s).
     #[inline(always)]
     pub(crate) fn rq_retire_own(&self, word: u32) -> u64 {
+        self.check_rq_tail(word as u16);
         let wr_id = self.rq_ids.slot_word(word).load(Ordering::Relaxed);
         // Release: the read above happens before the QP may reuse the slot.
         self.rq_done
