@@ -649,18 +649,5 @@ fn the_uar_page_size_sets_the_uar_geometry() {
         after.ignored_bar_writes + 1
     );
 
-    // Above 64 KiB pages: refused.
-    let mut h = Host::deterministic();
-    h.simple(Opcode::EnableHca, 0, |_| {});
-    let mut i = input(Opcode::SetHcaCap, 0);
-    let at = set_hca_cap_in::capability.byte_offset();
-    let cur = h.caps(true);
-    i[at..at + cur.len()].copy_from_slice(&cur);
-    set(&mut i, cap_at(g::cmdif_checksum), 0);
-    set(&mut i, cap_at(g::log_uar_page_sz), 5);
-    h.fails(
-        &i,
-        outlen(Opcode::SetHcaCap),
-        ferroverbs_sim::firmware::Syndrome::SetCapValue,
-    );
+    // Above 64 KiB pages is refused: `sim/tests/errors.rs`.
 }

@@ -195,14 +195,7 @@ fn a_mixed_wqe_across_the_end_of_the_send_queue() {
 #[test]
 fn uc_sends_and_writes_with_mixed_data_parts() {
     let mut p = Pair::deterministic(Conn::default());
-    let uc = Conn {
-        rre: false,
-        rae: false,
-        ..Conn::default()
-    };
-    let mut qa = p.a.create_qp_st(1, &p.acq.0, &p.acq.1, 6, 6, 2);
-    let mut qb = p.b.create_qp_st(1, &p.bcq.0, &p.bcq.1, 6, 6, 2);
-    p.connect_qps(&qa, &qb, &uc, 0x999);
+    let (mut qa, mut qb) = p.uc_qps();
     let src = p.a.reg_mr(16384, ALL);
     let dst = p.b.reg_mr(16384, ALL);
     for (li, layout) in LAYOUTS.iter().enumerate() {

@@ -135,14 +135,7 @@ fn a_key_that_cannot_be_invalidated_fails_the_request() {
 #[test]
 fn send_with_invalidate_is_rc_only() {
     let mut p = Pair::deterministic(Conn::default());
-    let uc = Conn {
-        rre: false,
-        rae: false,
-        ..Conn::default()
-    };
-    let mut qa = p.a.create_qp_st(1, &p.acq.0, &p.acq.1, 6, 6, 2);
-    let qb = p.b.create_qp_st(1, &p.bcq.0, &p.bcq.1, 6, 6, 2);
-    p.connect_qps(&qa, &qb, &uc, 0x999);
+    let (mut qa, _qb) = p.uc_qps();
     let target = p.b.reg_mr(4096, ALL | RINV);
     let w = mixed_wqe(
         qa.qpn,

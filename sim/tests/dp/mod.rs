@@ -896,6 +896,20 @@ impl Pair {
         self.b.connect(qb, qa.qpn, aip, amac, &cb, c.sq_psn);
     }
 
+    /// A further pair of UC QPs (A's and B's, on the pair's CQs) connected to each
+    /// other (no remote read or atomic: UC has none).
+    pub fn uc_qps(&mut self) -> (Qp, Qp) {
+        let uc = Conn {
+            rre: false,
+            rae: false,
+            ..Conn::default()
+        };
+        let qa = self.a.create_qp_st(1, &self.acq.0, &self.acq.1, 6, 6, 2);
+        let qb = self.b.create_qp_st(1, &self.bcq.0, &self.bcq.1, 6, 6, 2);
+        self.connect_qps(&qa, &qb, &uc, 0x999);
+        (qa, qb)
+    }
+
     /// Polls everything A's send CQ and B's receive CQ hold into `out`, as bytes.
     pub fn drain(&mut self, out: &mut Cqes) {
         while let Some(c) = self.a.poll(&mut self.acq.0) {
