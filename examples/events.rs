@@ -109,14 +109,17 @@ fn side(
     (wakeups, took)
 }
 
+/// Completion events through completion channels (pollable descriptors) between two
+/// threaded simulated NICs.
+#[derive(clap::Parser)]
+struct Args {
+    /// Round trips.
+    #[arg(long, default_value_t = 1000)]
+    iters: u64,
+}
+
 fn main() {
-    let mut iters = 1000u64;
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        if a == "--iters" {
-            iters = it.next().and_then(|v| v.parse().ok()).expect("--iters N");
-        }
-    }
+    let iters = <Args as clap::Parser>::parse().iters;
     let fabric = Fabric::new(7);
     let a = Sim::new(SimConfig::threaded(0xa, 1));
     let b = Sim::new(SimConfig::threaded(0xb, 1));

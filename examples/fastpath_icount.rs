@@ -121,10 +121,19 @@ fn icount_poll(cq: &mut DetachedCq<MemBus>, wc: &mut [WorkCompletion]) -> usize 
     cq.poll(black_box(wc))
 }
 
+/// One fast-path case run `iters` times, for `benches/icount.sh` (callgrind).
+#[derive(clap::Parser)]
+struct Args {
+    /// The case (`inline`, `send_db`, `list16`, `poll`, ...).
+    #[arg(default_value = "inline")]
+    case: String,
+    /// Iterations.
+    #[arg(default_value_t = 100_000)]
+    iters: u64,
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let case = args.next().unwrap_or_else(|| "inline".into());
-    let iters: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    let Args { case, iters } = <Args as clap::Parser>::parse();
 
     let bus = Arc::new(MemBus::new(1 << 16));
     let cap = QpCap {

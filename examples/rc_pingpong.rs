@@ -41,12 +41,27 @@ use ferroverbs::verbs::{
 use ferroverbs::GidEntry;
 use ferroverbs_sim::SimBus;
 
+/// An RC SEND ping-pong between two simulated NICs (or the same over TCP loopback).
+#[derive(clap::Parser)]
 struct Args {
+    /// Round trips.
+    #[arg(long, default_value_t = 10_000)]
     iters: u64,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 64)]
     size: usize,
+    /// Threaded NICs (the devices progress on their own threads).
+    #[arg(long)]
     threaded: bool,
+    /// With --threaded: the application threads also service their own NIC.
+    #[arg(long, requires = "threaded")]
     busy_poll: bool,
+    /// The same ping-pong over TCP loopback (the baseline).
+    #[arg(long)]
     tcp: bool,
+    /// Local ACK timeout exponent: 4.096 us x 2^EXP (0 = no timer; 0 to 31).
+    #[arg(long, default_value_t = DEF_QP_TIMEOUT,
+          value_parser = clap::value_parser!(u8).range(0..=MAX_QP_TIMEOUT as i64))]
     qp_timeout: u8,
 }
 
@@ -57,59 +72,8 @@ const DEF_QP_TIMEOUT: u8 = 14;
 /// The largest exponent: the QP context's `ack_timeout` field is 5 bits.
 const MAX_QP_TIMEOUT: u8 = 31;
 
-const USAGE: &str = "usage: rc_pingpong [--iters N] [--size BYTES] [--threaded [--busy-poll]] \
-                     [--tcp] [--qp-timeout EXP]";
-
-/// The value of `--qp-timeout`: an exponent from 0 to 31.
-fn parse_qp_timeout(v: Option<&str>) -> Result<u8, String> {
-    let v = v.ok_or("--qp-timeout needs a value (an exponent from 0 to 31)")?;
-    v.parse::<u8>()
-        .ok()
-        .filter(|&t| t <= MAX_QP_TIMEOUT)
-        .ok_or_else(|| {
-            format!(
-                "--qp-timeout {v}: the ACK timeout exponent must be between 0 and \
-                 {MAX_QP_TIMEOUT} (4.096 us x 2^EXP; 0 = no timer)"
-            )
-        })
-}
-
 fn args() -> Args {
-    let mut a = Args {
-        iters: 10_000,
-        size: 64,
-        threaded: false,
-        busy_poll: false,
-        tcp: false,
-        qp_timeout: DEF_QP_TIMEOUT,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(x) = it.next() {
-        match x.as_str() {
-            "--iters" => a.iters = it.next().and_then(|v| v.parse().ok()).expect("--iters N"),
-            "--size" => {
-                a.size = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .expect("--size BYTES")
-            }
-            "--threaded" => a.threaded = true,
-            "--busy-poll" => a.busy_poll = true,
-            "--tcp" => a.tcp = true,
-            "--qp-timeout" => match parse_qp_timeout(it.next().as_deref()) {
-                Ok(t) => a.qp_timeout = t,
-                Err(e) => {
-                    eprintln!("rc_pingpong: {e}\n{USAGE}");
-                    std::process::exit(2);
-                }
-            },
-            _ => {
-                eprintln!("{USAGE}");
-                std::process::exit(2);
-            }
-        }
-    }
-    a
+    <Args as clap::Parser>::parse()
 }
 
 /// RESET → INIT → RTR → RTS towards QP `peer_qpn` at `peer` for SENDs, with the local

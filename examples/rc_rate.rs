@@ -29,6 +29,29 @@ use ferroverbs::verbs::{
     AccessFlags, QpCap, QpInitAttr, RecvWr, SendFlags, SendWr, Sge, WorkCompletion,
 };
 
+/// One QP's message rate: SENDs posted in lists and polled, between two simulated NICs.
+#[derive(clap::Parser)]
+struct Cli {
+    /// Messages in all.
+    #[arg(long, default_value_t = 2_000_000)]
+    msgs: u64,
+    /// Work requests per list (1 to 64).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=64))]
+    batch: u16,
+    /// Message size in bytes (0 to 64, inline).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(0..=64))]
+    size: u16,
+    /// Threaded NICs.
+    #[arg(long)]
+    threaded: bool,
+    /// With --threaded: the application thread also services its NIC.
+    #[arg(long, requires = "threaded")]
+    busy_poll: bool,
+    /// Post through `QueuePair::post_send` instead of the typed batch.
+    #[arg(long)]
+    post_send: bool,
+}
+
 struct Args {
     msgs: u64,
     batch: usize,
@@ -39,37 +62,15 @@ struct Args {
 }
 
 fn args() -> Args {
-    let mut a = Args {
-        msgs: 2_000_000,
-        batch: 64,
-        size: 64,
-        threaded: false,
-        busy_poll: false,
-        post_send: false,
-    };
-    let mut it = std::env::args().skip(1);
-    let num = |it: &mut std::iter::Skip<std::env::Args>, what: &str| -> u64 {
-        it.next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{what} N"))
-    };
-    while let Some(x) = it.next() {
-        match x.as_str() {
-            "--msgs" => a.msgs = num(&mut it, "--msgs"),
-            "--batch" => a.batch = num(&mut it, "--batch").clamp(1, 64) as usize,
-            "--size" => a.size = num(&mut it, "--size").min(64) as usize,
-            "--threaded" => a.threaded = true,
-            "--busy-poll" => a.busy_poll = true,
-            "--post-send" => a.post_send = true,
-            _ => {
-                eprintln!(
-                    "usage: rc_rate [--msgs N] [--batch B (1-64)] [--size BYTES (0-64)] [--threaded [--busy-poll]] [--post-send]"
-                );
-                std::process::exit(2);
-            }
-        }
+    let c = <Cli as clap::Parser>::parse();
+    Args {
+        msgs: c.msgs,
+        batch: usize::from(c.batch),
+        size: usize::from(c.size),
+        threaded: c.threaded,
+        busy_poll: c.busy_poll,
+        post_send: c.post_send,
     }
-    a
 }
 
 fn main() {

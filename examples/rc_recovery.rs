@@ -54,6 +54,20 @@ const DEPTH: usize = 16;
 /// The probe's message number (not a data message).
 const PROBE: u64 = u64::MAX;
 
+/// RC recovery: a link outage and seeded loss, the QP's retry error, and reconnection.
+#[derive(clap::Parser)]
+struct Cli {
+    /// Messages to deliver.
+    #[arg(long, default_value_t = 3_000)]
+    messages: u64,
+    /// Length of the link outage in milliseconds.
+    #[arg(long = "outage-ms", default_value_t = 40.0)]
+    outage_ms: f64,
+    /// Random loss in percent.
+    #[arg(long, default_value_t = 2.0)]
+    loss: f64,
+}
+
 struct Args {
     messages: u64,
     outage: Duration,
@@ -61,27 +75,12 @@ struct Args {
 }
 
 fn args() -> Args {
-    let mut a = Args {
-        messages: 3_000,
-        outage: Duration::from_millis(40),
-        loss: 0.02,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(x) = it.next() {
-        let mut num = || it.next().and_then(|v| v.parse::<f64>().ok());
-        match x.as_str() {
-            "--messages" => a.messages = num().expect("--messages N") as u64,
-            "--outage-ms" => {
-                a.outage = Duration::from_secs_f64(num().expect("--outage-ms MS") / 1e3)
-            }
-            "--loss" => a.loss = num().expect("--loss PERCENT") / 100.0,
-            _ => {
-                eprintln!("usage: rc_recovery [--messages N] [--outage-ms MS] [--loss PERCENT]");
-                std::process::exit(2);
-            }
-        }
+    let c = <Cli as clap::Parser>::parse();
+    Args {
+        messages: c.messages,
+        outage: Duration::from_secs_f64(c.outage_ms.max(0.0) / 1e3),
+        loss: c.loss / 100.0,
     }
-    a
 }
 
 /// RESET (whatever the state) → INIT → RTR → RTS towards `peer_qpn` at `peer`.

@@ -35,56 +35,42 @@ use ferroverbs::{Device, DeviceConfig, GidEntry};
 use ferroverbs_sim::link::udp::{addr_of_gid, mac_for, UdpConfig, UdpLink};
 use ferroverbs_sim::{Sim, SimBus};
 
-/// What to run.
-#[derive(Clone, Debug)]
+/// An RC ping-pong between two processes, each with a simulated NIC speaking RoCEv2
+/// over UDP, meeting over TCP to exchange QP numbers as `ibv_rc_pingpong` does.
+#[derive(Clone, Debug, clap::Parser)]
+#[command(name = "rc_udp")]
 pub struct Args {
     /// Server (listens for the TCP rendezvous) or client.
+    #[arg(long)]
     pub server: bool,
     /// This NIC's IPv4 address.
+    #[arg(long, default_value = "127.0.0.1")]
     pub ip: Ipv4Addr,
     /// Server: the TCP address to listen on; client: the server's.
+    #[arg(long, alias = "connect", default_value = "127.0.0.1:18515")]
     pub tcp: String,
     /// Round trips.
+    #[arg(long, default_value_t = 10_000)]
     pub iters: u64,
     /// Message size.
+    #[arg(long, default_value_t = 64)]
     pub size: usize,
     /// UDP port of both NICs.
+    #[arg(long, default_value_t = 4791)]
     pub port: u16,
     /// Step the device from the application (no device thread).
+    #[arg(long)]
     pub deterministic: bool,
     /// The QP's local ACK timeout exponent (`ibv_qp_attr.timeout`).
+    #[arg(long, default_value_t = 14)]
     pub timeout: u8,
 }
 
 impl Args {
-    /// Parses command-line style arguments.
+    /// Parses command-line style arguments (without the program name).
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
-        let mut a = Args {
-            server: false,
-            ip: Ipv4Addr::LOCALHOST,
-            tcp: "127.0.0.1:18515".into(),
-            iters: 10_000,
-            size: 64,
-            port: 4791,
-            deterministic: false,
-            timeout: 14,
-        };
-        let mut it = args.into_iter();
-        while let Some(x) = it.next() {
-            let mut val = |name: &str| it.next().ok_or(format!("{name} needs a value"));
-            match x.as_str() {
-                "--server" => a.server = true,
-                "--ip" => a.ip = val("--ip")?.parse().map_err(|e| format!("--ip: {e}"))?,
-                "--tcp" | "--connect" => a.tcp = val("--tcp")?,
-                "--iters" => a.iters = val("--iters")?.parse().map_err(|e| format!("{e}"))?,
-                "--size" => a.size = val("--size")?.parse().map_err(|e| format!("{e}"))?,
-                "--port" => a.port = val("--port")?.parse().map_err(|e| format!("{e}"))?,
-                "--deterministic" => a.deterministic = true,
-                "--timeout" => a.timeout = val("--timeout")?.parse().map_err(|e| format!("{e}"))?,
-                other => return Err(format!("unknown argument {other}")),
-            }
-        }
-        Ok(a)
+        let argv = std::iter::once("rc_udp".to_string()).chain(args);
+        <Args as clap::Parser>::try_parse_from(argv).map_err(|e| e.to_string())
     }
 }
 
@@ -351,17 +337,7 @@ pub fn run(a: &Args) -> Result<Report, String> {
 
 #[allow(dead_code)]
 fn main() {
-    let a = match Args::parse(std::env::args().skip(1)) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("rc_udp: {e}");
-            eprintln!(
-                "usage: rc_udp [--server] --ip ADDR [--tcp|--connect HOST:PORT] [--iters N] \
-                 [--size BYTES] [--port UDP_PORT] [--deterministic]"
-            );
-            std::process::exit(2);
-        }
-    };
+    let a = <Args as clap::Parser>::parse();
     if let Err(e) = run(&a) {
         eprintln!("rc_udp: {e}");
         std::process::exit(1);

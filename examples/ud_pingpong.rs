@@ -30,36 +30,22 @@ const GRH: usize = 40;
 /// The Q_Key both QPs use.
 const QKEY: u32 = 0x1234_5678;
 
+/// A UD SEND ping-pong between two simulated NICs.
+#[derive(clap::Parser)]
 struct Args {
+    /// Round trips.
+    #[arg(long, default_value_t = 10_000)]
     iters: u64,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 64)]
     size: usize,
+    /// Threaded NICs.
+    #[arg(long)]
     threaded: bool,
 }
 
 fn args() -> Args {
-    let mut a = Args {
-        iters: 10_000,
-        size: 64,
-        threaded: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(x) = it.next() {
-        match x.as_str() {
-            "--iters" => a.iters = it.next().and_then(|v| v.parse().ok()).expect("--iters N"),
-            "--size" => {
-                a.size = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .expect("--size BYTES")
-            }
-            "--threaded" => a.threaded = true,
-            _ => {
-                eprintln!("usage: ud_pingpong [--iters N] [--size BYTES] [--threaded]");
-                std::process::exit(2);
-            }
-        }
-    }
-    a
+    <Args as clap::Parser>::parse()
 }
 
 /// One side: its UD QP, CQ, buffer (receive area of GRH + size, then the send area),

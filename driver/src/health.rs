@@ -17,7 +17,7 @@
 //! A syndrome without RFR is not fatal: the firmware reports an error it has dealt
 //! with, or not yet decided about (Linux `poll_health` queues its health "report"
 //! work for a syndrome that changed, and keeps the device running). The watchdog
-//! counts each new such syndrome ([`Health::reports`]), logs it at WARN and hands it
+//! counts each new such syndrome (`Health::reports`), logs it at WARN and hands it
 //! to the driver, which queues it as an async event
 //! ([`crate::eq::AsyncEvent::HealthReport`]); the same syndrome seen again is not
 //! reported twice until it has cleared. After
