@@ -518,6 +518,12 @@ impl<B: Bus> fmt::Debug for Context<B> {
 }
 
 impl<B: Bus> Context<B> {
+    /// The software byte of the next memory key of this device
+    /// (`Hca::next_key_variant`).
+    pub(crate) fn next_key_variant(&self) -> Result<u8> {
+        Ok(self.lock()?.next_key_variant())
+    }
+
     fn lock(&self) -> Result<MutexGuard<'_, Hca<B>>> {
         if let Some(f) = self.verdict.get() {
             return Err(Error::DeviceFailed(*f));

@@ -176,6 +176,8 @@ pub(crate) struct Hca<B: Bus> {
     /// `function_id` / `embedded_cpu_function` the firmware named in QUERY_PAGES.
     page_func: (u16, bool),
     pub(crate) caps: Caps,
+    /// The software byte of the last memory key made (its `mkey_7_0`).
+    key_variant: u8,
 }
 
 /// Looks at the `initializing` bit after which a wait whose clock has not moved at
@@ -272,6 +274,7 @@ impl<B: Bus> Hca<B> {
             eq_created: false,
             page_func: (0, false),
             caps: Caps::empty(),
+            key_variant: 0,
         };
         match hca.setup(config) {
             Ok(()) => Ok(hca),
@@ -461,6 +464,17 @@ impl<B: Bus> Hca<B> {
         }
         self.caps.atomic_cur = Some(cur);
         Ok(())
+    }
+
+    /// The software byte (`mkc.mkey_7_0`) of the next memory key: counted per device,
+    /// as rdma-core's `mlx5_ib` counts per device (`mlx5_ib_dev.mkey_var`), so that the
+    /// keys a device hands out depend on its own history only (a seeded run gives the
+    /// same keys, and so the same packets, whatever else runs in the process). Never
+    /// 0: key 0x100 (index 1, variant 0) is `MLX5_INVALID_LKEY`, the terminator of a
+    /// short receive scatter list, and must never name a region.
+    pub(crate) fn next_key_variant(&mut self) -> u8 {
+        self.key_variant = self.key_variant.wrapping_add(1).max(1);
+        self.key_variant
     }
 
     /// `MODIFY_NIC_VPORT_CONTEXT` with `field_select.roce_en`.

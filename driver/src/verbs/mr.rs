@@ -242,9 +242,6 @@ impl<B: Bus> std::fmt::Debug for MemoryRegion<'_, B> {
     }
 }
 
-/// The software byte of the next memory key (rdma-core counts the same way).
-static KEY_VARIANT: AtomicU8 = AtomicU8::new(0);
-
 impl<'ctx, B: Bus> Pd<'ctx, B> {
     /// Allocates a zeroed, page-aligned buffer of `len` bytes and registers it.
     pub fn alloc_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion<'_, B>> {
@@ -412,14 +409,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             access.contains(AccessFlags::REMOTE_ATOMIC).into(),
         );
         m(mkc::qpn).set(&mut input, MKC_QPN_NONE.into());
-        // Never 0: key 0x100 (index 1, variant 0) is `MLX5_INVALID_LKEY`, the
-        // terminator of a short receive scatter list, and must never name a region.
-        let variant = loop {
-            let v = KEY_VARIANT.fetch_add(1, Ordering::Relaxed);
-            if v != 0 {
-                break v;
-            }
-        };
+        let variant = self.context().next_key_variant()?;
         m(mkc::mkey_7_0).set(&mut input, variant.into());
         m(mkc::pd).set(&mut input, self.pdn().into());
         m(mkc::start_addr).set(&mut input, addr);
