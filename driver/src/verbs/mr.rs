@@ -245,6 +245,27 @@ impl<B: Bus> std::fmt::Debug for MemoryRegion<'_, B> {
 impl<'ctx, B: Bus> Pd<'ctx, B> {
     /// Allocates a zeroed, page-aligned buffer of `len` bytes and registers it.
     pub fn alloc_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion<'_, B>> {
+        self.alloc_mr_in(len, access, false)
+    }
+
+    /// [`Pd::alloc_mr`] addressed from 0 (`IBV_ACCESS_ZERO_BASED`, `ibv_reg_mr_iova2`
+    /// with iova 0): work requests and peers name byte `i` of the buffer as address `i`,
+    /// so no host address appears in a work request or on the wire (a seeded run's
+    /// packets are then the same in any process).
+    pub fn alloc_mr_zero_based(
+        &self,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion<'_, B>> {
+        self.alloc_mr_in(len, access, true)
+    }
+
+    fn alloc_mr_in(
+        &self,
+        len: usize,
+        access: AccessFlags,
+        zero_based: bool,
+    ) -> Result<MemoryRegion<'_, B>> {
         access.check()?;
         if len == 0 {
             return Err(Error::InvalidArgument(
@@ -257,7 +278,8 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             DmaPerm::RO
         };
         let buf = DmaBuf::new(self.context().bus(), len, perm)?;
-        let addr = buf.as_ptr() as u64;
+        // The buffer is page-aligned: address 0 has its page offset.
+        let addr = if zero_based { 0 } else { buf.as_ptr() as u64 };
         let iova = buf.iova();
         self.register(Backing::Dma(buf), addr, iova, len, access)
     }
@@ -432,7 +454,8 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
 }
 
 impl<'a, B: Bus> MemoryRegion<'a, B> {
-    /// The address of byte 0 as the keys translate it (the buffer's host address).
+    /// The address of byte 0 as the keys translate it: the buffer's host address, or
+    /// the address it was registered at (0 for [`Pd::alloc_mr_zero_based`]).
     pub fn addr(&self) -> u64 {
         self.addr
     }
