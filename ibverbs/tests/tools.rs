@@ -370,3 +370,57 @@ fn check_bw_numbers(l: &str, bytes: f64) {
     let slack = 0.005 + 0.5 * bytes / 1_048_576.0 + 1e-9;
     assert!((implied - n[1]).abs() <= slack, "average vs rate: {l}");
 }
+
+/// The latency tests with completion events (`-e`): perftest waits for one event
+/// (`ibv_get_cq_event`, `ibv_ack_cq_events`, `ibv_req_notify_cq`, perftest
+/// `ctx_notify_events`), then polls its CQ once, and posts the next WR with a TX
+/// depth of 1. The re-arm comes before the poll, so it names a consumer index behind
+/// the CQE the event announced and raises a second event at once (PRM "CQ arming";
+/// rdma-core providers/mlx5/cq.c `mlx5_arm_cq` sends `cons_index`): the next wait
+/// returns that stale event and the one poll that follows finds the CQ empty unless
+/// the WR in flight has completed by then. A ConnectX wins that race (the stale
+/// event's EQE, MSI-X and kernel wake-up take longer than a wire round trip); two
+/// simulator processes lose it (the event is queued during `ibv_req_notify_cq`, the
+/// round trip takes tens of µs): perftest stops with "Couldn't post send: scnt=3"
+/// (the SQ of one WQE still holds the unpolled one) or, on the send CQ, prints an
+/// uninitialized work completion. Not fixed yet: run with `--ignored`.
+fn lat_with_events(tool: &str, server: u8, client: u8, slot: u16) {
+    if !have(tool) {
+        return;
+    }
+    let _s = serial();
+    let lib = library_dir(&format!("{tool}_e"));
+    let args = ["-e", "-n", "200", "-u", ACK_TIMEOUT];
+    let (s, c) = pair(
+        &format!("{tool} -e"),
+        &lib,
+        tool,
+        &args,
+        server,
+        client,
+        slot,
+        Duration::from_secs(120),
+    );
+    for out in [&s, &c] {
+        let l = result_line(out, "2");
+        assert_eq!(l.split_whitespace().nth(1), Some("200"), "{l}");
+    }
+}
+
+#[test]
+#[ignore = "perftest -e latency loses the stale-event race on the simulator (see lat_with_events)"]
+fn ib_send_lat_with_completion_events() {
+    lat_with_events("ib_send_lat", 91, 92, 10);
+}
+
+#[test]
+#[ignore = "perftest -e latency loses the stale-event race on the simulator (see lat_with_events)"]
+fn ib_read_lat_with_completion_events() {
+    lat_with_events("ib_read_lat", 93, 94, 11);
+}
+
+#[test]
+#[ignore = "perftest -e latency loses the stale-event race on the simulator (see lat_with_events)"]
+fn ib_atomic_lat_with_completion_events() {
+    lat_with_events("ib_atomic_lat", 95, 96, 12);
+}
