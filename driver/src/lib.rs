@@ -39,8 +39,8 @@ pub mod verbs;
 
 pub use clock::{Clock, MonotonicClock, SteppedClock};
 pub use device::{
-    AtomicCap, Context, Device, DeviceAttr, DeviceConfig, FwVersion, GidConfig, GidEntry, L3Type,
-    LinkLayer, Mtu, PortAttr, PortState, RoceVersion, Transports,
+    AtomicCap, Context, Device, DeviceAttr, DeviceConfig, DeviceId, FwVersion, GidConfig, GidEntry,
+    L3Type, LinkLayer, Mtu, PortAttr, PortState, RoceVersion, Transports,
 };
 pub use eq::AsyncEvent;
 pub use error::{

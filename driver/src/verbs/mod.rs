@@ -228,6 +228,26 @@ pub enum Error {
         /// How many QPs still use it.
         qps: usize,
     },
+    /// An object of another device (another [`Context`](crate::Context)) was given
+    /// where an object of this one is needed: its number would name an unrelated
+    /// object of this device (a QP on another device's CQ number would send its
+    /// completions to whichever CQ of its own device has that number).
+    #[error(
+        "the {object} {number:#x} belongs to {owner}, not to {device} where the {creating} \
+         is created"
+    )]
+    ForeignObject {
+        /// What was given ("send CQ", "receive CQ", "SRQ").
+        object: &'static str,
+        /// Its number on its own device (CQN, SRQN).
+        number: u32,
+        /// The device it belongs to.
+        owner: crate::DeviceId,
+        /// What was being created ("QP").
+        creating: &'static str,
+        /// The device the new object was to be created on.
+        device: crate::DeviceId,
+    },
     /// The bus gave an IOVA whose page offset differs from the buffer's (memory keys
     /// translate page by page, so both must agree).
     #[error("IOVA {iova:#x} of the buffer at {addr:#x} has another page offset")]
