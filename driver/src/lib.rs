@@ -45,7 +45,7 @@ pub use device::{
 pub use eq::AsyncEvent;
 pub use error::{
     BringUpError, CmdError, CmdStatus, DeliveryStatus, Error, Failure, InitWait, Opcode, Result,
-    Step,
+    Step, Wait,
 };
 
 pub mod vfio;
