@@ -239,3 +239,86 @@ impl Backoff {
         self.rounds = self.rounds.saturating_add(1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Virtual time in nanoseconds that `idle` moves on by `step` (0: frozen).
+    struct Virtual {
+        ns: AtomicU64,
+        step: u64,
+    }
+
+    impl Clock for Virtual {
+        fn now(&self) -> Duration {
+            Duration::from_nanos(self.ns.load(Ordering::Relaxed))
+        }
+        fn idle(&self, _round: u32) {
+            self.ns.fetch_add(self.step, Ordering::Relaxed);
+        }
+    }
+
+    fn looks_until_over(clock: &Virtual, timeout: Duration) -> (u32, WaitOver) {
+        let mut w = BoundedWait::new(clock);
+        let mut looks = 0;
+        loop {
+            looks += 1;
+            if let Err(over) = w.check(clock.now(), timeout) {
+                return (looks, over);
+            }
+            w.idle();
+        }
+    }
+
+    #[test]
+    fn a_wait_on_a_moving_virtual_clock_ends_in_its_timeout_after_timeout_over_step_looks() {
+        let c = Virtual {
+            ns: AtomicU64::new(0),
+            step: 100_000,
+        };
+        let (looks, over) = looks_until_over(&c, Duration::from_millis(200));
+        assert_eq!(over, WaitOver::TimedOut(Duration::from_millis(200)));
+        assert_eq!(looks, 2001);
+    }
+
+    #[test]
+    fn a_wait_on_a_frozen_clock_ends_after_a_bounded_number_of_looks() {
+        let c = Virtual {
+            ns: AtomicU64::new(5),
+            step: 0,
+        };
+        let (looks, over) = looks_until_over(&c, Duration::from_secs(3600));
+        assert_eq!(over, WaitOver::Frozen(FROZEN_CLOCK_LOOKS));
+        assert_eq!(looks, FROZEN_CLOCK_LOOKS);
+    }
+
+    #[test]
+    fn progress_restarts_both_bounds() {
+        let c = Virtual {
+            ns: AtomicU64::new(0),
+            step: 0,
+        };
+        let mut w = BoundedWait::new(&c);
+        for _ in 0..FROZEN_CLOCK_LOOKS - 1 {
+            assert_eq!(w.check(c.now(), Duration::from_secs(1)), Ok(()));
+        }
+        c.ns.store(900_000_000, Ordering::Relaxed);
+        w.progress(c.now());
+        // 0.9 s later the timeout counts from the progress, and the still looks
+        // from zero.
+        for _ in 0..FROZEN_CLOCK_LOOKS - 1 {
+            assert_eq!(w.check(c.now(), Duration::from_secs(1)), Ok(()));
+        }
+        assert!(matches!(
+            w.check(c.now(), Duration::from_secs(1)),
+            Err(WaitOver::Frozen(_))
+        ));
+        c.ns.store(1_900_000_000, Ordering::Relaxed);
+        assert_eq!(
+            w.check(c.now(), Duration::from_secs(1)),
+            Err(WaitOver::TimedOut(Duration::from_secs(1)))
+        );
+    }
+}
