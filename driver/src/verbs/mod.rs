@@ -39,6 +39,13 @@
 //! `DESTROY_CQ` happens when the last QP goes. [`CompletionQueue::destroy`] makes the
 //! same situation an error ([`Error::CqInUse`]) for code that wants to know.
 //!
+//! Object numbers are per device: a QP created with a CQ or an SRQ of another
+//! [`Context`](crate::Context) (another [`DeviceId`](crate::DeviceId)) is refused with
+//! [`Error::ForeignObject`], naming the object and both devices, before any command
+//! reaches the firmware. Keys and address handles are only met on the post path, which
+//! checks nothing it cannot check for free: there the device refuses a key of another
+//! PD with a protection error completion.
+//!
 //! # Unreliable datagram
 //!
 //! A UD [`QueuePair`] comes from [`QpInitAttr::ud`]; [`QueuePair::to_init_ud`] (port,
