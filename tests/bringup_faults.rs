@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use ferroverbs::health::MAX_MISSES;
 use ferroverbs::{
-    CmdStatus, DeliveryStatus, Device, DeviceConfig, Error, Failure, InitWait, Opcode, Step,
+    CmdStatus, DeliveryStatus, Device, DeviceConfig, Error, Failure, InitWait, Opcode, Step, Wait,
 };
 use ferroverbs_hw::bus::Block64;
 use ferroverbs_hw::control::cmd::Opcode as Op;
@@ -533,7 +533,7 @@ fn a_virtual_clock_nobody_moves_ends_the_boot_wait() {
         unreachable!()
     };
     assert!(
-        matches!(*b.source, Error::ClockFrozen { phase: InitWait::BeforeCmdqAddress, looks } if looks >= 4096),
+        matches!(*b.source, Error::ClockFrozen { wait: Wait::FirmwareInit(InitWait::BeforeCmdqAddress), looks } if looks >= 4096),
         "{b:?}"
     );
     assert_eq!(sim.stats().mappings, 0);
@@ -629,4 +629,178 @@ fn a_command_can_have_its_own_timeout() {
     sim.release_held();
     ctx.close().unwrap();
     assert_nothing_left(&sim);
+}
+
+/// Runs `f` on a thread and fails the test if it has not returned within 30 s of real
+/// time (a wait of the driver that never ends would otherwise hang the test binary).
+fn within_30s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("{what} did not return within 30 s"))
+}
+
+/// A device whose `force_teardown` capability is off, opened on its virtual clock,
+/// with a PD created through the raw command hatch and never deallocated: its
+/// graceful TEARDOWN_HCA is refused and cannot be forced.
+fn unteardownable() -> (Sim, ferroverbs::Context<SimBus>) {
+    let sim = Sim::new(SimConfig::deterministic(0x0f00, 1).cap(
+        ferroverbs_sim::firmware::CapType::General,
+        ferroverbs_hw::control::caps::cmd_hca_cap::force_teardown,
+        0,
+    ));
+    let ctx = Device::open(sim.bus(), config(&sim)).unwrap();
+    ctx.exec_cmd(&input(Op::AllocPd, 0, 16), 16).unwrap();
+    (sim, ctx)
+}
+
+#[test]
+fn a_context_whose_teardown_is_refused_closes_with_the_refusal() {
+    let (sim, ctx) = unteardownable();
+    let t0 = sim.clock().now();
+    let r = within_30s("close", move || ctx.close());
+    match r {
+        Err(Error::Cmd(c)) => {
+            assert_eq!(c.opcode, Opcode(Op::TeardownHca.value()));
+            assert_eq!(c.status, CmdStatus::BadResState);
+        }
+        other => panic!("{other:?}"),
+    }
+    // No wait at all: the firmware refused at once, and (as Linux skips its cleanup
+    // after a failed TEARDOWN_HCA) nothing was waited for afterwards.
+    assert!(
+        sim.clock().now() - t0 < TIMEOUT,
+        "{:?}",
+        sim.clock().now() - t0
+    );
+    assert_eq!(sim.stats().mappings, 0, "everything unmapped");
+    assert_eq!(sim.hca_state(), HcaState::Initialized);
+}
+
+#[test]
+fn dropping_a_context_whose_teardown_is_refused_returns() {
+    let (sim, ctx) = unteardownable();
+    within_30s("drop", move || drop(ctx));
+    assert_eq!(sim.stats().mappings, 0);
+}
+
+/// A TEARDOWN_HCA the firmware answers with success without doing it: the HCA stays
+/// initialized and keeps its pages, so every `MANAGE_PAGES(take)` returns none.
+fn silent_teardown(sim: &Sim) {
+    sim.fail_command(CommandFault::status(Op::TeardownHca.value(), 0, 0));
+}
+
+#[test]
+fn page_reclaim_that_never_progresses_ends_in_bounded_steps_on_virtual_time() {
+    let sim = sim();
+    let ctx = Device::open(sim.bus(), config(&sim)).unwrap();
+    silent_teardown(&sim);
+    let t0 = sim.clock().now();
+    let r = within_30s("close", move || ctx.close());
+    assert!(
+        matches!(r, Err(Error::PagesNotReturned { pages }) if pages > 0),
+        "{r:?}"
+    );
+    // The driver's waits moved the virtual clock on (100 µs per look): one command
+    // timeout without progress, so about 2000 looks, not an endless loop.
+    let waited = sim.clock().now() - t0;
+    assert!(waited >= TIMEOUT && waited < TIMEOUT * 2, "{waited:?}");
+    assert_eq!(sim.stats().mappings, 0);
+}
+
+/// A clock reading the device's virtual time, moved on by the driver's waits only
+/// while `moving` is set.
+fn freezable(
+    sim: &Sim,
+    moving: std::sync::Arc<AtomicBool>,
+) -> std::sync::Arc<dyn ferroverbs::Clock> {
+    let (now, time) = (sim.clock().clone(), sim.clock().clone());
+    std::sync::Arc::new(ferroverbs::SteppedClock::new(
+        move || now.now(),
+        move |d| moving.load(Ordering::Relaxed) && time.advance(d),
+    ))
+}
+
+#[test]
+fn page_reclaim_on_a_clock_nobody_moves_ends_in_clock_frozen() {
+    let sim = sim();
+    let moving = std::sync::Arc::new(AtomicBool::new(true));
+    let cfg = config(&sim).with_clock(freezable(&sim, moving.clone()));
+    let ctx = Device::open(sim.bus(), cfg).unwrap();
+    silent_teardown(&sim);
+    moving.store(false, Ordering::Relaxed);
+    let r = within_30s("close", move || ctx.close());
+    assert!(
+        matches!(r, Err(Error::ClockFrozen { wait: Wait::PageReclaim { pages }, looks }) if pages > 0 && looks >= 4096),
+        "{r:?}"
+    );
+    assert_eq!(sim.stats().mappings, 0);
+}
+
+#[test]
+fn a_command_the_device_holds_on_a_clock_nobody_moves_ends_in_clock_frozen() {
+    let sim = sim();
+    let moving = std::sync::Arc::new(AtomicBool::new(true));
+    let cfg = config(&sim).with_clock(freezable(&sim, moving.clone()));
+    let ctx = Device::open(sim.bus(), cfg).unwrap();
+    sim.delay_commands(DelayRule {
+        opcode: Some(Op::QueryVportState.value()),
+        nth: Some(1),
+        hold: Hold::UntilReleased,
+    });
+    moving.store(false, Ordering::Relaxed);
+    let (r, ctx) = within_30s("query_port", move || (ctx.query_port(1).map(|_| ()), ctx));
+    match r {
+        Err(Error::ClockFrozen {
+            wait: Wait::Command { opcode, .. },
+            looks,
+        }) => {
+            assert_eq!(opcode, Opcode(Op::QueryVportState.value()));
+            assert!(looks >= 4096);
+        }
+        other => panic!("{other:?}"),
+    }
+    sim.release_held();
+    moving.store(true, Ordering::Relaxed);
+    within_30s("close", move || ctx.close()).unwrap();
+    assert_nothing_left(&sim);
+}
+
+#[test]
+fn a_forced_teardown_leaves_no_objects() {
+    use ferroverbs_hw::control::srq::{create_srq_input, create_srq_out, SrqParams};
+    let sim = sim();
+    let ctx = Device::open(sim.bus(), config(&sim)).unwrap();
+    assert_eq!(
+        ctx.cap(ferroverbs_hw::control::caps::cmd_hca_cap::force_teardown),
+        1,
+        "the simulated ConnectX advertises force_teardown"
+    );
+    // Objects through the raw hatch, never destroyed: a PD, a Q counter set, an SRQ.
+    let pd = ctx.exec_cmd(&input(Op::AllocPd, 0, 16), 16).unwrap();
+    let pdn = ferroverbs_hw::control::uar_pd_td::alloc_pd_out::pd.get(&pd) as u32;
+    ctx.exec_cmd(&input(Op::AllocQCounter, 0, 16), 16).unwrap();
+    let ring = dma(&ctx, 4096 + 64);
+    let srq = create_srq_input(
+        &SrqParams {
+            log_srq_size: 4,
+            log_rq_stride: 1,
+            pd: pdn,
+            lwm: 0,
+            dbr_addr: ring.iova() + 4096,
+            log_page_size: 0,
+        },
+        &[ring.iova()],
+    );
+    ctx.exec_cmd(&srq, create_srq_out::SIZE).unwrap();
+    let o = sim.stats().objects;
+    assert_eq!((o.pds, o.q_counters, o.srqs), (1, 1, 1), "{o:?}");
+    // The graceful close is refused with objects left; the forced one drops them.
+    within_30s("close", move || ctx.close()).unwrap();
+    drop(ring);
+    assert_eq!(sim.stats().objects.total(), 0, "{:?}", sim.stats().objects);
+    assert_nothing_left(&sim);
+    assert_eq!(sim.hca_state(), HcaState::Disabled);
 }

@@ -569,3 +569,75 @@ fn verbs_objects_can_move_between_threads() {
     sync::<Pd<'static, SimBus>>();
     sync::<ferroverbs::Context<SimBus>>();
 }
+
+#[test]
+fn objects_of_another_device_are_refused_at_creation() {
+    let (net, (a, _), (b, _)) = two_nics(false);
+    let pd = a.alloc_pd().unwrap();
+    let cq = a.create_cq(16).unwrap();
+    let pd_b = b.alloc_pd().unwrap();
+    let cq_b = b.create_cq(16).unwrap();
+    let srq_b = pd_b
+        .create_srq(&ferroverbs::verbs::SrqAttr {
+            max_wr: 16,
+            max_sge: 1,
+            srq_limit: 0,
+        })
+        .unwrap();
+    assert_ne!(a.id(), b.id());
+    let (before_a, before_b) = (net.a.stats().objects, net.b.stats().objects);
+    let foreign = |r: ferroverbs::verbs::Result<_>, what: &str, number: u32| {
+        let e = r.expect_err("an object of another device must be refused");
+        match &e {
+            Error::ForeignObject {
+                object,
+                number: n,
+                owner,
+                creating,
+                device,
+            } => {
+                assert_eq!((*object, *n, *creating), (what, number, "QP"));
+                assert_eq!((*owner, *device), (b.id(), a.id()));
+            }
+            other => panic!("{what}: expected ForeignObject, got {other:?}"),
+        }
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "the {what} {number:#x} belongs to {}, not to {} where the QP is created",
+                b.id(),
+                a.id()
+            )
+        );
+    };
+    let cap = QpCap::default();
+    foreign(
+        pd.create_qp(&QpInitAttr::new(&cq_b, &cq, cap)),
+        "send CQ",
+        cq_b.cqn(),
+    );
+    foreign(
+        pd.create_qp(&QpInitAttr::new(&cq, &cq_b, cap)),
+        "receive CQ",
+        cq_b.cqn(),
+    );
+    foreign(
+        pd.create_qp(&QpInitAttr::new(&cq, &cq, cap).with_srq(&srq_b)),
+        "SRQ",
+        srq_b.srq_num(),
+    );
+    foreign(
+        pd.create_qp(&QpInitAttr::ud(&cq_b, &cq_b, cap)),
+        "send CQ",
+        cq_b.cqn(),
+    );
+    // Nothing reached either firmware: no QP, UAR or counter set was left behind.
+    assert_eq!(net.a.stats().objects, before_a);
+    assert_eq!(net.b.stats().objects, before_b);
+    // The same objects of the PD's own device are accepted.
+    let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq, cap)).unwrap();
+    net.a.with_firmware(|fw| {
+        let q = fw.qp(qp.qp_num()).expect("QP exists");
+        assert_eq!((q.cqn_snd, q.cqn_rcv), (Some(cq.cqn()), Some(cq.cqn())));
+    });
+}

@@ -440,6 +440,33 @@ pub struct PortAttr {
     pub gids: Vec<GidEntry>,
 }
 
+/// Which open device (which [`Context`]) an object belongs to: a number unique in
+/// the process, given out in the order devices are opened (the first is 1).
+///
+/// Object numbers (CQN, SRQN, PDN, keys) are per device, so an object of one device
+/// handed to another names an unrelated object there; the verbs API compares these
+/// ids when it creates an object from others ([`crate::verbs::Error::ForeignObject`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeviceId(u64);
+
+impl DeviceId {
+    fn next() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        DeviceId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// The number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "device #{}", self.0)
+    }
+}
+
 /// Entry point: opens a device behind a [`Bus`].
 #[derive(Debug)]
 pub struct Device;
@@ -459,6 +486,7 @@ impl Device {
         let caps = hca.caps.clone();
         tracing::info!(%fw_ver, "device up");
         Ok(Context {
+            id: DeviceId::next(),
             bus,
             hca: Mutex::new(hca),
             verdict,
@@ -499,6 +527,7 @@ fn pow2_u32(log: u64) -> u32 {
 /// failed (watchdog verdict), every method that talks to it returns
 /// [`Error::DeviceFailed`] at once.
 pub struct Context<B: Bus> {
+    id: DeviceId,
     bus: Arc<B>,
     hca: Mutex<Hca<B>>,
     verdict: Arc<OnceLock<Failure>>,
@@ -511,6 +540,7 @@ pub struct Context<B: Bus> {
 impl<B: Bus> fmt::Debug for Context<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Context")
+            .field("id", &self.id)
             .field("fw_ver", &self.fw_ver)
             .field("failed", &self.verdict.get())
             .finish_non_exhaustive()
@@ -522,6 +552,11 @@ impl<B: Bus> Context<B> {
     /// (`Hca::next_key_variant`).
     pub(crate) fn next_key_variant(&self) -> Result<u8> {
         Ok(self.lock()?.next_key_variant())
+    }
+
+    /// Which open device this is (compared when objects are combined).
+    pub fn id(&self) -> DeviceId {
+        self.id
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, Hca<B>>> {

@@ -288,6 +288,39 @@ impl fmt::Display for InitWait {
     }
 }
 
+/// What a wait of the driver that ended in [`Error::ClockFrozen`] was waiting for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Wait {
+    /// The `initializing` bit to clear.
+    FirmwareInit(InitWait),
+    /// A command to complete.
+    Command {
+        /// The command.
+        opcode: Opcode,
+        /// Its `op_mod`.
+        op_mod: u16,
+    },
+    /// The firmware to return its pages after TEARDOWN_HCA (`MANAGE_PAGES(take)`).
+    PageReclaim {
+        /// Pages it still held.
+        pages: usize,
+    },
+}
+
+impl fmt::Display for Wait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Wait::FirmwareInit(phase) => write!(f, "firmware still initializing {phase}"),
+            Wait::Command { opcode, op_mod } => {
+                write!(f, "{opcode} op_mod {op_mod:#x} not completed")
+            }
+            Wait::PageReclaim { pages } => {
+                write!(f, "firmware still holding {pages} pages after teardown")
+            }
+        }
+    }
+}
+
 /// A step of the bring-up sequence (`docs/bring-up.md` describes each).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Step {
@@ -413,17 +446,27 @@ pub enum Error {
         waited: Duration,
     },
     /// The driver's clock did not move while it waited for the device: a clock of
-    /// virtual time that nobody advances (see [`crate::clock::SteppedClock`]).
+    /// virtual time that nobody advances (see [`crate::clock::SteppedClock`]). Every
+    /// wait of the driver ends so after a bounded number of looks, as it ends in its
+    /// timeout on a clock that moves.
     #[error(
-        "firmware still initializing {phase} and the driver's clock did not move in {looks} \
-         looks: a clock of virtual time must move on while the driver waits \
-         (ferroverbs::clock::SteppedClock)"
+        "{wait} and the driver's clock did not move in {looks} looks: a clock of virtual \
+         time must move on while the driver waits (ferroverbs::clock::SteppedClock)"
     )]
     ClockFrozen {
-        /// Which wait it was.
-        phase: InitWait,
-        /// Looks at the `initializing` bit.
+        /// What the driver waited for.
+        wait: Wait,
+        /// Looks at the device so far.
         looks: u32,
+    },
+    /// A forced TEARDOWN_HCA (profile FORCE_CLOSE) completed but reported that it
+    /// failed (`teardown_hca_out.state` FAIL): the HCA is still initialized.
+    #[error(
+        "TEARDOWN_HCA FORCE_CLOSE reported state {state:#x} (FAIL): the HCA is still initialized"
+    )]
+    ForceTeardownFailed {
+        /// `teardown_hca_out.state`.
+        state: u8,
     },
     /// The device failed; every later call returns this at once.
     #[error("device failed: {0}")]

@@ -30,7 +30,10 @@
 //! Teardown runs in reverse and undoes only what exists, so the same code unwinds a
 //! bring-up that failed halfway: `DESTROY_EQ`, `DEALLOC_UAR`, the GID entries,
 //! `roce_en = 0`, `TEARDOWN_HCA`, `MANAGE_PAGES(take)` until every page is back,
-//! `DISABLE_HCA`; then the command queue and every mailbox are unmapped. Once the
+//! `DISABLE_HCA` (the last two skipped when TEARDOWN_HCA failed, as Linux
+//! `mlx5_function_close` skips its cleanup); then the command queue and every mailbox
+//! are unmapped. Every wait is bounded twice (`clock::BoundedWait`): by its timeout, and by
+//! a number of looks on a clock that does not move. Once the
 //! device stops answering (a command times out, or the watchdog declares it failed)
 //! teardown issues no further commands and just unmaps everything: the IOMMU then
 //! keeps the device away from memory that is about to be freed.
@@ -41,18 +44,20 @@ use std::time::Duration;
 
 use ferroverbs_hw::Bus;
 
-use crate::clock::{Backoff, Clock};
+use crate::clock::{BoundedWait, Clock, WaitOver};
 use crate::cmdif::{read_geometry, CmdIf, Pending, SlotClass};
 use crate::device::{DeviceConfig, GidConfig};
 use crate::dma::PagePool;
 use crate::eq::{async_event_mask, AsyncEvent, EventQueue, NUM_SPARE_EQE};
-use crate::error::{BringUpError, Error, Failure, InitWait, Opcode, Result, Step};
+use crate::error::{BringUpError, Error, Failure, InitWait, Opcode, Result, Step, Wait};
 use crate::health::Health;
 use crate::prm::{self, op};
 use crate::regs;
 
 use ferroverbs_hw::control::caps::{CapMode, CapType, PortType};
-use ferroverbs_hw::control::hca::{issi_supported, TeardownProfile, ISSI_1};
+use ferroverbs_hw::control::hca::{
+    issi_supported, teardown_hca_out, TeardownProfile, TeardownState, ISSI_1,
+};
 use ferroverbs_hw::control::pages::{ManagePagesOpMod, QueryPagesOpMod};
 use ferroverbs_hw::control::reg::host_endianness_input;
 
@@ -180,11 +185,6 @@ pub(crate) struct Hca<B: Bus> {
     key_variant: u8,
 }
 
-/// Looks at the `initializing` bit after which a wait whose clock has not moved at
-/// all gives up: past the spinning and yielding rounds of [`crate::clock::host_idle`]
-/// these are 1 ms sleeps, so a frozen clock costs about two seconds of host time.
-const FROZEN_CLOCK_LOOKS: u32 = 4096;
-
 /// Waits until the `initializing` bit (iseg 0x1fc bit 31) reads clear, at most
 /// `timeout` on `clock` (Linux mlx5_core `wait_fw_init`, rdma-core `mlx5_vfio`
 /// `wait_fw_init`), letting the clock pass time between looks ([`Clock::idle`]).
@@ -199,8 +199,7 @@ fn wait_firmware<B: Bus + ?Sized>(
     timeout: Duration,
     phase: InitWait,
 ) -> Result<()> {
-    let start = clock.now();
-    let mut backoff = Backoff::default();
+    let mut wait = BoundedWait::new(clock);
     loop {
         let v = bus.read32(regs::INITIALIZING);
         if !regs::initializing(v) {
@@ -209,17 +208,19 @@ fn wait_firmware<B: Bus + ?Sized>(
         if v == u32::MAX && bus.read32(regs::HEALTH_FW_VER) == u32::MAX {
             return Err(Error::DeviceFailed(Failure::Vanished));
         }
-        let waited = clock.now().saturating_sub(start);
-        if waited >= timeout {
-            return Err(Error::FirmwareInitTimeout { phase, waited });
+        match wait.check(clock.now(), timeout) {
+            Ok(()) => {}
+            Err(WaitOver::TimedOut(waited)) => {
+                return Err(Error::FirmwareInitTimeout { phase, waited })
+            }
+            Err(WaitOver::Frozen(looks)) => {
+                return Err(Error::ClockFrozen {
+                    wait: Wait::FirmwareInit(phase),
+                    looks,
+                })
+            }
         }
-        if waited.is_zero() && backoff.rounds() >= FROZEN_CLOCK_LOOKS {
-            return Err(Error::ClockFrozen {
-                phase,
-                looks: backoff.rounds(),
-            });
-        }
-        backoff.idle(clock);
+        wait.idle();
     }
 }
 
@@ -662,7 +663,8 @@ impl<B: Bus> Hca<B> {
     ) -> Result<Vec<u8>> {
         let p = self.cmd.post(class, input, out_len, self.clock.now())?;
         let bit = 1u32 << p.slot;
-        let mut backoff = Backoff::default();
+        let clock = Arc::clone(&self.clock);
+        let mut wait = BoundedWait::since(&*clock, p.posted_at);
         loop {
             self.poll_eq();
             let done = if self.events {
@@ -688,18 +690,26 @@ impl<B: Bus> Hca<B> {
                 self.trace(&p, now, Err(&e));
                 return Err(e);
             }
-            let waited = now.saturating_sub(p.posted_at);
-            if waited >= timeout {
+            if let Err(over) = wait.check(now, timeout) {
                 self.cmd.abandon(&p);
-                let e = Error::CmdTimeout {
-                    opcode: Opcode(p.opcode),
-                    op_mod: p.op_mod,
-                    waited,
+                let (opcode, op_mod) = (Opcode(p.opcode), p.op_mod);
+                let e = match over {
+                    WaitOver::TimedOut(waited) => Error::CmdTimeout {
+                        opcode,
+                        op_mod,
+                        waited,
+                    },
+                    WaitOver::Frozen(looks) => Error::ClockFrozen {
+                        wait: Wait::Command { opcode, op_mod },
+                        looks,
+                    },
                 };
                 self.trace(&p, now, Err(&e));
                 return Err(e);
             }
-            backoff.snooze();
+            // On a clock of virtual time this moves the device's time on, so a
+            // command the device delays completes, or times out, in bounded looks.
+            wait.idle();
         }
         let r = self.cmd.finish(&p);
         let now = self.clock.now();
@@ -937,24 +947,33 @@ impl<B: Bus> Hca<B> {
         first_err.map_or(Ok(claimed), Err)
     }
 
-    /// Takes back every page the firmware holds (Linux `mlx5_reclaim_startup_pages`):
-    /// repeats `MANAGE_PAGES(take)` until none is left, giving up after a command
-    /// timeout's worth of time without progress.
+    /// Takes back every page the firmware holds (Linux `mlx5_reclaim_startup_pages`,
+    /// `mlx5_reclaim_root_pages`): repeats `MANAGE_PAGES(take)` until none is left,
+    /// giving up after a command timeout's worth of time without progress (Linux:
+    /// the `RECLAIM_PAGES` timeout, restarted whenever pages come back, "FW did not
+    /// return all pages. giving up..."), or after [`crate::clock::FROZEN_CLOCK_LOOKS`]
+    /// looks on a clock that does not move ([`Error::ClockFrozen`]).
     fn reclaim_all_pages(&mut self) -> Result<()> {
         let (func_id, ec) = self.page_func;
-        let mut last_progress = self.clock.now();
-        let mut backoff = Backoff::default();
+        let clock = Arc::clone(&self.clock);
+        let mut wait = BoundedWait::new(&*clock);
         while self.pages.lent() > 0 {
             let got = self.take_pages(func_id, ec, self.pages.lent(), SlotClass::Regular)?;
-            let now = self.clock.now();
+            let now = clock.now();
             if got > 0 {
-                last_progress = now;
-            } else if now.saturating_sub(last_progress) >= self.cmd_timeout {
-                return Err(Error::PagesNotReturned {
-                    pages: self.pages.lent(),
-                });
-            } else {
-                backoff.snooze();
+                wait.progress(now);
+                continue;
+            }
+            let pages = self.pages.lent();
+            match wait.check(now, self.cmd_timeout) {
+                Ok(()) => wait.idle(),
+                Err(WaitOver::TimedOut(_)) => return Err(Error::PagesNotReturned { pages }),
+                Err(WaitOver::Frozen(looks)) => {
+                    return Err(Error::ClockFrozen {
+                        wait: Wait::PageReclaim { pages },
+                        looks,
+                    })
+                }
             }
         }
         Ok(())
@@ -968,20 +987,84 @@ impl<B: Bus> Hca<B> {
         out_len: usize,
         first_err: &mut Option<Error>,
     ) -> bool {
+        match self.teardown_exec(input, out_len) {
+            Some(Ok(_)) => true,
+            Some(Err(e)) => {
+                first_err.get_or_insert(e);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Runs one teardown command unless the device stopped answering (`None`); a
+    /// command that timed out or found the device failed or the clock frozen stops
+    /// every later one.
+    fn teardown_exec(&mut self, input: &[u8], out_len: usize) -> Option<Result<Vec<u8>>> {
         if self.unresponsive {
+            return None;
+        }
+        let r = self.exec(input, out_len);
+        if let Err(e) = &r {
+            if matches!(
+                e,
+                Error::CmdTimeout { .. }
+                    | Error::DeviceFailed(_)
+                    | Error::NoFreeSlot
+                    | Error::ClockFrozen {
+                        wait: Wait::Command { .. },
+                        ..
+                    }
+            ) {
+                self.unresponsive = true;
+            }
+            tracing::warn!(error = %e, "teardown command failed");
+        }
+        Some(r)
+    }
+
+    /// `TEARDOWN_HCA` (Linux `mlx5_cmd_teardown_hca`): GRACEFUL_CLOSE; if the
+    /// firmware refuses it (objects created through raw commands still exist:
+    /// `BAD_RES_STATE`) and `cmd_hca_cap.force_teardown` is set, FORCE_CLOSE, whose
+    /// `teardown_hca_out.state` must read SUCCESS (Linux `mlx5_cmd_force_teardown_hca`:
+    /// "teardown with force mode failed" on FAIL). A forced close that succeeded
+    /// dropped every object, so it counts as success. Returns whether the HCA is
+    /// torn down.
+    fn teardown_hca(&mut self, first_err: &mut Option<Error>) -> bool {
+        let teardown = |profile: TeardownProfile| {
+            let mut input = cmd_in(op::TEARDOWN_HCA, 0, 16);
+            prm::teardown_hca_in::profile.set(&mut input, u64::from(profile.value()));
+            input
+        };
+        let graceful = match self.teardown_exec(&teardown(TeardownProfile::GracefulClose), 16) {
+            None => return false,
+            Some(Ok(_)) => return true,
+            Some(Err(e)) => e,
+        };
+        if self.unresponsive
+            || graceful.cmd().is_none()
+            || self.caps.gen(prm::cmd_hca_cap::force_teardown) != 1
+        {
+            first_err.get_or_insert(graceful);
             return false;
         }
-        match self.exec(input, out_len) {
-            Ok(_) => true,
-            Err(e) => {
-                if matches!(
-                    e,
-                    Error::CmdTimeout { .. } | Error::DeviceFailed(_) | Error::NoFreeSlot
-                ) {
-                    self.unresponsive = true;
+        tracing::warn!(error = %graceful, "graceful TEARDOWN_HCA refused; forcing");
+        let force = teardown(TeardownProfile::ForceClose);
+        match self.teardown_exec(&force, teardown_hca_out::SIZE) {
+            Some(Ok(out)) => {
+                let state = teardown_hca_out::state.get(&out) as u8;
+                if state == TeardownState::Success.value() {
+                    tracing::warn!("forced TEARDOWN_HCA dropped the objects left");
+                    true
+                } else {
+                    tracing::warn!(state, "forced TEARDOWN_HCA failed");
+                    first_err.get_or_insert(Error::ForceTeardownFailed { state });
+                    false
                 }
-                tracing::warn!(error = %e, "teardown command failed");
-                first_err.get_or_insert(e);
+            }
+            Some(Err(_)) | None => {
+                // The graceful refusal says what was wrong in the first place.
+                first_err.get_or_insert(graceful);
                 false
             }
         }
@@ -1023,26 +1106,14 @@ impl<B: Bus> Hca<B> {
             self.roce_enabled = false;
             self.teardown_cmd(&Self::roce_en_input(false), 16, &mut first_err);
         }
-        if self.inited {
+        // Linux `mlx5_function_close`: if TEARDOWN_HCA fails, "tear_down_hca failed,
+        // skip cleanup": the firmware still runs and keeps its pages, so neither the
+        // page reclaim nor DISABLE_HCA can succeed; the pages are abandoned below.
+        let torn_down = !self.inited || self.teardown_hca(&mut first_err);
+        if self.inited && torn_down {
             self.inited = false;
-            let teardown = |profile: TeardownProfile| {
-                let mut input = cmd_in(op::TEARDOWN_HCA, 0, 16);
-                prm::teardown_hca_in::profile.set(&mut input, u64::from(profile.value()));
-                input
-            };
-            let graceful = teardown(TeardownProfile::GracefulClose);
-            if !self.teardown_cmd(&graceful, 16, &mut first_err)
-                && !self.unresponsive
-                && self.caps.gen(prm::cmd_hca_cap::force_teardown) == 1
-            {
-                // Objects created through raw commands may still exist; the firmware
-                // can drop them itself (Linux `mlx5_cmd_force_teardown_hca`).
-                tracing::warn!("graceful TEARDOWN_HCA refused; forcing");
-                let force = teardown(TeardownProfile::ForceClose);
-                self.teardown_cmd(&force, 16, &mut first_err);
-            }
         }
-        if self.pages.lent() > 0 && !self.unresponsive {
+        if torn_down && self.pages.lent() > 0 && !self.unresponsive {
             if let Err(e) = self.reclaim_all_pages() {
                 tracing::warn!(error = %e, "could not take back every firmware page");
                 if matches!(e, Error::CmdTimeout { .. } | Error::DeviceFailed(_)) {
@@ -1051,7 +1122,7 @@ impl<B: Bus> Hca<B> {
                 first_err.get_or_insert(e);
             }
         }
-        if self.enabled {
+        if self.enabled && torn_down {
             self.enabled = false;
             self.teardown_cmd(&cmd_in(op::DISABLE_HCA, 0, 16), 16, &mut first_err);
         }

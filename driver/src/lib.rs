@@ -39,13 +39,13 @@ pub mod verbs;
 
 pub use clock::{Clock, MonotonicClock, SteppedClock};
 pub use device::{
-    AtomicCap, Context, Device, DeviceAttr, DeviceConfig, FwVersion, GidConfig, GidEntry, L3Type,
-    LinkLayer, Mtu, PortAttr, PortState, RoceVersion, Transports,
+    AtomicCap, Context, Device, DeviceAttr, DeviceConfig, DeviceId, FwVersion, GidConfig, GidEntry,
+    L3Type, LinkLayer, Mtu, PortAttr, PortState, RoceVersion, Transports,
 };
 pub use eq::AsyncEvent;
 pub use error::{
     BringUpError, CmdError, CmdStatus, DeliveryStatus, Error, Failure, InitWait, Opcode, Result,
-    Step,
+    Step, Wait,
 };
 
 pub mod vfio;

@@ -260,6 +260,18 @@ fn hca(c: &mut Check) {
         set(i, dealloc_pd_in::pd, pd.into())
     });
     h.simple(Opcode::TeardownHca, 0, |_| {});
+    // FORCE_CLOSE on a device that does not advertise `force_teardown`.
+    let mut h =
+        Host::new(SimConfig::deterministic(7, 1).cap(CapType::General, g::force_teardown, 0));
+    h.simple(Opcode::EnableHca, 0, |_| {});
+    h.init_rest();
+    c.op(
+        &mut h,
+        Opcode::TeardownHca,
+        0,
+        Syndrome::TeardownForceUnsupported,
+        |i| set(i, teardown_hca_in::profile, 1),
+    );
 }
 
 fn pages(c: &mut Check) {

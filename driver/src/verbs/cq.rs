@@ -550,6 +550,11 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
         )
     }
 
+    /// The device the CQ belongs to.
+    pub fn device(&self) -> crate::DeviceId {
+        self.core.ctx.id()
+    }
+
     pub(crate) fn core(&self) -> &Arc<CqCore<'ctx, B>> {
         &self.core
     }

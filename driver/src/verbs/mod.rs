@@ -39,6 +39,13 @@
 //! `DESTROY_CQ` happens when the last QP goes. [`CompletionQueue::destroy`] makes the
 //! same situation an error ([`Error::CqInUse`]) for code that wants to know.
 //!
+//! Object numbers are per device: a QP created with a CQ or an SRQ of another
+//! [`Context`](crate::Context) (another [`DeviceId`](crate::DeviceId)) is refused with
+//! [`Error::ForeignObject`], naming the object and both devices, before any command
+//! reaches the firmware. Keys and address handles are only met on the post path, which
+//! checks nothing it cannot check for free: there the device refuses a key of another
+//! PD with a protection error completion.
+//!
 //! # Unreliable datagram
 //!
 //! A UD [`QueuePair`] comes from [`QpInitAttr::ud`]; [`QueuePair::to_init_ud`] (port,
@@ -227,6 +234,26 @@ pub enum Error {
     CqInUse {
         /// How many QPs still use it.
         qps: usize,
+    },
+    /// An object of another device (another [`Context`](crate::Context)) was given
+    /// where an object of this one is needed: its number would name an unrelated
+    /// object of this device (a QP on another device's CQ number would send its
+    /// completions to whichever CQ of its own device has that number).
+    #[error(
+        "the {object} {number:#x} belongs to {owner}, not to {device} where the {creating} \
+         is created"
+    )]
+    ForeignObject {
+        /// What was given ("send CQ", "receive CQ", "SRQ").
+        object: &'static str,
+        /// Its number on its own device (CQN, SRQN).
+        number: u32,
+        /// The device it belongs to.
+        owner: crate::DeviceId,
+        /// What was being created ("QP").
+        creating: &'static str,
+        /// The device the new object was to be created on.
+        device: crate::DeviceId,
     },
     /// The bus gave an IOVA whose page offset differs from the buffer's (memory keys
     /// translate page by page, so both must agree).

@@ -735,8 +735,33 @@ fn dealloc_uar<B: Bus>(ctx: &Context<B>, uar: u32) -> Result<()> {
 impl<'ctx, B: Bus> Pd<'ctx, B> {
     /// Creates an RC queue pair in RESET (`CREATE_QP`), with its own UAR (so its
     /// BlueFlame register is its alone and needs no lock).
+    ///
+    /// The CQs and the SRQ must belong to the PD's device
+    /// ([`Error::ForeignObject`] otherwise).
     pub fn create_qp<'q>(&self, init: &QpInitAttr<'q, 'ctx, B>) -> Result<QueuePair<'_, B>> {
         let ctx = self.context();
+        // Linux resolves `send_cq_handle`, `recv_cq_handle` and `srq_handle` of
+        // CREATE_QP in the calling uverbs file's object table (drivers/infiniband/core
+        // uverbs_cmd.c `create_qp`: `uobj_get_obj_read(cq, UVERBS_OBJECT_CQ, ...)`),
+        // so an object of another device cannot be named there: it is EINVAL.
+        let own = |object, number, owner| {
+            if owner == ctx.id() {
+                Ok(())
+            } else {
+                Err(Error::ForeignObject {
+                    object,
+                    number,
+                    owner,
+                    creating: "QP",
+                    device: ctx.id(),
+                })
+            }
+        };
+        own("send CQ", init.send_cq.cqn(), init.send_cq.device())?;
+        own("receive CQ", init.recv_cq.cqn(), init.recv_cq.device())?;
+        if let Some(srq) = init.srq {
+            own("SRQ", srq.srq_num(), srq.device())?;
+        }
         let ovh = match init.qp_type {
             QpType::Rc => RC_SQ_OVERHEAD,
             QpType::Ud => UD_SQ_OVERHEAD,

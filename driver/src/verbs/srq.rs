@@ -316,6 +316,11 @@ impl<'a, B: Bus> SharedReceiveQueue<'a, B> {
         self.srqn
     }
 
+    /// The device the SRQ belongs to.
+    pub fn device(&self) -> crate::DeviceId {
+        self.pd.context().id()
+    }
+
     /// Requests it holds (at least what was asked).
     pub fn max_wr(&self) -> u32 {
         self.nwqe - 1

@@ -169,6 +169,8 @@ fn general_defaults(cfg: &FwConfig) -> Vec<(Field, u64)> {
         (g::umem_uid_0, 1),
         (g::log_pg_sz, 12),
         (g::bf, 1),
+        // TEARDOWN_HCA FORCE_CLOSE (Linux `mlx5_cmd_force_teardown_hca` checks it).
+        (g::force_teardown, 1),
         (g::log_bf_reg_size, 9),
         (g::max_wqe_sz_sq, 1024),
         (g::max_wqe_sz_rq, 512),

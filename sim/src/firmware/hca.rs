@@ -215,6 +215,16 @@ impl Firmware {
         Out::new(init_hca_out::SIZE).done()
     }
 
+    /// TEARDOWN_HCA (Linux `mlx5_cmd_teardown_hca`, `mlx5_cmd_force_teardown_hca`,
+    /// `mlx5_cmd_fast_teardown_hca` in `fw.c`).
+    ///
+    /// GRACEFUL_CLOSE is refused while any object exists (`BAD_RES_STATE`); a driver
+    /// then forces the close. FORCE_CLOSE needs the `force_teardown` capability and,
+    /// as PREPARE_FAST_TEARDOWN does (which needs `fast_teardown`), drops every object
+    /// the function still holds (QPs, SRQs, CQs, EQs, memory keys, PDs, transport
+    /// domains, UARs and Q counter sets); both report `teardown_hca_out.state`
+    /// SUCCESS (`MLX5_TEARDOWN_HCA_OUT_FORCE_STATE_SUCCESS`), the value Linux checks
+    /// before it trusts the forced close.
     pub(super) fn teardown_hca(&mut self, c: &Cmd) -> CmdResult {
         c.op_mod_zero()?;
         c.lengths(teardown_hca_in::SIZE, teardown_hca_out::SIZE)?;
@@ -225,6 +235,9 @@ impl Firmware {
         if profile == TEARDOWN_PREPARE_FAST && self.caps.gen(cmd_hca_cap::fast_teardown) == 0 {
             return Err(Syndrome::TeardownFastUnsupported.into());
         }
+        if profile == TEARDOWN_FORCE && self.caps.gen(cmd_hca_cap::force_teardown) == 0 {
+            return Err(Syndrome::TeardownForceUnsupported.into());
+        }
         if self.state != HcaState::Initialized {
             return Err(Syndrome::TeardownNotInitialized.into());
         }
@@ -233,6 +246,7 @@ impl Firmware {
         }
         if profile == TEARDOWN_FORCE || profile == TEARDOWN_PREPARE_FAST {
             self.qps.clear();
+            self.srqs.clear();
             self.cqs.clear();
             self.eqs.clear();
             self.mkeys.clear();
@@ -240,6 +254,8 @@ impl Firmware {
             self.tds.clear();
             self.pds.clear();
             self.uars.clear();
+            self.q_sets.clear();
+            self.counters = super::counters::Counters::default();
             self.datapath_events.push(super::DataPathEvent::Reset);
         }
         self.state = HcaState::Enabled;

@@ -68,6 +68,7 @@ syndromes! {
     TeardownBadProfile = 0x5f01_000a, BadParamErr, "TEARDOWN_HCA profile unknown";
     TeardownFastUnsupported = 0x5f01_000b, BadParamErr, "TEARDOWN_HCA PREPARE_FAST_TEARDOWN without the fast_teardown capability";
     TeardownObjectsLeft = 0x5f01_000c, BadResStateErr, "TEARDOWN_HCA GRACEFUL_CLOSE while objects still exist";
+    TeardownForceUnsupported = 0x5f01_000d, BadParamErr, "TEARDOWN_HCA FORCE_CLOSE without the force_teardown capability";
     // --- 2: pages --------------------------------------------------------------
     PagesBadFunction = 0x5f02_0001, BadParamErr, "QUERY_PAGES/MANAGE_PAGES for another function or the embedded CPU";
     GiveInputShort = 0x5f02_0002, BadInpLenErr, "MANAGE_PAGES GIVE lists fewer addresses than input_num_entries";
