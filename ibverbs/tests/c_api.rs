@@ -125,6 +125,31 @@ fn dev() -> &'static Dev {
     })
 }
 
+/// `IBV_QPT_RC`.
+const QPT_RC: u32 = 2;
+/// `IBV_QPT_UD`.
+const QPT_UD: u32 = 4;
+
+/// The attributes of a QP of type `qp_type` on `cq` (both directions), four work
+/// requests of one SGE each way, nothing inline.
+fn qp_init(cq: *mut abi::ibv_cq, qp_type: u32) -> abi::ibv_qp_init_attr {
+    abi::ibv_qp_init_attr {
+        qp_context: ptr::null_mut(),
+        send_cq: cq,
+        recv_cq: cq,
+        srq: ptr::null_mut(),
+        cap: abi::ibv_qp_cap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        qp_type,
+        sq_sig_all: 0,
+    }
+}
+
 fn errno() -> c_int {
     std::io::Error::last_os_error().raw_os_error().unwrap()
 }
@@ -194,21 +219,7 @@ fn import_and_dmabuf_verbs_fail_as_rdma_core_without_the_provider_op() {
 
         // ibv_query_qp_data_in_order: 0 ("not known to be in order"), with or without
         // IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS.
-        let mut init = abi::ibv_qp_init_attr {
-            qp_context: ptr::null_mut(),
-            send_cq: cq,
-            recv_cq: cq,
-            srq: ptr::null_mut(),
-            cap: abi::ibv_qp_cap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: 2,
-            sq_sig_all: 0,
-        };
+        let mut init = qp_init(cq, QPT_RC);
         let qp = ibv_create_qp(d.pd, &mut init);
         assert!(!qp.is_null());
         // IBV_WR_RDMA_WRITE = 0, IBV_WR_SEND = 2.
@@ -334,21 +345,7 @@ fn get_cq_event_on_a_non_blocking_channel_answers_eagain() {
         assert!(!readable(fd, 0));
 
         // A completion on the armed CQ: a receive flushed by moving its QP to ERR.
-        let mut init = abi::ibv_qp_init_attr {
-            qp_context: ptr::null_mut(),
-            send_cq: cq,
-            recv_cq: cq,
-            srq: ptr::null_mut(),
-            cap: abi::ibv_qp_cap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: 2,
-            sq_sig_all: 0,
-        };
+        let mut init = qp_init(cq, QPT_RC);
         let qp = ibv_create_qp(d.pd, &mut init);
         assert!(!qp.is_null());
         let mut a = abi::ibv_qp_attr {
@@ -496,21 +493,7 @@ fn query_qp_reports_the_q_key_of_a_ud_qp() {
     unsafe {
         let cq = ibv_create_cq(d.ctx, 8, ptr::null_mut(), ptr::null_mut(), 0);
         assert!(!cq.is_null());
-        let mut init = abi::ibv_qp_init_attr {
-            qp_context: ptr::null_mut(),
-            send_cq: cq,
-            recv_cq: cq,
-            srq: ptr::null_mut(),
-            cap: abi::ibv_qp_cap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: 4, // IBV_QPT_UD
-            sq_sig_all: 0,
-        };
+        let mut init = qp_init(cq, QPT_UD);
         let qp = ibv_create_qp(d.pd, &mut init);
         assert!(!qp.is_null());
         let mut a = abi::ibv_qp_attr {
