@@ -413,7 +413,10 @@ impl CqRt {
             }
             e
         });
-        if !wrote {
+        // Both halves are one 128-byte entry of one page: a lower half that cannot be
+        // written means a CQE write that failed too (`push_with` then failed the CQ),
+        // so no CQE announces data that is not there.
+        if !wrote && pushed == Pushed::Written {
             self.fail(fw, io, irqs, CqcStatus::CqWriteFail);
             return Pushed::Failed;
         }
