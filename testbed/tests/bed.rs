@@ -89,6 +89,9 @@ fn uc_and_ud_pairs_deliver_the_bytes() {
         (WcStatus::Success, 40 + 7, ud.a.qp.qp_num())
     );
     assert!(r.wc_flags.contains(WcFlags::GRH), "{r:?}");
+    // `sl` carries the RoCE packet type of a UD receive, as libmlx5 reports it: L3
+    // header IPv4 (2); UCX finds the destination address in the GRH area by it.
+    assert_eq!(r.sl & 7, 2, "{r:?}");
     let mut got = [0u8; 7];
     ud.b.mr.read(40, &mut got);
     assert_eq!(&got, b"over UD");
