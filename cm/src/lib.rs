@@ -6,11 +6,13 @@
 //! * [`msg`]: the CM messages (REQ, MRA, REJ, REP, RTU, DREQ, DREP, SIDR_REQ,
 //!   SIDR_REP; LAP and APR by their IDs) parsed from and emitted into MADs;
 //! * [`ipcm`]: service IDs of the IP port spaces and the IP addressing header;
-//! * [`time`]: the CM's time-outs as Linux computes them.
+//! * [`time`]: the CM's time-outs as Linux computes them;
+//! * [`engine`]: the connection state machines, without I/O.
 //!
 //! Everything read from the network goes through a checked parser that names what is
 //! wrong ([`Error`]); nothing here panics on bad input.
 
+pub mod engine;
 pub mod field;
 pub mod ipcm;
 pub mod mad;

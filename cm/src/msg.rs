@@ -631,6 +631,17 @@ pub struct Drep {
 const ID_LOCAL: Field = Field::int(0, 4);
 const ID_REMOTE: Field = Field::int(4, 4);
 const DREQ_REMOTE_QPN: Field = Field::new(8, 4, 8, 24);
+/// The AP status of an APR (byte 9; IBTA table 118).
+const APR_STATUS: Field = Field::int(9, 1);
+
+/// AP status codes of an APR (Linux `enum ib_cm_apr_status`).
+pub mod apr_status {
+    /// The alternate path was loaded.
+    pub const SUCCESS: u8 = 0;
+    /// Alternate paths are not supported (what this CM answers to a LAP: RoCE has no
+    /// alternate paths).
+    pub const UNSUPPORTED: u8 = 2;
+}
 
 /// ServiceIDResReq (IBTA table 119): resolves a service to a UD QP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -725,12 +736,15 @@ pub enum Message {
         /// The other side's communication ID.
         remote_comm_id: u32,
     },
-    /// APR: the IDs only.
+    /// APR: the IDs and the status (the additional information and private data are
+    /// not kept).
     Apr {
         /// The sender's communication ID.
         local_comm_id: u32,
         /// The other side's communication ID.
         remote_comm_id: u32,
+        /// The AP status ([`apr_status`]).
+        ap_status: u8,
     },
 }
 
@@ -824,6 +838,7 @@ impl Message {
             attr::APR => Message::Apr {
                 local_comm_id: ids().0,
                 remote_comm_id: ids().1,
+                ap_status: APR_STATUS.get(d) as u8,
             },
             other => return Err(Error::UnknownAttribute(other)),
         })
@@ -875,11 +890,15 @@ impl Message {
             Message::Lap {
                 local_comm_id,
                 remote_comm_id,
-            }
-            | Message::Apr {
+            } => ids(d, *local_comm_id, *remote_comm_id),
+            Message::Apr {
                 local_comm_id,
                 remote_comm_id,
-            } => ids(d, *local_comm_id, *remote_comm_id),
+                ap_status,
+            } => {
+                ids(d, *local_comm_id, *remote_comm_id);
+                APR_STATUS.set(d, (*ap_status).into());
+            }
         }
     }
 }
