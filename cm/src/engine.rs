@@ -606,6 +606,23 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
         Ok(ConnId(id))
     }
 
+    /// Passive: the QP attributes [`Engine::accept`] with `p` would negotiate for `id`
+    /// (rdma_cm moves the QP to RTR and RTS with them before it sends the REP).
+    pub fn accept_qp_params(&self, id: ConnId, p: &AcceptParams) -> Result<QpParams, CmError> {
+        match self.conns.get(&id.0) {
+            Some(Conn {
+                state: State::MraReqSent,
+                sent:
+                    Some(CmMad {
+                        msg: Message::Req(req),
+                        ..
+                    }),
+                ..
+            }) => Ok(passive_params(req, p)),
+            _ => Err(self.wrong(id, "accept")),
+        }
+    }
+
     /// Passive: answers the REQ of `id` with a REP and waits for the RTU.
     pub fn accept(&mut self, now: Duration, id: ConnId, p: &AcceptParams) -> Result<(), CmError> {
         let state = self.state_of(id)?;
@@ -639,20 +656,7 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
             private_data,
         };
         c.local_qpn = rep.local_qpn;
-        // Passive QP attributes (Linux `cm_req_handler`, `ib_send_cm_rep`): the REQ's
-        // QPN and PSN, its MTU, retry and RNR counts and ACK time-out; the READ/atomic
-        // depths as accepted.
-        c.params = Some(QpParams {
-            dest_qpn: req.local_qpn,
-            rq_psn: rep.starting_psn,
-            sq_psn: req.starting_psn,
-            path_mtu: req.path_mtu,
-            max_dest_rd_atomic: p.responder_resources,
-            max_rd_atomic: p.initiator_depth,
-            retry_cnt: req.retry_count,
-            rnr_retry: req.rnr_retry_count,
-            timeout: req.primary.local_ack_timeout,
-        });
+        c.params = Some(passive_params(&req, p));
         let tid = c.tid;
         self.set_state(id.0, State::RepSent);
         self.send_reliably(
@@ -1336,6 +1340,23 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
             },
         );
         self.reap(id);
+    }
+}
+
+/// The passive side's QP attributes (Linux `cm_req_handler`, `ib_send_cm_rep`): the
+/// REQ's QPN and PSN, its MTU, retry and RNR counts and ACK time-out; the READ/atomic
+/// depths as accepted.
+fn passive_params(req: &Req, p: &AcceptParams) -> QpParams {
+    QpParams {
+        dest_qpn: req.local_qpn,
+        rq_psn: p.starting_psn & 0xff_ffff,
+        sq_psn: req.starting_psn,
+        path_mtu: req.path_mtu,
+        max_dest_rd_atomic: p.responder_resources,
+        max_rd_atomic: p.initiator_depth,
+        retry_cnt: req.retry_count,
+        rnr_retry: req.rnr_retry_count,
+        timeout: req.primary.local_ack_timeout,
     }
 }
 

@@ -7,7 +7,9 @@
 //!   SIDR_REP; LAP and APR by their IDs) parsed from and emitted into MADs;
 //! * [`ipcm`]: service IDs of the IP port spaces and the IP addressing header;
 //! * [`time`]: the CM's time-outs as Linux computes them;
-//! * [`engine`]: the connection state machines, without I/O.
+//! * [`engine`]: the connection state machines, without I/O;
+//! * [`service`]: the CM of a device port over its QP1, with the RDMA IP CM service and
+//!   the application's QP taken to RTS, in the spirit of rdma_cm.
 //!
 //! Everything read from the network goes through a checked parser that names what is
 //! wrong ([`Error`]); nothing here panics on bad input.
@@ -17,6 +19,7 @@ pub mod field;
 pub mod ipcm;
 pub mod mad;
 pub mod msg;
+pub mod service;
 pub mod time;
 
 pub use msg::{CmMad, Message};

@@ -83,7 +83,7 @@ impl Bed {
     /// when the deadline passes or nothing is left to happen.
     ///
     /// `cond` is asked after every idle point, so a poll of a CQ (`|| cq.poll_one()`)
-    /// is a condition.
+    /// is a condition; what it posts runs before time moves.
     pub fn run_until<T>(
         &self,
         within: Duration,
@@ -95,6 +95,11 @@ impl Bed {
             self.fabric.run_until_idle();
             if let Some(t) = cond() {
                 return Ok(t);
+            }
+            // What the condition itself posted (a poll that answers, a repost) runs
+            // before time moves.
+            if self.fabric.run_until_idle() > 0 {
+                continue;
             }
             let now = self.now();
             let Some(wait) = self.fabric.next_event() else {
