@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferroverbs::verbs::{
-    AccessFlags, AddressHandle, AddressVector, CompletionQueue, MemoryRegion, Pd, QpCap,
-    QpInitAttr, QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, UdInitAttr, WcOpcode,
+    AccessFlags, AddressHandle, AddressVector, CompletionQueue, MemoryRegion, Pd, QpAttr, QpCap,
+    QpInitAttr, QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, UdInitAttr, WcOpcode,
 };
 use ferroverbs::{Clock, GidEntry, Mtu};
 use ferroverbs_hw::Bus;
@@ -395,7 +395,8 @@ impl<'a, B: Bus> Service<'a, B> {
         Ok(pd)
     }
 
-    /// Sends an RC connection request for `qp` (in RESET) to `dst`. The answer comes
+    /// Sends an RC connection request for `qp` (in RESET, or in INIT with receives
+    /// posted) to `dst`. The answer comes
     /// as [`CmEvent::ConnectResponse`] (then call [`Service::establish`]),
     /// [`CmEvent::Rejected`] or [`CmEvent::Unreachable`].
     pub fn connect(
@@ -450,7 +451,8 @@ impl<'a, B: Bus> Service<'a, B> {
         Ok(id)
     }
 
-    /// Takes `qp` (in RESET) through INIT, RTR and RTS with what `id` negotiated.
+    /// Takes `qp` (in RESET or INIT) through INIT, RTR and RTS with what `id`
+    /// negotiated.
     fn qp_to_rts(
         &self,
         id: ConnId,
@@ -465,7 +467,17 @@ impl<'a, B: Bus> Service<'a, B> {
         } else {
             AccessFlags::REMOTE_WRITE
         };
-        qp.to_init(self.port, access)?;
+        // A QP in RESET goes to INIT here; one already in INIT (receives posted
+        // before connecting, as rdma_create_qp leaves it) takes the CM's values by
+        // INIT to INIT (Linux `cma_modify_qp_rtr`).
+        if qp.state() == QpState::Init {
+            qp.modify(
+                QpState::Init,
+                &QpAttr::new().port(self.port).pkey_index(0).access(access),
+            )?;
+        } else {
+            qp.to_init(self.port, access)?;
+        }
         qp.to_rtr(&RtrAttr {
             av: AddressVector::new(info.peer.gid, info.peer.mac, self.local.index as u8),
             path_mtu: Mtu::from_ib(p.path_mtu.into()).unwrap_or(Mtu::Mtu1024),
@@ -505,7 +517,7 @@ impl<'a, B: Bus> Service<'a, B> {
         Ok(())
     }
 
-    /// Passive: takes `qp` (in RESET) to RTS with what the request and `p` negotiate
+    /// Passive: takes `qp` (in RESET or INIT) to RTS with what the request and `p` negotiate
     /// and answers with a REP; [`CmEvent::Established`] follows the RTU.
     pub fn accept(
         &mut self,

@@ -98,6 +98,15 @@ fn connect_accept_send_disconnect() {
         (3, 2),
         "as the passive side sees them"
     );
+    // B's QP is in INIT with a receive posted, as rdma_create_qp leaves a QP.
+    let mb = nb
+        .pd
+        .alloc_mr(4096, ferroverbs::verbs::AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    qb.to_init(1, ferroverbs::verbs::AccessFlags::empty())
+        .unwrap();
+    let rsg = [mb.sge(0, 64).unwrap()];
+    qb.post_recv(&[RecvWr::new(1, &rsg)]).unwrap();
     sb.accept(
         ib,
         &mut qb,
@@ -134,12 +143,6 @@ fn connect_accept_send_disconnect() {
         .pd
         .alloc_mr(4096, ferroverbs::verbs::AccessFlags::LOCAL_WRITE)
         .unwrap();
-    let mb = nb
-        .pd
-        .alloc_mr(4096, ferroverbs::verbs::AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    let rsg = [mb.sge(0, 64).unwrap()];
-    qb.post_recv(&[RecvWr::new(1, &rsg)]).unwrap();
     ma.write(0, b"over the CM's connection");
     let sg = [ma.sge(0, 24).unwrap()];
     qa.post_send(&[SendWr::send(2, &sg).signaled()]).unwrap();
