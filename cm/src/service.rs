@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferroverbs::verbs::{
-    AccessFlags, AddressHandle, AddressVector, CompletionQueue, MemoryRegion, Pd, QpAttr, QpCap,
-    QpInitAttr, QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, UdInitAttr, WcOpcode,
+    AccessFlags, AddressHandle, AddressVector, CompletionChannel, CompletionQueue, MemoryRegion,
+    Pd, QpAttr, QpCap, QpInitAttr, QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr,
+    UdInitAttr, WcOpcode,
 };
 use ferroverbs::{Clock, GidEntry, Mtu};
 use ferroverbs_hw::Bus;
@@ -219,6 +220,7 @@ pub struct Service<'a, B: Bus> {
     local_ip: Ipv4Addr,
     clock: Arc<dyn Clock>,
     resolve: Box<dyn Fn(IpAddr) -> Option<[u8; 6]> + 'a>,
+    chan: Option<&'a CompletionChannel<'a, B>>,
     cq: CompletionQueue<'a, B>,
     gsi: QueuePair<'a, B>,
     bufs: MemoryRegion<'a, B>,
@@ -248,6 +250,39 @@ impl<'a, B: Bus> Service<'a, B> {
         resolve: impl Fn(IpAddr) -> Option<[u8; 6]> + 'a,
         seed: u64,
     ) -> Result<Service<'a, B>, ServiceError> {
+        Self::build(pd, None, port, local, clock, Box::new(resolve), seed)
+    }
+
+    /// [`Service::new`] with the QP1's completions on `chan`: [`Service::fd`] is
+    /// then readable (`poll(2)`, epoll) when MADs arrived, so an application waits on
+    /// it, with [`Service::next_deadline`] as its time-out, and calls
+    /// [`Service::poll`] when it wakes (rdma_cm's event channel fd).
+    pub fn with_channel(
+        pd: &'a Pd<'a, B>,
+        chan: &'a CompletionChannel<'a, B>,
+        port: u8,
+        local: GidEntry,
+        clock: Arc<dyn Clock>,
+        resolve: impl Fn(IpAddr) -> Option<[u8; 6]> + 'a,
+        seed: u64,
+    ) -> Result<Service<'a, B>, ServiceError> {
+        Self::build(pd, Some(chan), port, local, clock, Box::new(resolve), seed)
+    }
+
+    /// The descriptor to wait on, when made [`Service::with_channel`].
+    pub fn fd(&self) -> Option<std::os::fd::RawFd> {
+        self.chan.map(|c| c.fd())
+    }
+
+    fn build(
+        pd: &'a Pd<'a, B>,
+        chan: Option<&'a CompletionChannel<'a, B>>,
+        port: u8,
+        local: GidEntry,
+        clock: Arc<dyn Clock>,
+        resolve: Box<dyn Fn(IpAddr) -> Option<[u8; 6]> + 'a>,
+        seed: u64,
+    ) -> Result<Service<'a, B>, ServiceError> {
         let local_ip = match ipcm::gid_to_ip(local.gid) {
             IpAddr::V4(v4) => v4,
             ip => return Err(ServiceError::NotIpv4(ip)),
@@ -255,7 +290,14 @@ impl<'a, B: Bus> Service<'a, B> {
         let ctx = pd.context();
         let guid = ctx.query_device()?.node_guid;
         let path_mtu = ctx.query_port(port)?.active_mtu;
-        let cq = ctx.create_cq((RECV_SLOTS + SEND_SLOTS) as u32)?;
+        let entries = (RECV_SLOTS + SEND_SLOTS) as u32;
+        let mut cq = match chan {
+            Some(ch) => ch.create_cq(entries)?,
+            None => ctx.create_cq(entries)?,
+        };
+        if chan.is_some() {
+            cq.req_notify(false);
+        }
         let cap = QpCap {
             max_send_wr: SEND_SLOTS as u32,
             max_recv_wr: RECV_SLOTS as u32,
@@ -274,7 +316,8 @@ impl<'a, B: Bus> Service<'a, B> {
             local,
             local_ip,
             clock,
-            resolve: Box::new(resolve),
+            resolve,
+            chan,
             cq,
             gsi,
             bufs,
@@ -637,6 +680,32 @@ impl<'a, B: Bus> Service<'a, B> {
     /// handled (received and sent).
     pub fn poll(&mut self) -> usize {
         let mut work = 0;
+        if let Some(ch) = self.chan {
+            // The verbs pattern: take the events, empty the CQ, arm, then empty it
+            // again, so that a MAD arriving after the last look wakes the
+            // descriptor and none waits unseen.
+            let mut n = 0;
+            while ch.try_get_cq_event().is_some() {
+                n += 1;
+            }
+            if n > 0 {
+                ch.ack_cq_events(&mut self.cq, n);
+            }
+            work += self.take_completions();
+            self.cq.req_notify(false);
+        }
+        work += self.take_completions();
+        let now = self.now();
+        self.engine.on_timers(now);
+        work += self.flush();
+        self.pump_events();
+        work
+    }
+
+    /// Takes the QP1's completions: receives to the state machines (and posted
+    /// again), sends' buffers back. Returns the MADs received.
+    fn take_completions(&mut self) -> usize {
+        let mut work = 0;
         while let Some(wc) = self.cq.poll_one() {
             if wc.wr_id >= SEND_TAG {
                 self.free_send.push((wc.wr_id - SEND_TAG) as usize);
@@ -670,10 +739,6 @@ impl<'a, B: Bus> Service<'a, B> {
             // GSI QP in error is counted above.
             let _ = self.post_recv(slot);
         }
-        let now = self.now();
-        self.engine.on_timers(now);
-        work += self.flush();
-        self.pump_events();
         work
     }
 

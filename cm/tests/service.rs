@@ -320,3 +320,45 @@ fn a_lost_req_is_sent_again_after_rdma_cms_timeout() {
     );
     assert_eq!(sa.stats().mads_out, 2, "the REQ twice");
 }
+
+/// Whether `fd` is readable now.
+fn readable(fd: std::os::fd::RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, a zero timeout.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+#[test]
+fn the_channel_descriptor_wakes_when_a_mad_arrives() {
+    let bed = Bed::new(45);
+    let mut sa = service(&bed, 0, 9);
+    let nb = bed.nic(1);
+    let chan: &'static _ = Box::leak(Box::new(nb.ctx.create_comp_channel().unwrap()));
+    let mut sb =
+        Service::with_channel(nb.pd, chan, 1, nb.gid, clock(nb), resolver(&bed), 10).unwrap();
+    let fd = sb.fd().unwrap();
+    sb.listen(addr(2, 7174)).unwrap();
+    sb.poll();
+    assert!(!readable(fd), "nothing arrived yet");
+    let na = bed.nic(0);
+    let cq = na.ctx.create_cq(16).unwrap();
+    let qa = na
+        .pd
+        .create_qp(&QpInitAttr::new(&cq, &cq, QpCap::default()))
+        .unwrap();
+    sa.connect(&qa, addr(2, 7174), &ConnParam::default())
+        .unwrap();
+    bed.fabric().run_until_idle();
+    chan.process();
+    assert!(readable(fd), "the REQ wakes the descriptor");
+    sb.poll();
+    assert!(matches!(
+        sb.next_event(),
+        Some(CmEvent::ConnectRequest { .. })
+    ));
+    assert!(!readable(fd), "poll consumed the wake-up and armed again");
+}
