@@ -13,9 +13,10 @@ mod cm_pingpong;
 #[path = "common/net.rs"]
 mod net;
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+#[path = "common/child.rs"]
+mod child;
+
+use std::time::Duration;
 
 const CHILD_ENV: &str = "FERROVERBS_CM_PINGPONG_CHILD";
 
@@ -31,33 +32,11 @@ fn child() {
 }
 
 fn spawn(args: &str) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    child::spawn(CHILD_ENV, args)
 }
 
-/// Waits for `c` (at most 300 s) and returns its output; fails on a bad exit.
-fn finish(name: &str, mut c: std::process::Child) -> String {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = c.try_wait().unwrap() {
-            let (mut out, mut err) = (String::new(), String::new());
-            c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-            c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-            println!("--- {name} ---\n{out}{err}");
-            assert!(status.success(), "{name} failed: {status}\n{out}\n{err}");
-            return out;
-        }
-        if start.elapsed() > Duration::from_secs(300) {
-            let _ = c.kill();
-            panic!("{name} did not finish in 300 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn finish(name: &str, c: std::process::Child) -> String {
+    child::finish(name, c, String::new(), Duration::from_secs(300))
 }
 
 #[test]

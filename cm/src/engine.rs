@@ -1001,6 +1001,16 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
             .map(|_| our_id)
     }
 
+    /// The connection an MRA or REJ of a message of `kind` answers: for a REQ, by our
+    /// ID alone (the peer has not recorded its own yet); otherwise by both IDs (Linux
+    /// `cm_acquire_mraed_id`, `cm_acquire_rejected_id`).
+    fn answered(&self, kind: MsgKind, our_id: u32, their_id: u32) -> Option<u32> {
+        match kind {
+            MsgKind::Req => self.conns.contains_key(&our_id).then_some(our_id),
+            _ => self.find(our_id, their_id),
+        }
+    }
+
     fn on_req(&mut self, from: A, tid: u64, req: Req) {
         let key = (req.local_ca_guid, req.local_comm_id);
         if let Some(&id) = self.by_remote.get(&key) {
@@ -1091,15 +1101,9 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
     }
 
     fn on_mra(&mut self, now: Duration, mra: Mra) {
-        let id = match mra.msg_mraed {
-            // An MRA of a REQ: found by our ID alone (Linux `cm_acquire_mraed_id`).
-            MsgKind::Req => self
-                .conns
-                .contains_key(&mra.remote_comm_id)
-                .then_some(mra.remote_comm_id),
-            _ => self.find(mra.remote_comm_id, mra.local_comm_id),
+        let Some(id) = self.answered(mra.msg_mraed, mra.remote_comm_id, mra.local_comm_id) else {
+            return;
         };
-        let Some(id) = id else { return };
         let next = match (self.conns[&id].state, mra.msg_mraed) {
             (State::ReqSent, MsgKind::Req) => State::MraReqRcvd,
             (State::RepSent, MsgKind::Rep) => State::MraRepRcvd,
@@ -1117,14 +1121,10 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
     }
 
     fn on_rej(&mut self, now: Duration, rej: Rej) {
-        let id = match rej.msg_rejected {
-            MsgKind::Req => self
-                .conns
-                .contains_key(&rej.remote_comm_id)
-                .then_some(rej.remote_comm_id),
-            _ => self.find(rej.remote_comm_id, rej.local_comm_id),
+        let Some(id) = self.answered(rej.msg_rejected, rej.remote_comm_id, rej.local_comm_id)
+        else {
+            return;
         };
-        let Some(id) = id else { return };
         let state = self.conns[&id].state;
         let to_timewait = match state {
             State::ReqSent | State::MraReqRcvd | State::RepSent | State::MraRepRcvd => {
