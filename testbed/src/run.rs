@@ -7,8 +7,10 @@ use crate::bed::Bed;
 use crate::trace::describe;
 
 /// Rounds of [`Bed::run_until`] that move no time before it gives up: a guard against a
-/// device that keeps finding work at one instant.
-const MAX_ROUNDS_AT_ONE_INSTANT: u32 = 100_000;
+/// device, or a condition that posts, finding work at one instant forever. A round is
+/// one look at the condition and everything that runs after it; a test that needs more
+/// at one instant splits it into several runs.
+const MAX_ROUNDS_AT_ONE_INSTANT: u32 = 20_000;
 
 /// Why [`Bed::run_until`] stopped without its condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,7 +20,7 @@ pub enum StuckReason {
     /// Nothing was in flight and no timer was pending: the condition cannot become
     /// true without the caller doing something.
     Idle,
-    /// The fabric kept working without time moving.
+    /// The fabric (or the condition, by posting) kept working without time moving.
     Livelock,
 }
 
@@ -99,6 +101,10 @@ impl Bed {
             // What the condition itself posted (a poll that answers, a repost) runs
             // before time moves.
             if self.fabric.run_until_idle() > 0 {
+                rounds_at_instant += 1;
+                if rounds_at_instant > MAX_ROUNDS_AT_ONE_INSTANT {
+                    return Err(self.stuck(StuckReason::Livelock, deadline));
+                }
                 continue;
             }
             let now = self.now();

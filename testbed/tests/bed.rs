@@ -205,3 +205,21 @@ fn pairs_fit_in_the_users_own_struct() {
         .unwrap_err();
     assert_eq!(e.reason, StuckReason::Idle);
 }
+
+#[test]
+fn a_condition_that_always_posts_ends_as_a_livelock_not_a_hang() {
+    let bed = Bed::new(9);
+    let mut p = bed.rc_pair().unwrap();
+    let sg = [p.a.mr.sge(0, 8).unwrap()];
+    // Every look sends again and never finds what it waits for.
+    let e = bed
+        .run_until(SECOND, || {
+            let _ = p.a.cq.poll_one();
+            let _ =
+                p.a.qp
+                    .post_send(&[SendWr::rdma_write(1, &sg, p.b.mr.remote(0)).signaled()]);
+            None::<()>
+        })
+        .unwrap_err();
+    assert_eq!(e.reason, StuckReason::Livelock, "{e}");
+}
