@@ -23,7 +23,7 @@ use ferroverbs::{Clock, GidEntry, Mtu};
 use ferroverbs_hw::Bus;
 
 use crate::engine::{
-    AcceptParams, CmError, Config, ConnId, ConnectParams, Engine, Event, Outgoing, QpParams,
+    AcceptParams, CmError, Config, ConnId, ConnectParams, Engine, Event, Outgoing,
 };
 use crate::ipcm::{self, IpHdr, PortSpace};
 use crate::mad::{MAD_LEN, QP1_QKEY};
@@ -81,6 +81,51 @@ impl Default for ConnParam {
             private_data: Vec::new(),
         }
     }
+}
+
+/// The attributes of one transition of a connection's QP, as `rdma_init_qp_attr`
+/// gives them (Linux `cm_init_qp_init_attr`, `cm_init_qp_rtr_attr`,
+/// `cm_init_qp_rts_attr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpTransitionAttr {
+    /// To INIT: port, P_Key index 0, access flags.
+    Init {
+        /// The port.
+        port: u8,
+        /// Remote write, and read and atomics when the connection has responder
+        /// resources.
+        access: AccessFlags,
+    },
+    /// To RTR.
+    Rtr {
+        /// The peer.
+        peer: Peer,
+        /// The GID index of this side's address.
+        sgid_index: u8,
+        /// The path MTU code (1 = 256 ... 5 = 4096).
+        path_mtu: u8,
+        /// The peer's QP.
+        dest_qpn: u32,
+        /// The first PSN expected.
+        rq_psn: u32,
+        /// RDMA READs/atomics accepted as responder.
+        max_dest_rd_atomic: u8,
+        /// The RNR NAK timer code.
+        min_rnr_timer: u8,
+    },
+    /// To RTS.
+    Rts {
+        /// The first PSN sent.
+        sq_psn: u32,
+        /// The local ACK time-out exponent.
+        timeout: u8,
+        /// Transport retries.
+        retry_cnt: u8,
+        /// RNR retries.
+        rnr_retry: u8,
+        /// RDMA READs/atomics issued at once.
+        max_rd_atomic: u8,
+    },
 }
 
 /// What happened, for the application (rdma_cm's events).
@@ -197,6 +242,9 @@ pub enum ServiceError {
 struct IdInfo {
     peer: Peer,
     transport: TransportType,
+    /// The first PSN this side advertises (chosen at connect, or when the request
+    /// arrived, so that the attributes of RTR are known before the REP).
+    psn: u32,
 }
 
 /// Counters of the service.
@@ -448,6 +496,17 @@ impl<'a, B: Bus> Service<'a, B> {
         dst: SocketAddr,
         p: &ConnParam,
     ) -> Result<ConnId, ServiceError> {
+        self.connect_qpn(qp.qp_num(), dst, p)
+    }
+
+    /// [`Service::connect`] for the QP numbered `qpn` (a QP this process's verbs do
+    /// not own, such as one of rdma-core's libmlx5 behind the uAPI layer).
+    pub fn connect_qpn(
+        &mut self,
+        qpn: u32,
+        dst: SocketAddr,
+        p: &ConnParam,
+    ) -> Result<ConnId, ServiceError> {
         let IpAddr::V4(dst_ip) = dst.ip() else {
             return Err(ServiceError::NotIpv4(dst.ip()));
         };
@@ -458,7 +517,7 @@ impl<'a, B: Bus> Service<'a, B> {
         let params = ConnectParams {
             service_id: ipcm::service_id(PortSpace::Tcp, dst.port()),
             transport: TransportType::Rc,
-            local_qpn: qp.qp_num(),
+            local_qpn: qpn,
             starting_psn: psn,
             responder_resources: p.responder_resources,
             initiator_depth: p.initiator_depth,
@@ -488,101 +547,178 @@ impl<'a, B: Bus> Service<'a, B> {
             IdInfo {
                 peer,
                 transport: TransportType::Rc,
+                psn,
             },
         );
         self.flush();
         Ok(id)
     }
 
+    /// The attributes of the transition of `id`'s QP to `state` (INIT, RTR or RTS),
+    /// as `rdma_init_qp_attr` computes them. On the passive side they are known from
+    /// the request on, before the REP; `p` (the accept's resources) applies to a
+    /// passive connection not yet accepted, and is ignored otherwise.
+    pub fn init_qp_attr(
+        &self,
+        id: ConnId,
+        state: QpState,
+        p: &ConnParam,
+    ) -> Result<QpTransitionAttr, ServiceError> {
+        let info = self.ids.get(&id).ok_or(ServiceError::NotAConnection(id))?;
+        let q = match self.engine.qp_params(id) {
+            Some(q) => q,
+            None => self
+                .engine
+                .accept_qp_params(id, &self.accept_params(info, 0, p))?,
+        };
+        Ok(match state {
+            QpState::Init => QpTransitionAttr::Init {
+                port: self.port,
+                // Linux `cm_init_qp_init_attr`.
+                access: if q.max_dest_rd_atomic > 0 && info.transport == TransportType::Rc {
+                    AccessFlags::REMOTE_WRITE
+                        | AccessFlags::REMOTE_READ
+                        | AccessFlags::REMOTE_ATOMIC
+                } else {
+                    AccessFlags::REMOTE_WRITE
+                },
+            },
+            QpState::Rtr => QpTransitionAttr::Rtr {
+                peer: info.peer,
+                sgid_index: self.local.index as u8,
+                path_mtu: q.path_mtu,
+                dest_qpn: q.dest_qpn,
+                rq_psn: q.rq_psn,
+                max_dest_rd_atomic: q.max_dest_rd_atomic,
+                // The shortest RNR NAK timer code (Linux leaves it to the consumer;
+                // 1 is what the examples use).
+                min_rnr_timer: 1,
+            },
+            QpState::Rts => QpTransitionAttr::Rts {
+                sq_psn: q.sq_psn,
+                timeout: q.timeout,
+                retry_cnt: q.retry_cnt,
+                rnr_retry: q.rnr_retry,
+                max_rd_atomic: q.max_rd_atomic,
+            },
+            _ => return Err(CmError::Invalid("a connection's QP goes to INIT, RTR or RTS").into()),
+        })
+    }
+
+    fn accept_params(&self, info: &IdInfo, qpn: u32, p: &ConnParam) -> AcceptParams {
+        AcceptParams {
+            local_qpn: qpn,
+            starting_psn: info.psn,
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            rnr_retry_count: p.rnr_retry_count.min(7),
+            srq: false,
+            private_data: p.private_data.clone(),
+        }
+    }
+
     /// Takes `qp` (in RESET or INIT) through INIT, RTR and RTS with what `id`
-    /// negotiated.
+    /// negotiated ([`Service::init_qp_attr`]).
     fn qp_to_rts(
         &self,
         id: ConnId,
         qp: &mut QueuePair<'_, B>,
-        p: QpParams,
+        p: &ConnParam,
     ) -> Result<(), ServiceError> {
-        let info = self.ids.get(&id).ok_or(ServiceError::NotAConnection(id))?;
-        // Linux `cm_init_qp_init_attr`: remote write, and read and atomics when the
-        // connection has responder resources.
-        let access = if p.max_dest_rd_atomic > 0 && info.transport == TransportType::Rc {
-            AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC
-        } else {
-            AccessFlags::REMOTE_WRITE
-        };
-        // A QP in RESET goes to INIT here; one already in INIT (receives posted
-        // before connecting, as rdma_create_qp leaves it) takes the CM's values by
-        // INIT to INIT (Linux `cma_modify_qp_rtr`).
-        if qp.state() == QpState::Init {
-            qp.modify(
-                QpState::Init,
-                &QpAttr::new().port(self.port).pkey_index(0).access(access),
-            )?;
-        } else {
-            qp.to_init(self.port, access)?;
+        if let QpTransitionAttr::Init { port, access } = self.init_qp_attr(id, QpState::Init, p)? {
+            // A QP in RESET goes to INIT here; one already in INIT (receives posted
+            // before connecting, as rdma_create_qp leaves it) takes the CM's values
+            // by INIT to INIT (Linux `cma_modify_qp_rtr`).
+            if qp.state() == QpState::Init {
+                qp.modify(
+                    QpState::Init,
+                    &QpAttr::new().port(port).pkey_index(0).access(access),
+                )?;
+            } else {
+                qp.to_init(port, access)?;
+            }
         }
-        qp.to_rtr(&RtrAttr {
-            av: AddressVector::new(info.peer.gid, info.peer.mac, self.local.index as u8),
-            path_mtu: Mtu::from_ib(p.path_mtu.into()).unwrap_or(Mtu::Mtu1024),
-            dest_qpn: p.dest_qpn,
-            rq_psn: p.rq_psn,
-            max_dest_rd_atomic: p.max_dest_rd_atomic,
-            // The shortest RNR NAK timer code (Linux leaves it to the consumer; 1 is
-            // what the examples use).
-            min_rnr_timer: 1,
-        })?;
-        qp.to_rts(&RtsAttr {
-            sq_psn: p.sq_psn,
-            timeout: p.timeout,
-            retry_cnt: p.retry_cnt,
-            rnr_retry: p.rnr_retry,
-            max_rd_atomic: p.max_rd_atomic,
-        })?;
+        if let QpTransitionAttr::Rtr {
+            peer,
+            sgid_index,
+            path_mtu,
+            dest_qpn,
+            rq_psn,
+            max_dest_rd_atomic,
+            min_rnr_timer,
+        } = self.init_qp_attr(id, QpState::Rtr, p)?
+        {
+            qp.to_rtr(&RtrAttr {
+                av: AddressVector::new(peer.gid, peer.mac, sgid_index),
+                path_mtu: Mtu::from_ib(path_mtu.into()).unwrap_or(Mtu::Mtu1024),
+                dest_qpn,
+                rq_psn,
+                max_dest_rd_atomic,
+                min_rnr_timer,
+            })?;
+        }
+        if let QpTransitionAttr::Rts {
+            sq_psn,
+            timeout,
+            retry_cnt,
+            rnr_retry,
+            max_rd_atomic,
+        } = self.init_qp_attr(id, QpState::Rts, p)?
+        {
+            qp.to_rts(&RtsAttr {
+                sq_psn,
+                timeout,
+                retry_cnt,
+                rnr_retry,
+                max_rd_atomic,
+            })?;
+        }
         Ok(())
     }
 
     /// Active: after [`CmEvent::ConnectResponse`], takes `qp` to RTS with the
     /// negotiated attributes and sends the RTU; [`CmEvent::Established`] follows.
     pub fn establish(&mut self, id: ConnId, qp: &mut QueuePair<'_, B>) -> Result<(), ServiceError> {
-        let p = self
-            .engine
-            .qp_params(id)
-            .ok_or(ServiceError::NotAConnection(id))?;
-        if let Err(e) = self.qp_to_rts(id, qp, p) {
+        if let Err(e) = self.qp_to_rts(id, qp, &ConnParam::default()) {
             // As rdma_cm: a QP that cannot be connected rejects the REP.
             let _ = self.engine.reject(id, rej_reason::CONSUMER_DEFINED, &[]);
             self.flush();
             return Err(e);
         }
+        self.establish_rtu(id)
+    }
+
+    /// Active: sends the RTU of `id` once its QP is in RTS (moved by someone else:
+    /// librdmacm's `ucma_process_conn_resp` behind the uAPI layer);
+    /// [`CmEvent::Established`] follows.
+    pub fn establish_rtu(&mut self, id: ConnId) -> Result<(), ServiceError> {
         self.engine.establish(id)?;
         self.flush();
         self.pump_events();
         Ok(())
     }
 
-    /// Passive: takes `qp` (in RESET or INIT) to RTS with what the request and `p` negotiate
-    /// and answers with a REP; [`CmEvent::Established`] follows the RTU.
+    /// Passive: takes `qp` (in RESET or INIT) to RTS with what the request and `p`
+    /// negotiate and answers with a REP; [`CmEvent::Established`] follows the RTU.
     pub fn accept(
         &mut self,
         id: ConnId,
         qp: &mut QueuePair<'_, B>,
         p: &ConnParam,
     ) -> Result<(), ServiceError> {
-        let ap = AcceptParams {
-            local_qpn: qp.qp_num(),
-            starting_psn: self.next_psn(),
-            responder_resources: p.responder_resources,
-            initiator_depth: p.initiator_depth,
-            rnr_retry_count: p.rnr_retry_count.min(7),
-            srq: false,
-            private_data: p.private_data.clone(),
-        };
-        let params = self.engine.accept_qp_params(id, &ap)?;
-        if let Err(e) = self.qp_to_rts(id, qp, params) {
+        if let Err(e) = self.qp_to_rts(id, qp, p) {
             let _ = self.engine.reject(id, rej_reason::CONSUMER_DEFINED, &[]);
             self.flush();
             return Err(e);
         }
+        self.accept_qpn(id, qp.qp_num(), p)
+    }
+
+    /// Passive: answers the request of `id` with a REP for the QP numbered `qpn`,
+    /// already in RTS with [`Service::init_qp_attr`]'s attributes (rdma_accept's order).
+    pub fn accept_qpn(&mut self, id: ConnId, qpn: u32, p: &ConnParam) -> Result<(), ServiceError> {
+        let info = self.ids.get(&id).ok_or(ServiceError::NotAConnection(id))?;
+        let ap = self.accept_params(info, qpn, p);
         let now = self.now();
         self.engine.accept(now, id, &ap)?;
         self.flush();
@@ -643,6 +779,7 @@ impl<'a, B: Bus> Service<'a, B> {
             IdInfo {
                 peer,
                 transport: TransportType::Rc,
+                psn: 0,
             },
         );
         self.flush();
@@ -805,11 +942,13 @@ impl<'a, B: Bus> Service<'a, B> {
                         continue;
                     };
                     let transport = req.transport;
+                    let psn = self.next_psn();
                     self.ids.insert(
                         id,
                         IdInfo {
                             peer: from,
                             transport,
+                            psn,
                         },
                     );
                     CmEvent::ConnectRequest {
@@ -845,6 +984,7 @@ impl<'a, B: Bus> Service<'a, B> {
                         IdInfo {
                             peer: from,
                             transport: TransportType::Rc,
+                            psn: 0,
                         },
                     );
                     CmEvent::SidrRequest {

@@ -362,3 +362,53 @@ fn the_channel_descriptor_wakes_when_a_mad_arrives() {
     ));
     assert!(!readable(fd), "poll consumed the wake-up and armed again");
 }
+
+#[test]
+fn the_qp_attributes_of_rtr_are_known_before_the_rep_and_hold_after() {
+    use ferroverbs::verbs::QpState;
+    use ferroverbs_cm::service::QpTransitionAttr;
+    let bed = Bed::new(46);
+    let mut sa = service(&bed, 0, 11);
+    let mut sb = service(&bed, 1, 12);
+    sb.listen(addr(2, 7174)).unwrap();
+    // QP numbers only, as the uAPI layer's rdma_cm device sees libmlx5's QPs.
+    let ia = sa
+        .connect_qpn(0x4242, addr(2, 7174), &ConnParam::default())
+        .unwrap();
+    let ('b', CmEvent::ConnectRequest { id: ib, .. }) = next(&bed, &mut sa, &mut sb) else {
+        panic!()
+    };
+    let p = ConnParam::default();
+    let QpTransitionAttr::Rtr {
+        dest_qpn, rq_psn, ..
+    } = sb.init_qp_attr(ib, QpState::Rtr, &p).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(dest_qpn, 0x4242);
+    sb.accept_qpn(ib, 0x4343, &p).unwrap();
+    let ('a', CmEvent::ConnectResponse { .. }) = next(&bed, &mut sa, &mut sb) else {
+        panic!()
+    };
+    // The active side sends from the PSN the passive side said it expects.
+    let QpTransitionAttr::Rts { sq_psn, .. } = sa.init_qp_attr(ia, QpState::Rts, &p).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(sq_psn, rq_psn);
+    let QpTransitionAttr::Rtr { dest_qpn, .. } = sa.init_qp_attr(ia, QpState::Rtr, &p).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(dest_qpn, 0x4343);
+    assert!(sb.init_qp_attr(ib, QpState::Sqd, &p).is_err());
+    sa.establish_rtu(ia).unwrap();
+    assert_eq!(
+        next(&bed, &mut sa, &mut sb),
+        ('a', CmEvent::Established { id: ia })
+    );
+    assert_eq!(
+        next(&bed, &mut sa, &mut sb),
+        ('b', CmEvent::Established { id: ib })
+    );
+}
