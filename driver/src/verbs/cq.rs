@@ -199,6 +199,12 @@ impl<B: Bus> Poller<B> {
         if self.owner_test() >= OWNED_BELOW {
             return 0;
         }
+        // One entry asked: inline, as `poll_one` takes it (the entry written in
+        // place; skipped entries of unknown QPs consumed until one completes or the
+        // CQ is empty, as `poll_owned` does).
+        if let [out] = wc {
+            return usize::from(self.take_into(out, Self::take_slow_into));
+        }
         self.poll_owned(wc)
     }
 
@@ -360,7 +366,7 @@ impl<B: Bus> Poller<B> {
     fn poll_owned(&mut self, wc: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
         while let Some(out) = wc.get_mut(n) {
-            if self.take_into(out) {
+            if self.take_into(out, Self::decode_into) {
                 n += 1;
                 if n == wc.len() {
                     break;
@@ -382,12 +388,20 @@ impl<B: Bus> Poller<B> {
     /// (without immediate) on the own RQ of the QP of the last responder CQE
     /// ([`Poller::hot_rx`]) taken inline ([`Poller::recv_completion`]), with what
     /// [`decode`] reports for it; anything else through [`Poller::decode_taken`].
+    ///
+    /// Any other entry goes to `slow` ([`Poller::decode_into`], or
+    /// [`Poller::take_slow_into`], which goes on to the next entries when this one is
+    /// skipped), whose result is returned.
     #[inline(always)]
-    fn take_into(&mut self, out: &mut WorkCompletion) -> bool {
+    fn take_into(
+        &mut self,
+        out: &mut WorkCompletion,
+        slow: impl FnOnce(&mut Self, &mut WorkCompletion) -> bool,
+    ) -> bool {
         let e = self.cur.next();
         self.bus.rmb();
         let Some(e) = e else {
-            return self.decode_into(out);
+            return slow(self, out);
         };
         let last8 = e.raw64::<7>();
         let qp = &*self.hot;
@@ -398,7 +412,7 @@ impl<B: Bus> Poller<B> {
                 self.cur.publish_next();
                 return true;
             }
-            return self.decode_into(out);
+            return slow(self, out);
         }
         // As in `take_entry`.
         let counter = u32::from_be(e.raw32::<5>());
@@ -416,6 +430,19 @@ impl<B: Bus> Poller<B> {
         self.cur.publish_next();
         out.wr_id = qp.sq_retire_word(counter);
         true
+    }
+
+    /// [`Poller::take_slow`] into `out`: the entry taken last decoded, and when it
+    /// is skipped the next ones, until one completes (`true`) or the CQ is empty.
+    #[inline(never)]
+    fn take_slow_into(&mut self, out: &mut WorkCompletion) -> bool {
+        match self.take_slow() {
+            Some(w) => {
+                *out = w;
+                true
+            }
+            None => false,
+        }
     }
 
     /// [`Poller::decode_taken`] into `out`.

@@ -88,6 +88,19 @@ impl<B: Bus> DetachedQp<B> {
         self.sq_slots.close();
     }
 
+    /// The SQ ring's offset in [`DetachedQp::queue_bytes`] and its WQEBBs.
+    #[cfg(test)]
+    pub(crate) fn sq_layout(&self) -> (usize, usize) {
+        self.q.geo.sq_layout()
+    }
+
+    /// Makes the queues those of a QP of transport `ty` (before any post).
+    #[cfg(test)]
+    pub(crate) fn set_qp_type(&mut self, ty: crate::ring::QpType) {
+        self.q.set_qp_type(ty).unwrap();
+        self.sq_slots.close();
+    }
+
     /// The granted capabilities.
     pub fn cap(&self) -> QpCap {
         self.q.geo.granted
@@ -112,6 +125,15 @@ impl<B: Bus> DetachedQp<B> {
     /// [`QueuePair::post_send`](super::QueuePair::post_send).
     #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), BadWr> {
+        super::post::post_send(self, wrs)
+    }
+
+    /// `post_send` with every request through the general writer
+    /// ([`SendQueue::write_wqe`](crate::ring::SendQueue::write_wqe)): the reference
+    /// the tests compare the typed writers with.
+    #[doc(hidden)]
+    pub fn post_send_general(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), BadWr> {
+        // The typed entries' position is behind the WQEs written here.
         self.sq_slots.close();
         self.q.post_send(wrs)
     }
