@@ -21,7 +21,7 @@ use std::sync::{Mutex, OnceLock};
 use ferroverbs::verbs::{
     AddressHandle, AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap,
     QpInitAttr, QpType, QueuePair, RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge,
-    SharedReceiveQueue, SrqAttr, WorkCompletion,
+    SharedReceiveQueue, SrqAttr,
 };
 use ferroverbs::GidEntry;
 use ferroverbs_sim::Sim;
@@ -995,21 +995,17 @@ unsafe extern "C" fn poll_cq(cq: *mut abi::ibv_cq, n: c_int, wc: *mut abi::ibv_w
         return -1;
     }
     let mut g = lock(&q.cq);
-    let mut buf = [WorkCompletion::default(); 16];
-    let mut done = 0usize;
-    let want = n as usize;
-    while done < want {
-        let k = (want - done).min(buf.len());
-        let got = g.poll(&mut buf[..k]);
-        for (i, w) in buf[..got].iter().enumerate() {
-            // SAFETY: `wc` has room for `n` entries and `done + i < n`.
-            unsafe { wc.add(done + i).write(convert::wc_to_ibv(w)) };
+    // Each completion written straight into the caller's array, where the driver's
+    // reader builds it.
+    let mut out = wc;
+    let done = g.poll_each(n as usize, |w| {
+        // SAFETY: `wc` has room for `n` entries and `poll_each` hands out at most
+        // `n` completions: `out` is `wc + k` for the `k`-th, `k < n`.
+        unsafe {
+            out.write(convert::wc_to_ibv(w));
+            out = out.add(1);
         }
-        done += got;
-        if got < k {
-            break;
-        }
-    }
+    });
     drop(g);
     if done == 0 {
         // Applications spin on an empty CQ. On a simulated NIC the polling thread
@@ -1146,6 +1142,11 @@ pub(crate) unsafe extern "C" fn create_qp(
             a.qp_type = ty;
             a.sq_sig_all = ia.sq_sig_all != 0;
             a.srq = srq_guard.as_deref();
+            // `MLX5_SHUT_UP_BF` set to anything but "0": never BlueFlame, every
+            // doorbell the 8-byte one (rdma-core mlx5 `get_shut_up_bf`).
+            if shut_up_bf() {
+                a.blueflame = false;
+            }
             // A transport the driver does not offer (yet) is "not supported".
             p.pd.create_qp(&a).map_err(|e| match ty {
                 QpType::Uc => libc::EOPNOTSUPP,
@@ -1319,6 +1320,14 @@ unsafe fn sges(
     Ok(&out[..n])
 }
 
+/// Whether `MLX5_SHUT_UP_BF` turns BlueFlame off: set to anything but "0"
+/// (rdma-core mlx5 `get_shut_up_bf`; read once per process, as libmlx5 reads it
+/// once per context).
+fn shut_up_bf() -> bool {
+    static SHUT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SHUT.get_or_init(|| std::env::var_os("MLX5_SHUT_UP_BF").is_some_and(|v| v != "0"))
+}
+
 /// `ops.post_send`.
 unsafe extern "C" fn post_send(
     qp: *mut abi::ibv_qp,
@@ -1335,7 +1344,13 @@ unsafe extern "C" fn post_send(
         // SAFETY: `cur` is a request of the caller's list.
         let w = unsafe { &*cur };
         // SAFETY: the request's own gather list; for UD its address handle.
-        let r = unsafe { post_one(&mut g, w, q.ud) };
+        let r = unsafe {
+            if q.ud {
+                post_one(&mut g, w, true)
+            } else {
+                post_connected(&mut g, w)
+            }
+        };
         if let Err(e) = r {
             if !bad.is_null() {
                 // SAFETY: the caller's out-parameter.
@@ -1348,9 +1363,66 @@ unsafe extern "C" fn post_send(
     0
 }
 
+/// The driver's send flags of `ibv_send_wr.send_flags` (`IBV_SEND_INLINE` is the
+/// data's form, not a flag; the checksum offload flags have no effect).
+#[inline(always)]
+fn send_flags(bits: c_uint) -> SendFlags {
+    let mut flags = SendFlags::NONE;
+    if bits & c::IBV_SEND_SIGNALED != 0 {
+        flags = flags | SendFlags::SIGNALED;
+    }
+    if bits & c::IBV_SEND_SOLICITED != 0 {
+        flags = flags | SendFlags::SOLICITED;
+    }
+    if bits & c::IBV_SEND_FENCE != 0 {
+        flags = flags | SendFlags::FENCE;
+    }
+    flags
+}
+
+/// [`post_one`] on a connected QP: a SEND of one gather entry, or of one non-empty
+/// inline entry, goes straight to the driver's one-request entries
+/// ([`QueuePair::send`], [`QueuePair::send_inline`]: the same WQE, doorbell and
+/// errors as `post_send` of that request); any other request to [`post_one`].
+///
+/// # Safety
+/// As [`post_one`].
+#[inline(always)]
+unsafe fn post_connected(
+    qp: &mut QueuePair<'static, B>,
+    w: &abi::ibv_send_wr,
+) -> Result<(), c_int> {
+    if w.opcode == c::IBV_WR_SEND && w.num_sge == 1 && !w.sg_list.is_null() {
+        // SAFETY: the caller's gather list of one entry (not NULL, checked).
+        let s = unsafe { w.sg_list.read() };
+        let flags = send_flags(w.send_flags);
+        let r = if w.send_flags & c::IBV_SEND_INLINE == 0 {
+            let sge = Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            };
+            qp.send(w.wr_id, &sge, flags)
+        } else if s.length != 0 {
+            // SAFETY: with IBV_SEND_INLINE the entry names memory the application
+            // lets the library read during this call (no key is needed).
+            let data =
+                unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) };
+            qp.send_inline(w.wr_id, data, flags)
+        } else {
+            // SAFETY: the caller's contract.
+            return unsafe { post_one(qp, w, false) };
+        };
+        return r.map_err(|e| post_errno(&e));
+    }
+    // SAFETY: the caller's contract.
+    unsafe { post_one(qp, w, false) }
+}
+
 /// # Safety
 /// `w`'s gather list must be valid; with `IBV_SEND_INLINE`, the memory it names must be
 /// readable; on a UD QP (`ud`), `w.wr.ud.ah` must be a live address handle.
+#[inline(never)]
 unsafe fn post_one(
     qp: &mut QueuePair<'static, B>,
     w: &abi::ibv_send_wr,
@@ -1402,16 +1474,7 @@ unsafe fn post_one(
         },
         _ => return Err(libc::EINVAL),
     };
-    let mut flags = SendFlags::NONE;
-    if w.send_flags & c::IBV_SEND_SIGNALED != 0 {
-        flags = flags | SendFlags::SIGNALED;
-    }
-    if w.send_flags & c::IBV_SEND_SOLICITED != 0 {
-        flags = flags | SendFlags::SOLICITED;
-    }
-    if w.send_flags & c::IBV_SEND_FENCE != 0 {
-        flags = flags | SendFlags::FENCE;
-    }
+    let flags = send_flags(w.send_flags);
     let mut parts: [&[u8]; MAX_SGE] = [&[]; MAX_SGE];
     let data = if w.send_flags & c::IBV_SEND_INLINE != 0 {
         for (p, s) in parts.iter_mut().zip(sg) {
