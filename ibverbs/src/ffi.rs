@@ -29,6 +29,7 @@ use ferroverbs_sim::Sim;
 use crate::abi::{self, c};
 use crate::convert;
 use crate::device::{self, AnyBus, Nic};
+use crate::spin::SpinLock;
 
 type B = AnyBus;
 
@@ -905,7 +906,7 @@ pub(crate) unsafe extern "C" fn destroy_comp_channel(ch: *mut abi::ibv_comp_chan
 #[repr(C)]
 pub(crate) struct CqObj {
     ibv: abi::ibv_cq,
-    cq: Mutex<CompletionQueue<'static, B>>,
+    cq: SpinLock<CompletionQueue<'static, B>>,
     cqn: u32,
     chan: Option<&'static ChanObj>,
     /// The simulated device, which a thread polling an empty CQ services.
@@ -952,7 +953,7 @@ pub(crate) unsafe extern "C" fn create_cq(
                 comp_events_completed: 0,
                 async_events_completed: 0,
             },
-            cq: Mutex::new(cq),
+            cq: SpinLock::new(cq),
             cqn,
             chan,
             sim: o.nic.sim.as_ref(),
@@ -977,7 +978,7 @@ pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut abi::ibv_cq) -> c_int {
         }
         // SAFETY: created by `create_cq`; no QP uses it.
         let b = unsafe { CqObj::take(cq) };
-        let cq = b.cq.into_inner().unwrap_or_else(|e| e.into_inner());
+        let cq = b.cq.into_inner();
         cq.destroy().map_err(|(_, e)| convert::errno_of(&e))
     })
 }
@@ -994,7 +995,7 @@ unsafe extern "C" fn poll_cq(cq: *mut abi::ibv_cq, n: c_int, wc: *mut abi::ibv_w
     if wc.is_null() {
         return -1;
     }
-    let mut g = lock(&q.cq);
+    let mut g = q.cq.lock();
     // Each completion written straight into the caller's array, where the driver's
     // reader builds it.
     let mut out = wc;
@@ -1031,7 +1032,7 @@ unsafe extern "C" fn req_notify_cq(cq: *mut abi::ibv_cq, solicited_only: c_int) 
     if q.chan.is_none() {
         return libc::EINVAL;
     }
-    lock(&q.cq).req_notify(solicited_only != 0);
+    q.cq.lock().req_notify(solicited_only != 0);
     0
 }
 
@@ -1068,7 +1069,7 @@ pub(crate) unsafe extern "C" fn ack_cq_events(cq: *mut abi::ibv_cq, nevents: c_u
         // SAFETY: the caller's CQ.
         if let Ok(q) = unsafe { CqObj::from_ibv(cq) } {
             if let Some(c) = q.chan {
-                c.ch.ack_cq_events(&mut lock(&q.cq), nevents);
+                c.ch.ack_cq_events(&mut q.cq.lock(), nevents);
             }
         }
     })
@@ -1086,7 +1087,7 @@ pub(crate) unsafe extern "C" fn resize_cq(_cq: *mut abi::ibv_cq, _cqe: c_int) ->
 #[repr(C)]
 pub(crate) struct QpObj {
     ibv: abi::ibv_qp,
-    qp: Mutex<QueuePair<'static, B>>,
+    qp: SpinLock<QueuePair<'static, B>>,
     pd: &'static PdObj,
     send_cq: &'static CqObj,
     recv_cq: &'static CqObj,
@@ -1135,9 +1136,9 @@ pub(crate) unsafe extern "C" fn create_qp(
             return Err(libc::EINVAL);
         }
         let qp = {
-            let sg = lock(&scq.cq);
+            let sg = scq.cq.lock();
             let srq_guard = srq.map(|s| lock(&s.srq));
-            let rg = (!std::ptr::eq(scq, rcq)).then(|| lock(&rcq.cq));
+            let rg = (!std::ptr::eq(scq, rcq)).then(|| rcq.cq.lock());
             let mut a = QpInitAttr::new(&sg, rg.as_deref().unwrap_or(&sg), cap);
             a.qp_type = ty;
             a.sq_sig_all = ia.sq_sig_all != 0;
@@ -1186,7 +1187,7 @@ pub(crate) unsafe extern "C" fn create_qp(
                 cond: abi::pthread_cond_t([0; 48]),
                 events_completed: 0,
             },
-            qp: Mutex::new(qp),
+            qp: SpinLock::new(qp),
             pd: p,
             send_cq: scq,
             recv_cq: rcq,
@@ -1213,7 +1214,7 @@ pub(crate) unsafe extern "C" fn modify_qp(
     int_verb(unsafe { QpObj::from_ibv(qp) }, |q| {
         // SAFETY: the caller's attributes.
         let a = unsafe { attr.as_ref() }.ok_or(libc::EINVAL)?;
-        let mut g = lock(&q.qp);
+        let mut g = q.qp.lock();
         let (to, qa) =
             convert::qp_attr_from_ibv(a, mask, g.state(), q.sim_link, q.min_ack_timeout)?;
         g.modify(to, &qa).or_errno()?;
@@ -1233,7 +1234,7 @@ pub(crate) unsafe extern "C" fn query_qp(
 ) -> c_int {
     // SAFETY: the caller's QP.
     int_verb(unsafe { QpObj::from_ibv(qp) }, |q| {
-        let info = lock(&q.qp).query().or_errno()?;
+        let info = q.qp.lock().query().or_errno()?;
         let a = convert::qp_info_to_ibv(&info);
         // SAFETY: the caller's out-parameters.
         unsafe {
@@ -1264,10 +1265,7 @@ pub(crate) unsafe extern "C" fn destroy_qp(qp: *mut abi::ibv_qp) -> c_int {
         // SAFETY: created by `create_qp`, destroyed once.
         let b = unsafe { QpObj::take(qp) };
         let (pd, s, r, srq) = (b.pd, b.send_cq, b.recv_cq, b.srq);
-        let res =
-            b.qp.into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .destroy();
+        let res = b.qp.into_inner().destroy();
         pd.users.release();
         s.users.release();
         r.users.release();
@@ -1338,7 +1336,7 @@ unsafe extern "C" fn post_send(
     let Ok(q) = (unsafe { QpObj::from_ibv(qp) }) else {
         return libc::EINVAL;
     };
-    let mut g = lock(&q.qp);
+    let mut g = q.qp.lock();
     let mut cur = wr;
     while !cur.is_null() {
         // SAFETY: `cur` is a request of the caller's list.
@@ -1367,18 +1365,33 @@ unsafe extern "C" fn post_send(
 /// data's form, not a flag; the checksum offload flags have no effect).
 #[inline(always)]
 fn send_flags(bits: c_uint) -> SendFlags {
-    let mut flags = SendFlags::NONE;
-    if bits & c::IBV_SEND_SIGNALED != 0 {
-        flags = flags | SendFlags::SIGNALED;
-    }
-    if bits & c::IBV_SEND_SOLICITED != 0 {
-        flags = flags | SendFlags::SOLICITED;
-    }
-    if bits & c::IBV_SEND_FENCE != 0 {
-        flags = flags | SendFlags::FENCE;
-    }
-    flags
+    // One load: the flags of each combination of FENCE, SIGNALED and SOLICITED (the
+    // low three bits).
+    const { assert!(c::IBV_SEND_FENCE | c::IBV_SEND_SIGNALED | c::IBV_SEND_SOLICITED == 7) };
+    SEND_FLAGS[(bits & 7) as usize]
 }
+
+/// [`send_flags`] of each value of the low three bits of `send_flags`.
+static SEND_FLAGS: [SendFlags; 8] = {
+    let mut t = [SendFlags::NONE; 8];
+    let mut i = 0;
+    while i < 8 {
+        let b = i as u32;
+        let mut f = SendFlags::NONE;
+        if b & c::IBV_SEND_SIGNALED != 0 {
+            f = f.union(SendFlags::SIGNALED);
+        }
+        if b & c::IBV_SEND_SOLICITED != 0 {
+            f = f.union(SendFlags::SOLICITED);
+        }
+        if b & c::IBV_SEND_FENCE != 0 {
+            f = f.union(SendFlags::FENCE);
+        }
+        t[i] = f;
+        i += 1;
+    }
+    t
+};
 
 /// [`post_one`] on a connected QP: a SEND of one gather entry, or of one non-empty
 /// inline entry, goes straight to the driver's one-request entries
@@ -1548,7 +1561,7 @@ unsafe extern "C" fn post_recv(
     let Ok(q) = (unsafe { QpObj::from_ibv(qp) }) else {
         return libc::EINVAL;
     };
-    let mut g = lock(&q.qp);
+    let mut g = q.qp.lock();
     // SAFETY: the caller's request list and out-parameter.
     unsafe {
         post_recv_chain(wr, bad, |r| {

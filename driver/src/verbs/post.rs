@@ -210,9 +210,11 @@ pub(crate) trait SqOwner<B: Bus> {
 /// One inline SEND posted and rung on its own (the entries
 /// [`QueuePair::send_inline`](super::QueuePair::send_inline) and
 /// `DetachedQp::send_inline`): what `post()`, `send_inline`, `ring()` do (same WQE,
-/// doorbell, counters and errors). On a queue whose doorbell is the 8-byte one
-/// stored directly (no BlueFlame: [`SqSlots::set_one_cap`]), a payload the gate
-/// takes is written, published and rung here with no call when the completion the
+/// doorbell, counters and errors). On a queue whose doorbell is the 8-byte one (no
+/// BlueFlame: [`SqSlots::set_one_cap`]), a payload the gate takes is written,
+/// published and rung here (with no call when the bus lets the driver store the
+/// doorbell directly; through the bus's `write64`, last, otherwise) when the
+/// completion the
 /// CQ published is the previous post's last WQE (the shortcut of
 /// [`Queues::note_posted`]: the depth after this post is then this WQE's WQEBBs,
 /// which the gate keeps within the high-water mark, [`SqSlots::refresh_one_limit`];
@@ -237,7 +239,7 @@ pub(crate) fn send_one_inline<B: Bus, O: SqOwner<B>>(
     }
     // Every other case out of line (no register of the straight path lives across
     // a call): a queue whose entry is closed for good (one that may ring
-    // BlueFlame, or a bus without a direct register) straight to a batch of one.
+    // BlueFlame) straight to a batch of one.
     if slots.one_closed() {
         return one_result(send_one_batch(o, data, wr_id, flags));
     }
