@@ -131,8 +131,11 @@ impl<B: Bus> DetachedQp<B> {
     /// `post_send` with every request through the general writer
     /// ([`SendQueue::write_wqe`](crate::ring::SendQueue::write_wqe)): the reference
     /// the tests compare the typed writers with.
-    #[doc(hidden)]
-    pub fn post_send_general(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), BadWr> {
+    #[cfg(test)]
+    pub(crate) fn post_send_general(
+        &mut self,
+        wrs: &[SendWr<'_>],
+    ) -> std::result::Result<(), BadWr> {
         // The typed entries' position is behind the WQEs written here.
         self.sq_slots.close();
         self.q.post_send(wrs)
