@@ -1323,7 +1323,13 @@ unsafe fn sges(
 /// once per context).
 fn shut_up_bf() -> bool {
     static SHUT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SHUT.get_or_init(|| std::env::var_os("MLX5_SHUT_UP_BF").is_some_and(|v| v != "0"))
+    *SHUT.get_or_init(|| shut_up_bf_of(std::env::var_os("MLX5_SHUT_UP_BF").as_deref()))
+}
+
+/// Whether a value of `MLX5_SHUT_UP_BF` turns BlueFlame off: set, and not "0"
+/// (`strcmp(env, "0") ? 1 : 0`).
+fn shut_up_bf_of(v: Option<&std::ffi::OsStr>) -> bool {
+    v.is_some_and(|v| v != "0")
 }
 
 /// `ops.post_send`.
@@ -2042,6 +2048,18 @@ pub(crate) unsafe extern "C" fn mbps_to_rate(m: c_int) -> c_int {
 mod tests {
     use super::*;
     use std::ffi::CStr;
+
+    /// `MLX5_SHUT_UP_BF` as rdma-core reads it: unset or "0" keeps BlueFlame; "1",
+    /// any other text and the empty string turn it off.
+    #[test]
+    fn shut_up_bf_reads_as_rdma_core() {
+        use std::ffi::OsStr;
+        assert!(!super::shut_up_bf_of(None));
+        assert!(!super::shut_up_bf_of(Some(OsStr::new("0"))));
+        for v in ["1", "yes", "00", ""] {
+            assert!(super::shut_up_bf_of(Some(OsStr::new(v))), "{v:?}");
+        }
+    }
 
     #[test]
     fn device_list_has_one_named_device() {
