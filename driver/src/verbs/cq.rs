@@ -13,7 +13,7 @@ use ferroverbs_hw::datapath::cqe::{
 use ferroverbs_hw::datapath::dbr::{CqArmCmd, MLX5_CQ_ARM_DB, MLX5_CQ_SET_CI};
 use ferroverbs_hw::datapath::uar::uar_bar_offset;
 use ferroverbs_hw::datapath::wqe::{
-    MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ,
+    MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ, MLX5_OPCODE_UMR,
 };
 use ferroverbs_hw::{Bus, DmaPerm};
 
@@ -254,11 +254,15 @@ impl<B: Bus> Poller<B> {
             ..WorkCompletion::default()
         };
         let mut t = REQ_TAIL[usize::from(op)];
-        if op == MLX5_OPCODE_RDMA_READ {
-            // A branch taken by RDMA READs only (not a select, which would load the
-            // tail in two halves).
+        if op & REQ_SPECIAL != 0 {
+            // A branch taken by RDMA READs, atomics and UMRs only (not a select,
+            // which would load the tail in two halves).
             std::hint::cold_path();
-            t = t.with_byte_len(u32::from_be(e.raw32::<19>()));
+            if op == MLX5_OPCODE_RDMA_READ {
+                t = t.with_byte_len(u32::from_be(e.raw32::<19>()));
+            } else if op == MLX5_OPCODE_UMR {
+                t = umr_tail(t, qp, counter);
+            }
         }
         put_tail(&mut wc, t);
         // Every byte of the entry read: the device may have it back.
@@ -408,9 +412,13 @@ impl<B: Bus> Poller<B> {
             ..WorkCompletion::default()
         };
         let mut t = REQ_TAIL[usize::from(op)];
-        if op == MLX5_OPCODE_RDMA_READ {
+        if op & REQ_SPECIAL != 0 {
             std::hint::cold_path();
-            t = t.with_byte_len(u32::from_be(e.raw32::<19>()));
+            if op == MLX5_OPCODE_RDMA_READ {
+                t = t.with_byte_len(u32::from_be(e.raw32::<19>()));
+            } else if op == MLX5_OPCODE_UMR {
+                t = umr_tail(t, qp, counter);
+            }
         }
         put_tail(out, t);
         self.cur.publish_next();
@@ -706,6 +714,8 @@ fn decode(
     let mut t = REQ_TAIL[usize::from(op)];
     if op == MLX5_OPCODE_RDMA_READ {
         t = t.with_byte_len(be32(44 - 32));
+    } else if op == MLX5_OPCODE_UMR {
+        t = umr_tail(t, qp, u32::from(counter));
     }
     put_tail(wc, t);
     Some(true)
@@ -761,6 +771,38 @@ const _: () = assert!(
         })
         .get()
 );
+
+/// Send opcode bits set in exactly the opcodes whose requester completion needs more
+/// than [`REQ_TAIL`]: RDMA READ (0x10: the byte count), the atomics (0x11, 0x12:
+/// nothing more) and UMR (0x25: bind or local invalidation, [`umr_tail`]); none of
+/// the SEND and WRITE opcodes (0x01, 0x08..0x0b) has them.
+const REQ_SPECIAL: u8 = 0x30;
+const _: () = assert!(
+    MLX5_OPCODE_RDMA_READ & REQ_SPECIAL != 0
+        && MLX5_OPCODE_UMR & REQ_SPECIAL != 0
+        && ferroverbs_hw::datapath::wqe::MLX5_OPCODE_SEND & REQ_SPECIAL == 0
+        && ferroverbs_hw::datapath::wqe::MLX5_OPCODE_SEND_IMM & REQ_SPECIAL == 0
+        && ferroverbs_hw::datapath::wqe::MLX5_OPCODE_SEND_INVAL & REQ_SPECIAL == 0
+        && ferroverbs_hw::datapath::wqe::MLX5_OPCODE_RDMA_WRITE & REQ_SPECIAL == 0
+        && ferroverbs_hw::datapath::wqe::MLX5_OPCODE_RDMA_WRITE_IMM & REQ_SPECIAL == 0
+);
+
+/// The tail of a successful UMR completion: a bind ([`REQ_TAIL`]'s) unless the WQE at
+/// `counter` (low 16 bits) was a local invalidation.
+#[cold]
+#[inline(never)]
+fn umr_tail(t: WcTailBits, qp: &WqShared, counter: u32) -> WcTailBits {
+    match qp.umr_opcode(counter as u16) {
+        WcOpcode::LocalInv => WcTailBits::of(WcTail {
+            byte_len: 0,
+            opcode: WcOpcode::LocalInv,
+            wc_flags: WcFlags::empty(),
+            status: WcStatus::Success,
+            vendor_err: 0,
+        }),
+        _ => t,
+    }
+}
 
 /// [`Poller::owner_test`] values of an entry software owns are below this.
 const OWNED_BELOW: u8 = 0x78;

@@ -222,6 +222,9 @@ pub enum PostError {
         /// The port MTU in bytes.
         max: u32,
     },
+    /// A memory window bind refused before posting.
+    #[error("memory window bind refused: {0}")]
+    MwBind(super::MwBindError),
 }
 
 impl From<ring::PostError> for PostError {
@@ -406,6 +409,21 @@ impl WqShared {
     #[inline(always)]
     pub(crate) fn sq_retire(&self, counter: u16) -> u64 {
         self.sq_retire_word(u32::from(counter))
+    }
+
+    /// The completion opcode of the UMR WQE at `counter`: the slot after its first
+    /// holds its mark (`ring::UMR_MARK_LOCAL_INV` for an invalidation).
+    #[cold]
+    pub(crate) fn umr_opcode(&self, counter: u16) -> super::WcOpcode {
+        let mark = self
+            .sq_ids
+            .slot_word(u32::from(counter.wrapping_add(1)))
+            .load(Ordering::Relaxed);
+        if mark == crate::ring::sq::UMR_MARK_LOCAL_INV {
+            super::WcOpcode::LocalInv
+        } else {
+            super::WcOpcode::BindMw
+        }
     }
 
     /// [`WqShared::sq_retire`] of the counter in the low 16 bits of `word` (the bits
