@@ -19,7 +19,11 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod abi;
+pub mod abi_ex;
 pub mod convert;
+mod cq_ex;
 pub mod device;
 mod exports;
 mod ffi;
+mod mw;
+mod qp_ex;
