@@ -143,6 +143,31 @@ fn ibv_rc_pingpong_between_two_processes() {
     assert!(c.contains("remote address: LID 0x0000, QPN"), "{c}");
 }
 
+/// `-N`: the QPs come from `ibv_create_qp_ex` with `IBV_QP_EX_WITH_SEND` and every
+/// SEND goes through `ibv_wr_start` / `ibv_wr_send` / `ibv_wr_set_sge` /
+/// `ibv_wr_complete` (the library's `ibv_qp_ex` interface).
+#[test]
+fn ibv_rc_pingpong_with_the_new_send_api() {
+    if !have("ibv_rc_pingpong") {
+        return;
+    }
+    let _s = serial();
+    let lib = library_dir("rc_pingpong_n");
+    let (s, c) = pair_env(
+        "ibv_rc_pingpong -g 0 -N",
+        &lib,
+        "ibv_rc_pingpong",
+        &["-g", "0", "-N"],
+        &PATIENT,
+        15,
+        16,
+        3,
+        LIMIT,
+    );
+    pingpong_done(&s);
+    pingpong_done(&c);
+}
+
 #[test]
 fn ibv_rc_pingpong_with_completion_events() {
     if !have("ibv_rc_pingpong") {
