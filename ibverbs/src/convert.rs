@@ -11,10 +11,12 @@ use ferroverbs_sim::link::udp::{addr_of_gid, mac_for};
 
 use crate::abi::{self, c};
 
-/// The `vendor_part_id` reported: 0, as Soft-RoCE reports, so that perftest uses the
-/// classic `ibv_post_send` API and no inline data (it switches to the `ibv_wr_*`
-/// API, which this library does not offer, for the part ids of real ConnectX parts).
-pub const VENDOR_PART_ID: u32 = 0;
+/// The `vendor_part_id` reported: 4119, a ConnectX-5 (PCI device id 0x1017, the part
+/// the simulator models; Linux `mlx5_core` and `ibv_devinfo` report the same), so that
+/// programs that key features on the part use what a ConnectX-5 offers: perftest
+/// posts through the `ibv_wr_*` API (`ibv_wr* API : ON`) and sends small messages
+/// inline, as on the hardware.
+pub const VENDOR_PART_ID: u32 = 4119;
 
 /// The shortest local ACK timeout exponent a QP on a simulated NIC gets: 18, 4.096 µs ×
 /// 2^18 ≈ 1.07 s. The simulated NIC's threads share the CPU with the applications (and
