@@ -430,3 +430,35 @@ fn send_with_invalidate_frees_a_type2_window() {
     );
     assert_eq!(p.b.mr_read(&mr, 0, 5), b"bound");
 }
+
+#[test]
+fn a_window_bound_on_a_uc_qp_takes_the_peers_writes() {
+    let mut p = Pair::deterministic(Conn::default());
+    let (mut qa, mut qb) = p.uc_qps();
+    let mr = p.b.reg_mr(8192, ALL);
+    let pd = p.b.pd;
+    let mw = alloc_mw(&mut p.b, true, pd);
+    let key = next(mw);
+    let w = bind_wqe(qb.qpn, mw, key, true, &mr, mr.va, 4096, RW);
+    p.b.post(&mut qb, &w);
+    let c = wait_cqe(&p.fabric, &p.b, &mut p.bcq.0);
+    assert_eq!(
+        (c.opcode(), c.sop_opcode()),
+        (MLX5_CQE_REQ, MLX5_OPCODE_UMR)
+    );
+    let w = mixed_wqe(
+        qa.qpn,
+        MLX5_OPCODE_RDMA_WRITE,
+        &raddr_seg(mr.va + 8, key),
+        &[Seg::Inline(b"over UC".to_vec())],
+        None,
+        SIG,
+    );
+    p.a.post(&mut qa, &w);
+    assert_eq!(
+        wait_cqe(&p.fabric, &p.a, &mut p.acq.0).opcode(),
+        MLX5_CQE_REQ
+    );
+    p.fabric.run_until_idle();
+    assert_eq!(p.b.mr_read(&mr, 8, 7), b"over UC");
+}
