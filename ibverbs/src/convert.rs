@@ -266,7 +266,14 @@ pub fn wc_to_ibv(w: &WorkCompletion) -> abi::ibv_wc {
         opcode: w.opcode as u32,
         vendor_err: u32::from(w.vendor_err),
         byte_len: w.byte_len,
-        imm_data: w.imm_data.to_be(),
+        // The immediate in network order; for a SEND with Invalidate the invalidated
+        // key, in host order (rdma-core mlx5 `handle_responder`: `invalidated_rkey =
+        // be32toh(imm_inval_pkey)`).
+        imm_data: if w.wc_flags.contains(ferroverbs::verbs::WcFlags::WITH_INV) {
+            w.imm_data
+        } else {
+            w.imm_data.to_be()
+        },
         qp_num: w.qp_num,
         src_qp: w.src_qp,
         wc_flags: w.wc_flags.bits(),

@@ -54,6 +54,7 @@ type PostSend = unsafe extern "C" fn(
 type AllocMw = unsafe extern "C" fn(*mut abi::ibv_pd, c_uint) -> *mut abi_ex::ibv_mw;
 type BindMw =
     unsafe extern "C" fn(*mut abi::ibv_qp, *mut abi_ex::ibv_mw, *mut abi_ex::ibv_mw_bind) -> c_int;
+type PollCq = unsafe extern "C" fn(*mut abi::ibv_cq, c_int, *mut abi::ibv_wc) -> c_int;
 type DeallocMw = unsafe extern "C" fn(*mut abi_ex::ibv_mw) -> c_int;
 
 type Q = *mut abi_ex::ibv_qp_ex;
@@ -566,17 +567,98 @@ fn the_wr_and_cq_ex_interfaces_and_memory_windows_through_the_c_abi() {
         assert_eq!(wr_complete(xb), 0);
         assert_eq!(q(&poll(cq, 1, T)[0]), (18, 0, WC_INV));
 
+        // A SEND with Invalidate of a fourth window (ibv_wr_send_inv): B's completion
+        // carries IBV_WC_WITH_INV and the key in host order, through the extended
+        // readers and through ibv_poll_cq.
+        let mw4 = alloc_mw(pd, cx::IBV_MW_TYPE_2);
+        assert!(!mw4.is_null());
+        let k4 = ((*mw4).rkey & !0xff) | (((*mw4).rkey + 1) & 0xff);
+        let info4 = abi_ex::ibv_mw_bind_info {
+            addr: b_at(20480),
+            ..info
+        };
+        wr_start(xb);
+        (*xb).wr_id = 19;
+        wr_bind(xb, mw4, k4, &info4);
+        assert_eq!(wr_complete(xb), 0);
+        assert_eq!(q(&poll(cq, 1, T)[0]), (19, 0, WC_BIND));
+        let wr_send_inv: FnInv = std::mem::transmute(x.wr_send_inv);
+        for round in 0..2 {
+            if round == 1 {
+                // Bind again (the window is free after the first invalidation).
+                wr_start(xb);
+                (*xb).wr_id = 19;
+                wr_bind(xb, mw4, k4, &info4);
+                assert_eq!(wr_complete(xb), 0);
+                assert_eq!(q(&poll(cq, 1, T)[0]), (19, 0, WC_BIND));
+            }
+            wr_start(xa);
+            (*xa).wr_id = 20;
+            wr_send_inv(xa, k4);
+            set_inline(xa, b"bye".as_ptr() as *mut c_void, 3);
+            assert_eq!(wr_complete(xa), 0);
+            let mut got = Vec::new();
+            if round == 0 {
+                got = poll(cq, 2, T);
+            } else {
+                let poll_cq: PollCq = std::mem::transmute(ops[abi::ops::POLL_CQ]);
+                let deadline = Instant::now() + T;
+                let mut wc = [abi::ibv_wc::default(); 4];
+                while got.len() < 2 && Instant::now() < deadline {
+                    let n = poll_cq(icq, 4, wc.as_mut_ptr());
+                    for w in &wc[..n.max(0) as usize] {
+                        got.push(Wc {
+                            wr_id: w.wr_id,
+                            status: w.status,
+                            opcode: w.opcode,
+                            byte_len: w.byte_len,
+                            flags: w.wc_flags,
+                            imm: w.imm_data,
+                            qp_num: w.qp_num,
+                        });
+                    }
+                }
+            }
+            got.sort_by_key(|w| w.wr_id);
+            assert_eq!(got.len(), 2, "{got:?}");
+            assert_eq!(q(&got[0]), (20, 0, WC_SEND));
+            let r = got[1];
+            // IBV_WC_WITH_INV (8).
+            assert_eq!(
+                (r.wr_id, r.opcode, r.byte_len, r.flags & 8, r.imm),
+                (103 - round, WC_RECV, 3, 8, k4),
+                "{r:?}"
+            );
+            if round == 0 {
+                // One receive left for the second round.
+                let mut s = abi::ibv_sge {
+                    addr: b_at(4096 * 3 + 2048),
+                    length: 64,
+                    lkey,
+                };
+                let mut rw = abi::ibv_recv_wr {
+                    wr_id: 102,
+                    next: ptr::null_mut(),
+                    sg_list: &mut s,
+                    num_sge: 1,
+                };
+                let mut rbad = ptr::null_mut();
+                assert_eq!(post_recv(b, &mut rw, &mut rbad), 0);
+            }
+        }
+        assert_eq!(dealloc_mw(mw4), 0);
+
         // Through the invalidated window: a remote access error on A (B's QP may go
         // to the error state too, flushing its last receive).
         wr_start(xa);
         (*xa).wr_id = 15;
-        wr_write(xa, k2, b_at(12288));
+        wr_write(xa, k2, b_at(12288 + 100));
         set_inline(xa, b"late".as_ptr() as *mut c_void, 4);
         assert_eq!(wr_complete(xa), 0);
-        let got = poll(cq, 2, Duration::from_secs(5));
+        let got = poll(cq, 2, Duration::from_secs(2));
         let e = got.iter().find(|w| w.wr_id == 15).copied();
         assert_eq!(e.map(|e| e.status), Some(REM_ACCESS_ERR), "{got:?}");
-        assert_eq!(&buf[44 * 1024..44 * 1024 + 4], &[0; 4]);
+        assert_eq!(&buf[44 * 1024 + 100..44 * 1024 + 104], &[0; 4]);
         assert_eq!(dealloc_mw(mw1), 0);
         assert_eq!(dealloc_mw(mw2), 0);
         assert_eq!(dealloc_mw(mw3), 0);
