@@ -95,26 +95,16 @@ struct Wc {
 /// `cq` is a live CQ of the library.
 unsafe fn poll(cq: Cx, n: usize, limit: Duration) -> Vec<Wc> {
     // SAFETY: the function pointers the library set in its own `ibv_cq_ex`.
-    let (start, next, end, opcode, byte_len, flags, imm, qpn): (
-        FnStart,
-        FnNext,
-        FnEnd,
-        FnRead32,
-        FnRead32,
-        FnRead32,
-        FnRead32,
-        FnRead32,
-    ) = unsafe {
-        (
-            std::mem::transmute((*cq).start_poll),
-            std::mem::transmute((*cq).next_poll),
-            std::mem::transmute((*cq).end_poll),
-            std::mem::transmute((*cq).read_opcode),
-            std::mem::transmute((*cq).read_byte_len),
-            std::mem::transmute((*cq).read_wc_flags),
-            std::mem::transmute((*cq).read_imm_data),
-            std::mem::transmute((*cq).read_qp_num),
-        )
+    let (start, next, end, opcode, byte_len, flags, imm, qpn) = unsafe {
+        let start: FnStart = std::mem::transmute((*cq).start_poll);
+        let next: FnNext = std::mem::transmute((*cq).next_poll);
+        let end: FnEnd = std::mem::transmute((*cq).end_poll);
+        let opcode: FnRead32 = std::mem::transmute((*cq).read_opcode);
+        let byte_len: FnRead32 = std::mem::transmute((*cq).read_byte_len);
+        let flags: FnRead32 = std::mem::transmute((*cq).read_wc_flags);
+        let imm: FnRead32 = std::mem::transmute((*cq).read_imm_data);
+        let qpn: FnRead32 = std::mem::transmute((*cq).read_qp_num);
+        (start, next, end, opcode, byte_len, flags, imm, qpn)
     };
     let mut out = Vec::new();
     let deadline = Instant::now() + limit;
@@ -264,7 +254,7 @@ fn the_wr_and_cq_ex_interfaces_and_memory_windows_through_the_c_abi() {
         let cq = create_cq_ex(ctx, &mut ca);
         assert!(!cq.is_null());
         let icq = cq as *mut abi::ibv_cq;
-        assert_eq!((*cq).cq.cqe as u32 >= 64, true);
+        assert!((*cq).cq.cqe >= 64);
 
         let mut qa = abi_ex::ibv_qp_init_attr_ex {
             qp_context: ptr::null_mut(),
