@@ -332,7 +332,9 @@ pub fn device_attr_to_ibv(d: &DeviceAttr) -> abi::ibv_device_attr {
         },
         max_ee: 0,
         max_rdd: 0,
-        max_mw: 0,
+        // Memory windows are mkeys as memory regions are (rdma-core mlx5 reports
+        // `max_mw` from `log_max_mkey` too).
+        max_mw: clamp(d.max_mr),
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
         max_mcast_grp: clamp(d.max_mcast_grp),

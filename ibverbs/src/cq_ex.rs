@@ -167,11 +167,14 @@ unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr)
         if unsafe { attr.as_ref() }.is_some_and(|a| a.comp_mask != 0) {
             return libc::EINVAL;
         }
-        // SAFETY: the caller's CQ.
-        let Some((q, p)) = (unsafe { state(cq) }) else {
+        // SAFETY: every CQ is an `ibv_cq_ex` starting with the `ibv_cq` of its object.
+        let Ok(q) = (unsafe { CqObj::from_ibv(cq as *mut ibv_cq) }) else {
             return libc::EINVAL;
         };
+        // The lock first: the polling state is the lock holder's.
         let mut g = lock(&q.cq);
+        // SAFETY: this thread holds the CQ's lock.
+        let p = unsafe { &mut *q.poll.0.get() };
         match g.poll_one() {
             Some(w) => {
                 p.guard = Some(g);

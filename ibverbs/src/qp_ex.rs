@@ -481,11 +481,18 @@ unsafe fn with(qp: *mut ibv_qp_ex, f: impl FnOnce(&'static QpObj, &mut Wr)) {
 }
 
 unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
-    // SAFETY: the caller's QP.
+    // SAFETY: the caller's QP; every QP is an `ibv_qp_ex` starting with its `ibv_qp`.
+    let Ok(q) = (unsafe { QpObj::from_ibv(qp as *mut ibv_qp) }) else {
+        return;
+    };
+    // The QP's lock is taken before the state is touched: the state is the lock
+    // holder's (another thread's `wr_start` waits here until this batch ends, as
+    // rdma-core's send-queue lock makes it).
+    let g = crate::ffi::lock(&q.qp);
+    // SAFETY: this thread holds the QP's lock now.
     unsafe {
-        with(qp, |q, w| {
-            w.end(false);
-            let g = crate::ffi::lock(&q.qp);
+        with(qp, |_, w| {
+            w.err = 0;
             w.guard = Some(g);
             let Some(g) = w.guard.as_mut() else { return };
             let qpp: *mut QueuePair<'static, B> = &mut **g;
