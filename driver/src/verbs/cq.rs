@@ -260,8 +260,8 @@ impl<B: Bus> Poller<B> {
             std::hint::cold_path();
             if op == MLX5_OPCODE_RDMA_READ {
                 t = t.with_byte_len(u32::from_be(e.raw32::<19>()));
-            } else if op == MLX5_OPCODE_UMR {
-                t = umr_tail(t, qp, counter);
+            } else if op == MLX5_OPCODE_UMR && qp.umr_is_local_inv(counter) {
+                t = LOCAL_INV_TAIL;
             }
         }
         put_tail(&mut wc, t);
@@ -416,8 +416,8 @@ impl<B: Bus> Poller<B> {
             std::hint::cold_path();
             if op == MLX5_OPCODE_RDMA_READ {
                 t = t.with_byte_len(u32::from_be(e.raw32::<19>()));
-            } else if op == MLX5_OPCODE_UMR {
-                t = umr_tail(t, qp, counter);
+            } else if op == MLX5_OPCODE_UMR && qp.umr_is_local_inv(counter) {
+                t = LOCAL_INV_TAIL;
             }
         }
         put_tail(out, t);
@@ -712,10 +712,12 @@ fn decode(
         ..WorkCompletion::default()
     };
     let mut t = REQ_TAIL[usize::from(op)];
-    if op == MLX5_OPCODE_RDMA_READ {
-        t = t.with_byte_len(be32(44 - 32));
-    } else if op == MLX5_OPCODE_UMR {
-        t = umr_tail(t, qp, u32::from(counter));
+    if op & REQ_SPECIAL != 0 {
+        if op == MLX5_OPCODE_RDMA_READ {
+            t = t.with_byte_len(be32(44 - 32));
+        } else if op == MLX5_OPCODE_UMR && qp.umr_is_local_inv(u32::from(counter)) {
+            t = LOCAL_INV_TAIL;
+        }
     }
     put_tail(wc, t);
     Some(true)
@@ -774,7 +776,7 @@ const _: () = assert!(
 
 /// Send opcode bits set in exactly the opcodes whose requester completion needs more
 /// than [`REQ_TAIL`]: RDMA READ (0x10: the byte count), the atomics (0x11, 0x12:
-/// nothing more) and UMR (0x25: bind or local invalidation, [`umr_tail`]); none of
+/// nothing more) and UMR (0x25: bind or local invalidation, [`LOCAL_INV_TAIL`]); none of
 /// the SEND and WRITE opcodes (0x01, 0x08..0x0b) has them.
 const REQ_SPECIAL: u8 = 0x30;
 const _: () = assert!(
@@ -787,22 +789,15 @@ const _: () = assert!(
         && ferroverbs_hw::datapath::wqe::MLX5_OPCODE_RDMA_WRITE_IMM & REQ_SPECIAL == 0
 );
 
-/// The tail of a successful UMR completion: a bind ([`REQ_TAIL`]'s) unless the WQE at
-/// `counter` (low 16 bits) was a local invalidation.
-#[cold]
-#[inline(never)]
-fn umr_tail(t: WcTailBits, qp: &WqShared, counter: u32) -> WcTailBits {
-    match qp.umr_opcode(counter as u16) {
-        WcOpcode::LocalInv => WcTailBits::of(WcTail {
-            byte_len: 0,
-            opcode: WcOpcode::LocalInv,
-            wc_flags: WcFlags::empty(),
-            status: WcStatus::Success,
-            vendor_err: 0,
-        }),
-        _ => t,
-    }
-}
+/// The tail of a successful UMR completion that was a local invalidation (a bind's is
+/// [`REQ_TAIL`]'s; `WqShared::umr_is_local_inv` tells them apart).
+const LOCAL_INV_TAIL: WcTailBits = WcTailBits::of(WcTail {
+    byte_len: 0,
+    opcode: WcOpcode::LocalInv,
+    wc_flags: WcFlags::empty(),
+    status: WcStatus::Success,
+    vendor_err: 0,
+});
 
 /// [`Poller::owner_test`] values of an entry software owns are below this.
 const OWNED_BELOW: u8 = 0x78;

@@ -427,19 +427,16 @@ impl WqShared {
         self.sq_retire_word(u32::from(counter))
     }
 
-    /// The completion opcode of the UMR WQE at `counter`: the slot after its first
-    /// holds its mark (`ring::UMR_MARK_LOCAL_INV` for an invalidation).
-    #[cold]
-    pub(crate) fn umr_opcode(&self, counter: u16) -> super::WcOpcode {
-        let mark = self
-            .sq_ids
-            .slot_word(u32::from(counter.wrapping_add(1)))
-            .load(Ordering::Relaxed);
-        if mark == crate::ring::sq::UMR_MARK_LOCAL_INV {
-            super::WcOpcode::LocalInv
-        } else {
-            super::WcOpcode::BindMw
-        }
+    /// Whether the UMR WQE at `counter` (low 16 bits) was a local invalidation: the
+    /// slot after its first holds its mark (`ring::UMR_MARK_LOCAL_INV`). A load and a
+    /// compare, inline: a call on the poll path would cost every poll its register
+    /// saves.
+    #[inline(always)]
+    pub(crate) fn umr_is_local_inv(&self, counter: u32) -> bool {
+        self.sq_ids
+            .slot_word(counter.wrapping_add(1))
+            .load(Ordering::Relaxed)
+            == crate::ring::sq::UMR_MARK_LOCAL_INV
     }
 
     /// [`WqShared::sq_retire`] of the counter in the low 16 bits of `word` (the bits

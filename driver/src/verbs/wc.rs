@@ -118,7 +118,7 @@ impl WcOpcode {
             MLX5_OPCODE_ATOMIC_CS => WcOpcode::CompSwap,
             MLX5_OPCODE_ATOMIC_FA => WcOpcode::FetchAdd,
             // A UMR is a bind unless its WQE is marked a local invalidation
-            // (`WqShared::umr_opcode`).
+            // (`WqShared::umr_is_local_inv`).
             MLX5_OPCODE_UMR => WcOpcode::BindMw,
             _ => WcOpcode::Send,
         }
