@@ -1,0 +1,204 @@
+//! Doorbells: libmlx5 rings them with plain stores into the UAR pages it mapped from
+//! the uverbs file (rdma-core `providers/mlx5/qp.c: post_send_db`, `cq.c:
+//! mlx5_arm_cq`), with no system call. Here those pages are anonymous shared memory,
+//! and a device thread plays the part of the ConnectX's MMIO decoder:
+//!
+//! * it takes (swaps to zero) the 64-bit CQ arm doorbell at offset 0x20 of each page
+//!   and the send doorbells at the BlueFlame registers (0x800 + k · bf_reg_size, both
+//!   halves), and forwards them to the simulated device's UAR as MMIO writes;
+//! * a send doorbell only says "some QP of this context rang": two QPs sharing a
+//!   register may overwrite each other's store before it is seen, so on every send
+//!   doorbell the thread compares each QP's send doorbell record (the producer index
+//!   libmlx5 writes before the doorbell, `MLX5_SND_DBR`) with the one it last
+//!   forwarded, and rings the device for every QP whose record moved. The device
+//!   reads the WQEs up to that record from the application's SQ buffer (a BlueFlame
+//!   copy repeats what the buffer holds).
+//!
+//! Receive queues and SRQs have no doorbell: the device reads their doorbell records
+//! when a message arrives, as a ConnectX does.
+//!
+//! Idle cost: the thread spins (with a pause hint) for [`SPIN`] after the last
+//! doorbell, then yields the CPU between looks until [`YIELD`], then sleeps
+//! [`NAP`] between looks, so an idle process costs about one look per millisecond.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ferroverbs_hw::datapath::uar::uar_bar_offset;
+use ferroverbs_hw::Bus;
+
+use crate::nic::Nic;
+
+/// Spinning after activity.
+pub const SPIN: Duration = Duration::from_micros(200);
+/// Yielding after activity, once the spin is over.
+pub const YIELD: Duration = Duration::from_millis(20);
+/// Sleep between looks when idle.
+pub const NAP: Duration = Duration::from_millis(1);
+
+/// Offset of the CQ arm doorbell in a UAR page (`MLX5_CQ_DOORBELL`).
+const CQ_DOORBELL: usize = 0x20;
+/// Offset of the first BlueFlame register (`MLX5_BF_OFFSET`).
+const BF_OFFSET: usize = 0x800;
+
+struct Page {
+    file: u64,
+    addr: usize,
+}
+
+struct QpWatch {
+    file: u64,
+    qpn: u32,
+    /// Address of the QP's send doorbell record word (`db_addr + 4`).
+    sq_dbr: usize,
+    last: u32,
+}
+
+#[derive(Default)]
+struct Watch {
+    pages: Vec<Page>,
+    qps: Vec<QpWatch>,
+}
+
+static WATCH: Mutex<Watch> = Mutex::new(Watch {
+    pages: Vec::new(),
+    qps: Vec::new(),
+});
+/// Doorbells forwarded (for the statistics line and tests).
+pub static FORWARDED: AtomicU64 = AtomicU64::new(0);
+
+fn lock() -> std::sync::MutexGuard<'static, Watch> {
+    WATCH.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Watches the UAR page mapped at `addr` for context `file`.
+pub fn add_page(file: u64, addr: usize) {
+    lock().pages.push(Page { file, addr });
+}
+
+/// Stops watching whatever page lies in `[addr, addr + len)`; true if one did.
+pub fn remove_pages(addr: usize, len: usize) -> bool {
+    let mut w = lock();
+    let before = w.pages.len();
+    w.pages
+        .retain(|p| !(p.addr >= addr && p.addr < addr.saturating_add(len)));
+    w.pages.len() != before
+}
+
+/// Watches QP `qpn` of `file`, whose doorbell record is at `db_addr`.
+pub fn add_qp(file: u64, qpn: u32, db_addr: u64) {
+    lock().qps.push(QpWatch {
+        file,
+        qpn,
+        sq_dbr: db_addr as usize + 4,
+        last: 0,
+    });
+}
+
+/// Restarts QP `qpn`'s producer index at 0 (after a modify to RESET, where libmlx5
+/// zeroes its doorbell record).
+pub fn reset_qp(qpn: u32) {
+    for q in lock().qps.iter_mut().filter(|q| q.qpn == qpn) {
+        q.last = 0;
+    }
+}
+
+/// Stops watching QP `qpn` (before its buffers may be freed).
+pub fn remove_qp(qpn: u32) {
+    lock().qps.retain(|q| q.qpn != qpn);
+}
+
+/// Stops watching everything of `file`.
+pub fn remove_file(file: u64) {
+    let mut w = lock();
+    w.pages.retain(|p| p.file != file);
+    w.qps.retain(|q| q.file != file);
+}
+
+/// Takes the 64-bit register at `addr` (zero: nothing was stored).
+///
+/// # Safety
+///
+/// `addr` is 8-byte aligned inside a watched page (an anonymous mapping this layer
+/// made and that is still mapped: unmapping removes the page under the lock first).
+unsafe fn take(addr: usize) -> u64 {
+    // SAFETY: the caller's; the application stores to it with plain 8-byte stores,
+    // which an atomic swap on the same aligned word sees whole.
+    let w = unsafe { &*(addr as *const AtomicU64) };
+    if w.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    u64::from_be(w.swap(0, Ordering::AcqRel))
+}
+
+/// One look at every watched register; true if a doorbell was forwarded.
+fn scan(nic: &Nic) -> bool {
+    let bus = nic.ctx.bus();
+    let uar = uar_bar_offset(nic.uar);
+    let bf = nic.bf_reg_size() as usize;
+    let mut w = lock();
+    let Watch { pages, qps } = &mut *w;
+    let mut work = false;
+    for p in pages.iter() {
+        // SAFETY: offset 0x20 of a watched page.
+        let arm = unsafe { take(p.addr + CQ_DOORBELL) };
+        if arm != 0 {
+            bus.write64(uar + CQ_DOORBELL, arm);
+            FORWARDED.fetch_add(1, Ordering::Relaxed);
+            work = true;
+        }
+        let mut rang = false;
+        for k in 0..4 {
+            for half in 0..2 {
+                let off = BF_OFFSET + k * bf + half * bf / 2;
+                if off + 8 > 4096 {
+                    continue;
+                }
+                // SAFETY: an aligned register inside a watched page.
+                rang |= unsafe { take(p.addr + off) } != 0;
+            }
+        }
+        if rang {
+            work = true;
+            for q in qps.iter_mut().filter(|q| q.file == p.file) {
+                // SAFETY: the QP's doorbell record, which stays allocated while the
+                // QP exists (the QP is removed from the watch before DESTROY_QP
+                // returns).
+                let v = unsafe { &*(q.sq_dbr as *const AtomicU32) }.load(Ordering::Acquire);
+                if v != q.last {
+                    q.last = v;
+                    bus.write64(uar + BF_OFFSET, u64::from(q.qpn) << 8);
+                    FORWARDED.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    work
+}
+
+/// Starts the doorbell thread.
+pub fn start(nic: &'static Nic) {
+    let spawned = std::thread::Builder::new()
+        .name("uapi-doorbells".into())
+        .spawn(move || {
+            let mut active = Instant::now();
+            loop {
+                if scan(nic) {
+                    active = Instant::now();
+                    continue;
+                }
+                let idle = active.elapsed();
+                if idle < SPIN {
+                    std::hint::spin_loop();
+                } else if idle < YIELD {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(NAP);
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!("ferroverbs-uapi: cannot start the doorbell thread: {e}");
+    }
+}

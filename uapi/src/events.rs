@@ -1,0 +1,259 @@
+//! Event files as the kernel's uverbs delivers them (Linux
+//! `drivers/infiniband/core/uverbs_main.c`: `ib_uverbs_event_read`,
+//! `ib_uverbs_event_poll`): a completion channel's `read()` returns one
+//! `ib_uverbs_comp_event_desc` (8 bytes), the async file's one
+//! `ib_uverbs_async_event_desc` (16 bytes); a buffer shorter than an event is EINVAL;
+//! an empty queue is EAGAIN with `O_NONBLOCK` and a wait otherwise; `poll`/`epoll`
+//! report POLLIN while events are queued. Reading an event counts it for the object
+//! it names (what DESTROY_CQ / DESTROY_QP report back).
+//!
+//! Each file is an eventfd (readable while the queue is non-empty), so `poll`,
+//! `epoll`, `fcntl(O_NONBLOCK)` and `close` act on a real descriptor.
+//!
+//! Completion events come from the device's completion EQ ([`crate::nic::Nic`]): a
+//! thread waits on its interrupt eventfd, and routes each event by CQ number to the
+//! channel the CQ was created with.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::nic::Nic;
+use crate::{real, Errno};
+
+/// One queued event.
+struct Event {
+    bytes: [u8; 16],
+    /// Counted when read.
+    counter: Option<Arc<AtomicU32>>,
+    /// The CQ a completion event names (to drop it when the CQ is destroyed).
+    cqn: Option<u32>,
+}
+
+struct Inner {
+    fd: i32,
+    queue: VecDeque<Event>,
+    /// Whether the eventfd's counter is nonzero.
+    signalled: bool,
+}
+
+/// An event file.
+pub struct EventFile {
+    rec: usize,
+    inner: Mutex<Inner>,
+}
+
+impl EventFile {
+    /// A new file whose events are `rec` bytes (8 or 16); its descriptor.
+    pub fn new(rec: usize) -> Result<Arc<EventFile>, Errno> {
+        // SAFETY: plain syscall.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(Errno::last());
+        }
+        Ok(Arc::new(EventFile {
+            rec,
+            inner: Mutex::new(Inner {
+                fd,
+                queue: VecDeque::new(),
+                signalled: false,
+            }),
+        }))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The descriptor (-1 once closed).
+    pub fn fd(&self) -> i32 {
+        self.lock().fd
+    }
+
+    fn push(&self, e: Event) {
+        let mut g = self.lock();
+        if g.fd < 0 {
+            return;
+        }
+        g.queue.push_back(e);
+        if !g.signalled {
+            let one = 1u64;
+            // SAFETY: an 8-byte write of our own eventfd.
+            unsafe { real::write(g.fd, (&one as *const u64).cast(), 8) };
+            g.signalled = true;
+        }
+    }
+
+    /// Queues a completion event for the CQ whose `user_handle` is `cq_handle`.
+    pub fn push_comp(&self, cq_handle: u64, cqn: u32, counter: Arc<AtomicU32>) {
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&cq_handle.to_ne_bytes());
+        self.push(Event {
+            bytes,
+            counter: Some(counter),
+            cqn: Some(cqn),
+        });
+    }
+
+    /// Queues an async event (`element`, `event_type`).
+    pub fn push_async(&self, element: u64, event_type: u32, counter: Option<Arc<AtomicU32>>) {
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&element.to_ne_bytes());
+        bytes[8..12].copy_from_slice(&event_type.to_ne_bytes());
+        self.push(Event {
+            bytes,
+            counter,
+            cqn: None,
+        });
+    }
+
+    /// Drops the queued completion events of CQ `cqn` (Linux
+    /// `ib_uverbs_release_ucq`: unread events of a destroyed CQ are discarded).
+    pub fn discard_cq(&self, cqn: u32) {
+        let mut g = self.lock();
+        g.queue.retain(|e| e.cqn != Some(cqn));
+        Self::settle(&mut g);
+    }
+
+    /// Clears the eventfd when the queue is empty.
+    fn settle(g: &mut Inner) {
+        if g.queue.is_empty() && g.signalled {
+            let mut v = 0u64;
+            // SAFETY: an 8-byte read of our own eventfd, whose counter is nonzero
+            // (`signalled`), so it does not block.
+            unsafe { real::read(g.fd, (&mut v as *mut u64).cast(), 8) };
+            g.signalled = false;
+        }
+    }
+
+    /// `read(2)` of `len` bytes into the application's `buf`.
+    pub fn read(&self, buf: u64, len: usize) -> Result<usize, Errno> {
+        if len < self.rec {
+            return Err(Errno::EINVAL);
+        }
+        loop {
+            let fd = {
+                let mut g = self.lock();
+                if g.fd < 0 {
+                    return Err(Errno::EBADF);
+                }
+                if let Some(e) = g.queue.front() {
+                    crate::user::copy_out(buf, &e.bytes[..self.rec])?;
+                    let e = g.queue.pop_front().expect("front exists");
+                    if let Some(c) = e.counter {
+                        c.fetch_add(1, Ordering::AcqRel);
+                    }
+                    Self::settle(&mut g);
+                    return Ok(self.rec);
+                }
+                g.fd
+            };
+            // SAFETY: F_GETFL on our own descriptor.
+            let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+            if fl >= 0 && fl & libc::O_NONBLOCK != 0 {
+                return Err(Errno::EAGAIN);
+            }
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd. A signal ends the wait with EINTR, as the kernel's
+            // read ends with ERESTARTSYS.
+            let r = unsafe { libc::poll(&mut p, 1, -1) };
+            if r < 0 {
+                let e = Errno::last();
+                if e == Errno::EINTR {
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// `close(2)`: the descriptor is closed; later events are dropped.
+    pub fn close(&self) -> i32 {
+        let mut g = self.lock();
+        let fd = std::mem::replace(&mut g.fd, -1);
+        g.queue.clear();
+        // SAFETY: our own descriptor, closed once (the field is now -1).
+        unsafe { real::close(fd) }
+    }
+}
+
+/// Event files by descriptor (completion channels and async files).
+static FILES: Mutex<Option<HashMap<i32, Arc<EventFile>>>> = Mutex::new(None);
+
+/// Registers `f` under its descriptor.
+pub fn register(f: &Arc<EventFile>) {
+    let mut g = FILES.lock().unwrap_or_else(|e| e.into_inner());
+    g.get_or_insert_with(HashMap::new)
+        .insert(f.fd(), Arc::clone(f));
+}
+
+/// The event file of descriptor `fd`.
+pub fn file(fd: i32) -> Option<Arc<EventFile>> {
+    let g = FILES.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_ref()?.get(&fd).cloned()
+}
+
+/// Forgets descriptor `fd` (closing it).
+pub fn unregister(fd: i32) -> Option<Arc<EventFile>> {
+    let mut g = FILES.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_mut()?.remove(&fd)
+}
+
+/// Where a CQ's completion events go.
+#[derive(Clone)]
+pub struct Route {
+    /// The CQ's `user_handle`.
+    pub user_handle: u64,
+    /// Its channel.
+    pub channel: Arc<EventFile>,
+    /// Its `comp_events_reported`.
+    pub reported: Arc<AtomicU32>,
+}
+
+static ROUTES: Mutex<Option<HashMap<u32, Route>>> = Mutex::new(None);
+
+/// Routes CQ `cqn`'s completion events.
+pub fn route(cqn: u32, r: Route) {
+    let mut g = ROUTES.lock().unwrap_or_else(|e| e.into_inner());
+    g.get_or_insert_with(HashMap::new).insert(cqn, r);
+}
+
+/// Stops routing CQ `cqn`'s events and drops those queued.
+pub fn unroute(cqn: u32) {
+    let r = {
+        let mut g = ROUTES.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_mut().and_then(|m| m.remove(&cqn))
+    };
+    if let Some(r) = r {
+        r.channel.discard_cq(cqn);
+    }
+}
+
+fn deliver(cqn: u32) {
+    let r = {
+        let g = ROUTES.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().and_then(|m| m.get(&cqn)).cloned()
+    };
+    if let Some(r) = r {
+        r.channel.push_comp(r.user_handle, cqn, r.reported);
+    }
+}
+
+/// Starts the thread that routes the completion EQ's events. It sleeps in `poll` on
+/// the EQ's interrupt eventfd: no CPU while nothing happens.
+pub fn start(nic: &'static Nic) {
+    let spawned = std::thread::Builder::new()
+        .name("uapi-events".into())
+        .spawn(move || loop {
+            if let Some(ev) = nic.channel.get_cq_event_timeout(Duration::from_secs(1)) {
+                deliver(ev.cqn);
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!("ferroverbs-uapi: cannot start the event thread: {e}");
+    }
+}
