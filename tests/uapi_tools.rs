@@ -60,3 +60,77 @@ fn ibv_devices_lists_mlx5_0() {
     assert!(out.contains("00007ffffe000001"), "{out}");
     let _s = serial();
 }
+
+/// Iterations of each pingpong: enough to wrap the queues (rx depth 500 for the RC,
+/// UC, UD tools; the SRQ's is shared by 16 QPs) a few times over.
+const ITERS: &str = "300";
+/// Time limit of a pair.
+const LIMIT: Duration = Duration::from_secs(600);
+
+fn pingpong(tool: &str, extra: &[&str], server: u8, client: u8, slot: u16) {
+    if !have(tool) {
+        return;
+    }
+    let _s = serial();
+    let mut args = vec!["-g", "0", "-n", ITERS, "-c"];
+    args.extend_from_slice(extra);
+    let (s, c) = uapi_support::pair(tool, &args, &[], server, client, slot, LIMIT);
+    for out in [&s, &c] {
+        assert!(out.contains(&format!("{ITERS} iters in")), "{out}");
+        // `-c`: the server checks the buffer it received (`invalid data in page N`).
+        assert!(!out.contains("invalid data"), "{out}");
+    }
+    assert!(
+        c.contains(&format!("GID ::ffff:{}", net::host(client))),
+        "{c}"
+    );
+    assert!(
+        c.contains(&format!("GID ::ffff:{}", net::host(server))),
+        "{c}"
+    );
+}
+
+#[test]
+fn ibv_rc_pingpong_polling() {
+    pingpong("ibv_rc_pingpong", &[], 11, 12, 1);
+}
+
+#[test]
+fn ibv_rc_pingpong_with_completion_events() {
+    pingpong("ibv_rc_pingpong", &["-e"], 13, 14, 2);
+}
+
+#[test]
+fn ibv_rc_pingpong_new_post_send_api() {
+    pingpong("ibv_rc_pingpong", &["-N"], 15, 16, 3);
+}
+
+#[test]
+fn ibv_uc_pingpong_polling() {
+    pingpong("ibv_uc_pingpong", &[], 17, 18, 4);
+}
+
+#[test]
+fn ibv_uc_pingpong_with_completion_events() {
+    pingpong("ibv_uc_pingpong", &["-e"], 19, 20, 5);
+}
+
+#[test]
+fn ibv_ud_pingpong_polling() {
+    pingpong("ibv_ud_pingpong", &[], 21, 22, 6);
+}
+
+#[test]
+fn ibv_ud_pingpong_with_completion_events() {
+    pingpong("ibv_ud_pingpong", &["-e"], 23, 24, 7);
+}
+
+#[test]
+fn ibv_srq_pingpong_polling() {
+    pingpong("ibv_srq_pingpong", &[], 25, 26, 8);
+}
+
+#[test]
+fn ibv_srq_pingpong_with_completion_events() {
+    pingpong("ibv_srq_pingpong", &["-e"], 27, 28, 9);
+}

@@ -17,9 +17,13 @@
 //! Receive queues and SRQs have no doorbell: the device reads their doorbell records
 //! when a message arrives, as a ConnectX does.
 //!
-//! Idle cost: the thread spins (with a pause hint) for [`SPIN`] after the last
-//! doorbell, then yields the CPU between looks until [`YIELD`], then sleeps
-//! [`NAP`] between looks, so an idle process costs about one look per millisecond.
+//! Latency and idle cost: after a doorbell the thread spins (with a pause hint) for
+//! [`SPIN`], then sleeps [`TICK`] between looks (with a timer slack of 1 ns) until
+//! [`ACTIVE`] has passed without a doorbell, then [`NAP`] between looks: an idle
+//! process costs one look per millisecond. Short sleeps rather than yields: on a
+//! machine whose cores are taken by busy-polling applications (libmlx5 polls its CQs
+//! in memory), a thread that wakes from a sleep is scheduled ahead of the spinners,
+//! where a yielding one waits for its time slice.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -30,10 +34,12 @@ use ferroverbs_hw::Bus;
 
 use crate::nic::Nic;
 
-/// Spinning after activity.
-pub const SPIN: Duration = Duration::from_micros(200);
-/// Yielding after activity, once the spin is over.
-pub const YIELD: Duration = Duration::from_millis(20);
+/// Spinning after a doorbell.
+pub const SPIN: Duration = Duration::from_micros(20);
+/// Sleep between looks while active.
+pub const TICK: Duration = Duration::from_micros(20);
+/// How long after the last doorbell the thread counts as active.
+pub const ACTIVE: Duration = Duration::from_millis(50);
 /// Sleep between looks when idle.
 pub const NAP: Duration = Duration::from_millis(1);
 
@@ -182,6 +188,12 @@ pub fn start(nic: &'static Nic) {
     let spawned = std::thread::Builder::new()
         .name("uapi-doorbells".into())
         .spawn(move || {
+            // SAFETY: prctl on the calling thread; no pointers.
+            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+            let tick = std::env::var("FERROVERBS_DOORBELL_TICK_US")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map_or(TICK, Duration::from_micros);
             let mut active = Instant::now();
             loop {
                 if scan(nic) {
@@ -191,8 +203,8 @@ pub fn start(nic: &'static Nic) {
                 let idle = active.elapsed();
                 if idle < SPIN {
                     std::hint::spin_loop();
-                } else if idle < YIELD {
-                    std::thread::yield_now();
+                } else if idle < ACTIVE {
+                    std::thread::sleep(tick);
                 } else {
                     std::thread::sleep(NAP);
                 }
