@@ -134,3 +134,186 @@ fn ibv_srq_pingpong_polling() {
 fn ibv_srq_pingpong_with_completion_events() {
     pingpong("ibv_srq_pingpong", &["-e"], 27, 28, 9);
 }
+
+/// The result lines of a perftest run (first field a message size).
+fn results(out: &str) -> Vec<Vec<f64>> {
+    out.lines()
+        .filter_map(|l| {
+            let f: Vec<f64> = l
+                .split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            let first = l.split_whitespace().next()?;
+            (first.parse::<u64>().is_ok() && f.len() >= 5).then_some(f)
+        })
+        .collect()
+}
+
+/// Runs perftest's `tool` with `extra` between two processes; checks that both use
+/// rdma-core's new post API (`ibv_wr* API : ON`, libmlx5's `ibv_wr_*`), that the
+/// result lines have the sizes `sizes` with `iters` iterations each, and positive
+/// numbers (latencies in µs, or the average bandwidth or message rate) on the client.
+fn perftest(tool: &str, extra: &[&str], sizes: &[u64], iters: u64, slot: u16, hosts: (u8, u8)) {
+    if !have(tool) {
+        return;
+    }
+    let _s = serial();
+    let (s, c) = uapi_support::pair(tool, extra, &[], hosts.0, hosts.1, slot, LIMIT);
+    for out in [&s, &c] {
+        assert!(out.contains("ibv_wr* API     : ON"), "{out}");
+    }
+    let r = results(&c);
+    let got: Vec<u64> = r.iter().map(|l| l[0] as u64).collect();
+    assert_eq!(got, sizes, "sizes in:\n{c}");
+    let lat = tool.ends_with("_lat");
+    for l in &r {
+        assert_eq!(l[1] as u64, iters, "iterations in {l:?}");
+        if lat {
+            // t_min, t_max, t_typical, t_avg.
+            assert!(l[2..6].iter().all(|v| v.is_finite() && *v > 0.0), "{l:?}");
+        } else {
+            // BW average (MB/s, 2 decimals: 0.00 for tiny messages) or message rate
+            // (Mpps, 6 decimals).
+            assert!(
+                l[3] > 0.0 || l[4] > 0.0,
+                "BW average and message rate in {l:?}"
+            );
+        }
+    }
+}
+
+/// The sizes of `-a`: 2 bytes to 8 MiB.
+fn all_sizes() -> Vec<u64> {
+    (1..=23).map(|k| 1u64 << k).collect()
+}
+
+#[test]
+fn ib_send_lat_default() {
+    perftest("ib_send_lat", &[], &[2], 1000, 10, (31, 32));
+}
+
+#[test]
+fn ib_write_lat_default() {
+    perftest("ib_write_lat", &[], &[2], 1000, 11, (33, 34));
+}
+
+#[test]
+fn ib_read_lat_default() {
+    perftest("ib_read_lat", &[], &[2], 1000, 12, (35, 36));
+}
+
+#[test]
+fn ib_atomic_lat_default() {
+    perftest("ib_atomic_lat", &[], &[8], 1000, 13, (37, 38));
+}
+
+#[test]
+fn ib_send_bw_default_and_four_qps() {
+    perftest("ib_send_bw", &[], &[65536], 1000, 10, (41, 42));
+    perftest(
+        "ib_send_bw",
+        &["-q", "4", "-n", "200"],
+        &[65536],
+        800,
+        11,
+        (43, 44),
+    );
+}
+
+#[test]
+fn ib_write_bw_default_and_four_qps() {
+    perftest("ib_write_bw", &[], &[65536], 5000, 12, (45, 46));
+    perftest(
+        "ib_write_bw",
+        &["-q", "4", "-n", "200"],
+        &[65536],
+        800,
+        13,
+        (47, 48),
+    );
+}
+
+#[test]
+fn ib_read_bw_default_and_four_qps() {
+    perftest("ib_read_bw", &[], &[65536], 1000, 14, (49, 50));
+    perftest(
+        "ib_read_bw",
+        &["-q", "4", "-n", "200"],
+        &[65536],
+        800,
+        15,
+        (51, 52),
+    );
+}
+
+#[test]
+fn ib_atomic_bw_default_and_four_qps() {
+    perftest("ib_atomic_bw", &[], &[8], 1000, 0, (53, 54));
+    perftest(
+        "ib_atomic_bw",
+        &["-q", "4", "-n", "200"],
+        &[8],
+        800,
+        1,
+        (55, 56),
+    );
+}
+
+#[test]
+fn perftest_all_sizes() {
+    for (i, tool) in ["ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_send_bw"]
+        .into_iter()
+        .chain(["ib_write_bw", "ib_read_bw"])
+        .enumerate()
+    {
+        let h = 60 + 2 * i as u8;
+        perftest(
+            tool,
+            &["-a", "-n", "5"],
+            &all_sizes(),
+            5,
+            2 + i as u16,
+            (h, h + 1),
+        );
+    }
+}
+
+#[test]
+fn perftest_bandwidth_with_completion_events() {
+    perftest(
+        "ib_send_bw",
+        &["-e", "-n", "200"],
+        &[65536],
+        200,
+        8,
+        (80, 81),
+    );
+    perftest(
+        "ib_read_bw",
+        &["-e", "-n", "200"],
+        &[65536],
+        200,
+        9,
+        (82, 83),
+    );
+    perftest(
+        "ib_atomic_bw",
+        &["-e", "-n", "200"],
+        &[8],
+        200,
+        14,
+        (84, 85),
+    );
+}
+
+/// perftest's latency tests with `-e` wait for one event, re-arm, poll once and post
+/// with a TX depth of 1: the re-arm names a consumer index behind the CQE just
+/// announced, so it raises a second, stale event (PRM CQ arming, rdma-core
+/// `mlx5_arm_cq`), and the next single poll finds nothing unless the WR in flight has
+/// completed; a ConnectX wins that race, two simulator processes lose it and perftest
+/// prints an uninitialized work completion (the drop-in library shows the same).
+#[test]
+#[ignore = "perftest -e latency loses the stale-event race on the simulator"]
+fn ib_send_lat_with_completion_events() {
+    perftest("ib_send_lat", &["-e", "-n", "200"], &[2], 200, 15, (86, 87));
+}

@@ -14,6 +14,14 @@
 //!   reads the WQEs up to that record from the application's SQ buffer (a BlueFlame
 //!   copy repeats what the buffer holds).
 //!
+//! CQ arms likewise: libmlx5 arms every CQ of a context through the same register
+//! (offset 0x20 of UAR page 0), so two arms in a row leave only the second there. On
+//! a store to that register the thread forwards the arm word of every CQ of the
+//! context whose arm doorbell record (`MLX5_CQ_ARM_DB`, written by libmlx5 before
+//! the doorbell) differs from the one it last forwarded. CREATE_CQ sets that word to
+//! [`ARM_NEVER`], a value libmlx5 never writes (it writes `sn << 28 | cmd | ci`, bits
+//! 25 to 27 and 30, 31 clear), so the first arm, all zeros, is seen as a change.
+//!
 //! Receive queues and SRQs have no doorbell: the device reads their doorbell records
 //! when a message arrives, as a ConnectX does.
 //!
@@ -53,6 +61,17 @@ struct Page {
     addr: usize,
 }
 
+/// The arm doorbell record word of a CQ that was never armed.
+pub const ARM_NEVER: u32 = 0xffff_ffff;
+
+struct CqWatch {
+    file: u64,
+    cqn: u32,
+    /// Address of the CQ's arm doorbell record word (`db_addr + 4`).
+    arm_dbr: usize,
+    last: u32,
+}
+
 struct QpWatch {
     file: u64,
     qpn: u32,
@@ -65,11 +84,13 @@ struct QpWatch {
 struct Watch {
     pages: Vec<Page>,
     qps: Vec<QpWatch>,
+    cqs: Vec<CqWatch>,
 }
 
 static WATCH: Mutex<Watch> = Mutex::new(Watch {
     pages: Vec::new(),
     qps: Vec::new(),
+    cqs: Vec::new(),
 });
 /// Doorbells forwarded (for the statistics line and tests).
 pub static FORWARDED: AtomicU64 = AtomicU64::new(0);
@@ -102,6 +123,22 @@ pub fn add_qp(file: u64, qpn: u32, db_addr: u64) {
     });
 }
 
+/// Watches CQ `cqn` of `file`, whose doorbell record is at `db_addr` (its arm word
+/// holding [`ARM_NEVER`]).
+pub fn add_cq(file: u64, cqn: u32, db_addr: u64) {
+    lock().cqs.push(CqWatch {
+        file,
+        cqn,
+        arm_dbr: db_addr as usize + 4,
+        last: ARM_NEVER,
+    });
+}
+
+/// Stops watching CQ `cqn`.
+pub fn remove_cq(cqn: u32) {
+    lock().cqs.retain(|c| c.cqn != cqn);
+}
+
 /// Restarts QP `qpn`'s producer index at 0 (after a modify to RESET, where libmlx5
 /// zeroes its doorbell record).
 pub fn reset_qp(qpn: u32) {
@@ -120,6 +157,7 @@ pub fn remove_file(file: u64) {
     let mut w = lock();
     w.pages.retain(|p| p.file != file);
     w.qps.retain(|q| q.file != file);
+    w.cqs.retain(|c| c.file != file);
 }
 
 /// Takes the 64-bit register at `addr` (zero: nothing was stored).
@@ -144,15 +182,29 @@ fn scan(nic: &Nic) -> bool {
     let uar = uar_bar_offset(nic.uar);
     let bf = nic.bf_reg_size() as usize;
     let mut w = lock();
-    let Watch { pages, qps } = &mut *w;
+    let Watch { pages, qps, cqs } = &mut *w;
     let mut work = false;
     for p in pages.iter() {
         // SAFETY: offset 0x20 of a watched page.
-        let arm = unsafe { take(p.addr + CQ_DOORBELL) };
-        if arm != 0 {
-            bus.write64(uar + CQ_DOORBELL, arm);
-            FORWARDED.fetch_add(1, Ordering::Relaxed);
+        if unsafe { take(p.addr + CQ_DOORBELL) } != 0 {
             work = true;
+            for c in cqs.iter_mut().filter(|c| c.file == p.file) {
+                // SAFETY: the CQ's doorbell record, allocated while the CQ exists (it
+                // leaves the watch before DESTROY_CQ returns).
+                let v = unsafe { &*(c.arm_dbr as *const AtomicU32) }.load(Ordering::Acquire);
+                if v != c.last {
+                    c.last = v;
+                    let word = u32::from_be(v);
+                    if crate::trace() {
+                        eprintln!("uapi: CQ {:#x} arm {word:#010x}", c.cqn);
+                    }
+                    bus.write64(
+                        uar + CQ_DOORBELL,
+                        (u64::from(word) << 32) | u64::from(c.cqn),
+                    );
+                    FORWARDED.fetch_add(1, Ordering::Relaxed);
+                }
+            }
         }
         let mut rang = false;
         for k in 0..4 {
@@ -173,6 +225,9 @@ fn scan(nic: &Nic) -> bool {
                 // returns).
                 let v = unsafe { &*(q.sq_dbr as *const AtomicU32) }.load(Ordering::Acquire);
                 if v != q.last {
+                    if crate::trace() {
+                        eprintln!("uapi: QP {:#x} SQ counter {:#x}", q.qpn, u32::from_be(v));
+                    }
                     q.last = v;
                     bus.write64(uar + BF_OFFSET, u64::from(q.qpn) << 8);
                     FORWARDED.fetch_add(1, Ordering::Relaxed);

@@ -234,6 +234,9 @@ pub fn unroute(cqn: u32) {
 }
 
 fn deliver(cqn: u32) {
+    if crate::trace() {
+        eprintln!("uapi: completion event CQ {cqn:#x}");
+    }
     let r = {
         let g = ROUTES.lock().unwrap_or_else(|e| e.into_inner());
         g.as_ref().and_then(|m| m.get(&cqn)).cloned()
@@ -249,8 +252,16 @@ pub fn start(nic: &'static Nic) {
     let spawned = std::thread::Builder::new()
         .name("uapi-events".into())
         .spawn(move || loop {
-            if let Some(ev) = nic.channel.get_cq_event_timeout(Duration::from_secs(1)) {
-                deliver(ev.cqn);
+            match nic.channel.get_cq_event_timeout(Duration::from_secs(1)) {
+                Some(ev) => deliver(ev.cqn),
+                None if crate::trace() => {
+                    eprintln!(
+                        "uapi: idle second; link {:?}; device {:?}",
+                        nic.link.stats(),
+                        nic.sim.stats().data_path
+                    );
+                }
+                None => {}
             }
         });
     if let Err(e) = spawned {

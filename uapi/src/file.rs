@@ -228,8 +228,11 @@ impl UFile {
         let Some(ctx) = self.ctx.as_mut() else {
             return Err(Errno::EINVAL);
         };
-        ctx.execute(&c)?;
-        Ok(count)
+        let r = ctx.execute(&c);
+        if crate::trace() {
+            eprintln!("uapi: command {} ex {} -> {r:?}", c.number, c.ex);
+        }
+        r.map(|()| count)
     }
 
     /// `mmap(2)` of the file at `offset` (UAR pages).

@@ -66,6 +66,22 @@ impl Errno {
     }
 }
 
+/// Whether `FERROVERBS_UAPI_TRACE=1` asked for a line on stderr per command,
+/// forwarded doorbell and delivered event.
+pub fn trace() -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    static T: AtomicU8 = AtomicU8::new(2);
+    match T.load(Ordering::Relaxed) {
+        0 => false,
+        1 => true,
+        _ => {
+            let on = std::env::var("FERROVERBS_UAPI_TRACE").as_deref() == Ok("1");
+            T.store(u8::from(on), Ordering::Relaxed);
+            on
+        }
+    }
+}
+
 /// Closes an event descriptor of this layer (completion channel or async file).
 pub fn close_event_fd(fd: i32) -> i32 {
     fdtab::set(fd, fdtab::Kind::None);

@@ -684,6 +684,12 @@ impl Ucontext {
             }
         };
         let db_page = db & !(PAGE - 1);
+        // The arm word no arm has written (see `doorbell`): libmlx5 never reads it.
+        if let Err(e) = user::copy_out(db + 4, &crate::doorbell::ARM_NEVER.to_ne_bytes()) {
+            mem.unmap(self.nic);
+            self.unmap_db(db_page);
+            return Err(e);
+        }
         let mut input = create_cq_input(
             entries.trailing_zeros() as u8,
             self.nic.uar,
@@ -705,6 +711,7 @@ impl Ucontext {
             }
         };
         let cqn = create_cq_out::cqn.get(&out) as u32;
+        crate::doorbell::add_cq(self.file, cqn, db);
         let comp = Arc::new(AtomicU32::new(0));
         if let Some(ch) = chan {
             events::route(
@@ -757,6 +764,7 @@ impl Ucontext {
         }
         let mut input = new_input(Opcode::DestroyCq, 0, destroy_cq_in::SIZE);
         destroy_cq_in::cqn.set(&mut input, cq.cqn.into());
+        crate::doorbell::remove_cq(cq.cqn);
         events::unroute(cq.cqn);
         exec(self.nic, &input, destroy_cq_out::SIZE)?;
         let cq = self.cqs.remove(&h).expect("looked up");
