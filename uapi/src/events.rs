@@ -246,6 +246,93 @@ fn deliver(cqn: u32) {
     }
 }
 
+/// The kind of object an async event names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Object {
+    /// A QP (by QPN).
+    Qp,
+    /// A CQ (by CQN).
+    Cq,
+    /// An SRQ (by SRQN).
+    Srq,
+}
+
+/// Where an object's async events go: its context's async file, the object's
+/// `user_handle` (the event's `element`), and its `events_reported`.
+#[derive(Clone)]
+pub struct AsyncRoute {
+    /// The context's async file.
+    pub file: Arc<EventFile>,
+    /// The object's `user_handle`.
+    pub user_handle: u64,
+    /// Events read.
+    pub reported: Arc<AtomicU32>,
+}
+
+type AsyncRoutes = HashMap<(Object, u32), AsyncRoute>;
+static ASYNC: Mutex<Option<AsyncRoutes>> = Mutex::new(None);
+
+/// Routes the async events of `obj` number `n`.
+pub fn route_async(obj: Object, n: u32, r: AsyncRoute) {
+    let mut g = ASYNC.lock().unwrap_or_else(|e| e.into_inner());
+    g.get_or_insert_with(HashMap::new).insert((obj, n), r);
+}
+
+/// Stops routing the async events of `obj` number `n`.
+pub fn unroute_async(obj: Object, n: u32) {
+    let mut g = ASYNC.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(m) = g.as_mut() {
+        m.remove(&(obj, n));
+    }
+}
+
+/// `enum ib_event_type` of a device async event, and what it names (Linux
+/// `mlx5_ib_qp_event`, `mlx5_ib_srq_event`, `mlx5_ib_cq_event`).
+fn ib_event(ev: &ferroverbs::AsyncEvent) -> Option<(Object, u32, u32)> {
+    use ferroverbs_hw::datapath::eqe::*;
+    match *ev {
+        ferroverbs::AsyncEvent::CqError { cqn, .. } => Some((Object::Cq, cqn, 0)),
+        ferroverbs::AsyncEvent::Queue {
+            event_type, number, ..
+        } => {
+            let (obj, ib) = match event_type {
+                MLX5_EVENT_TYPE_WQ_CATAS_ERROR => (Object::Qp, 1),
+                MLX5_EVENT_TYPE_WQ_INVAL_REQ_ERROR => (Object::Qp, 2),
+                MLX5_EVENT_TYPE_WQ_ACCESS_ERROR => (Object::Qp, 3),
+                MLX5_EVENT_TYPE_COMM_EST => (Object::Qp, 4),
+                MLX5_EVENT_TYPE_SQ_DRAINED => (Object::Qp, 5),
+                MLX5_EVENT_TYPE_PATH_MIG => (Object::Qp, 6),
+                MLX5_EVENT_TYPE_PATH_MIG_FAILED => (Object::Qp, 7),
+                MLX5_EVENT_TYPE_SRQ_LAST_WQE => (Object::Qp, 16),
+                MLX5_EVENT_TYPE_SRQ_CATAS_ERROR => (Object::Srq, 14),
+                MLX5_EVENT_TYPE_SRQ_RQ_LIMIT => (Object::Srq, 15),
+                _ => return None,
+            };
+            Some((obj, number & 0x00ff_ffff, ib))
+        }
+        _ => None,
+    }
+}
+
+fn deliver_async(ev: ferroverbs::AsyncEvent) {
+    let Some((obj, n, ty)) = ib_event(&ev) else {
+        return;
+    };
+    let r = {
+        let g = ASYNC.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().and_then(|m| m.get(&(obj, n))).cloned()
+    };
+    if crate::trace() {
+        eprintln!("uapi: async event {ev:?} -> {ty} ({})", r.is_some());
+    }
+    if let Some(r) = r {
+        r.file.push_async(r.user_handle, ty, Some(r.reported));
+    }
+}
+
+/// How often the async thread looks at the device's async EQ.
+pub const ASYNC_PERIOD: Duration = Duration::from_millis(20);
+
 /// Starts the thread that routes the completion EQ's events. It sleeps in `poll` on
 /// the EQ's interrupt eventfd: no CPU while nothing happens.
 pub fn start(nic: &'static Nic) {
@@ -266,5 +353,17 @@ pub fn start(nic: &'static Nic) {
         });
     if let Err(e) = spawned {
         eprintln!("ferroverbs-uapi: cannot start the event thread: {e}");
+    }
+    let spawned = std::thread::Builder::new()
+        .name("uapi-async".into())
+        .spawn(move || loop {
+            std::thread::sleep(ASYNC_PERIOD);
+            let _ = nic.ctx.process_events();
+            while let Some(ev) = nic.ctx.next_async_event() {
+                deliver_async(ev);
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!("ferroverbs-uapi: cannot start the async event thread: {e}");
     }
 }

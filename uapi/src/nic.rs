@@ -154,9 +154,37 @@ pub fn nic() -> Result<&'static Nic, String> {
         Ok(n) => {
             crate::events::start(n);
             crate::doorbell::start(n);
+            lower_caller_priority();
         }
         Err(e) => eprintln!("ferroverbs-uapi: {e}"),
     }
     *g = Some(r.clone());
     r
+}
+
+/// The environment variable with the nice value the application's thread takes once
+/// the device threads run (default [`APP_NICE`]; 0 leaves it).
+pub const APP_NICE_ENV: &str = "FERROVERBS_APP_NICE";
+/// A ConnectX runs beside the CPU; the simulated one shares it with an application
+/// that busy-polls its CQs in memory (libmlx5), and the device's threads only get a
+/// CPU by preempting it. Lowering the application thread's priority (nice, which an
+/// unprivileged process may raise) makes the scheduler run the device's threads when
+/// they wake, instead of at the end of the poller's time slice.
+pub const APP_NICE: i32 = 10;
+
+fn lower_caller_priority() {
+    let nice = std::env::var(APP_NICE_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<i32>().ok())
+        .unwrap_or(APP_NICE)
+        .clamp(0, 19);
+    if nice == 0 {
+        return;
+    }
+    // SAFETY: plain syscalls on the calling thread.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        let cur = libc::getpriority(libc::PRIO_PROCESS, tid);
+        libc::setpriority(libc::PRIO_PROCESS, tid, (cur + nice).min(19));
+    }
 }

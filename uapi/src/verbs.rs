@@ -724,6 +724,16 @@ impl Ucontext {
             );
         }
         let h = self.handle();
+        let async_reported = Arc::new(AtomicU32::new(0));
+        events::route_async(
+            events::Object::Cq,
+            cqn,
+            events::AsyncRoute {
+                file: Arc::clone(&self.async_file),
+                user_handle,
+                reported: Arc::clone(&async_reported),
+            },
+        );
         self.cqs.insert(
             h,
             Cq {
@@ -731,7 +741,7 @@ impl Ucontext {
                 mem,
                 db_page,
                 comp,
-                async_reported: Arc::new(AtomicU32::new(0)),
+                async_reported,
                 users: 0,
             },
         );
@@ -766,6 +776,7 @@ impl Ucontext {
         destroy_cq_in::cqn.set(&mut input, cq.cqn.into());
         crate::doorbell::remove_cq(cq.cqn);
         events::unroute(cq.cqn);
+        events::unroute_async(events::Object::Cq, cq.cqn);
         exec(self.nic, &input, destroy_cq_out::SIZE)?;
         let cq = self.cqs.remove(&h).expect("looked up");
         cq.mem.unmap(self.nic);
@@ -786,7 +797,12 @@ impl Ucontext {
 
     fn create_qp(&mut self, c: &Cmd<'_>, ex: bool) -> Result<(), Errno> {
         let q = &c.core;
-        // (user_handle, pd, send_cq, recv_cq, srq, caps, sq_sig_all, qp_type, is_srq)
+        let user_handle = if ex {
+            q.u64(abi::ex_create_qp::user_handle)
+        } else {
+            q.u64(abi::create_qp::user_handle)
+        };
+        // (pd, send_cq, recv_cq, srq, caps, sq_sig_all, qp_type, is_srq)
         let (pd_h, scq_h, rcq_h, srq_h, caps, sig_all, ty, is_srq) = if ex {
             use abi::ex_create_qp as f;
             if q.u32(f::comp_mask) != 0 || q.u32(f::create_flags) != 0 {
@@ -993,6 +1009,15 @@ impl Ucontext {
         if sq_cnt != 0 {
             crate::doorbell::add_qp(self.file, qpn, db);
         }
+        events::route_async(
+            events::Object::Qp,
+            qpn,
+            events::AsyncRoute {
+                file: Arc::clone(&self.async_file),
+                user_handle,
+                reported: Arc::clone(&self.qps[&h].events),
+            },
+        );
         let mut r = Resp::new(if ex {
             abi::ex_create_qp_resp::SIZE
         } else {
@@ -1026,6 +1051,7 @@ impl Ucontext {
     fn destroy_qp_handle(&mut self, h: u32) -> Result<u32, Errno> {
         let qp = self.qps.get(&h).ok_or(Errno::ENOENT)?;
         crate::doorbell::remove_qp(qp.qpn);
+        events::unroute_async(events::Object::Qp, qp.qpn);
         let mut input = new_input(Opcode::DestroyQp, 0, destroy_qp_in::SIZE);
         destroy_qp_in::qpn.set(&mut input, qp.qpn.into());
         exec(self.nic, &input, destroy_qp_out::SIZE)?;
@@ -1474,6 +1500,7 @@ impl Ucontext {
         use abi::create_srq as f;
         let q = &c.core;
         let pd_h = q.u32(f::pd_handle);
+        let user_handle = q.u64(f::user_handle);
         let max_wr = q.u32(f::max_wr);
         let max_sge = q.u32(f::max_sge);
         let limit = q.u32(f::srq_limit);
@@ -1548,6 +1575,15 @@ impl Ucontext {
                 events: Arc::new(AtomicU32::new(0)),
             },
         );
+        events::route_async(
+            events::Object::Srq,
+            srqn,
+            events::AsyncRoute {
+                file: Arc::clone(&self.async_file),
+                user_handle,
+                reported: Arc::clone(&self.srqs[&h].events),
+            },
+        );
         let mut r = Resp::new(abi::create_srq_resp::SIZE);
         r.u32(abi::create_srq_resp::srq_handle, h);
         r.u32(abi::create_srq_resp::max_wr, entries - 1);
@@ -1600,6 +1636,7 @@ impl Ucontext {
         if srq.users > 0 {
             return Err(Errno::EBUSY);
         }
+        events::unroute_async(events::Object::Srq, srq.srqn);
         let mut input = new_input(Opcode::DestroySrq, 0, destroy_srq_in::SIZE);
         destroy_srq_in::srqn.set(&mut input, srq.srqn.into());
         exec(self.nic, &input, 16)?;
