@@ -39,9 +39,11 @@ fn compile(name: &str, header: &str, libs: &[&str]) -> Option<(PathBuf, PathBuf)
     Some((dir, exe))
 }
 
-/// Runs a compiled checker; asserts it passed at least `min` cases and failed none.
-fn run_checker(dir: PathBuf, exe: PathBuf, min: usize) {
-    let p = uapi_support::Proc::spawn("checker", "sim", &[exe.to_str().unwrap()], &[]);
+/// Runs a compiled checker on the simulated NIC at host `host` of this process's
+/// loopback /24; asserts it passed at least `min` cases and failed none.
+fn run_checker(dir: PathBuf, exe: PathBuf, host: u8, min: usize) {
+    let dev = format!("sim:{}", uapi_support::net::host(host));
+    let p = uapi_support::Proc::spawn("checker", &dev, &[exe.to_str().unwrap()], &[]);
     let (st, out, err) = p.finish(Duration::from_secs(180));
     let _ = std::fs::remove_dir_all(&dir);
     println!("{out}{err}");
@@ -55,13 +57,13 @@ fn run_checker(dir: PathBuf, exe: PathBuf, min: usize) {
 #[test]
 fn malformed_commands_get_linuxs_errnos() {
     if let Some((dir, exe)) = compile("badcmd", "/usr/include/rdma/mlx5-abi.h", &[]) {
-        run_checker(dir, exe, 60);
+        run_checker(dir, exe, 101, 60);
     }
 }
 
 #[test]
 fn completion_and_async_events_through_libmlx5() {
     if let Some((dir, exe)) = compile("events", "/usr/include/infiniband/verbs.h", &["-libverbs"]) {
-        run_checker(dir, exe, 23);
+        run_checker(dir, exe, 102, 23);
     }
 }

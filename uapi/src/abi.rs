@@ -273,7 +273,7 @@ pub struct Req<'a>(pub &'a [u8]);
 impl Req<'_> {
     fn bytes<const N: usize>(&self, off: usize) -> [u8; N] {
         let mut b = [0u8; N];
-        if let Some(s) = self.0.get(off..off + N) {
+        if let Some(s) = off.checked_add(N).and_then(|end| self.0.get(off..end)) {
             b.copy_from_slice(s);
         }
         b
@@ -309,7 +309,10 @@ impl Resp {
         Resp(vec![0; len])
     }
     fn put(&mut self, off: usize, b: &[u8]) {
-        if let Some(d) = self.0.get_mut(off..off + b.len()) {
+        if let Some(d) = off
+            .checked_add(b.len())
+            .and_then(|end| self.0.get_mut(off..end))
+        {
             d.copy_from_slice(b);
         }
     }
@@ -332,5 +335,30 @@ impl Resp {
     /// Writes bytes.
     pub fn bytes(&mut self, off: usize, b: &[u8]) {
         self.put(off, b);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_past_the_end_are_zero_and_writes_past_it_are_dropped() {
+        let b = [1u8, 2, 3, 4, 5];
+        let r = Req(&b);
+        assert_eq!(r.u32(0), u32::from_ne_bytes([1, 2, 3, 4]));
+        assert_eq!(r.u32(2), 0);
+        assert_eq!(r.u8(4), 5);
+        assert_eq!(r.u64(usize::MAX - 2), 0);
+        let mut w = Resp::new(6);
+        w.u32(4, 0xdead_beef);
+        w.u16(4, 0x0102);
+        assert_eq!(w.0, [0, 0, 0, 0, 2, 1]);
+    }
+
+    #[test]
+    fn the_ioctl_number_is_rdma_verbs_ioctl() {
+        // _IOWR(0x1b, 1, struct ib_uverbs_ioctl_hdr) with a 24-byte header.
+        assert_eq!(RDMA_VERBS_IOCTL, 0xc018_1b01);
     }
 }

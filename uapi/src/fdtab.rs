@@ -46,3 +46,19 @@ pub fn set(fd: i32, k: Kind) -> bool {
         None => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_per_descriptor_and_large_numbers_are_refused() {
+        assert!(set(60_000, Kind::CompChannel));
+        assert_eq!(kind(60_000), Kind::CompChannel);
+        assert!(set(60_000, Kind::None));
+        assert_eq!(kind(60_000), Kind::None);
+        assert!(!set(MAX_FD as i32, Kind::Uverbs));
+        assert_eq!(kind(MAX_FD as i32), Kind::None);
+        assert_eq!(kind(-1), Kind::None);
+    }
+}

@@ -141,6 +141,7 @@ impl UFile {
             return Err(Errno::EINVAL);
         }
         let ex = flags == cmd::FLAG_EXTENDED;
+        let mut ex_core: Vec<u8>;
         // Linux `verify_hdr`, then `uverbs_request_start`-like splitting.
         let c = if ex {
             if count < abi::cmd_hdr::SIZE + abi::ex_cmd_hdr::SIZE {
@@ -170,17 +171,19 @@ impl UFile {
                 return Err(Errno::ENOSPC);
             }
             let core_end = 24 + in_words * 8;
-            let core = &bytes[24..core_end];
             // A shorter core request reads as zero-extended (`uverbs_request`).
-            let _ = req_size;
+            ex_core = bytes[24..core_end].to_vec();
+            if ex_core.len() < req_size {
+                ex_core.resize(req_size, 0);
+            }
             Cmd {
                 number,
                 ex,
-                core: Req(core),
+                core: Req(&ex_core),
                 udata: Req(&bytes[core_end..]),
                 udata_len: pin * 8,
                 resp: (response, out_words * 8),
-                uresp: (response + (out_words * 8) as u64, pout * 8),
+                uresp: (response.wrapping_add((out_words * 8) as u64), pout * 8),
             }
         } else {
             if in_words * 4 != count {
@@ -204,7 +207,10 @@ impl UFile {
                         return Err(Errno::ENOSPC);
                     }
                     let response = Req(body).u64(0);
-                    ((response, rs), (response + rs as u64, out_len - rs))
+                    (
+                        (response, rs),
+                        (response.wrapping_add(rs as u64), out_len - rs),
+                    )
                 }
                 None => ((0, 0), (0, 0)),
             };
@@ -242,11 +248,7 @@ impl UFile {
         if offset < 0 || offset % page != 0 {
             return Err(Errno::EINVAL);
         }
-        let pgoff = (offset / page) as u64;
-        // rdma-core `providers/mlx5/mlx5.h: set_command, set_index`; Linux
-        // `hw/mlx5/main.c: get_command, get_index, mlx5_ib_mmap`.
-        let command = (pgoff >> 8) & 0xff;
-        let index = (pgoff & 0xff) | ((pgoff >> 16) << 8);
+        let (command, index) = mmap_command((offset / page) as u64);
         match command {
             // MLX5_IB_MMAP_REGULAR_PAGE, MLX5_IB_MMAP_WC_PAGE, MLX5_IB_MMAP_NC_PAGE.
             0 | 2 | 3 => {}
@@ -288,6 +290,14 @@ impl UFile {
     }
 }
 
+/// The command and index of an mmap page offset (rdma-core `providers/mlx5/mlx5.h:
+/// set_command, set_index, set_extended_index`; Linux `hw/mlx5/main.c: get_command,
+/// get_index, get_extended_index`): command in bits 8..16, index in bits 0..8 with
+/// its higher bits from 16 up.
+pub fn mmap_command(pgoff: u64) -> (u64, u64) {
+    ((pgoff >> 8) & 0xff, (pgoff & 0xff) | ((pgoff >> 16) << 8))
+}
+
 static FILES: Mutex<Option<HashMap<i32, Arc<Mutex<UFile>>>>> = Mutex::new(None);
 
 /// Registers a new uverbs file under descriptor `fd`.
@@ -311,5 +321,33 @@ pub fn close(fd: i32) {
     };
     if let Some(f) = f {
         f.lock().unwrap_or_else(|e| e.into_inner()).release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mmap_offsets_decode_as_mlx5_ib_encodes_them() {
+        // UAR page 5, regular: offset 5 pages.
+        assert_eq!(mmap_command(5), (0, 5));
+        // MLX5_SHUT_UP_BF's NC page 2: (3 << 8 | 2).
+        assert_eq!(mmap_command((3 << 8) | 2), (3, 2));
+        // The core clock: 5 << 8.
+        assert_eq!(mmap_command(5 << 8), (5, 0));
+        // ALLOC_WC with index 0x1ff: low byte in 0..8, the rest from bit 16.
+        assert_eq!(mmap_command((6 << 8) | 0xff | (1 << 16)), (6, 0x1ff));
+    }
+
+    #[test]
+    fn legacy_and_extended_command_tables() {
+        assert_eq!(legacy_sizes(cmd::GET_CONTEXT), Some((8, Some(8))));
+        assert_eq!(legacy_sizes(cmd::MODIFY_QP), Some((112, None)));
+        assert_eq!(legacy_sizes(cmd::ALLOC_MW), None);
+        assert!(known_legacy(cmd::ALLOC_MW) && known_legacy(cmd::OPEN_QP));
+        assert!(!known_legacy(6) && !known_legacy(41) && !known_legacy(200));
+        assert_eq!(ex_sizes(cmd::QUERY_DEVICE), Some((8, 304)));
+        assert_eq!(ex_sizes(50), None);
     }
 }

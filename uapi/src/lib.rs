@@ -9,7 +9,7 @@
 //!   socket is refused (EPROTONOSUPPORT) so libibverbs reads sysfs;
 //! * `/dev/infiniband/uverbs0`: `open` gives a descriptor of `/dev/null` (a real
 //!   character device, whose numbers the sysfs `dev` file repeats), and `write`
-//!   carries the uverbs command ABI ([`file`], [`verbs`]); every `RDMA_VERBS_IOCTL` is
+//!   carries the uverbs command ABI ([`mod@file`], [`verbs`]); every `RDMA_VERBS_IOCTL` is
 //!   ENOTTY, so libibverbs uses write();
 //! * `mmap` of the file gives the UAR pages, which a device thread watches for
 //!   libmlx5's doorbell stores ([`doorbell`]);

@@ -53,9 +53,12 @@ pub fn copy_out(addr: u64, data: &[u8]) -> Result<(), Errno> {
 /// 4 KiB, the page size of every mapping this layer gives the device.
 pub const PAGE: u64 = 4096;
 
+/// The most pages one range may span (64 GiB): a larger registration is ENOMEM.
+pub const MAX_PAGES: u64 = 1 << 24;
+
 /// Checks that `[addr, addr + len)` is mapped in the process (`mincore` fails with
 /// ENOMEM on a hole), as pinning it would: EFAULT otherwise, EINVAL for an empty or
-/// wrapping range.
+/// wrapping range, ENOMEM past [`MAX_PAGES`].
 pub fn check_mapped(addr: u64, len: u64) -> Result<(), Errno> {
     let end = addr
         .checked_add(len)
@@ -65,7 +68,11 @@ pub fn check_mapped(addr: u64, len: u64) -> Result<(), Errno> {
         return Err(Errno::EFAULT);
     }
     let first = addr & !(PAGE - 1);
-    let pages = (end - first).div_ceil(PAGE) as usize;
+    let pages = (end - first).div_ceil(PAGE);
+    if pages > MAX_PAGES {
+        return Err(Errno::ENOMEM);
+    }
+    let pages = pages as usize;
     let mut vec = vec![0u8; pages];
     // SAFETY: `vec` holds one byte per page of the range; mincore only reads the page
     // tables.

@@ -204,14 +204,14 @@ impl Ucontext {
             // No DEVX on this device: libmlx5 asks again without it.
             return Err(Errno::EOPNOTSUPP);
         }
-        let mut total = u.u32(q::total_num_bfregs);
+        let total = u.u32(q::total_num_bfregs);
         if total == 0 {
             return Err(Errno::EINVAL);
         }
-        total = total.next_multiple_of(2);
         if total > MAX_BFREGS {
             return Err(Errno::ENOMEM);
         }
+        let total = total.next_multiple_of(2);
         if u.u32(q::num_low_latency_bfregs) > total - 1 {
             return Err(Errno::EINVAL);
         }
@@ -667,10 +667,10 @@ impl Ucontext {
             return Err(Errno::EINVAL);
         }
         let max_log = self.nic.cap(g::log_max_cq_sz).min(24);
-        let entries = cqe.checked_add(1).ok_or(Errno::EINVAL)?.next_power_of_two();
-        if cqe == 0 || u64::from(entries) > 1 << max_log {
+        if cqe == 0 || u64::from(cqe) >= 1 << max_log {
             return Err(Errno::EINVAL);
         }
+        let entries = (cqe + 1).next_power_of_two();
         if !buf.is_multiple_of(PAGE) {
             return Err(Errno::EINVAL);
         }
@@ -893,12 +893,9 @@ impl Ucontext {
             return Err(Errno::EINVAL);
         }
         if rq_cnt != 0
-            && !(4..=16).contains(&rq_shift)
-            && (1u64 << rq_shift) > self.nic.cap(g::max_wqe_sz_rq)
+            && (!(4..=16).contains(&rq_shift)
+                || (1u64 << rq_shift) > self.nic.cap(g::max_wqe_sz_rq))
         {
-            return Err(Errno::EINVAL);
-        }
-        if rq_cnt != 0 && (1u64 << rq_shift.min(31)) > self.nic.cap(g::max_wqe_sz_rq) {
             return Err(Errno::EINVAL);
         }
         if self.cqe_version == 1 && uidx > 0x00ff_ffff {

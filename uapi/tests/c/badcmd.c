@@ -391,6 +391,61 @@ int main(void)
 	u = mmap(NULL, page, PROT_WRITE, MAP_PRIVATE, fd, 0);
 	expect("mmap_private", u == MAP_FAILED ? errno : 0, EINVAL);
 
+	/* Values that overflow a computation. */
+	{
+		struct create_cq c = {0};
+		struct create_cq_resp r = {0};
+		HDR(c.hdr, IB_USER_VERBS_CMD_CREATE_CQ, sizeof c, sizeof r);
+		c.core.response = (uintptr_t)&r;
+		c.core.cqe = 0xffffffff;
+		c.core.comp_channel = -1;
+		c.drv.buf_addr = (uintptr_t)cqbuf;
+		c.drv.db_addr = (uintptr_t)db;
+		c.drv.cqe_size = 64;
+		expect("create_cq_cqe_max", wr(fd, &c, sizeof c), EINVAL);
+	}
+	{
+		struct create_qp c = {0};
+		struct create_qp_resp r = {0};
+		HDR(c.hdr, IB_USER_VERBS_CMD_CREATE_QP, sizeof c, sizeof r);
+		c.core.response = (uintptr_t)&r;
+		c.core.pd_handle = pd;
+		c.core.send_cq_handle = cq;
+		c.core.recv_cq_handle = cq;
+		c.core.qp_type = 2;
+		c.drv.buf_addr = (uintptr_t)qpbuf;
+		c.drv.db_addr = (uintptr_t)(db + 32);
+		c.drv.sq_wqe_count = 16;
+		c.drv.rq_wqe_count = 16;
+		c.drv.rq_wqe_shift = 70;
+		expect("create_qp_rq_shift_too_large", wr(fd, &c, sizeof c), EINVAL);
+		c.drv.rq_wqe_shift = 4;
+		c.drv.sq_wqe_count = 12;
+		expect("create_qp_sq_count_not_a_power_of_two", wr(fd, &c, sizeof c), EINVAL);
+	}
+	expect("reg_mr_huge", reg_mr(fd, pd, buf, 1ULL << 50, 1, &mr), ENOMEM);
+	{
+		struct alloc_pd c = {0};
+		HDR(c.hdr, IB_USER_VERBS_CMD_ALLOC_PD, sizeof c, sizeof(struct alloc_pd_resp));
+		c.core.response = (uint64_t)-16;
+		expect("alloc_pd_response_at_the_top", wr(fd, &c, sizeof c), EFAULT);
+	}
+	{
+		/* An extended MODIFY_QP whose core is one word: zero-extended, so the QP
+		 * handle 0 names nothing. */
+		struct {
+			struct ib_uverbs_cmd_hdr hdr;
+			struct ib_uverbs_ex_cmd_hdr ex;
+			uint64_t word;
+		} m = {0};
+		char mr_[64];
+		m.hdr.command = IB_USER_VERBS_CMD_FLAG_EXTENDED | IB_USER_VERBS_EX_CMD_MODIFY_QP;
+		m.hdr.in_words = 1;
+		m.hdr.out_words = 1;
+		m.ex.response = (uintptr_t)mr_;
+		expect("ex_modify_qp_short_core", wr(fd, &m, sizeof m), EINVAL);
+	}
+
 	/* Still usable after all that. */
 	expect("alloc_pd_after_the_errors", alloc_pd(fd, &pd2), 0);
 	expect("dealloc_pd", dealloc_pd(fd, pd2), 0);
