@@ -47,6 +47,27 @@ pub enum Command {
         #[command(subcommand)]
         test: PerfCommand,
     },
+    /// Run a program on the system's rdma-core (libibverbs + libmlx5, unmodified) with
+    /// the userspace RDMA interface in front of it, on a simulated ConnectX
+    /// (`ferroverbs run -- ibv_devinfo -v`).
+    Run(RunArgs),
+}
+
+/// `ferroverbs run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The simulated NIC: `sim` (127.0.0.1), `sim:A.B.C.D` or `sim:A.B.C.D:PORT` (the
+    /// UDP port of the RoCE v2 link; both sides of a pair use the same).
+    #[arg(short = 'd', long, value_name = "DEV", default_value = "sim")]
+    pub device: DeviceSpec,
+    /// The program and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    pub program: Vec<std::ffi::OsString>,
 }
 
 /// `ferroverbs devinfo`.

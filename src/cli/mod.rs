@@ -4,6 +4,7 @@
 //! ferroverbs devinfo [-d DEV] [-i PORT] [-v]
 //! ferroverbs perf {send,write,read,atomic}-{lat,bw} [perftest options] [--baseline]
 //!     [--server [--bind ADDR] | --client HOST] [--ip ADDR] [-p PORT] [--udp-port PORT]
+//! ferroverbs run [--device sim[:IPv4[:PORT]]] -- PROGRAM [ARGS]
 //! ```
 //!
 //! The device is `sim` (the embedded simulator, the default) or `vfio:DDDD:BB:DD.F`.
@@ -16,6 +17,7 @@ pub mod device;
 pub mod devinfo;
 pub mod error;
 pub mod perf;
+pub mod run;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -61,6 +63,12 @@ where
     };
     let result = match &cli.command {
         Command::Devinfo(a) => devinfo::run(a),
+        Command::Run(a) => {
+            return match run::run(a) {
+                Ok(code) => code,
+                Err(e) => e.report(),
+            }
+        }
         Command::Perf { test } => {
             let (id, a) = test.split();
             match PerfConfig::new(id, a) {

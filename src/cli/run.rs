@@ -1,0 +1,176 @@
+//! `ferroverbs run [--device sim[:IPv4[:PORT]]] -- PROGRAM [ARGS]`: runs an
+//! unmodified program on the system's rdma-core (libibverbs + libmlx5) with the
+//! userspace RDMA interface of `uapi/` (`libferroverbs_uapi.so`) in front of it.
+//!
+//! It writes the sysfs tree libibverbs and libmlx5 read ([`write_sysfs`]) into a
+//! temporary directory, and runs the program with `SYSFS_PATH` pointing at it,
+//! `LD_PRELOAD` naming the library, and `FERROVERBS_DEVICE` naming the simulated NIC;
+//! the tree is removed when the program ends, and the program's exit status is the
+//! command's.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use ferroverbs::DeviceSpec;
+use ferroverbs_sim::link::udp::mac_for;
+
+use super::args::RunArgs;
+use super::error::CliError;
+
+/// The environment variable that names the preload library (default: found next to
+/// the `ferroverbs` executable).
+pub const LIB_ENV: &str = "FERROVERBS_UAPI_LIB";
+/// The library's file name.
+pub const LIB_NAME: &str = "libferroverbs_uapi.so";
+/// The device name in sysfs (what `ibv_devinfo` shows as `hca_id`), as Linux names
+/// the first mlx5 device.
+pub const IBDEV: &str = "mlx5_0";
+/// Entries of the GID table (the simulated device's `roce_address_table_size`).
+pub const GID_TABLE_LEN: usize = 256;
+
+/// Where the preload library is: `FERROVERBS_UAPI_LIB`, or next to this executable
+/// (or in its `deps/` directory, where cargo puts a dependency's build).
+pub fn library() -> Result<PathBuf, CliError> {
+    if let Some(p) = std::env::var_os(LIB_ENV).filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().map_err(|e| CliError::setup("locating ferroverbs", e))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    for d in [dir.to_path_buf(), dir.join("deps"), dir.join("..")] {
+        let p = d.join(LIB_NAME);
+        if p.exists() {
+            return Ok(p);
+        }
+    }
+    Err(CliError::setup_msg(format!(
+        "{LIB_NAME} not found next to {} (build it with `cargo build -p ferroverbs-uapi`, or \
+         set {LIB_ENV})",
+        exe.display()
+    )))
+}
+
+fn hex_groups(b: &[u8]) -> String {
+    b.chunks(2)
+        .map(|c| format!("{:02x}{:02x}", c[0], c.get(1).copied().unwrap_or(0)))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn put(root: &Path, rel: &str, text: &str) -> io::Result<()> {
+    let p = root.join(rel);
+    if let Some(d) = p.parent() {
+        fs::create_dir_all(d)?;
+    }
+    fs::write(p, format!("{text}\n"))
+}
+
+/// Writes the sysfs tree of a simulated ConnectX-5 at `ip` under `root` (Linux's
+/// layout, `rdma-core libibverbs/sysfs.c, init.c`; the PCI id 15b3:1017 in the
+/// modalias is what libmlx5's table matches). `dev` is the `major:minor` of the
+/// character device that stands in for `/dev/infiniband/uverbs0` (`/dev/null`).
+pub fn write_sysfs(root: &Path, ip: Ipv4Addr, dev: (u32, u32)) -> io::Result<()> {
+    let mac = mac_for(ip);
+    let guid = ferroverbs_hw::control::roce::eui64(mac);
+    let ib = format!("class/infiniband/{IBDEV}");
+    put(root, "class/infiniband_verbs/abi_version", "6")?;
+    put(root, "class/infiniband_verbs/uverbs0/ibdev", IBDEV)?;
+    put(
+        root,
+        "class/infiniband_verbs/uverbs0/dev",
+        &format!("{}:{}", dev.0, dev.1),
+    )?;
+    put(root, "class/infiniband_verbs/uverbs0/abi_version", "1")?;
+    let device = format!("{ib}/device");
+    put(
+        root,
+        &format!("{device}/modalias"),
+        "pci:v000015B3d00001017sv000015B3sd00000008bc02sc00i00",
+    )?;
+    put(root, &format!("{device}/vendor"), "0x15b3")?;
+    put(root, &format!("{device}/device"), "0x1017")?;
+    let link = root.join("class/infiniband_verbs/uverbs0/device");
+    let _ = fs::remove_file(&link);
+    std::os::unix::fs::symlink(format!("../../infiniband/{IBDEV}/device"), link)?;
+    put(root, &format!("{ib}/node_type"), "1: CA")?;
+    put(root, &format!("{ib}/node_guid"), &hex_groups(&guid))?;
+    put(root, &format!("{ib}/sys_image_guid"), &hex_groups(&guid))?;
+    put(root, &format!("{ib}/hca_type"), "MT4119")?;
+    put(root, &format!("{ib}/board_id"), "FERROVERBS_SIM")?;
+    put(
+        root,
+        &format!("{ib}/node_desc"),
+        "ferroverbs simulated ConnectX-5",
+    )?;
+    let port = format!("{ib}/ports/1");
+    put(root, &format!("{port}/state"), "4: ACTIVE")?;
+    put(root, &format!("{port}/phys_state"), "5: LinkUp")?;
+    put(root, &format!("{port}/link_layer"), "Ethernet")?;
+    put(root, &format!("{port}/rate"), "100 Gb/sec (4X EDR)")?;
+    put(root, &format!("{port}/lid"), "0x0")?;
+    put(root, &format!("{port}/sm_lid"), "0x0")?;
+    put(root, &format!("{port}/lid_mask_count"), "0")?;
+    put(root, &format!("{port}/cap_mask"), "0x04010000")?;
+    put(root, &format!("{port}/pkeys/0"), "0xffff")?;
+    let o = ip.octets();
+    let gid0 = [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, o[0], o[1], o[2], o[3],
+    ];
+    for i in 0..GID_TABLE_LEN {
+        let gid = if i == 0 { gid0 } else { [0u8; 16] };
+        put(root, &format!("{port}/gids/{i}"), &hex_groups(&gid))?;
+        put(root, &format!("{port}/gid_attrs/types/{i}"), "RoCE v2")?;
+    }
+    put(root, "class/misc/rdma_cm/abi_version", "4")?;
+    Ok(())
+}
+
+/// The `major:minor` of `/dev/null`.
+fn null_dev() -> io::Result<(u32, u32)> {
+    let rdev = fs::metadata("/dev/null")?.rdev();
+    Ok((libc::major(rdev), libc::minor(rdev)))
+}
+
+/// Runs `ferroverbs run` and returns the program's exit code.
+pub fn run(a: &RunArgs) -> Result<ExitCode, CliError> {
+    let ip = match a.device {
+        DeviceSpec::Sim => Ipv4Addr::LOCALHOST,
+        DeviceSpec::SimUdp(sa) => *sa.ip(),
+        DeviceSpec::Vfio(_) => {
+            return Err(CliError::unsupported(
+                "ferroverbs run --device vfio:...",
+                "the userspace RDMA interface runs on the simulator only",
+            ))
+        }
+    };
+    let lib = library()?;
+    let dir = std::env::temp_dir().join(format!("ferroverbs-run-{}", std::process::id()));
+    let sys = dir.join("sys");
+    let dev = null_dev().map_err(|e| CliError::setup("stat /dev/null", e))?;
+    write_sysfs(&sys, ip, dev)
+        .map_err(|e| CliError::setup(format!("writing the sysfs tree in {}", sys.display()), e))?;
+    let mut preload = OsString::from(lib.as_os_str());
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    let (prog, args) = a.program.split_first().expect("clap requires the program");
+    let status = std::process::Command::new(prog)
+        .args(args)
+        .env("SYSFS_PATH", &sys)
+        .env("LD_PRELOAD", preload)
+        .env("FERROVERBS_DEVICE", a.device.to_string())
+        .status();
+    let _ = fs::remove_dir_all(&dir);
+    let status =
+        status.map_err(|e| CliError::setup(format!("running {}", Path::new(prog).display()), e))?;
+    Ok(match status.code() {
+        Some(c) => ExitCode::from(c.clamp(0, 255) as u8),
+        None => ExitCode::from(128 + status.signal().unwrap_or(0).clamp(0, 127) as u8),
+    })
+}

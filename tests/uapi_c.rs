@@ -1,0 +1,69 @@
+//! C programs run under `ferroverbs run` (compiled here with gcc against the
+//! installed headers; skipped with a notice without gcc or the headers):
+//!
+//! * `uapi/tests/c/badcmd.c` writes malformed uverbs commands on
+//!   `/dev/infiniband/uverbs0` (short and oversized buffers, bad headers, unknown and
+//!   unimplemented commands, wrong handles and other objects' handles, unmapped
+//!   buffers, bad mmap offsets, event file misuse) and checks each errno against
+//!   Linux's; the file stays usable afterwards;
+//! * `uapi/tests/c/events.c` uses rdma-core's libibverbs + libmlx5: a completion event
+//!   of an RDMA WRITE between two QPs of the process (poll readiness, the bytes
+//!   written, EAGAIN on an empty non-blocking channel), and a remote access error
+//!   reported as a completion at the requester and as `IBV_EVENT_QP_ACCESS_ERR` on the
+//!   async file for the responder QP.
+
+mod uapi_support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// Compiles `uapi/tests/c/NAME.c` with `libs`; `None` (skip) without gcc or headers.
+fn compile(name: &str, header: &str, libs: &[&str]) -> Option<(PathBuf, PathBuf)> {
+    if !Path::new(header).exists() || Command::new("gcc").arg("--version").output().is_err() {
+        println!("gcc or {header} missing: skipped");
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("ferroverbs-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("uapi/tests/c/{name}.c"));
+    let o = Command::new("gcc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(libs)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    Some((dir, exe))
+}
+
+/// Runs a compiled checker on the simulated NIC at host `host` of this process's
+/// loopback /24; asserts it passed at least `min` cases and failed none.
+fn run_checker(dir: PathBuf, exe: PathBuf, host: u8, min: usize) {
+    let dev = format!("sim:{}", uapi_support::net::host(host));
+    let p = uapi_support::Proc::spawn("checker", &dev, &[exe.to_str().unwrap()], &[]);
+    let (st, out, err) = p.finish(Duration::from_secs(180));
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("{out}{err}");
+    assert!(st.is_some_and(|s| s.success()), "{st:?}\n{out}\n{err}");
+    let passed = out.lines().filter(|l| l.starts_with("PASS ")).count();
+    assert!(!out.contains("FAIL"), "{out}");
+    assert!(out.contains("\n0 failures"), "{out}");
+    assert!(passed >= min, "{passed} cases passed:\n{out}");
+}
+
+#[test]
+fn malformed_commands_get_linuxs_errnos() {
+    if let Some((dir, exe)) = compile("badcmd", "/usr/include/rdma/mlx5-abi.h", &[]) {
+        run_checker(dir, exe, 101, 60);
+    }
+}
+
+#[test]
+fn completion_and_async_events_through_libmlx5() {
+    if let Some((dir, exe)) = compile("events", "/usr/include/infiniband/verbs.h", &["-libverbs"]) {
+        run_checker(dir, exe, 102, 23);
+    }
+}

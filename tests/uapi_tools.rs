@@ -1,0 +1,319 @@
+//! rdma-core's own libibverbs and libmlx5 (Debian 12's `libibverbs1`,
+//! `ibverbs-providers`), unmodified, on the simulated ConnectX through the userspace
+//! RDMA interface (`ferroverbs run`): the verbs tools of `ibverbs-utils` and
+//! perftest, alone and between two processes each with its own simulated NIC.
+
+mod uapi_support;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use uapi_support::{have, net, run_ok};
+
+/// The pairs run one at a time (each is several busy threads on a 2-core machine).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[test]
+fn ibv_devinfo_sees_a_connectx5_through_libmlx5() {
+    if !have("ibv_devinfo") {
+        return;
+    }
+    let dev = format!("sim:{}", net::host(2));
+    let out = run_ok(&dev, &["ibv_devinfo", "-v"], Duration::from_secs(120));
+    let gid = format!("GID[  0]:\t\t::ffff:{}, RoCE v2", net::host(2));
+    for want in [
+        "hca_id:\tmlx5_0",
+        "transport:\t\t\tInfiniBand (0)",
+        "vendor_id:\t\t\t0x02c9",
+        "vendor_part_id:\t\t\t4119",
+        "phys_port_cnt:\t\t\t1",
+        "max_pkeys:\t\t\t1",
+        "state:\t\t\tPORT_ACTIVE (4)",
+        "active_mtu:\t\t1024 (3)",
+        "link_layer:\t\tEthernet",
+        "gid_tbl_len:\t\t256",
+        "atomic_cap:\t\t\tATOMIC_HCA (1)",
+        &gid,
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    // The node GUID: EUI-64 of the NIC's MAC 02:00:7f:A:B:02, as sysfs and
+    // QUERY_DEVICE both give it.
+    let [_, a, b, _] = net::host(2).octets();
+    assert!(
+        out.contains(&format!("node_guid:\t\t\t0000:7fff:fe{a:02x}:{b:02x}02")),
+        "{out}"
+    );
+}
+
+#[test]
+fn ibv_devices_lists_mlx5_0() {
+    if !have("ibv_devices") {
+        return;
+    }
+    let out = run_ok("sim", &["ibv_devices"], Duration::from_secs(60));
+    assert!(out.contains("mlx5_0"), "{out}");
+    assert!(out.contains("00007ffffe000001"), "{out}");
+    let _s = serial();
+}
+
+/// Iterations of each pingpong: enough to wrap the queues (rx depth 500 for the RC,
+/// UC, UD tools; the SRQ's is shared by 16 QPs) a few times over.
+const ITERS: &str = "300";
+/// Time limit of a pair.
+const LIMIT: Duration = Duration::from_secs(600);
+
+fn pingpong(tool: &str, extra: &[&str], server: u8, client: u8, slot: u16) {
+    if !have(tool) {
+        return;
+    }
+    let _s = serial();
+    let mut args = vec!["-g", "0", "-n", ITERS, "-c"];
+    args.extend_from_slice(extra);
+    let (s, c) = uapi_support::pair(tool, &args, &[], server, client, slot, LIMIT);
+    for out in [&s, &c] {
+        assert!(out.contains(&format!("{ITERS} iters in")), "{out}");
+        // `-c`: the server checks the buffer it received (`invalid data in page N`).
+        assert!(!out.contains("invalid data"), "{out}");
+    }
+    assert!(
+        c.contains(&format!("GID ::ffff:{}", net::host(client))),
+        "{c}"
+    );
+    assert!(
+        c.contains(&format!("GID ::ffff:{}", net::host(server))),
+        "{c}"
+    );
+}
+
+#[test]
+fn ibv_rc_pingpong_polling() {
+    pingpong("ibv_rc_pingpong", &[], 11, 12, 1);
+}
+
+#[test]
+fn ibv_rc_pingpong_with_completion_events() {
+    pingpong("ibv_rc_pingpong", &["-e"], 13, 14, 2);
+}
+
+#[test]
+fn ibv_rc_pingpong_new_post_send_api() {
+    pingpong("ibv_rc_pingpong", &["-N"], 15, 16, 3);
+}
+
+#[test]
+fn ibv_uc_pingpong_polling() {
+    pingpong("ibv_uc_pingpong", &[], 17, 18, 4);
+}
+
+#[test]
+fn ibv_uc_pingpong_with_completion_events() {
+    pingpong("ibv_uc_pingpong", &["-e"], 19, 20, 5);
+}
+
+#[test]
+fn ibv_ud_pingpong_polling() {
+    pingpong("ibv_ud_pingpong", &[], 21, 22, 6);
+}
+
+#[test]
+fn ibv_ud_pingpong_with_completion_events() {
+    pingpong("ibv_ud_pingpong", &["-e"], 23, 24, 7);
+}
+
+#[test]
+fn ibv_srq_pingpong_polling() {
+    pingpong("ibv_srq_pingpong", &[], 25, 26, 8);
+}
+
+#[test]
+fn ibv_srq_pingpong_with_completion_events() {
+    pingpong("ibv_srq_pingpong", &["-e"], 27, 28, 9);
+}
+
+/// The result lines of a perftest run (first field a message size).
+fn results(out: &str) -> Vec<Vec<f64>> {
+    out.lines()
+        .filter_map(|l| {
+            let f: Vec<f64> = l
+                .split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            let first = l.split_whitespace().next()?;
+            (first.parse::<u64>().is_ok() && f.len() >= 5).then_some(f)
+        })
+        .collect()
+}
+
+/// Runs perftest's `tool` with `extra` between two processes; checks that both use
+/// rdma-core's new post API (`ibv_wr* API : ON`, libmlx5's `ibv_wr_*`), that the
+/// result lines have the sizes `sizes` with `iters` iterations each, and positive
+/// numbers (latencies in µs, or the average bandwidth or message rate) on the client.
+fn perftest(tool: &str, extra: &[&str], sizes: &[u64], iters: u64, slot: u16, hosts: (u8, u8)) {
+    if !have(tool) {
+        return;
+    }
+    let _s = serial();
+    let (s, c) = uapi_support::pair(tool, extra, &[], hosts.0, hosts.1, slot, LIMIT);
+    for out in [&s, &c] {
+        assert!(out.contains("ibv_wr* API     : ON"), "{out}");
+    }
+    let r = results(&c);
+    let got: Vec<u64> = r.iter().map(|l| l[0] as u64).collect();
+    assert_eq!(got, sizes, "sizes in:\n{c}");
+    let lat = tool.ends_with("_lat");
+    for l in &r {
+        assert_eq!(l[1] as u64, iters, "iterations in {l:?}");
+        if lat {
+            // t_min, t_max, t_typical, t_avg.
+            assert!(l[2..6].iter().all(|v| v.is_finite() && *v > 0.0), "{l:?}");
+        } else {
+            // BW average (MB/s, 2 decimals: 0.00 for tiny messages) or message rate
+            // (Mpps, 6 decimals).
+            assert!(
+                l[3] > 0.0 || l[4] > 0.0,
+                "BW average and message rate in {l:?}"
+            );
+        }
+    }
+}
+
+/// The sizes of `-a`: 2 bytes to 8 MiB.
+fn all_sizes() -> Vec<u64> {
+    (1..=23).map(|k| 1u64 << k).collect()
+}
+
+#[test]
+fn ib_send_lat_default() {
+    perftest("ib_send_lat", &[], &[2], 1000, 10, (31, 32));
+}
+
+#[test]
+fn ib_write_lat_default() {
+    perftest("ib_write_lat", &[], &[2], 1000, 11, (33, 34));
+}
+
+#[test]
+fn ib_read_lat_default() {
+    perftest("ib_read_lat", &[], &[2], 1000, 12, (35, 36));
+}
+
+#[test]
+fn ib_atomic_lat_default() {
+    perftest("ib_atomic_lat", &[], &[8], 1000, 13, (37, 38));
+}
+
+#[test]
+fn ib_send_bw_default_and_four_qps() {
+    perftest("ib_send_bw", &[], &[65536], 1000, 10, (41, 42));
+    perftest(
+        "ib_send_bw",
+        &["-q", "4", "-n", "200"],
+        &[65536],
+        800,
+        11,
+        (43, 44),
+    );
+}
+
+#[test]
+fn ib_write_bw_default_and_four_qps() {
+    perftest("ib_write_bw", &[], &[65536], 5000, 12, (45, 46));
+    perftest(
+        "ib_write_bw",
+        &["-q", "4", "-n", "200"],
+        &[65536],
+        800,
+        13,
+        (47, 48),
+    );
+}
+
+#[test]
+fn ib_read_bw_default_and_four_qps() {
+    perftest("ib_read_bw", &[], &[65536], 1000, 14, (49, 50));
+    perftest(
+        "ib_read_bw",
+        &["-q", "4", "-n", "200"],
+        &[65536],
+        800,
+        15,
+        (51, 52),
+    );
+}
+
+#[test]
+fn ib_atomic_bw_default_and_four_qps() {
+    perftest("ib_atomic_bw", &[], &[8], 1000, 0, (53, 54));
+    perftest(
+        "ib_atomic_bw",
+        &["-q", "4", "-n", "200"],
+        &[8],
+        800,
+        1,
+        (55, 56),
+    );
+}
+
+#[test]
+fn perftest_all_sizes() {
+    for (i, tool) in ["ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_send_bw"]
+        .into_iter()
+        .chain(["ib_write_bw", "ib_read_bw"])
+        .enumerate()
+    {
+        let h = 60 + 2 * i as u8;
+        perftest(
+            tool,
+            &["-a", "-n", "5"],
+            &all_sizes(),
+            5,
+            2 + i as u16,
+            (h, h + 1),
+        );
+    }
+}
+
+#[test]
+fn perftest_bandwidth_with_completion_events() {
+    perftest(
+        "ib_send_bw",
+        &["-e", "-n", "200"],
+        &[65536],
+        200,
+        8,
+        (80, 81),
+    );
+    perftest(
+        "ib_read_bw",
+        &["-e", "-n", "200"],
+        &[65536],
+        200,
+        9,
+        (82, 83),
+    );
+    perftest(
+        "ib_atomic_bw",
+        &["-e", "-n", "200"],
+        &[8],
+        200,
+        14,
+        (84, 85),
+    );
+}
+
+/// perftest's latency tests with `-e` wait for one event, re-arm, poll once and post
+/// with a TX depth of 1: the re-arm names a consumer index behind the CQE just
+/// announced, so it raises a second, stale event (PRM CQ arming, rdma-core
+/// `mlx5_arm_cq`), and the next single poll finds nothing unless the WR in flight has
+/// completed; a ConnectX wins that race, two simulator processes lose it and perftest
+/// prints an uninitialized work completion (the drop-in library shows the same).
+#[test]
+#[ignore = "perftest -e latency loses the stale-event race on the simulator"]
+fn ib_send_lat_with_completion_events() {
+    perftest("ib_send_lat", &["-e", "-n", "200"], &[2], 200, 15, (86, 87));
+}

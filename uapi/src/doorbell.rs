@@ -1,0 +1,278 @@
+//! Doorbells: libmlx5 rings them with plain stores into the UAR pages it mapped from
+//! the uverbs file (rdma-core `providers/mlx5/qp.c: post_send_db`, `cq.c:
+//! mlx5_arm_cq`), with no system call. Here those pages are anonymous shared memory,
+//! and a device thread plays the part of the ConnectX's MMIO decoder:
+//!
+//! * it takes (swaps to zero) the 64-bit CQ arm doorbell at offset 0x20 of each page
+//!   and the send doorbells at the BlueFlame registers (0x800 + k · bf_reg_size, both
+//!   halves), and forwards them to the simulated device's UAR as MMIO writes;
+//! * a send doorbell only says "some QP of this context rang": two QPs sharing a
+//!   register may overwrite each other's store before it is seen, so on every send
+//!   doorbell the thread compares each QP's send doorbell record (the producer index
+//!   libmlx5 writes before the doorbell, `MLX5_SND_DBR`) with the one it last
+//!   forwarded, and rings the device for every QP whose record moved. The device
+//!   reads the WQEs up to that record from the application's SQ buffer (a BlueFlame
+//!   copy repeats what the buffer holds).
+//!
+//! CQ arms likewise: libmlx5 arms every CQ of a context through the same register
+//! (offset 0x20 of UAR page 0), so two arms in a row leave only the second there. On
+//! a store to that register the thread forwards the arm word of every CQ of the
+//! context whose arm doorbell record (`MLX5_CQ_ARM_DB`, written by libmlx5 before
+//! the doorbell) differs from the one it last forwarded. CREATE_CQ sets that word to
+//! [`ARM_NEVER`], a value libmlx5 never writes (it writes `sn << 28 | cmd | ci`, bits
+//! 25 to 27 and 30, 31 clear), so the first arm, all zeros, is seen as a change.
+//!
+//! Receive queues and SRQs have no doorbell: the device reads their doorbell records
+//! when a message arrives, as a ConnectX does.
+//!
+//! Latency and idle cost: after a doorbell the thread spins (with a pause hint) for
+//! [`SPIN`], then sleeps [`TICK`] between looks (with a timer slack of 1 ns) until
+//! [`ACTIVE`] has passed without a doorbell, then [`NAP`] between looks, and
+//! [`DEEP_NAP`] once [`ASLEEP`] has passed: an idle process costs 250 looks a second,
+//! and the first doorbell after a long pause waits up to 4 ms. Short sleeps rather than yields: on a
+//! machine whose cores are taken by busy-polling applications (libmlx5 polls its CQs
+//! in memory), a thread that wakes from a sleep is scheduled ahead of the spinners,
+//! where a yielding one waits for its time slice.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ferroverbs_hw::datapath::uar::uar_bar_offset;
+use ferroverbs_hw::Bus;
+
+use crate::nic::Nic;
+
+/// Spinning after a doorbell.
+pub const SPIN: Duration = Duration::from_micros(20);
+/// Sleep between looks while active.
+pub const TICK: Duration = Duration::from_micros(20);
+/// How long after the last doorbell the thread counts as active.
+pub const ACTIVE: Duration = Duration::from_millis(50);
+/// Sleep between looks when idle.
+pub const NAP: Duration = Duration::from_millis(1);
+/// How long after the last doorbell the thread counts as asleep.
+pub const ASLEEP: Duration = Duration::from_secs(1);
+/// Sleep between looks when asleep.
+pub const DEEP_NAP: Duration = Duration::from_millis(4);
+
+/// Offset of the CQ arm doorbell in a UAR page (`MLX5_CQ_DOORBELL`).
+const CQ_DOORBELL: usize = 0x20;
+/// Offset of the first BlueFlame register (`MLX5_BF_OFFSET`).
+const BF_OFFSET: usize = 0x800;
+
+struct Page {
+    file: u64,
+    addr: usize,
+}
+
+/// The arm doorbell record word of a CQ that was never armed.
+pub const ARM_NEVER: u32 = 0xffff_ffff;
+
+struct CqWatch {
+    file: u64,
+    cqn: u32,
+    /// Address of the CQ's arm doorbell record word (`db_addr + 4`).
+    arm_dbr: usize,
+    last: u32,
+}
+
+struct QpWatch {
+    file: u64,
+    qpn: u32,
+    /// Address of the QP's send doorbell record word (`db_addr + 4`).
+    sq_dbr: usize,
+    last: u32,
+}
+
+#[derive(Default)]
+struct Watch {
+    pages: Vec<Page>,
+    qps: Vec<QpWatch>,
+    cqs: Vec<CqWatch>,
+}
+
+static WATCH: Mutex<Watch> = Mutex::new(Watch {
+    pages: Vec::new(),
+    qps: Vec::new(),
+    cqs: Vec::new(),
+});
+/// Doorbells forwarded (for the statistics line and tests).
+pub static FORWARDED: AtomicU64 = AtomicU64::new(0);
+
+fn lock() -> std::sync::MutexGuard<'static, Watch> {
+    WATCH.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Watches the UAR page mapped at `addr` for context `file`.
+pub fn add_page(file: u64, addr: usize) {
+    lock().pages.push(Page { file, addr });
+}
+
+/// Stops watching whatever page lies in `[addr, addr + len)`; true if one did.
+pub fn remove_pages(addr: usize, len: usize) -> bool {
+    let mut w = lock();
+    let before = w.pages.len();
+    w.pages
+        .retain(|p| !(p.addr >= addr && p.addr < addr.saturating_add(len)));
+    w.pages.len() != before
+}
+
+/// Watches QP `qpn` of `file`, whose doorbell record is at `db_addr`.
+pub fn add_qp(file: u64, qpn: u32, db_addr: u64) {
+    lock().qps.push(QpWatch {
+        file,
+        qpn,
+        sq_dbr: db_addr as usize + 4,
+        last: 0,
+    });
+}
+
+/// Watches CQ `cqn` of `file`, whose doorbell record is at `db_addr` (its arm word
+/// holding [`ARM_NEVER`]).
+pub fn add_cq(file: u64, cqn: u32, db_addr: u64) {
+    lock().cqs.push(CqWatch {
+        file,
+        cqn,
+        arm_dbr: db_addr as usize + 4,
+        last: ARM_NEVER,
+    });
+}
+
+/// Stops watching CQ `cqn`.
+pub fn remove_cq(cqn: u32) {
+    lock().cqs.retain(|c| c.cqn != cqn);
+}
+
+/// Restarts QP `qpn`'s producer index at 0 (after a modify to RESET, where libmlx5
+/// zeroes its doorbell record).
+pub fn reset_qp(qpn: u32) {
+    for q in lock().qps.iter_mut().filter(|q| q.qpn == qpn) {
+        q.last = 0;
+    }
+}
+
+/// Stops watching QP `qpn` (before its buffers may be freed).
+pub fn remove_qp(qpn: u32) {
+    lock().qps.retain(|q| q.qpn != qpn);
+}
+
+/// Stops watching everything of `file`.
+pub fn remove_file(file: u64) {
+    let mut w = lock();
+    w.pages.retain(|p| p.file != file);
+    w.qps.retain(|q| q.file != file);
+    w.cqs.retain(|c| c.file != file);
+}
+
+/// Takes the 64-bit register at `addr` (zero: nothing was stored).
+///
+/// # Safety
+///
+/// `addr` is 8-byte aligned inside a watched page (an anonymous mapping this layer
+/// made and that is still mapped: unmapping removes the page under the lock first).
+unsafe fn take(addr: usize) -> u64 {
+    // SAFETY: the caller's; the application stores to it with plain 8-byte stores,
+    // which an atomic swap on the same aligned word sees whole.
+    let w = unsafe { &*(addr as *const AtomicU64) };
+    if w.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    u64::from_be(w.swap(0, Ordering::AcqRel))
+}
+
+/// One look at every watched register; true if a doorbell was forwarded.
+fn scan(nic: &Nic) -> bool {
+    let bus = nic.ctx.bus();
+    let uar = uar_bar_offset(nic.uar);
+    let bf = nic.bf_reg_size() as usize;
+    let mut w = lock();
+    let Watch { pages, qps, cqs } = &mut *w;
+    let mut work = false;
+    for p in pages.iter() {
+        // SAFETY: offset 0x20 of a watched page.
+        if unsafe { take(p.addr + CQ_DOORBELL) } != 0 {
+            work = true;
+            for c in cqs.iter_mut().filter(|c| c.file == p.file) {
+                // SAFETY: the CQ's doorbell record, allocated while the CQ exists (it
+                // leaves the watch before DESTROY_CQ returns).
+                let v = unsafe { &*(c.arm_dbr as *const AtomicU32) }.load(Ordering::Acquire);
+                if v != c.last {
+                    c.last = v;
+                    let word = u32::from_be(v);
+                    if crate::trace() {
+                        eprintln!("uapi: CQ {:#x} arm {word:#010x}", c.cqn);
+                    }
+                    bus.write64(
+                        uar + CQ_DOORBELL,
+                        (u64::from(word) << 32) | u64::from(c.cqn),
+                    );
+                    FORWARDED.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        let mut rang = false;
+        for k in 0..4 {
+            for half in 0..2 {
+                let off = BF_OFFSET + k * bf + half * bf / 2;
+                if off + 8 > 4096 {
+                    continue;
+                }
+                // SAFETY: an aligned register inside a watched page.
+                rang |= unsafe { take(p.addr + off) } != 0;
+            }
+        }
+        if rang {
+            work = true;
+            for q in qps.iter_mut().filter(|q| q.file == p.file) {
+                // SAFETY: the QP's doorbell record, which stays allocated while the
+                // QP exists (the QP is removed from the watch before DESTROY_QP
+                // returns).
+                let v = unsafe { &*(q.sq_dbr as *const AtomicU32) }.load(Ordering::Acquire);
+                if v != q.last {
+                    if crate::trace() {
+                        eprintln!("uapi: QP {:#x} SQ counter {:#x}", q.qpn, u32::from_be(v));
+                    }
+                    q.last = v;
+                    bus.write64(uar + BF_OFFSET, u64::from(q.qpn) << 8);
+                    FORWARDED.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    work
+}
+
+/// Starts the doorbell thread.
+pub fn start(nic: &'static Nic) {
+    let spawned = std::thread::Builder::new()
+        .name("uapi-doorbells".into())
+        .spawn(move || {
+            // SAFETY: prctl on the calling thread; no pointers.
+            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+            let tick = std::env::var("FERROVERBS_DOORBELL_TICK_US")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map_or(TICK, Duration::from_micros);
+            let mut active = Instant::now();
+            loop {
+                if scan(nic) {
+                    active = Instant::now();
+                    continue;
+                }
+                let idle = active.elapsed();
+                if idle < SPIN {
+                    std::hint::spin_loop();
+                } else if idle < ACTIVE {
+                    std::thread::sleep(tick);
+                } else if idle < ASLEEP {
+                    std::thread::sleep(NAP);
+                } else {
+                    std::thread::sleep(DEEP_NAP);
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!("ferroverbs-uapi: cannot start the doorbell thread: {e}");
+    }
+}

@@ -1,0 +1,353 @@
+//! An open `/dev/infiniband/uverbs0` (Linux's `ib_uverbs_file`) and the write()
+//! commands on it, as `drivers/infiniband/core/uverbs_main.c: ib_uverbs_write`
+//! checks them and `uverbs_cmd.c` with `hw/mlx5` executes them: the header rules,
+//! the response copies, and one object table per file.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::abi::{self, cmd, Req};
+use crate::nic::Nic;
+use crate::user;
+use crate::verbs::Ucontext;
+use crate::Errno;
+
+/// The largest command accepted (a legacy command's `in_words` is 16 bits of 4-byte
+/// words; an extended one has two 16-bit counts of 8-byte words).
+const MAX_COMMAND: usize = 24 + 2 * 0xffff * 8;
+
+/// A decoded command: its core and driver (udata) parts and where the responses go.
+pub struct Cmd<'a> {
+    /// The command number (without flags).
+    pub number: u32,
+    /// Whether it came as an extended command.
+    pub ex: bool,
+    /// The core request (for legacy commands, starting with the `response` field).
+    pub core: Req<'a>,
+    /// The driver's request data (mlx5_ib's struct), possibly empty.
+    pub udata: Req<'a>,
+    /// Length of `udata`.
+    pub udata_len: usize,
+    /// Where the core response goes, and its length.
+    pub resp: (u64, usize),
+    /// Where the driver response goes, and its length.
+    pub uresp: (u64, usize),
+}
+
+impl Cmd<'_> {
+    /// Copies the core response: at most the length the caller gave (current kernels
+    /// copy `min(out_len, sizeof resp)` and zero the rest, `uverbs_response`).
+    pub fn respond(&self, core: &abi::Resp) -> Result<(), Errno> {
+        let (addr, len) = self.resp;
+        let mut out = core.0.clone();
+        out.resize(len, 0);
+        user::copy_out(addr, &out)
+    }
+
+    /// Copies the driver response (`ib_copy_to_udata` of at most the room given).
+    pub fn respond_udata(&self, drv: &abi::Resp) -> Result<(), Errno> {
+        let (addr, len) = self.uresp;
+        let n = len.min(drv.0.len());
+        user::copy_out(addr, &drv.0[..n])
+    }
+}
+
+/// The response sizes of the legacy commands that have one (`has_resp`), and each
+/// core request's size (`req_size`), from `rdma/ib_user_verbs.h`.
+fn legacy_sizes(number: u32) -> Option<(usize, Option<usize>)> {
+    use abi::*;
+    Some(match number {
+        cmd::GET_CONTEXT => (get_context::SIZE, Some(get_context_resp::SIZE)),
+        cmd::QUERY_DEVICE => (query_device::SIZE, Some(query_device_resp::SIZE)),
+        cmd::QUERY_PORT => (query_port::SIZE, Some(query_port_resp::SIZE)),
+        cmd::ALLOC_PD => (alloc_pd::SIZE, Some(alloc_pd_resp::SIZE)),
+        cmd::DEALLOC_PD => (dealloc_pd::SIZE, None),
+        cmd::CREATE_AH => (create_ah::SIZE, Some(create_ah_resp::SIZE)),
+        cmd::DESTROY_AH => (destroy_ah::SIZE, None),
+        cmd::REG_MR => (reg_mr::SIZE, Some(reg_mr_resp::SIZE)),
+        cmd::DEREG_MR => (dereg_mr::SIZE, None),
+        cmd::CREATE_COMP_CHANNEL => (
+            create_comp_channel::SIZE,
+            Some(create_comp_channel_resp::SIZE),
+        ),
+        cmd::CREATE_CQ => (create_cq::SIZE, Some(create_cq_resp::SIZE)),
+        cmd::DESTROY_CQ => (destroy_cq::SIZE, Some(destroy_cq_resp::SIZE)),
+        cmd::CREATE_QP => (create_qp::SIZE, Some(create_qp_resp::SIZE)),
+        cmd::QUERY_QP => (query_qp::SIZE, Some(query_qp_resp::SIZE)),
+        cmd::MODIFY_QP => (modify_qp::SIZE, None),
+        cmd::DESTROY_QP => (destroy_qp::SIZE, Some(destroy_qp_resp::SIZE)),
+        cmd::CREATE_SRQ => (create_srq::SIZE, Some(create_srq_resp::SIZE)),
+        cmd::MODIFY_SRQ => (modify_srq::SIZE, None),
+        cmd::QUERY_SRQ => (query_srq::SIZE, Some(query_srq_resp::SIZE)),
+        cmd::DESTROY_SRQ => (destroy_srq::SIZE, Some(destroy_srq_resp::SIZE)),
+        _ => return None,
+    })
+}
+
+/// The core request and response sizes of the extended commands implemented.
+fn ex_sizes(number: u32) -> Option<(usize, usize)> {
+    use abi::*;
+    Some(match number {
+        cmd::QUERY_DEVICE => (ex_query_device::SIZE, ex_query_device_resp::SIZE),
+        cmd::CREATE_CQ => (ex_create_cq::SIZE, ex_create_cq_resp::SIZE),
+        cmd::CREATE_QP => (ex_create_qp::SIZE, ex_create_qp_resp::SIZE),
+        cmd::MODIFY_QP => (ex_modify_qp::SIZE, 8),
+        _ => return None,
+    })
+}
+
+/// Whether a legacy command number exists in `ib_user_verbs.h` (known but not
+/// implemented here: EOPNOTSUPP; unknown: EINVAL).
+fn known_legacy(number: u32) -> bool {
+    number <= cmd::OPEN_QP && !matches!(number, 6 | 7 | 10 | 12 | 15 | 22)
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// An open uverbs file.
+pub struct UFile {
+    /// Unique in the process (the doorbell watch's key).
+    pub id: u64,
+    /// The ucontext, after GET_CONTEXT.
+    pub ctx: Option<Ucontext>,
+}
+
+impl UFile {
+    fn new() -> UFile {
+        UFile {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            ctx: None,
+        }
+    }
+
+    /// `write(2)` of `count` bytes at the application's `buf`.
+    pub fn write(&mut self, nic: &'static Nic, buf: u64, count: usize) -> Result<usize, Errno> {
+        if count < abi::cmd_hdr::SIZE {
+            return Err(Errno::EINVAL);
+        }
+        if count > MAX_COMMAND {
+            return Err(Errno::EINVAL);
+        }
+        let bytes = user::copy_in(buf, count)?;
+        let hdr = Req(&bytes);
+        let command = hdr.u32(abi::cmd_hdr::command);
+        let in_words = usize::from(hdr.u16(abi::cmd_hdr::in_words));
+        let out_words = usize::from(hdr.u16(abi::cmd_hdr::out_words));
+        let flags = command & cmd::FLAGS_MASK;
+        let number = command & cmd::COMMAND_MASK;
+        if flags & !cmd::FLAG_EXTENDED != 0 || command & !(cmd::FLAGS_MASK | cmd::COMMAND_MASK) != 0
+        {
+            return Err(Errno::EINVAL);
+        }
+        let ex = flags == cmd::FLAG_EXTENDED;
+        let mut ex_core: Vec<u8>;
+        // Linux `verify_hdr`, then `uverbs_request_start`-like splitting.
+        let c = if ex {
+            if count < abi::cmd_hdr::SIZE + abi::ex_cmd_hdr::SIZE {
+                return Err(Errno::EINVAL);
+            }
+            let x = Req(&bytes[abi::cmd_hdr::SIZE..]);
+            let response = x.u64(abi::ex_cmd_hdr::response);
+            let pin = usize::from(x.u16(abi::ex_cmd_hdr::provider_in_words));
+            let pout = usize::from(x.u16(abi::ex_cmd_hdr::provider_out_words));
+            if x.u32(abi::ex_cmd_hdr::cmd_hdr_reserved) != 0 {
+                return Err(Errno::EINVAL);
+            }
+            if (response != 0) != (out_words != 0 || pout != 0) {
+                return Err(Errno::EINVAL);
+            }
+            if (in_words + pin) * 8 + 24 != count {
+                return Err(Errno::EINVAL);
+            }
+            let Some((req_size, resp_size)) = ex_sizes(number) else {
+                return Err(if known_legacy(number) || number >= 50 {
+                    Errno::EOPNOTSUPP
+                } else {
+                    Errno::EINVAL
+                });
+            };
+            if out_words * 8 < resp_size && number != cmd::MODIFY_QP {
+                return Err(Errno::ENOSPC);
+            }
+            let core_end = 24 + in_words * 8;
+            // A shorter core request reads as zero-extended (`uverbs_request`).
+            ex_core = bytes[24..core_end].to_vec();
+            if ex_core.len() < req_size {
+                ex_core.resize(req_size, 0);
+            }
+            Cmd {
+                number,
+                ex,
+                core: Req(&ex_core),
+                udata: Req(&bytes[core_end..]),
+                udata_len: pin * 8,
+                resp: (response, out_words * 8),
+                uresp: (response.wrapping_add((out_words * 8) as u64), pout * 8),
+            }
+        } else {
+            if in_words * 4 != count {
+                return Err(Errno::EINVAL);
+            }
+            let Some((req_size, resp_size)) = legacy_sizes(number) else {
+                return Err(if known_legacy(number) {
+                    Errno::EOPNOTSUPP
+                } else {
+                    Errno::EINVAL
+                });
+            };
+            let body = &bytes[abi::cmd_hdr::SIZE..];
+            if body.len() < req_size {
+                return Err(Errno::ENOSPC);
+            }
+            let out_len = out_words * 4;
+            let (resp, uresp) = match resp_size {
+                Some(rs) => {
+                    if out_len < rs {
+                        return Err(Errno::ENOSPC);
+                    }
+                    let response = Req(body).u64(0);
+                    (
+                        (response, rs),
+                        (response.wrapping_add(rs as u64), out_len - rs),
+                    )
+                }
+                None => ((0, 0), (0, 0)),
+            };
+            Cmd {
+                number,
+                ex,
+                core: Req(&body[..req_size]),
+                udata: Req(&body[req_size..]),
+                udata_len: body.len() - req_size,
+                resp,
+                uresp,
+            }
+        };
+        if c.number == cmd::GET_CONTEXT && !ex {
+            if self.ctx.is_some() {
+                return Err(Errno::EINVAL);
+            }
+            self.ctx = Some(Ucontext::create(nic, self.id, &c)?);
+            return Ok(count);
+        }
+        let Some(ctx) = self.ctx.as_mut() else {
+            return Err(Errno::EINVAL);
+        };
+        let r = ctx.execute(&c);
+        if crate::trace() {
+            eprintln!("uapi: command {} ex {} -> {r:?}", c.number, c.ex);
+        }
+        r.map(|()| count)
+    }
+
+    /// `mmap(2)` of the file at `offset` (UAR pages).
+    pub fn mmap(&mut self, len: usize, prot: i32, offset: i64) -> Result<usize, Errno> {
+        let ctx = self.ctx.as_ref().ok_or(Errno::EINVAL)?;
+        let page = user::PAGE as i64;
+        if offset < 0 || offset % page != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let (command, index) = mmap_command((offset / page) as u64);
+        match command {
+            // MLX5_IB_MMAP_REGULAR_PAGE, MLX5_IB_MMAP_WC_PAGE, MLX5_IB_MMAP_NC_PAGE.
+            0 | 2 | 3 => {}
+            // MLX5_IB_MMAP_GET_CONTIGUOUS_PAGES: Linux answers ENOSYS.
+            1 => return Err(Errno::ENOSYS),
+            _ => return Err(Errno::EINVAL),
+        }
+        if len != user::PAGE as usize || index >= u64::from(ctx.uar_pages()) {
+            return Err(Errno::EINVAL);
+        }
+        if prot & libc::PROT_EXEC != 0 {
+            return Err(Errno::EPERM);
+        }
+        // SAFETY: a new anonymous shared page; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Errno::last());
+        }
+        crate::doorbell::add_page(self.id, p as usize);
+        Ok(p as usize)
+    }
+
+    /// The file's last close: every object is destroyed (Linux
+    /// `ib_uverbs_cleanup_ucontext`).
+    pub fn release(&mut self) {
+        crate::doorbell::remove_file(self.id);
+        if let Some(mut c) = self.ctx.take() {
+            c.destroy_all();
+        }
+    }
+}
+
+/// The command and index of an mmap page offset (rdma-core `providers/mlx5/mlx5.h:
+/// set_command, set_index, set_extended_index`; Linux `hw/mlx5/main.c: get_command,
+/// get_index, get_extended_index`): command in bits 8..16, index in bits 0..8 with
+/// its higher bits from 16 up.
+pub fn mmap_command(pgoff: u64) -> (u64, u64) {
+    ((pgoff >> 8) & 0xff, (pgoff & 0xff) | ((pgoff >> 16) << 8))
+}
+
+static FILES: Mutex<Option<HashMap<i32, Arc<Mutex<UFile>>>>> = Mutex::new(None);
+
+/// Registers a new uverbs file under descriptor `fd`.
+pub fn open(fd: i32) {
+    let mut g = FILES.lock().unwrap_or_else(|e| e.into_inner());
+    g.get_or_insert_with(HashMap::new)
+        .insert(fd, Arc::new(Mutex::new(UFile::new())));
+}
+
+/// The uverbs file of descriptor `fd`.
+pub fn get(fd: i32) -> Option<Arc<Mutex<UFile>>> {
+    let g = FILES.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_ref()?.get(&fd).cloned()
+}
+
+/// Forgets descriptor `fd` and releases its file.
+pub fn close(fd: i32) {
+    let f = {
+        let mut g = FILES.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_mut().and_then(|m| m.remove(&fd))
+    };
+    if let Some(f) = f {
+        f.lock().unwrap_or_else(|e| e.into_inner()).release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mmap_offsets_decode_as_mlx5_ib_encodes_them() {
+        // UAR page 5, regular: offset 5 pages.
+        assert_eq!(mmap_command(5), (0, 5));
+        // MLX5_SHUT_UP_BF's NC page 2: (3 << 8 | 2).
+        assert_eq!(mmap_command((3 << 8) | 2), (3, 2));
+        // The core clock: 5 << 8.
+        assert_eq!(mmap_command(5 << 8), (5, 0));
+        // ALLOC_WC with index 0x1ff: low byte in 0..8, the rest from bit 16.
+        assert_eq!(mmap_command((6 << 8) | 0xff | (1 << 16)), (6, 0x1ff));
+    }
+
+    #[test]
+    fn legacy_and_extended_command_tables() {
+        assert_eq!(legacy_sizes(cmd::GET_CONTEXT), Some((8, Some(8))));
+        assert_eq!(legacy_sizes(cmd::MODIFY_QP), Some((112, None)));
+        assert_eq!(legacy_sizes(cmd::ALLOC_MW), None);
+        assert!(known_legacy(cmd::ALLOC_MW) && known_legacy(cmd::OPEN_QP));
+        assert!(!known_legacy(6) && !known_legacy(41) && !known_legacy(200));
+        assert_eq!(ex_sizes(cmd::QUERY_DEVICE), Some((8, 304)));
+        assert_eq!(ex_sizes(50), None);
+    }
+}

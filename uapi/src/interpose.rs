@@ -1,0 +1,456 @@
+//! The libc entry points this library interposes (it is loaded with `LD_PRELOAD`).
+//! Each looks at the descriptor or path and passes every call that is not this
+//! layer's straight to libc ([`crate::real`]).
+//!
+//! Variadic C functions (`open`, `openat`, `ioctl`) are defined with their optional
+//! argument as a plain third argument: on the x86-64 and AArch64 Linux calling
+//! conventions a variadic argument travels in the same register as a named one.
+
+use std::ffi::CStr;
+
+use libc::{c_char, c_int, c_uint, c_ulong, c_void, off_t, size_t, ssize_t};
+
+use crate::fdtab::{self, Kind};
+use crate::{events, file, nic, real, Errno};
+
+/// The character device libibverbs opens (`/dev/infiniband/uverbsN`); this layer
+/// offers `uverbs0`.
+const UVERBS: &[u8] = b"/dev/infiniband/uverbs0";
+/// What stands in for it: a real character device whose numbers the sysfs `dev`
+/// file repeats (libibverbs `open_cdev` compares `st_rdev` with it).
+const BACKING: &[u8] = b"/dev/null\0";
+/// `NETLINK_RDMA`.
+const NETLINK_RDMA: c_int = 20;
+
+fn fail<T: From<i8>>(e: Errno) -> T {
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() = e.0 };
+    T::from(-1)
+}
+
+/// Whether `path` names the uverbs device.
+///
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string.
+unsafe fn is_uverbs(path: *const c_char) -> bool {
+    if path.is_null() {
+        return false;
+    }
+    // SAFETY: the caller's.
+    unsafe { CStr::from_ptr(path) }.to_bytes() == UVERBS
+}
+
+fn open_uverbs(flags: c_int) -> c_int {
+    let nic = match nic::nic() {
+        Ok(n) => n,
+        Err(_) => return fail(Errno::ENODEV),
+    };
+    let _ = nic;
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe {
+        real::open(
+            BACKING.as_ptr().cast(),
+            libc::O_RDWR | (flags & libc::O_CLOEXEC),
+            0,
+        )
+    };
+    if fd < 0 {
+        return fd;
+    }
+    if !fdtab::set(fd, Kind::Uverbs) {
+        // SAFETY: the descriptor just opened.
+        unsafe { real::close(fd) };
+        return fail(Errno::EMFILE);
+    }
+    file::open(fd);
+    fd
+}
+
+/// `open(2)`.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the caller's.
+    if unsafe { is_uverbs(path) } {
+        return open_uverbs(flags);
+    }
+    // SAFETY: the caller's.
+    unsafe { real::open(path, flags, mode) }
+}
+
+/// `open64(2)`.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the caller's.
+    unsafe { open(path, flags | libc::O_LARGEFILE, mode) }
+}
+
+/// `__open_2` (the fortified `open`).
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the caller's.
+    unsafe { open(path, flags, 0) }
+}
+
+/// `__open64_2`.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the caller's.
+    unsafe { open(path, flags | libc::O_LARGEFILE, 0) }
+}
+
+/// `openat(2)`.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn openat(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
+    // SAFETY: the caller's.
+    if unsafe { is_uverbs(path) } {
+        return open_uverbs(flags);
+    }
+    // SAFETY: the caller's.
+    unsafe { real::openat(dirfd, path, flags, mode) }
+}
+
+/// `openat64(2)`.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn openat64(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
+    // SAFETY: the caller's.
+    unsafe { openat(dirfd, path, flags | libc::O_LARGEFILE, mode) }
+}
+
+/// `__openat_2`.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the caller's.
+    unsafe { openat(dirfd, path, flags, 0) }
+}
+
+/// `close(2)`: a uverbs file destroys its objects first.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    match fdtab::kind(fd) {
+        Kind::None => {}
+        Kind::Uverbs => {
+            file::close(fd);
+            fdtab::set(fd, Kind::None);
+        }
+        Kind::CompChannel | Kind::Async => return crate::close_event_fd(fd),
+    }
+    // SAFETY: the caller's.
+    unsafe { real::close(fd) }
+}
+
+/// `read(2)`: events on the channel and async files; EINVAL on a uverbs file (it has
+/// no read operation).
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    match fdtab::kind(fd) {
+        Kind::None => {}
+        Kind::Uverbs => return fail(Errno::EINVAL),
+        Kind::CompChannel | Kind::Async => {
+            return match events::file(fd) {
+                Some(f) => match f.read(buf as u64, n) {
+                    Ok(n) => n as ssize_t,
+                    Err(e) => fail(e),
+                },
+                None => fail(Errno::EBADF),
+            }
+        }
+    }
+    // SAFETY: the caller's.
+    unsafe { real::read(fd, buf, n) }
+}
+
+/// `__read_chk` (the fortified `read`).
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    buflen: size_t,
+) -> ssize_t {
+    if n > buflen {
+        // glibc's __chk_fail.
+        std::process::abort();
+    }
+    // SAFETY: the caller's.
+    unsafe { read(fd, buf, n) }
+}
+
+/// `write(2)`: the uverbs command ABI on a uverbs file.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    match fdtab::kind(fd) {
+        Kind::None => {}
+        Kind::Uverbs => {
+            let Ok(nic) = nic::nic() else {
+                return fail(Errno::ENODEV);
+            };
+            return match file::get(fd) {
+                Some(f) => {
+                    let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
+                    match f.write(nic, buf as u64, n) {
+                        Ok(n) => n as ssize_t,
+                        Err(e) => fail(e),
+                    }
+                }
+                None => fail(Errno::EBADF),
+            };
+        }
+        Kind::CompChannel | Kind::Async => return fail(Errno::EINVAL),
+    }
+    // SAFETY: the caller's.
+    unsafe { real::write(fd, buf, n) }
+}
+
+/// `ioctl(2)`: every ioctl of a uverbs file is ENOTTY, so libibverbs speaks the
+/// write() ABI (`libibverbs/cmd_fallback.c`).
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_int {
+    if fdtab::kind(fd) == Kind::Uverbs {
+        return fail(Errno::ENOTTY);
+    }
+    // SAFETY: the caller's.
+    unsafe { real::ioctl(fd, req, arg) }
+}
+
+/// `mmap(2)`: UAR pages of a uverbs file.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
+    if flags & libc::MAP_ANONYMOUS == 0 && fdtab::kind(fd) == Kind::Uverbs {
+        let err = |e: Errno| {
+            // SAFETY: errno is thread-local.
+            unsafe { *libc::__errno_location() = e.0 };
+            libc::MAP_FAILED
+        };
+        if flags & libc::MAP_SHARED == 0 || flags & libc::MAP_FIXED != 0 {
+            return err(Errno::EINVAL);
+        }
+        return match file::get(fd) {
+            Some(f) => match f
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .mmap(len, prot, off)
+            {
+                Ok(p) => p as *mut c_void,
+                Err(e) => err(e),
+            },
+            None => err(Errno::EBADF),
+        };
+    }
+    // SAFETY: the caller's.
+    unsafe { real::mmap(addr, len, prot, flags, fd, off) }
+}
+
+/// `mmap64(2)`.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
+    // SAFETY: the caller's.
+    unsafe { mmap(addr, len, prot, flags, fd, off) }
+}
+
+/// `munmap(2)`: a UAR page stops being watched before it goes.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    crate::doorbell::remove_pages(addr as usize, len);
+    // SAFETY: plain syscall with the caller's arguments.
+    unsafe { libc::syscall(libc::SYS_munmap, addr, len) as c_int }
+}
+
+/// `stat(2)`: the uverbs device is its backing character device.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn stat(path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's.
+    let p = if unsafe { is_uverbs(path) } {
+        BACKING.as_ptr().cast()
+    } else {
+        path
+    };
+    // SAFETY: the caller's.
+    unsafe { real::stat(p, st) }
+}
+
+/// `stat64(2)`.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn stat64(path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's (`struct stat64` is `struct stat` on 64-bit Linux).
+    unsafe { stat(path, st) }
+}
+
+/// `lstat(2)`.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn lstat(path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's.
+    let p = if unsafe { is_uverbs(path) } {
+        BACKING.as_ptr().cast()
+    } else {
+        path
+    };
+    // SAFETY: the caller's.
+    unsafe { real::lstat(p, st) }
+}
+
+/// `fstatat(2)`.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn fstatat(
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's.
+    let p = if unsafe { is_uverbs(path) } {
+        BACKING.as_ptr().cast()
+    } else {
+        path
+    };
+    // SAFETY: the caller's.
+    unsafe { real::fstatat(dirfd, p, st, flags) }
+}
+
+/// `fstatat64(2)`.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn fstatat64(
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's.
+    unsafe { fstatat(dirfd, path, st, flags) }
+}
+
+/// `access(2)`.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: the caller's.
+    let p = if unsafe { is_uverbs(path) } {
+        BACKING.as_ptr().cast()
+    } else {
+        path
+    };
+    // SAFETY: the caller's.
+    unsafe { real::access(p, mode) }
+}
+
+/// `socket(2)`: the RDMA netlink family is refused (EPROTONOSUPPORT, as on a kernel
+/// without `ib_core`), so libibverbs finds devices in sysfs.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
+    if domain == libc::AF_NETLINK && proto == NETLINK_RDMA {
+        return fail(Errno::EPROTONOSUPPORT);
+    }
+    // SAFETY: the caller's.
+    unsafe { real::socket(domain, ty, proto) }
+}

@@ -1,0 +1,190 @@
+//! The device behind `/dev/infiniband/uverbs0`: a simulated ConnectX in this process,
+//! in threaded mode, on the UDP link (RoCE v2 over real UDP datagrams), brought up by
+//! the driver the first time the file is opened and kept for the life of the process.
+//!
+//! `FERROVERBS_DEVICE` selects it: `sim` (`127.0.0.1`, UDP port 4791), `sim:A.B.C.D` or
+//! `sim:A.B.C.D:PORT` (both sides of a pair use the same port).
+//!
+//! Next to the driver's context it holds what `mlx5_ib` keeps per device: one UAR
+//! for the doorbells of every user context (the simulated BAR page the doorbell
+//! thread rings, see [`crate::doorbell`]), and one completion EQ (a driver completion
+//! channel) to which every user CQ reports, whose events a thread routes to the
+//! application's completion channels ([`crate::events`]).
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::{Arc, Mutex};
+
+use ferroverbs::verbs::CompletionChannel;
+use ferroverbs::{Context, DeviceAttr, DeviceConfig, DeviceSpec, GidEntry, PortAttr};
+use ferroverbs_hw::control::caps::cmd_hca_cap as g;
+use ferroverbs_sim::link::udp::{mac_for, UdpConfig, UdpLink};
+use ferroverbs_sim::{Sim, SimBus};
+
+/// The environment variable that selects the device.
+pub const DEVICE_ENV: &str = "FERROVERBS_DEVICE";
+/// The environment variable that sets the shortest ACK timeout exponent of RC QPs.
+pub const MIN_ACK_TIMEOUT_ENV: &str = "FERROVERBS_MIN_ACK_TIMEOUT";
+
+/// The process's NIC, brought up.
+pub struct Nic {
+    /// The driver context (leaked: it lives as long as the process).
+    pub ctx: &'static Context<SimBus>,
+    /// The simulated device (its device thread and wire).
+    pub sim: Sim,
+    /// Its UDP link.
+    pub link: UdpLink,
+    /// Its IPv4 address on the link.
+    pub ipv4: Ipv4Addr,
+    /// Device attributes, queried once.
+    pub dev: DeviceAttr,
+    /// Port 1, queried once.
+    pub port: PortAttr,
+    /// The UAR of every user context's doorbells.
+    pub uar: u32,
+    /// The EQ of every user CQ's completion events.
+    pub channel: CompletionChannel<'static, SimBus>,
+    /// The shortest local ACK timeout exponent RC QPs get (0: none).
+    pub min_ack_timeout: u8,
+    /// `cqe_version` the device supports.
+    pub cqe_version: u8,
+}
+
+impl Nic {
+    /// A general capability.
+    pub fn cap(&self, f: ferroverbs_hw::Field) -> u64 {
+        self.ctx.cap(f)
+    }
+
+    /// `1 << log_bf_reg_size`.
+    pub fn bf_reg_size(&self) -> u32 {
+        1 << self.cap(g::log_bf_reg_size).min(12)
+    }
+
+    fn open() -> Result<Nic, String> {
+        let spec: DeviceSpec = match std::env::var(DEVICE_ENV) {
+            Ok(s) if !s.trim().is_empty() => s.parse().map_err(|e| format!("{DEVICE_ENV}: {e}"))?,
+            _ => DeviceSpec::default(),
+        };
+        let sa = match spec {
+            DeviceSpec::Sim => SocketAddrV4::new(Ipv4Addr::LOCALHOST, DeviceSpec::ROCEV2_PORT),
+            DeviceSpec::SimUdp(a) => a,
+            DeviceSpec::Vfio(bdf) => {
+                return Err(format!(
+                    "vfio:{bdf}: this layer runs on the simulator only (use the drop-in \
+                     libibverbs for VFIO)"
+                ))
+            }
+        };
+        let min_ack_timeout = match std::env::var(MIN_ACK_TIMEOUT_ENV) {
+            Ok(s) if !s.trim().is_empty() => s
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|v| *v <= 31)
+                .ok_or_else(|| format!("{MIN_ACK_TIMEOUT_ENV}={s}: expected 0 to 31"))?,
+            // As the drop-in: 1.07 s, so that a peer process waiting for a CPU on a
+            // loaded machine does not exhaust the retries of an RC QP.
+            _ => 18,
+        };
+        let (addr, port) = (*sa.ip(), sa.port());
+        let cfg = UdpConfig::new(addr).port(port);
+        let sim = Sim::new(cfg.sim_config(true));
+        let link = UdpLink::attach(&sim, cfg)
+            .map_err(|e| format!("cannot bind the simulated NIC to {addr}:{port}: {e}"))?;
+        let clock = sim.clock().clone();
+        let config = DeviceConfig::default()
+            .with_clock(Arc::new(ferroverbs::SteppedClock::new(
+                {
+                    let c = clock.clone();
+                    move || c.now()
+                },
+                move |d| clock.advance(d),
+            )))
+            .with_gid(GidEntry::ipv4(0, addr.octets(), mac_for(addr)));
+        let ctx = ferroverbs::Device::open(sim.bus(), config)
+            .map_err(|e| format!("bring-up of the simulated NIC failed: {e}"))?;
+        let ctx: &'static Context<SimBus> = Box::leak(Box::new(ctx));
+        let dev = ctx
+            .query_device()
+            .map_err(|e| format!("QUERY_DEVICE failed: {e}"))?;
+        let port_attr = ctx
+            .query_port(1)
+            .map_err(|e| format!("QUERY_PORT failed: {e}"))?;
+        let out = ctx
+            .exec_cmd(
+                &ferroverbs_hw::control::cmd::new_input(
+                    ferroverbs_hw::control::cmd::Opcode::AllocUar,
+                    0,
+                    16,
+                ),
+                ferroverbs_hw::control::uar_pd_td::alloc_uar_out::SIZE,
+            )
+            .map_err(|e| format!("ALLOC_UAR failed: {e}"))?;
+        let uar = ferroverbs_hw::control::uar_pd_td::alloc_uar_out::uar.get(&out) as u32;
+        let channel = ctx
+            .create_comp_channel()
+            .map_err(|e| format!("the completion EQ: {e}"))?;
+        let cqe_version = ctx.cap(g::cqe_version).min(1) as u8;
+        Ok(Nic {
+            ctx,
+            sim,
+            link,
+            ipv4: addr,
+            dev,
+            port: port_attr,
+            uar,
+            channel,
+            min_ack_timeout,
+            cqe_version,
+        })
+    }
+}
+
+static NIC: Mutex<Option<Result<&'static Nic, String>>> = Mutex::new(None);
+
+/// The NIC, brought up on first use (with the event and doorbell threads). A failed
+/// bring-up is reported on stderr once and then remembered.
+pub fn nic() -> Result<&'static Nic, String> {
+    let mut g = NIC.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(r) = &*g {
+        return r.clone();
+    }
+    let r = Nic::open().map(|n| &*Box::leak(Box::new(n)));
+    match &r {
+        Ok(n) => {
+            crate::events::start(n);
+            crate::doorbell::start(n);
+            lower_caller_priority();
+        }
+        Err(e) => eprintln!("ferroverbs-uapi: {e}"),
+    }
+    *g = Some(r.clone());
+    r
+}
+
+/// The environment variable with the nice value the application's thread takes once
+/// the device threads run (default [`APP_NICE`]; 0 leaves it).
+pub const APP_NICE_ENV: &str = "FERROVERBS_APP_NICE";
+/// A ConnectX runs beside the CPU; the simulated one shares it with an application
+/// that busy-polls its CQs in memory (libmlx5), and the device's threads only get a
+/// CPU by preempting it. Lowering the application thread's priority (nice, which an
+/// unprivileged process may raise) makes the scheduler run the device's threads when
+/// they wake, instead of at the end of the poller's time slice.
+pub const APP_NICE: i32 = 10;
+
+fn lower_caller_priority() {
+    let nice = std::env::var(APP_NICE_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<i32>().ok())
+        .unwrap_or(APP_NICE)
+        .clamp(0, 19);
+    if nice == 0 {
+        return;
+    }
+    // SAFETY: plain syscalls on the calling thread.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        let cur = libc::getpriority(libc::PRIO_PROCESS, tid);
+        libc::setpriority(libc::PRIO_PROCESS, tid, (cur + nice).min(19));
+    }
+}
