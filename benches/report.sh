@@ -10,7 +10,10 @@
 #   binary (e.g. a build of an older commit), its runs alternate with these and its
 #   median is printed as the baseline;
 # * rc_pingpong --iters 20000 --tcp, `runs` times: the simulator's p50 round trip
-#   against the TCP loopback ping-pong measured in the same process.
+#   against the TCP loopback ping-pong measured in the same process;
+# * benches/scale.sh (SCALE_RUNS runs, default 3): write-bw and send-bw with 1 to
+#   16384 QPs against one QP, memory per idle QP and per CQ, creation and
+#   destruction times.
 #
 # Wall-clock figures need a quiet machine (nothing else running); the script prints
 # the load average next to them.
@@ -77,3 +80,6 @@ for i in $(seq "$RUNS"); do
 done
 echo
 echo "Median ratio: $(median <"$OUT/ratio")x (target: at least 20x)."
+echo
+
+benches/scale.sh "${SCALE_RUNS:-3}"

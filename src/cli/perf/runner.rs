@@ -86,14 +86,6 @@ const STALL_CHECK_MASK: u64 = 0xffff;
 /// Completions taken per poll.
 pub(super) const POLL_BATCH: usize = 16;
 
-/// Work requests a bandwidth test posts before it lets the devices progress (`pump`)
-/// even though its CQs still hold completions: with thousands of QPs, each with its
-/// TX depth free, the test would otherwise post hundreds of thousands of requests
-/// between two steps of an in-process fabric, more frames than a receive queue holds
-/// (`ferroverbs_sim::link::RX_QUEUE_LIMIT`). Above what 16 QPs of the default TX
-/// depth post, so tests with fewer QPs run as before.
-pub(super) const POST_BUDGET: u64 = 4096;
-
 /// Bits of a `wr_id` below the QP index.
 pub(super) const WR_QP_SHIFT: u32 = 40;
 
@@ -1363,8 +1355,15 @@ fn bw<B: Bus>(
     // every QP, so its cost follows the completions, not the number of QPs.
     let mut ready: VecDeque<usize> = (0..qps).collect();
     let mut listed = vec![true; qps];
-    // Requests posted since the devices last had a chance to progress.
+    // Requests posted since the devices last had a chance to progress (`pump`): after
+    // a TX depth's worth the devices progress even if the CQs still hold completions,
+    // so that they never hold more unprocessed requests than one QP gives them. With
+    // thousands of QPs, each with its TX depth free, the test would otherwise post
+    // hundreds of thousands of requests between two steps of an in-process fabric:
+    // more frames than a receive queue holds (`ferroverbs_sim::link::RX_QUEUE_LIMIT`),
+    // and a working set no cache holds.
     let mut unpumped = 0u64;
+    let budget = tx_depth.max(post_list);
     while totccnt < total {
         let mut moved = 0usize;
         while let Some(q) = ready.pop_front() {
@@ -1387,7 +1386,7 @@ fn bw<B: Bus>(
                 totscnt += post_list as usize;
                 moved += 1;
                 unpumped += post_list;
-                if unpumped >= POST_BUDGET {
+                if unpumped >= budget {
                     pump();
                     unpumped = 0;
                 }
