@@ -1356,14 +1356,17 @@ fn bw<B: Bus>(
     let mut ready: VecDeque<usize> = (0..qps).collect();
     let mut listed = vec![true; qps];
     // Requests posted since the devices last had a chance to progress (`pump`): after
-    // a TX depth's worth the devices progress even if the CQs still hold completions,
-    // so that they never hold more unprocessed requests than one QP gives them. With
+    // a TX depth's worth (perftest's default one at least) the devices progress even
+    // if the CQs still hold completions, so that they never hold more unprocessed
+    // requests than one QP gives them. With
     // thousands of QPs, each with its TX depth free, the test would otherwise post
     // hundreds of thousands of requests between two steps of an in-process fabric:
     // more frames than a receive queue holds (`ferroverbs_sim::link::RX_QUEUE_LIMIT`),
     // and a working set no cache holds.
     let mut unpumped = 0u64;
-    let budget = tx_depth.max(post_list);
+    let budget = tx_depth
+        .max(u64::from(super::config::DEF_TX_BW))
+        .max(post_list);
     while totccnt < total {
         let mut moved = 0usize;
         while let Some(q) = ready.pop_front() {
@@ -1410,7 +1413,16 @@ fn bw<B: Bus>(
         };
         moved += poll_side(a, &mut wc, &sge, &mut retire)?;
         if let (Some(b), Some(rb), true) = (b.as_deref_mut(), &rb, cfg.test.has_recv()) {
-            moved += poll_side(b, &mut wc, rb, |_| {})?;
+            // The receiver takes every completion there is and reposts its receive
+            // requests, so that its queues keep up with the devices' progress during
+            // the round (with many QPs, more than one batch arrives per round).
+            loop {
+                let k = poll_side(b, &mut wc, rb, |_| {})?;
+                moved += k;
+                if k < POLL_BATCH {
+                    break;
+                }
+            }
         }
         if moved == 0 {
             wait(a, b.as_deref_mut(), pump);
