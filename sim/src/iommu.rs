@@ -305,8 +305,8 @@ impl Iommu {
     pub fn mapped_bytes(&self) -> u64 {
         self.read_maps()
             .by_iova
-            .iter()
-            .map(|(_, m)| m.len as u64)
+            .values()
+            .map(|m| m.len as u64)
             .sum()
     }
 
@@ -1085,7 +1085,7 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if x % 3 == 0 && !live.is_empty() {
+            if x.is_multiple_of(3) && !live.is_empty() {
                 let (at, len) = live.swap_remove((x >> 8) as usize % live.len());
                 a.release(at, len);
             } else {
