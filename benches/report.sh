@@ -12,7 +12,10 @@
 # * rc_pingpong --iters 20000 --tcp, `runs` times: the simulator's p50 round trip
 #   against the TCP loopback ping-pong measured in the same process;
 # * `ferroverbs perf` (perftest's tests) with the baseline each measures in the same
-#   run, in one process and across two processes over UDP.
+#   run, in one process and across two processes over UDP;
+# * benches/scale.sh (SCALE_RUNS runs, default 3): write-bw and send-bw with 1 to
+#   16384 QPs against one QP, memory per idle QP and per CQ, creation and
+#   destruction times.
 #
 # Wall-clock figures need a quiet machine (nothing else running); the script prints
 # the load average next to them.
@@ -131,3 +134,5 @@ pair_row() {
 }
 pair_row "send-lat -s 64 -n 20000"
 pair_row "write-bw -n 5000"
+echo
+benches/scale.sh "${SCALE_RUNS:-3}"

@@ -225,7 +225,8 @@ struct Shared {
     /// The engine has periodic work (see [`Engine::has_periodic`]); read by an idle
     /// device thread without the lock.
     periodic: AtomicBool,
-    /// The engine's next timer deadline (`u64::MAX`: none), for the same reader.
+    /// A time at or before the engine's next timer deadline ([`Engine::wake_at`];
+    /// `u64::MAX`: none), for the same reader; a service then moves it to the next.
     deadline: AtomicU64,
     /// Some command is held by a delay fault.
     held_any: AtomicBool,
@@ -741,10 +742,8 @@ impl Shared {
     fn publish(&self, engine: &Engine) {
         self.periodic
             .store(engine.has_periodic(), Ordering::Release);
-        self.deadline.store(
-            engine.next_deadline().unwrap_or(u64::MAX),
-            Ordering::Release,
-        );
+        self.deadline
+            .store(engine.wake_at().unwrap_or(u64::MAX), Ordering::Release);
     }
 
     /// Ends a device thread's wait in the ingress, if there is one.

@@ -95,22 +95,56 @@ struct Mapping {
 struct IovaAllocator {
     /// Free ranges: start -> length.
     free: BTreeMap<u64, u64>,
+    /// For a few recent (length, alignment) requests, a start below which no free
+    /// range fits them: the first-fit search starts there instead of at the lowest
+    /// range, so that allocating n buffers of one size (each leaving an alignment gap
+    /// too small for the next) costs O(n), not O(n²). The same range is found.
+    hints: [Option<((u64, u64), u64)>; HINTS],
+    /// The hint slot to replace next.
+    next_hint: usize,
 }
+
+/// Requests an [`IovaAllocator`] keeps a hint for.
+const HINTS: usize = 4;
 
 impl IovaAllocator {
     fn new() -> Self {
         let mut free = BTreeMap::new();
         free.insert(IOVA_BASE, IOVA_SPACE);
-        IovaAllocator { free }
+        IovaAllocator {
+            free,
+            hints: [None; HINTS],
+            next_hint: 0,
+        }
     }
 
     /// Allocates `len` bytes (a multiple of the page) aligned to `align`.
     fn alloc(&mut self, len: u64, align: u64) -> Option<u64> {
-        let (start, flen, at) = self.free.iter().find_map(|(&start, &flen)| {
+        let key = (len, align);
+        let from = self
+            .hints
+            .iter()
+            .flatten()
+            .find(|(k, _)| *k == key)
+            .map_or(0, |&(_, h)| h);
+        let (start, flen, at) = self.free.range(from..).find_map(|(&start, &flen)| {
             let at = start.checked_add(align - 1)? & !(align - 1);
             let end = at.checked_add(len)?;
             (end <= start + flen).then_some((start, flen, at))
         })?;
+        // The ranges this split leaves start at `start` or above: every hint stays
+        // true once lowered to `start`; this request's own starts at `start` (the
+        // ranges below did not fit it, and the gap left before `at` cannot).
+        for (_, h) in self.hints.iter_mut().flatten() {
+            *h = (*h).min(start);
+        }
+        match self.hints.iter_mut().flatten().find(|(k, _)| *k == key) {
+            Some((_, h)) => *h = start,
+            None => {
+                self.hints[self.next_hint] = Some((key, start));
+                self.next_hint = (self.next_hint + 1) % HINTS;
+            }
+        }
         self.free.remove(&start);
         if at > start {
             self.free.insert(start, at - start);
@@ -138,34 +172,30 @@ impl IovaAllocator {
                 len += prev_len;
             }
         }
+        // The merged range may fit requests whose hints lie above its start.
+        for (_, h) in self.hints.iter_mut().flatten() {
+            *h = (*h).min(start);
+        }
         self.free.insert(start, len);
     }
 }
 
 #[derive(Debug)]
 struct Maps {
-    /// Mappings sorted by their first IOVA (`span + page offset of host`); they never
-    /// overlap. A sorted vector rather than a tree: every device access looks its
-    /// address up (a binary search over contiguous entries), mapping and unmapping
-    /// are rare.
-    by_iova: Vec<(u64, Mapping)>,
+    /// Mappings by their first IOVA (`span + page offset of host`); they never
+    /// overlap. A tree, so that mapping and unmapping cost O(log n) with thousands of
+    /// QPs and memory regions mapped; the data path's accesses mostly go through
+    /// cached windows ([`Window`]) and search it only when a window does not hold.
+    by_iova: BTreeMap<u64, Mapping>,
     alloc: IovaAllocator,
     /// Generation of the table: a new one at every unmap (see [`Window`]).
     gen: u64,
 }
 
 impl Maps {
-    /// Index in `by_iova` of the mapping with the largest first IOVA `<= at`.
-    fn floor(&self, at: u64) -> Option<usize> {
-        self.by_iova
-            .partition_point(|&(start, _)| start <= at)
-            .checked_sub(1)
-    }
-
-    /// Index of the mapping that starts exactly at `iova`.
-    fn exact(&self, iova: u64) -> Result<usize, usize> {
-        self.by_iova
-            .binary_search_by_key(&iova, |&(start, _)| start)
+    /// The mapping with the largest first IOVA `<= at`, with that IOVA.
+    fn floor(&self, at: u64) -> Option<(&u64, &Mapping)> {
+        self.by_iova.range(..=at).next_back()
     }
 }
 
@@ -192,7 +222,7 @@ impl Iommu {
     pub fn new() -> Self {
         Iommu {
             maps: RwLock::new(Maps {
-                by_iova: Vec::new(),
+                by_iova: BTreeMap::new(),
                 alloc: IovaAllocator::new(),
                 gen: next_generation(),
             }),
@@ -246,17 +276,17 @@ impl Iommu {
             span_len,
         };
         // The allocator never hands out a span twice, so `iova` is not present.
-        let at = maps.exact(iova).unwrap_or_else(|at| at);
-        maps.by_iova.insert(at, (iova, m));
+        maps.by_iova.insert(iova, m);
         Ok(iova)
     }
 
     /// Removes the mapping that starts at `iova` with length `len`.
     pub fn unmap(&self, iova: u64, len: usize) -> Result<(), BusError> {
         let mut maps = self.write_maps();
-        match maps.exact(iova) {
-            Ok(i) if maps.by_iova[i].1.len == len => {
-                let (_, m) = maps.by_iova.remove(i);
+        match maps.by_iova.get(&iova) {
+            Some(m) if m.len == len => {
+                let m = *m;
+                maps.by_iova.remove(&iova);
                 maps.alloc.release(m.span, m.span_len);
                 // Windows on the removed mapping must not be used again.
                 maps.gen = next_generation();
@@ -275,8 +305,8 @@ impl Iommu {
     pub fn mapped_bytes(&self) -> u64 {
         self.read_maps()
             .by_iova
-            .iter()
-            .map(|(_, m)| m.len as u64)
+            .values()
+            .map(|m| m.len as u64)
             .sum()
     }
 
@@ -326,8 +356,7 @@ impl Iommu {
             return Ok(());
         }
         // The common case: the whole access inside one mapping.
-        if let Some(i) = maps.floor(iova) {
-            let (start, m) = &maps.by_iova[i];
+        if let Some((start, m)) = maps.floor(iova) {
             let off = iova - start;
             if off < m.len as u64 && len <= m.len - off as usize {
                 if !allowed(m) {
@@ -344,7 +373,7 @@ impl Iommu {
         let mut done = 0usize;
         while done < len {
             let at = iova + done as u64;
-            let (start, m) = &maps.by_iova[maps.floor(at).ok_or_else(|| not_mapped(at))?];
+            let (start, m) = maps.floor(at).ok_or_else(|| not_mapped(at))?;
             let off = (at - start) as usize;
             if off >= m.len {
                 return Err(not_mapped(at));
@@ -550,7 +579,7 @@ impl Window {
 impl Iommu {
     /// The window of the mapping that holds `iova`, at the current generation.
     fn window_of(maps: &Maps, iova: u64) -> Option<Window> {
-        let (start, m) = &maps.by_iova[maps.floor(iova)?];
+        let (start, m) = maps.floor(iova)?;
         if iova - start >= m.len as u64 {
             return None;
         }
@@ -1038,6 +1067,37 @@ unsafe fn volatile_write(dst: *mut u8, src: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The first-fit search without hints: the allocator's answer must be this one.
+    fn first_fit(free: &BTreeMap<u64, u64>, len: u64, align: u64) -> Option<u64> {
+        free.iter().find_map(|(&start, &flen)| {
+            let at = start.checked_add(align - 1)? & !(align - 1);
+            (at.checked_add(len)? <= start + flen).then_some(at)
+        })
+    }
+
+    #[test]
+    fn hinted_first_fit_finds_what_a_full_search_finds() {
+        let mut a = IovaAllocator::new();
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if x.is_multiple_of(3) && !live.is_empty() {
+                let (at, len) = live.swap_remove((x >> 8) as usize % live.len());
+                a.release(at, len);
+            } else {
+                let len = IOMMU_PAGE * [1, 1, 2, 5, 5, 8][(x >> 20) as usize % 6];
+                let align = len.next_power_of_two();
+                let want = first_fit(&a.free, len, align);
+                let got = a.alloc(len, align);
+                assert_eq!(got, want, "allocation of {len:#x} aligned {align:#x}");
+                live.push((got.expect("space"), len));
+            }
+        }
+    }
 
     /// Every naturally aligned word of a device read is one load: a 4-byte doorbell
     /// record at any 4-aligned address (`dbr + 4` is 4- but not 8-aligned) is read

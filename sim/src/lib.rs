@@ -45,6 +45,7 @@ pub mod iommu;
 pub mod irq;
 pub mod link;
 pub mod mode;
+pub mod timer;
 pub mod transport;
 pub mod wire;
 

@@ -2,6 +2,7 @@
 //! (`mlx5-controlpath.md` §4.5), polled with the [`ring`](crate::ring) consumer and
 //! turned into [`WorkCompletion`]s (`mlx5-datapath.md` §7, §8.4).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use ferroverbs_hw::control::cmd::{new_input, Opcode};
@@ -82,7 +83,7 @@ pub(crate) struct Poller<B: Bus> {
     bus: Arc<B>,
     /// The QPs whose completions come here. Only locked by QP creation (`&self`);
     /// `poll` reaches it through `Mutex::get_mut` under `&mut self`, without locking.
-    qps: Mutex<Vec<Arc<WqShared>>>,
+    qps: Mutex<QpTable>,
     /// Index in `qps` of the last QP found.
     last: usize,
     /// The QP of the last successful requester CQE taken out of line (a destroyed
@@ -125,7 +126,7 @@ impl<B: Bus> Poller<B> {
             cur,
             ring,
             bus: Arc::clone(bus),
-            qps: Mutex::new(vec![Arc::clone(&hot)]),
+            qps: Mutex::new(QpTable::new(Arc::clone(&hot))),
             last: 0,
             hot_rx: Arc::clone(&hot),
             hot,
@@ -167,17 +168,22 @@ impl<B: Bus> Poller<B> {
 
     /// Routes the completions of a QP here.
     pub(crate) fn attach(&self, qp: Arc<WqShared>) {
-        let mut v = self.qps.lock().unwrap_or_else(|p| p.into_inner());
-        // Destroyed QPs go, but not the hot one (`poll_one` holds a clone of an entry
-        // of this list, and must never hold the last reference).
-        v.retain(|q| q.alive() || Arc::ptr_eq(q, &self.hot) || Arc::ptr_eq(q, &self.hot_rx));
-        v.push(qp);
+        let mut t = self.qps.lock().unwrap_or_else(|p| p.into_inner());
+        // Destroyed QPs go (when the list has doubled since it was last swept, so
+        // that creating n QPs costs O(n)), but not the hot one (`poll_one` holds a
+        // clone of an entry of this list, and must never hold the last reference).
+        if t.list.len() >= t.swept_len.max(8) * 2 {
+            t.list
+                .retain(|q| q.alive() || Arc::ptr_eq(q, &self.hot) || Arc::ptr_eq(q, &self.hot_rx));
+            t.reindex();
+        }
+        t.push(qp);
     }
 
     fn live_qps(&self) -> usize {
         self.qps
             .lock()
-            .map(|v| v.iter().filter(|q| q.alive()).count())
+            .map(|t| t.list.iter().filter(|q| q.alive()).count())
             .unwrap_or(0)
     }
 
@@ -365,7 +371,7 @@ impl<B: Bus> Poller<B> {
         let mut wc = WorkCompletion::default();
         let got = match decode(self.ring.mem(), off, qps, &mut self.last, &mut wc) {
             Some(req) => {
-                let qp = &qps[self.last];
+                let qp = &qps.list[self.last];
                 if req {
                     if !Arc::ptr_eq(&self.hot, qp) {
                         self.hot = Arc::clone(qp);
@@ -695,17 +701,54 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
     }
 }
 
+/// The QPs of a CQ: their list, and where in it each QP number was last attached
+/// (an index, so that a CQE of any of thousands of QPs finds its QP in one lookup).
+pub(crate) struct QpTable {
+    list: Vec<Arc<WqShared>>,
+    at: HashMap<u32, usize>,
+    /// The list's length after it was last swept of destroyed QPs.
+    swept_len: usize,
+}
+
+impl QpTable {
+    fn new(first: Arc<WqShared>) -> QpTable {
+        let mut t = QpTable {
+            list: Vec::new(),
+            at: HashMap::new(),
+            swept_len: 0,
+        };
+        t.push(first);
+        t
+    }
+
+    fn push(&mut self, qp: Arc<WqShared>) {
+        self.at.insert(qp.qpn, self.list.len());
+        self.list.push(qp);
+    }
+
+    /// Rebuilds the index after the list was swept.
+    fn reindex(&mut self) {
+        self.at.clear();
+        for (i, q) in self.list.iter().enumerate() {
+            // A number reused by a later QP maps to the later one.
+            self.at.insert(q.qpn, i);
+        }
+        self.swept_len = self.list.len();
+    }
+}
+
 /// Finds the live QP `qpn` in `qps`, trying `last` first.
 #[inline]
-fn find<'q>(qps: &'q [Arc<WqShared>], qpn: u32, last: &mut usize) -> Option<&'q WqShared> {
-    if let Some(q) = qps.get(*last) {
+fn find<'q>(qps: &'q QpTable, qpn: u32, last: &mut usize) -> Option<&'q WqShared> {
+    if let Some(q) = qps.list.get(*last) {
         if q.qpn == qpn && q.alive() {
             return Some(q);
         }
     }
-    let i = qps.iter().position(|q| q.qpn == qpn && q.alive())?;
+    let i = *qps.at.get(&qpn)?;
+    let q = qps.list.get(i).filter(|q| q.qpn == qpn && q.alive())?;
     *last = i;
-    Some(&qps[i])
+    Some(q)
 }
 
 /// Writes the work completion of the CQE at byte `off` of the ring `mem` into `wc`,
@@ -720,7 +763,7 @@ fn find<'q>(qps: &'q [Arc<WqShared>], qpn: u32, last: &mut usize) -> Option<&'q 
 fn decode(
     mem: &FastMem<impl Bus>,
     off: usize,
-    qps: &[Arc<WqShared>],
+    qps: &QpTable,
     last: &mut usize,
     wc: &mut WorkCompletion,
 ) -> Option<bool> {

@@ -705,6 +705,8 @@ pub struct QueuePair<'a, B: Bus> {
     sq_slots: SqSlots<B>,
     qpn: u32,
     uar: u32,
+    /// Whether `uar` is the QP's own (deallocated with it), not the driver's shared one.
+    own_uar: bool,
     /// The QP's own Q counter set (0: none).
     pub(super) counter_set: u8,
     port: u8,
@@ -781,6 +783,16 @@ fn alloc_uar<B: Bus>(ctx: &Context<B>) -> Result<u32> {
     Ok(alloc_uar_out::uar.get(&out) as u32)
 }
 
+/// Whether `e` is ALLOC_UAR's answer when every UAR page of the device is allocated
+/// (`LIM_ERR`).
+fn uars_exhausted(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Device(crate::error::Error::Cmd(c))
+            if c.status == crate::error::CmdStatus::LimitsExceeded
+    )
+}
+
 fn dealloc_uar<B: Bus>(ctx: &Context<B>, uar: u32) -> Result<()> {
     let mut input = new_input(Opcode::DeallocUar, 0, dealloc_uar_in::SIZE);
     dealloc_uar_in::uar.set(&mut input, u64::from(uar));
@@ -789,7 +801,13 @@ fn dealloc_uar<B: Bus>(ctx: &Context<B>, uar: u32) -> Result<()> {
 
 impl<'ctx, B: Bus> Pd<'ctx, B> {
     /// Creates an RC queue pair in RESET (`CREATE_QP`), with its own UAR (so its
-    /// BlueFlame register is its alone and needs no lock).
+    /// BlueFlame register is its alone and needs no lock). When the device has no UAR
+    /// page left (a ConnectX's BAR holds a few thousand, and it supports millions of
+    /// QPs), the QP shares the driver's UAR and rings 8-byte doorbells only, without
+    /// BlueFlame: rdma-core's libmlx5 likewise gives QPs beyond its low-latency
+    /// BlueFlame registers a shared register that takes no BlueFlame copy (bfreg 0,
+    /// `mlx5_alloc_qp_buf`/`need_uuar_lock`), and an 8-byte doorbell is one store, so
+    /// QPs on other threads need no lock to share it.
     ///
     /// The CQs and the SRQ must belong to the PD's device
     /// ([`Error::ForeignObject`] otherwise).
@@ -828,15 +846,24 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         if init.srq.is_some() {
             geo = geo.with_srq();
         }
-        let uar = alloc_uar(ctx)?;
+        let (uar, own_uar) = match alloc_uar(ctx) {
+            Ok(u) => (u, true),
+            Err(e) if uars_exhausted(&e) => match ctx.uar_index() {
+                Some(u) => (u, false),
+                None => return Err(e),
+            },
+            Err(e) => return Err(e),
+        };
         // The QP's own Q counter set, for its device-side counters (none left: the QP
         // has none).
         let set = ctx.alloc_q_counter().unwrap_or(0);
-        match self.create_qp_on(init, geo, uar, set) {
+        match self.create_qp_on(init, geo, (uar, own_uar), set) {
             Ok(qp) => Ok(qp),
             Err(e) => {
-                if let Err(e2) = dealloc_uar(ctx, uar) {
-                    tracing::warn!(uar, error = %e2, "DEALLOC_UAR failed");
+                if own_uar {
+                    if let Err(e2) = dealloc_uar(ctx, uar) {
+                        tracing::warn!(uar, error = %e2, "DEALLOC_UAR failed");
+                    }
                 }
                 if set != 0 {
                     if let Err(e2) = ctx.dealloc_q_counter(set) {
@@ -852,7 +879,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         &self,
         init: &QpInitAttr<'q, 'ctx, B>,
         geo: Geometry,
-        uar: u32,
+        (uar, own_uar): (u32, bool),
         counter_set: u8,
     ) -> Result<QueuePair<'_, B>> {
         let ctx = self.context();
@@ -908,7 +935,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         let bf_reg_size = 1usize << ctx.cap(g::log_bf_reg_size).min(16);
         // BlueFlame when asked for and the bus makes it pay (`Bus::blueflame`: not
         // on an uncached BAR mapping).
-        let blueflame = init.blueflame && ctx.bus().blueflame();
+        let blueflame = init.blueflame && ctx.bus().blueflame() && own_uar;
         let bf = if blueflame && ctx.cap(g::bf) == 1 {
             BlueFlameReg::blueflame(uar, bf_reg_size)
         } else {
@@ -940,6 +967,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             sq_slots,
             qpn,
             uar,
+            own_uar,
             counter_set,
             port: 1,
             pkey_index: 0,
@@ -1786,7 +1814,10 @@ impl<'a, B: Bus> QueuePair<'a, B> {
         destroy_qp_in::qpn.set(&mut input, self.qpn.into());
         let r = exec(ctx, &input, destroy_qp_out::SIZE).map(|_| ());
         self.q.shared.kill();
-        let r2 = dealloc_uar(ctx, self.uar);
+        let r2 = match self.own_uar {
+            true => dealloc_uar(ctx, self.uar),
+            false => Ok(()),
+        };
         // The counter set goes after the QP that counts into it.
         let r3 = match self.counter_set {
             0 => Ok(()),

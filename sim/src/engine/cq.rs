@@ -319,6 +319,14 @@ pub struct CqRt {
 }
 
 impl CqRt {
+    /// Bytes of simulator memory this runtime holds (the structure and its page
+    /// list; the ring itself is host memory the driver mapped).
+    pub fn footprint(&self) -> usize {
+        std::mem::size_of::<CqRt>() + self.pages.capacity() * std::mem::size_of::<u64>()
+    }
+}
+
+impl CqRt {
     /// The runtime of CQ `cqn` as the firmware created it.
     pub fn load(fw: &Firmware, cqn: u32) -> Option<CqRt> {
         let cq = fw.cq(cqn)?;

@@ -359,6 +359,26 @@ pub fn read(fw: &Firmware, io: &Iommu, key: u32, va: u64, dst: &mut [u8]) -> Res
     })
 }
 
+/// [`read`] with the IOMMU accesses through the cached window `win` (the search of
+/// the map table saved while the window holds; every key and access still checked).
+pub fn read_cached(
+    fw: &Firmware,
+    io: &Iommu,
+    win: &mut Window,
+    key: u32,
+    va: u64,
+    dst: &mut [u8],
+) -> Result<(), KeyError> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    let n = dst.len();
+    walk(fw, key, va, n, false, |iova, off, chunk| {
+        io.read_cached(win, iova, &mut dst[off..off + chunk])
+            .map_err(|_| KeyError::Translation)
+    })
+}
+
 /// Copies `src` to the memory `key` maps at `va` (a device write of host memory).
 pub fn write(fw: &Firmware, io: &Iommu, key: u32, va: u64, src: &[u8]) -> Result<(), KeyError> {
     write_cached(fw, io, &mut Window::default(), key, va, src)
@@ -478,6 +498,21 @@ pub fn gather(
     offset: u64,
     dst: &mut [u8],
 ) -> Result<(), KeyError> {
+    gather_cached(fw, io, &mut Window::default(), sges, offset, dst)
+}
+
+/// [`gather`] with the IOMMU accesses through the cached window `win` (a send queue
+/// keeps one for the buffers its WQEs name: consecutive messages usually come from the
+/// same mapping, whose search in the map table grows with the mappings). Every key is
+/// still looked up and checked at each packet.
+pub fn gather_cached(
+    fw: &Firmware,
+    io: &Iommu,
+    win: &mut Window,
+    sges: &[Sge],
+    offset: u64,
+    dst: &mut [u8],
+) -> Result<(), KeyError> {
     let mut skip = offset;
     let mut done = 0usize;
     for s in sges {
@@ -489,7 +524,7 @@ pub fn gather(
             continue;
         }
         let n = ((s.len - skip) as usize).min(dst.len() - done);
-        read(fw, io, s.key, s.addr + skip, &mut dst[done..done + n])?;
+        read_cached(fw, io, win, s.key, s.addr + skip, &mut dst[done..done + n])?;
         done += n;
         skip = 0;
     }

@@ -29,6 +29,7 @@ pub mod fastmap;
 pub mod mem;
 pub mod qp;
 pub mod recv;
+pub mod sched;
 pub mod wqe;
 
 use std::collections::VecDeque;
@@ -52,6 +53,7 @@ use cq::{Completion, CqRt, CqeKind, Pushed};
 use fastmap::DirectIndex;
 use mem::Sge;
 use qp::QpCfg;
+use sched::{QpSched, WorkLists};
 use wqe::{SendWqe, WqeData, WqeError};
 
 /// Vendor syndrome of a flushed WQE (the value ConnectX adapters report).
@@ -203,6 +205,11 @@ pub struct DataPathStats {
     pub srq_wqes: u64,
     /// SRQ limit events raised.
     pub srq_limit_events: u64,
+    /// QP runtimes the engine looked at for work: at a send doorbell, a received frame
+    /// for an RC, UC or UD QP, an owed ACK sent, a timer come due, a QP whose timers
+    /// stopped, a QP in error whose receive queue is watched. QPs with nothing to do
+    /// are not visited ([`sched`]), so this grows with the work, not with the QPs.
+    pub qp_visits: u64,
 }
 
 /// The device's ports as the data path sees them.
@@ -586,10 +593,12 @@ pub struct QpRt {
     pub rq_known: u32,
     /// Responder.
     pub resp: Resp,
+    /// Its place on the engine's lists.
+    sched: QpSched,
 }
 
 impl QpRt {
-    fn new(cfg: QpCfg, state: QpcState) -> QpRt {
+    fn new(cfg: QpCfg, state: QpcState, id: u64) -> QpRt {
         QpRt {
             sq: Sq {
                 next_psn: Psn::new(cfg.sq_psn),
@@ -607,6 +616,10 @@ impl QpRt {
             state,
             rq_ci: 0,
             rq_known: 0,
+            sched: QpSched {
+                id,
+                ..QpSched::default()
+            },
         }
     }
 
@@ -763,6 +776,25 @@ impl QpRt {
         self.rq_known = 0;
     }
 
+    /// Bytes of simulator memory this runtime holds: the structure and what its
+    /// queues and scatter lists have allocated. Bounded by the QP's limits (in-flight
+    /// WQEs by the SQ size, replay resources by the responder depth, scatter entries
+    /// by the WQE size), so it does not grow with the traffic.
+    pub fn footprint(&self) -> usize {
+        use std::mem::size_of;
+        let data = |d: &WqeData| {
+            d.sges.capacity() * size_of::<Sge>()
+                + d.inline.capacity()
+                + d.pieces.capacity() * size_of::<wqe::Piece>()
+        };
+        size_of::<QpRt>()
+            + self.sq.wqes.capacity() * size_of::<Flight>()
+            + data(&self.sq.txd)
+            + data(&self.sq.rxd)
+            + self.resp.res.capacity() * size_of::<Resource>()
+            + self.resp.rwqe.sges.capacity() * size_of::<Sge>()
+    }
+
     /// The device time of the QP's next timer (RNR back-off or local ACK timeout).
     pub fn next_timer(&self) -> Option<u64> {
         match (self.sq.rnr_until, self.sq.ack_deadline) {
@@ -794,8 +826,8 @@ pub struct Pkt<'a> {
     pub sip: Ipv4Addr,
 }
 
-/// Builds a [`Ctx`] from the engine's fields (disjoint from `qps`, `err_qps` and
-/// `timer_qps`, so those stay usable).
+/// Builds a [`Ctx`] from the engine's fields (disjoint from `qps` and `work`, so
+/// those stay usable).
 macro_rules! ctx {
     ($e:ident, $fw:expr, $io:expr, $irqs:expr, $now:expr) => {
         Ctx {
@@ -808,29 +840,6 @@ macro_rules! ctx {
             stats: &mut $e.stats,
         }
     };
-}
-
-/// What a QP needs from the engine's lists after a received packet (read with the QP at
-/// hand, so [`Engine::after_rc`] needs no second lookup).
-#[derive(Clone, Copy, Debug)]
-struct After {
-    /// It owes an ACK (after a request).
-    ack: bool,
-    /// A timer of it runs (`note_timers`).
-    timer: bool,
-    /// It is in error (`note_errors`).
-    err: bool,
-}
-
-impl After {
-    #[inline(always)]
-    fn of(qp: &QpRt, request: bool) -> After {
-        After {
-            ack: request && qp.resp.ack_due.is_some(),
-            timer: qp.next_timer().is_some(),
-            err: qp.state == QpcState::Err,
-        }
-    }
 }
 
 /// The RC or UC QP a parsed frame of transport `t` is for, after the checks every such
@@ -896,15 +905,13 @@ pub struct Engine {
     cqs: DirectIndex<CqRt>,
     net: Net,
     stats: DataPathStats,
-    /// QPs in error whose RQ is still watched for new posts.
-    err_qps: Vec<u32>,
-    /// QPs with an RNR timer running.
-    timer_qps: Vec<u32>,
+    /// The QPs with work: owing an ACK, in error, with a timer ([`sched`]).
+    work: WorkLists,
+    /// The identity of the next QP runtime made ([`QpSched::id`]).
+    next_id: u64,
     events: Vec<DataPathEvent>,
     /// Send doorbells waiting to be serviced (deferred mode): (UAR, QPN).
     doorbells: VecDeque<(u32, u32)>,
-    /// QPs owing an ACK, sent at the end of the batch of received frames.
-    ack_qps: Vec<u32>,
     /// Frames received since the owed ACKs were last sent.
     since_acks: u32,
 }
@@ -928,11 +935,10 @@ impl Engine {
                 spare: Vec::with_capacity(SPARE_BATCH),
             },
             stats: DataPathStats::default(),
-            err_qps: Vec::new(),
-            timer_qps: Vec::new(),
+            work: WorkLists::default(),
+            next_id: 0,
             events: Vec::new(),
             doorbells: VecDeque::new(),
-            ack_qps: Vec::new(),
             since_acks: 0,
         }
     }
@@ -987,8 +993,7 @@ impl Engine {
                 DataPathEvent::Reset => {
                     self.qps.clear();
                     self.cqs.clear();
-                    self.err_qps.clear();
-                    self.timer_qps.clear();
+                    self.work.clear();
                 }
                 DataPathEvent::QpDestroyed(qpn) => self.forget(qpn),
                 DataPathEvent::CqDestroyed(cqn) => {
@@ -1020,11 +1025,17 @@ impl Engine {
         let Some(fqp) = fw.qp(qpn) else { return };
         let cfg = QpCfg::load(fw, qpn, fqp);
         let mut cx = ctx!(self, fw, io, irqs, now);
-        if self.qps.get(qpn).is_none()
-            && self.qps.insert(qpn, QpRt::new(cfg.clone(), from)).is_err()
-        {
-            // Not a 24-bit QPN: the firmware gives none such.
-            return;
+        if self.qps.get(qpn).is_none() {
+            let id = self.next_id;
+            self.next_id += 1;
+            if self
+                .qps
+                .insert(qpn, QpRt::new(cfg.clone(), from, id))
+                .is_err()
+            {
+                // Not a 24-bit QPN: the firmware gives none such.
+                return;
+            }
         }
         let Some(qp) = self.qps.get_mut(qpn) else {
             return;
@@ -1058,14 +1069,16 @@ impl Engine {
             }
             _ => qp.state = to,
         }
-        self.note_timers(qpn);
-        self.note_errors(qpn);
+        self.work.note_timer(qpn, qp);
+        self.work.note_err(qpn, qp);
     }
 
+    /// Drops QP `qpn`'s runtime: its timer goes, its list entries are stale (skipped
+    /// when reached), so this costs the same whatever the number of QPs.
     fn forget(&mut self, qpn: u32) {
-        self.qps.remove(qpn);
-        self.err_qps.retain(|&q| q != qpn);
-        self.timer_qps.retain(|&q| q != qpn);
+        if self.qps.remove(qpn).is_some() {
+            self.work.timers.cancel(qpn);
+        }
     }
 
     /// A send doorbell (8-byte doorbell or the first BlueFlame chunk) for `qpn` in UAR
@@ -1093,6 +1106,7 @@ impl Engine {
             cx.stats.stray_doorbells += 1;
             return;
         }
+        cx.stats.qp_visits += 1;
         match qp.state {
             QpcState::Rts | QpcState::Sqd => {
                 cx.stats.doorbells += 1;
@@ -1104,8 +1118,8 @@ impl Engine {
             }
             _ => cx.stats.stray_doorbells += 1,
         }
-        self.note_timers(qpn);
-        self.note_errors(qpn);
+        self.work.note_timer(qpn, qp);
+        self.work.note_err(qpn, qp);
         self.net.flush();
     }
 
@@ -1173,20 +1187,6 @@ impl Engine {
         cq.arm(fw, io, irqs, sn, solicited, ci);
     }
 
-    fn note_timers(&mut self, qpn: u32) {
-        let has = self.qps.get(qpn).is_some_and(|q| q.next_timer().is_some());
-        if has && !self.timer_qps.contains(&qpn) {
-            self.timer_qps.push(qpn);
-        }
-    }
-
-    fn note_errors(&mut self, qpn: u32) {
-        let err = self.qps.get(qpn).is_some_and(|q| q.state == QpcState::Err);
-        if err && !self.err_qps.contains(&qpn) {
-            self.err_qps.push(qpn);
-        }
-    }
-
     /// Processes one received frame.
     ///
     /// The common request, a one-packet RC SEND, is read by
@@ -1215,8 +1215,8 @@ impl Engine {
                 return;
             };
             transport::responder::on_send_only(qp, &mut cx, &s);
-            let after = After::of(qp, true);
-            return self.after_rc(fw, io, irqs, now, qpn, after);
+            self.work.after_packet(qpn, qp, true);
+            return self.ack_batch(fw, io, irqs, now);
         }
         self.receive_general(fw, io, irqs, now, frame);
     }
@@ -1280,32 +1280,15 @@ impl Engine {
         } else {
             transport::completer::on_response(qp, &mut cx, &pkt);
         }
-        let after = After::of(qp, request);
-        self.after_rc(fw, io, irqs, now, qpn, after);
+        self.work.after_packet(qpn, qp, request);
+        self.ack_batch(fw, io, irqs, now);
     }
 
-    /// What follows a packet given to an RC or UC QP ([`After`]): the QP joins the
-    /// lists of QPs owing an ACK, with a timer running, in error; the owed ACKs go out
-    /// every [`ACK_BATCH`] frames.
+    /// What follows a packet given to an RC or UC QP (after the QP joined the lists
+    /// of QPs owing an ACK, with a timer running, in error: `WorkLists::after_packet`):
+    /// the owed ACKs go out every [`ACK_BATCH`] frames.
     #[inline(always)]
-    fn after_rc(
-        &mut self,
-        fw: &mut Firmware,
-        io: &Iommu,
-        irqs: &Irqs,
-        now: u64,
-        qpn: u32,
-        after: After,
-    ) {
-        if after.ack && !self.ack_qps.contains(&qpn) {
-            self.ack_qps.push(qpn);
-        }
-        if after.timer && !self.timer_qps.contains(&qpn) {
-            self.timer_qps.push(qpn);
-        }
-        if after.err && !self.err_qps.contains(&qpn) {
-            self.err_qps.push(qpn);
-        }
+    fn ack_batch(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, now: u64) {
         self.since_acks += 1;
         if self.since_acks >= ACK_BATCH {
             self.flush_acks(fw, io, irqs, now);
@@ -1344,6 +1327,7 @@ impl Engine {
             cx.stats.rx_no_qp += 1;
             return;
         };
+        cx.stats.qp_visits += 1;
         if qp.cfg.st != ServiceType::Ud {
             cx.stats.rx_unsupported += 1;
             return;
@@ -1358,7 +1342,7 @@ impl Engine {
             ip_header,
         };
         transport::ud::on_packet(qp, &mut cx, &pkt);
-        self.note_errors(qpn);
+        self.work.note_err(qpn, qp);
     }
 
     /// Sends the ACKs owed (call when a batch of received frames is done).
@@ -1366,10 +1350,12 @@ impl Engine {
     /// completion let go) to the fabric.
     pub fn flush_acks(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, now: u64) {
         self.since_acks = 0;
-        if !self.ack_qps.is_empty() {
+        if !self.work.acks.is_empty() {
             let mut cx = ctx!(self, fw, io, irqs, now);
-            for qpn in self.ack_qps.drain(..) {
-                if let Some(qp) = self.qps.get_mut(qpn) {
+            for (qpn, id) in self.work.acks.drain(..) {
+                if let Some(qp) = self.qps.get_mut(qpn).filter(|q| q.sched.id == id) {
+                    cx.stats.qp_visits += 1;
+                    qp.sched.ack_listed = false;
                     transport::responder::flush_ack(qp, &mut cx);
                 }
             }
@@ -1396,7 +1382,7 @@ impl Engine {
 
     /// Whether some QP owes an ACK that [`Engine::flush_acks`] would send.
     pub fn acks_owed(&self) -> bool {
-        !self.ack_qps.is_empty()
+        !self.work.acks.is_empty()
     }
 
     /// Periodic work: queued send doorbells, RNR timers that expired, receive WQEs
@@ -1408,13 +1394,74 @@ impl Engine {
             self.send_doorbell(fw, io, irqs, now, uar, qpn);
             work += 1;
         }
-        if !self.timer_qps.is_empty() {
-            let mut timers = std::mem::take(&mut self.timer_qps);
+        work += self.fire_timers(fw, io, irqs, now);
+        if !self.work.errs.is_empty() {
+            let mut errs = std::mem::take(&mut self.work.errs);
             let mut cx = ctx!(self, fw, io, irqs, now);
             let qps = &mut self.qps;
-            timers.retain(|qpn| {
-                let Some(qp) = qps.get_mut(*qpn) else {
-                    return false;
+            let before = cx.stats.flushed;
+            errs.retain(|&(qpn, id)| match qps.get_mut(qpn) {
+                Some(qp) if qp.sched.id == id => {
+                    cx.stats.qp_visits += 1;
+                    if qp.state == QpcState::Err {
+                        qp.flush_rq(&mut cx);
+                        true
+                    } else {
+                        qp.sched.err_listed = false;
+                        false
+                    }
+                }
+                _ => false,
+            });
+            work += (cx.stats.flushed - before) as usize;
+            // Keep the list's buffer (no allocation in steady state).
+            self.work.errs = errs;
+        }
+        self.net.flush();
+        work
+    }
+
+    /// Whether [`Engine::poll`] has anything to do besides received frames and timers
+    /// (see [`Engine::next_deadline`]): queued doorbells, QPs in error whose receive
+    /// queue is watched.
+    pub fn has_periodic(&self) -> bool {
+        !self.doorbells.is_empty() || !self.work.errs.is_empty()
+    }
+
+    /// The timers' part of [`Engine::poll`]: every QP whose timer heap entry came due
+    /// is looked at; the expired RNR back-offs and local ACK timeouts fire, in the
+    /// order the QPs started watching timers ([`sched`]); an entry that came due
+    /// before its QP's real deadline (which moved later since) is queued again at
+    /// that deadline. Then the QPs whose timers stopped leave the watched set.
+    /// Returns the timers fired.
+    fn fire_timers(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, now: u64) -> usize {
+        let mut work = 0;
+        let w = &mut self.work;
+        while let Some((qpn, _)) = w.timers.pop_expired(now) {
+            let Some(qp) = self.qps.get_mut(qpn) else {
+                continue;
+            };
+            self.stats.qp_visits += 1;
+            // The heap holds no entry of it any more.
+            qp.sched.wake = None;
+            let Some(seq) = qp.sched.timer_seq else {
+                continue;
+            };
+            match qp.next_timer() {
+                Some(t) if t <= now => w.due.push((seq, qpn)),
+                Some(t) => w.wake_by(qpn, qp, t),
+                // Stopped: it leaves at the pass over `leaving` below.
+                None => {}
+            }
+        }
+        if !w.due.is_empty() {
+            // Ranks are unique: the order is the watched QPs' order.
+            w.due.sort_unstable();
+            let mut due = std::mem::take(&mut w.due);
+            let mut cx = ctx!(self, fw, io, irqs, now);
+            for &(_, qpn) in &due {
+                let Some(qp) = self.qps.get_mut(qpn) else {
+                    continue;
                 };
                 if qp.sq.rnr_until.is_some_and(|t| t <= now) {
                     qp.sq.rnr_until = None;
@@ -1425,48 +1472,56 @@ impl Engine {
                     work += 1;
                     transport::completer::on_ack_timeout(qp, &mut cx);
                 }
-                qp.next_timer().is_some()
-            });
-            // Keep the list's buffer (no allocation in steady state).
-            let added = std::mem::replace(&mut self.timer_qps, timers);
-            for q in added {
-                if !self.timer_qps.contains(&q) {
-                    self.timer_qps.push(q);
+                match qp.next_timer() {
+                    Some(t) => self.work.wake_by(qpn, qp, t),
+                    None => qp.sched.timer_seq = None,
                 }
             }
+            due.clear();
+            // Keep the scratch buffer (no allocation in steady state).
+            self.work.due = due;
         }
-        if !self.err_qps.is_empty() {
-            let errs = std::mem::take(&mut self.err_qps);
-            let mut cx = ctx!(self, fw, io, irqs, now);
-            let qps = &mut self.qps;
-            let before = cx.stats.flushed;
-            let mut keep = errs;
-            keep.retain(|qpn| match qps.get_mut(*qpn) {
-                Some(qp) if qp.state == QpcState::Err => {
-                    qp.flush_rq(&mut cx);
-                    true
-                }
-                _ => false,
-            });
-            work += (cx.stats.flushed - before) as usize;
-            self.err_qps = keep;
+        let w = &mut self.work;
+        for (qpn, id) in w.leaving.drain(..) {
+            let Some(qp) = self.qps.get_mut(qpn).filter(|q| q.sched.id == id) else {
+                continue;
+            };
+            self.stats.qp_visits += 1;
+            qp.sched.leaving = false;
+            if qp.next_timer().is_none() {
+                qp.sched.timer_seq = None;
+            }
         }
-        self.net.flush();
         work
     }
 
-    /// Whether [`Engine::poll`] has anything to do besides received frames and timers
-    /// (see [`Engine::next_deadline`]): queued doorbells, QPs in error whose receive
-    /// queue is watched.
-    pub fn has_periodic(&self) -> bool {
-        !self.doorbells.is_empty() || !self.err_qps.is_empty()
+    /// The earliest device time at which a timer expires (exact: the timer heap's
+    /// entries that came before their QPs' real deadlines are moved to them first).
+    pub fn next_deadline(&mut self) -> Option<u64> {
+        loop {
+            let (qpn, at) = self.work.timers.peek()?;
+            let qp = self.qps.get_mut(qpn);
+            let real = qp
+                .as_deref()
+                .filter(|q| q.sched.timer_seq.is_some())
+                .and_then(QpRt::next_timer);
+            match real {
+                Some(t) if t == at => return Some(at),
+                Some(t) => self.work.timers.arm(qpn, t),
+                None => {
+                    self.work.timers.cancel(qpn);
+                }
+            }
+            if let Some(qp) = qp {
+                qp.sched.wake = self.work.timers.deadline(qpn);
+            }
+        }
     }
 
-    /// The earliest device time at which a timer expires.
-    pub fn next_deadline(&self) -> Option<u64> {
-        self.timer_qps
-            .iter()
-            .filter_map(|&q| self.qps.get(q).and_then(QpRt::next_timer))
-            .min()
+    /// A device time at or before [`Engine::next_deadline`] (the earliest entry of the
+    /// timer heap, without moving any: O(1)); when it comes, [`Engine::poll`] fires
+    /// what expired and moves the rest. For a device thread's wait.
+    pub fn wake_at(&self) -> Option<u64> {
+        self.work.timers.next()
     }
 }

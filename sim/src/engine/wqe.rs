@@ -265,6 +265,9 @@ pub struct WqeData {
     /// ([`Iommu::read_cached`]: every read still checked against the map table, only
     /// its search saved while no unmap happened).
     pub win: Window,
+    /// The cached translation of the last mapping the gather list was read from (a
+    /// `Cell`, so that [`WqeData::gather`] stays a `&self` read).
+    pub data_win: std::cell::Cell<Window>,
 }
 
 /// One segment of a data part that mixes inline and pointer segments.
@@ -330,7 +333,10 @@ impl WqeData {
             return Ok(());
         }
         if self.pieces.is_empty() {
-            return mem::gather(fw, io, &self.sges, offset, dst);
+            let mut w = self.data_win.get();
+            let r = mem::gather_cached(fw, io, &mut w, &self.sges, offset, dst);
+            self.data_win.set(w);
+            return r;
         }
         self.gather_pieces(fw, io, offset, dst)
     }

@@ -263,6 +263,22 @@ pub struct Qp {
     pub dbr: u64,
 }
 
+impl Qp {
+    /// Bytes of simulator memory the firmware object holds: the structure, its QP
+    /// context image and its page list.
+    pub fn footprint(&self) -> usize {
+        std::mem::size_of::<Qp>() + self.qpc.capacity() + self.pages.capacity() * 8
+    }
+}
+
+impl Cq {
+    /// Bytes of simulator memory the firmware object holds: the structure, its CQ
+    /// context image and its page list.
+    pub fn footprint(&self) -> usize {
+        std::mem::size_of::<Cq>() + self.cqc.capacity() + self.pages.capacity() * 8
+    }
+}
+
 /// An event queue: its ring and the context fields QUERY_EQ reports.
 #[derive(Clone, Debug)]
 pub struct Eq {

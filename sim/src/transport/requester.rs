@@ -58,7 +58,12 @@ pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
         }
         qp.sq.rnr_until = None;
     }
-    let Ok(db) = cx.io.read_be32(qp.cfg.dbr + 4) else {
+    // The doorbell record's translation is cached (the same record holds the RQ
+    // counter: `QpRt::rq_posted`); its value is read every time.
+    let mut w = qp.resp.dbr_win.get();
+    let db = cx.io.read_be32_cached(&mut w, qp.cfg.dbr + 4);
+    qp.resp.dbr_win.set(w);
+    let Ok(db) = db else {
         return;
     };
     // A run of inline SENDs sent at once is read under one hold of the IOMMU's table

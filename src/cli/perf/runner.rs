@@ -35,6 +35,7 @@
 //! With more threads than cores, the device threads' back-off (spin, yield, park for
 //! up to 10 ms) dominates the threaded figures; the deterministic mode is the default.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use ferroverbs::verbs::{
@@ -1349,9 +1350,27 @@ fn bw<B: Bus>(
     let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), total as u64);
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
     let mut stall = Stall::new(cfg);
+    // The QPs that may have room to post, each once (`listed`): all at first, then
+    // each QP again when a completion of it frees room. A round visits these, not
+    // every QP, so its cost follows the completions, not the number of QPs.
+    let mut ready: VecDeque<usize> = (0..qps).collect();
+    let mut listed = vec![true; qps];
+    // Requests posted since the devices last had a chance to progress (`pump`): after
+    // a TX depth's worth (perftest's default one at least) the devices progress even
+    // if the CQs still hold completions, so that they never hold more unprocessed
+    // requests than one QP gives them. With
+    // thousands of QPs, each with its TX depth free, the test would otherwise post
+    // hundreds of thousands of requests between two steps of an in-process fabric:
+    // more frames than a receive queue holds (`ferroverbs_sim::link::RX_QUEUE_LIMIT`),
+    // and a working set no cache holds.
+    let mut unpumped = 0u64;
+    let budget = tx_depth
+        .max(u64::from(super::config::DEF_TX_BW))
+        .max(post_list);
     while totccnt < total {
         let mut moved = 0usize;
-        for q in 0..qps {
+        while let Some(q) = ready.pop_front() {
+            listed[q] = false;
             while scnt[q] < iters && scnt[q] + post_list <= tx_depth + ccnt[q] {
                 list.clear();
                 for k in scnt[q]..scnt[q] + post_list {
@@ -1369,6 +1388,11 @@ fn bw<B: Bus>(
                 scnt[q] += post_list;
                 totscnt += post_list as usize;
                 moved += 1;
+                unpumped += post_list;
+                if unpumped >= budget {
+                    pump();
+                    unpumped = 0;
+                }
             }
         }
         let mut retire = |c: &WorkCompletion| {
@@ -1381,14 +1405,28 @@ fn bw<B: Bus>(
                 if totccnt > 0 {
                     tcompleted[totccnt.min(total) - 1] = clock.ns();
                 }
+                if !listed[q] && scnt[q] < iters {
+                    listed[q] = true;
+                    ready.push_back(q);
+                }
             }
         };
         moved += poll_side(a, &mut wc, &sge, &mut retire)?;
         if let (Some(b), Some(rb), true) = (b.as_deref_mut(), &rb, cfg.test.has_recv()) {
-            moved += poll_side(b, &mut wc, rb, |_| {})?;
+            // The receiver takes every completion there is and reposts its receive
+            // requests, so that its queues keep up with the devices' progress during
+            // the round (with many QPs, more than one batch arrives per round).
+            loop {
+                let k = poll_side(b, &mut wc, rb, |_| {})?;
+                moved += k;
+                if k < POLL_BATCH {
+                    break;
+                }
+            }
         }
         if moved == 0 {
             wait(a, b.as_deref_mut(), pump);
+            unpumped = 0;
             stall.idle(&|| format!("{totccnt} of {total} requests completed"))?;
         } else {
             stall.progress();

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Scale with the number of QPs, the figures of docs/performance.md ("Many QPs"), as
+# markdown tables:
+#
+# * the message rate of `ferroverbs perf write-bw -s 64` and `send-bw -s 64` with
+#   -q 1, 16, 256, 1024 and 16384 QPs, about MSGS messages in all per run (-n MSGS/q,
+#   at least 5 per QP): each N run `runs` times, each run right after a one-QP run,
+#   and the ratio of the two medians (the machine may be noisy: ratios, not rates);
+# * memory per idle QP and per CQ with 16384 QPs (examples/scale.rs) against the
+#   bytes the hardware format requires;
+# * the time to create, connect and destroy N QPs and to register and deregister N
+#   memory regions, per object, for N = 1024, 4096, 16384 (constant per object:
+#   linear growth).
+#
+# Usage: benches/scale.sh [runs]   (default 3; QPS="1 1024" and MSGS=... to choose,
+# FERROVERBS=<binary> to measure another build of the tool)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-3}
+MSGS=${MSGS:-200000}
+QPS=${QPS:-"1 16 256 1024 16384"}
+T=${CARGO_TARGET_DIR:-target}
+cargo build --release --quiet --bin ferroverbs --example scale
+F=${FERROVERBS:-$T/release/ferroverbs}
+SCALE=$T/release/examples/scale
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.4f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+load() { cut -d' ' -f1 /proc/loadavg; }
+# The message rate (M/s) of one run: the last column of the line after the header.
+rate() { "$F" perf "$1" -s 64 -q "$2" -n "$3" 2>/dev/null | awk '/#bytes/ { getline; print $NF }'; }
+
+echo "## Message rate with many QPs ($RUNS runs each, alternated with one QP; load average at start $(load))"
+echo
+echo "| QPs | write-bw M/s | 1 QP M/s | vs 1 QP | send-bw M/s | 1 QP M/s | vs 1 QP |"
+echo "|---|---|---|---|---|---|---|"
+for q in $QPS; do
+    n=$((MSGS / q))
+    [ "$n" -ge 5 ] || n=5
+    row="| $q"
+    for test in write-bw send-bw; do
+        : >"$OUT/n"
+        : >"$OUT/one"
+        for _ in $(seq "$RUNS"); do
+            rate "$test" 1 "$MSGS" >>"$OUT/one"
+            rate "$test" "$q" "$n" >>"$OUT/n"
+        done
+        mn=$(median <"$OUT/n")
+        m1=$(median <"$OUT/one")
+        row="$row | $mn | $m1 | $(awk -v a="$mn" -v b="$m1" 'BEGIN { printf "%.2f", a / b }')"
+    done
+    echo "$row |"
+done
+echo
+
+"$SCALE" --qps 16384 >"$OUT/mem"
+get() { awk -v k="$1:" '$1 == k { print $2 }' "$2"; }
+M=$OUT/mem
+echo "## Memory with 16384 QPs (examples/scale.rs: 128 send and 128 receive requests, one SGE, 64 B inline; one CQ of $(get cq_entries "$M") entries)"
+echo
+echo "| object | hardware format | DMA memory | driver bookkeeping | simulator (engine + firmware) |"
+echo "|---|---|---|---|---|"
+echo "| idle QP | $(get qp_hw_bytes "$M") | $(get qp_dma_bytes "$M") | $(get qp_driver_bytes "$M") | $(get qp_sim_engine_bytes "$M") + $(get qp_sim_firmware_bytes "$M") |"
+echo "| CQ | $(get cq_hw_bytes "$M") | $(get cq_dma_bytes "$M") | $(get cq_driver_bytes "$M") | $(get cq_sim_bytes "$M") |"
+echo
+
+echo "## Creation and destruction, per object (examples/scale.rs --mr-per-qp)"
+echo
+echo "| N | CREATE_QP µs | connect (3 modifies) µs | DESTROY_QP µs | register MR µs | deregister MR µs |"
+echo "|---|---|---|---|---|---|"
+for n in 1024 4096 16384; do
+    "$SCALE" --qps "$n" --mr-per-qp >"$OUT/c"
+    C=$OUT/c
+    echo "| $n | $(get create_qp_us "$C") | $(get connect_qp_us "$C") | $(get destroy_qp_us "$C") | $(get reg_mr_us "$C") | $(get dereg_mr_us "$C") |"
+done

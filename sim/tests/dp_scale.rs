@@ -1,0 +1,128 @@
+//! Scale: what a step of the device does depends on the QPs with work, not on the QPs
+//! it has. Counted, not timed: `DataPathStats::qp_visits` counts every QP runtime the
+//! engine looks at (doorbells, received frames, owed ACKs, timers come due, QPs in
+//! error), and the same traffic on one active QP must cost the same visits and the
+//! same fabric steps beside one idle QP as beside 1,024 idle QPs, each of which has
+//! its local ACK timer running (a request sent to a QP that does not exist, waiting
+//! for an acknowledgement: the hardest kind of idle, a timer to keep and not look at).
+
+mod common;
+mod dp;
+
+use dp::*;
+use ferroverbs_hw::datapath::cqe::{MLX5_CQE_REQ, MLX5_CQE_RESP_SEND};
+
+/// Rounds of traffic on the active pair.
+const ROUNDS: usize = 8;
+/// SENDs per round.
+const PER_ROUND: usize = 8;
+
+/// What the active pair's traffic cost.
+#[derive(Debug, PartialEq, Eq)]
+struct Cost {
+    /// QP runtimes visited, both devices.
+    visits: u64,
+    /// Fabric steps until idle, all rounds.
+    steps: usize,
+    /// Work the steps reported.
+    work: usize,
+}
+
+/// Runs the active pair's traffic beside `idle` idle RC QPs of A with their ACK
+/// timers running; returns its cost.
+fn cost_beside(idle: usize) -> Cost {
+    let mut p = Pair::deterministic(Conn::default());
+    let src = p.a.reg_mr(4096, ALL);
+    let dst = p.b.reg_mr(4096, ALL);
+    let conn = Conn::default();
+    let (bip, bmac) = (p.b.ip, p.b.mac);
+    let mut idle_qps = Vec::with_capacity(idle);
+    for k in 0..idle {
+        let mut q = p.a.create_qp(&p.acq.0, &p.acq.1, 2, 0, 2);
+        // B has no QP of this number: it drops the SEND, and A's QP waits for an
+        // ACK (timeout code 14: 67 ms of virtual time, which never passes here).
+        p.a.connect(&q, 0xf0_0000 + k as u32, bip, bmac, &conn, 0x500);
+        let wqe = send_wqe(q.qpn, &[sge(&src, 0, 8)], None, SIG);
+        let (_, first) = p.a.write_wqe(&mut q, &wqe);
+        p.a.ring(&q, first);
+        idle_qps.push(q);
+    }
+    p.fabric.run_until_idle();
+    assert_eq!(p.b.h.sim.stats().data_path.rx_no_qp, idle as u64);
+    p.a.h.sim.with_engine(|e| {
+        for q in &idle_qps {
+            let qp = e.qp(q.qpn).expect("an idle QP has a runtime");
+            assert!(
+                qp.next_timer().is_some(),
+                "QP {:#x} waits for its ACK",
+                q.qpn
+            );
+        }
+    });
+    assert!(p.a.h.sim.next_deadline().is_some());
+
+    let visits =
+        |p: &Pair| p.a.h.sim.stats().data_path.qp_visits + p.b.h.sim.stats().data_path.qp_visits;
+    let v0 = visits(&p);
+    let (mut steps, mut work) = (0, 0);
+    for round in 0..ROUNDS {
+        for k in 0..PER_ROUND {
+            let at = (p.qb.rq_pi as usize % 64) * 64;
+            p.b.post_recv(&mut p.qb, &[sge(&dst, at, 64)]);
+            let v = (round * PER_ROUND + k) as u64;
+            p.a.mr_write(&src, k * 8, &v.to_le_bytes());
+        }
+        let qpn = p.qa.qpn;
+        let mut first = [0u8; 8];
+        for k in 0..PER_ROUND {
+            let (_, f) =
+                p.a.write_wqe(&mut p.qa, &send_wqe(qpn, &[sge(&src, k * 8, 8)], None, SIG));
+            first = f;
+        }
+        p.a.ring(&p.qa, first);
+        loop {
+            let n = p.fabric.step();
+            steps += 1;
+            work += n;
+            if n == 0 {
+                break;
+            }
+        }
+        for _ in 0..PER_ROUND {
+            let c = p.a.poll(&mut p.acq.0).expect("a send completion");
+            assert_eq!(c.opcode(), MLX5_CQE_REQ);
+            let r = p.b.poll(&mut p.bcq.1).expect("a receive completion");
+            assert_eq!(r.opcode(), MLX5_CQE_RESP_SEND);
+            assert_eq!(r.byte_cnt(), 8);
+        }
+        assert!(p.a.poll(&mut p.acq.0).is_none());
+    }
+    // Every message arrived intact.
+    for k in 0..PER_ROUND {
+        let at = ((ROUNDS - 1) * PER_ROUND + k) % 64 * 64;
+        let v = ((ROUNDS - 1) * PER_ROUND + k) as u64;
+        assert_eq!(p.b.mr_read(&dst, at, 8), v.to_le_bytes());
+    }
+    // The idle QPs still wait, untouched.
+    p.a.h.sim.with_engine(|e| {
+        assert!(idle_qps
+            .iter()
+            .all(|q| e.qp(q.qpn).is_some_and(|qp| qp.next_timer().is_some())));
+    });
+    Cost {
+        visits: visits(&p) - v0,
+        steps,
+        work,
+    }
+}
+
+#[test]
+fn a_step_visits_the_qps_with_work_whatever_the_number_of_idle_qps() {
+    let one = cost_beside(1);
+    let many = cost_beside(1024);
+    assert_eq!(one, many, "1 idle QP: {one:?}, 1,024 idle QPs: {many:?}");
+    // And the cost is the traffic's: a few visits per message (the doorbell, the
+    // request at B, its ACK owed, the ACK at A), not one per idle QP.
+    let msgs = (ROUNDS * PER_ROUND) as u64;
+    assert!(one.visits > 0 && one.visits <= 4 * msgs, "{one:?}");
+}
