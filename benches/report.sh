@@ -10,7 +10,9 @@
 #   binary (e.g. a build of an older commit), its runs alternate with these and its
 #   median is printed as the baseline;
 # * rc_pingpong --iters 20000 --tcp, `runs` times: the simulator's p50 round trip
-#   against the TCP loopback ping-pong measured in the same process.
+#   against the TCP loopback ping-pong measured in the same process;
+# * `ferroverbs perf` (perftest's tests) with the baseline each measures in the same
+#   run, in one process and across two processes over UDP.
 #
 # Wall-clock figures need a quiet machine (nothing else running); the script prints
 # the load average next to them.
@@ -77,3 +79,55 @@ for i in $(seq "$RUNS"); do
 done
 echo
 echo "Median ratio: $(median <"$OUT/ratio")x (target: at least 20x)."
+echo
+
+# `ferroverbs perf`: perftest's tests in one process, each beside the baseline it
+# measures in the same run (the line `<figure>: X vs baseline Y: verdict`).
+cargo build --release --quiet --bin ferroverbs
+F=$T/release/ferroverbs
+echo "## \`ferroverbs perf\` with same-run baselines (load average at start $(load))"
+echo
+echo "| command | figure | test | baseline | verdict |"
+echo "|---|---|---|---|---|"
+perf_row() {
+    local args="$1"
+    # shellcheck disable=SC2086
+    timeout 600 "$F" perf $args --baseline 2>&1 | sed -n 's/^ *\([^:]*\): \([0-9.]* [^ ]*\) vs baseline \([0-9.]* [^ ]*\): \(.*\)$/\1|\2|\3|\4/p' |
+        while IFS='|' read -r what test base verdict; do
+            echo "| \`perf $args\` | $what | $test | $base | $verdict |"
+        done
+}
+perf_row "send-lat -n 20000"
+perf_row "send-lat -s 64 -n 20000"
+perf_row "write-lat -s 64 -n 20000"
+perf_row "read-lat -n 20000"
+perf_row "atomic-lat -n 20000"
+perf_row "send-bw -s 64 -n 200000"
+perf_row "write-bw -s 64 -n 200000"
+perf_row "write-bw -s 64 -n 200000 -l 16"
+perf_row "send-bw -n 2000"
+perf_row "write-bw -n 5000"
+echo
+
+# Across processes: one simulated NIC each (127.0.0.1 server, 127.0.0.2 client), RC over
+# UDP; the baselines (TCP ping-pong, raw UDP) run between the same two processes.
+echo "## Across processes, RoCEv2 over UDP (load average at start $(load))"
+echo
+echo "| command | figure | test | baseline | verdict |"
+echo "|---|---|---|---|---|"
+pair_row() {
+    local args="$1"
+    # shellcheck disable=SC2086
+    timeout 600 "$F" perf $args --baseline --server >"$OUT/server" 2>&1 &
+    local spid=$!
+    sleep 1
+    # shellcheck disable=SC2086
+    timeout 600 "$F" perf $args --baseline --client 127.0.0.1 2>&1 |
+        sed -n 's/^ *\([^:]*\): \([0-9.]* [^ ]*\) vs baseline \([0-9.]* [^ ]*\): \(.*\)$/\1|\2|\3|\4/p' |
+        while IFS='|' read -r what test base verdict; do
+            echo "| \`perf $args\` (two processes) | $what | $test | $base | $verdict |"
+        done
+    wait "$spid" || true
+}
+pair_row "send-lat -s 64 -n 20000"
+pair_row "write-bw -n 5000"

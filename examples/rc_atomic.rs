@@ -1,60 +1,47 @@
 //! Atomics between two simulated NICs: fetch-and-add and compare-and-swap on 8 bytes of
-//! B's memory. The simulator keeps the operand in host byte order and, as a ConnectX
-//! does, returns the original value big-endian.
+//! B's memory. The operand is in host byte order, and so is the original value the
+//! requester receives (the driver selects host-endian atomic responses, as Linux does).
 //!
 //! `cargo run --example rc_atomic`
 
-#[path = "common/mod.rs"]
-mod common;
+use std::time::Duration;
 
-use ferroverbs::verbs::{AccessFlags, QpCap, QpInitAttr, SendWr};
+use ferroverbs::verbs::{MemoryRegion, SendWr};
+use ferroverbs_sim::SimBus;
+use ferroverbs_testbed::Bed;
+
+/// The 8 bytes at the start of `mr`, in host byte order.
+fn word(mr: &MemoryRegion<'_, SimBus>) -> u64 {
+    let mut b = [0u8; 8];
+    mr.read(0, &mut b);
+    u64::from_ne_bytes(b)
+}
 
 fn main() {
-    let net = common::net();
-    let (ca, ga) = common::open(&net.a, 1);
-    let (cb, gb) = common::open(&net.b, 2);
-    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-    let (mut cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
-    let mut qa = pa
-        .create_qp(&QpInitAttr::new(&cqa, &cqa, QpCap::default()))
-        .unwrap();
-    let mut qb = pb
-        .create_qp(&QpInitAttr::new(&cqb, &cqb, QpCap::default()))
-        .unwrap();
-    common::connect(&mut qa, &ga, &mut qb, &gb, AccessFlags::REMOTE_ATOMIC);
+    let bed = Bed::new(1);
+    let mut p = bed.rc_pair().unwrap();
+    let second = Duration::from_secs(1);
+    // The counter is at the start of B's buffer; A's buffer receives the old value.
+    p.b.mr.write(0, &40u64.to_ne_bytes());
+    let res = [p.a.mr.sge(0, 8).unwrap()];
+    let counter = p.b.remote(0);
 
-    let counter = pb
-        .alloc_mr(8, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC)
+    p.a.qp
+        .post_send(&[SendWr::atomic_fetch_add(1, &res, counter, 2).signaled()])
         .unwrap();
-    counter.write(0, &40u64.to_le_bytes());
-    let result = pa.alloc_mr(8, AccessFlags::LOCAL_WRITE).unwrap();
-    let res = [result.sge(0, 8).unwrap()];
-    let old = |r: &ferroverbs::verbs::MemoryRegion<'_, _>| {
-        let mut b = [0u8; 8];
-        r.read(0, &mut b);
-        // The fetched value arrives in host byte order (the driver selects host-endian
-        // atomic responses, as Linux does).
-        u64::from_ne_bytes(b)
-    };
-    let now = |r: &ferroverbs::verbs::MemoryRegion<'_, _>| {
-        let mut b = [0u8; 8];
-        r.read(0, &mut b);
-        u64::from_le_bytes(b)
-    };
-    qa.post_send(&[SendWr::atomic_fetch_add(1, &res, counter.remote(0), 2).signaled()])
-        .unwrap();
-    assert!(common::wait(&net, &mut cqa).is_ok());
-    println!("fetch_add(2): was {}, now {}", old(&result), now(&counter));
-    for (compare, swap) in [(41, 0), (42, 1000)] {
-        qa.post_send(&[
-            SendWr::atomic_cmp_swp(2, &res, counter.remote(0), compare, swap).signaled(),
-        ])
-        .unwrap();
-        assert!(common::wait(&net, &mut cqa).is_ok());
+    assert!(bed.run_until(second, || p.a.cq.poll_one()).unwrap().is_ok());
+    println!("fetch_add(2): was {}, now {}", word(&p.a.mr), word(&p.b.mr));
+    assert_eq!((word(&p.a.mr), word(&p.b.mr)), (40, 42));
+    for (compare, swap, after) in [(41, 0, 42), (42, 1000, 1000)] {
+        p.a.qp
+            .post_send(&[SendWr::atomic_cmp_swp(2, &res, counter, compare, swap).signaled()])
+            .unwrap();
+        assert!(bed.run_until(second, || p.a.cq.poll_one()).unwrap().is_ok());
         println!(
             "cmp_swp({compare} -> {swap}): was {}, now {}",
-            old(&result),
-            now(&counter)
+            word(&p.a.mr),
+            word(&p.b.mr)
         );
+        assert_eq!((word(&p.a.mr), word(&p.b.mr)), (42, after));
     }
 }

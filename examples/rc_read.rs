@@ -3,41 +3,38 @@
 //!
 //! `cargo run --example rc_read`
 
-#[path = "common/mod.rs"]
-mod common;
+use std::time::Duration;
 
-use ferroverbs::verbs::{AccessFlags, QpCap, QpInitAttr, SendWr, WcOpcode};
+use ferroverbs::verbs::{QpCap, SendWr, WcOpcode};
+use ferroverbs_testbed::{Bed, PairConfig};
 
 fn main() {
-    let net = common::net();
-    let (ca, ga) = common::open(&net.a, 1);
-    let (cb, gb) = common::open(&net.b, 2);
-    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-    let (mut cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
+    let bed = Bed::new(1);
     let cap = QpCap {
         max_send_sge: 2,
         ..QpCap::default()
     };
-    let mut qa = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, cap)).unwrap();
-    let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap)).unwrap();
-    common::connect(&mut qa, &ga, &mut qb, &gb, AccessFlags::REMOTE_READ);
+    let mut p = bed.pair(0, 1, &PairConfig::rc().cap(cap)).unwrap();
 
     let text = b"RDMA READ: the responder's CPU never sees this request.";
-    let remote = pb.alloc_mr(4096, AccessFlags::REMOTE_READ).unwrap();
-    remote.write(0, text);
-    let local = pa.alloc_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    p.b.mr.write(0, text);
     let sg = [
-        local.sge(0, 10).unwrap(),
-        local.sge(1000, text.len() as u32 - 10).unwrap(),
+        p.a.mr.sge(0, 10).unwrap(),
+        p.a.mr.sge(1000, text.len() as u32 - 10).unwrap(),
     ];
-    qa.post_send(&[SendWr::rdma_read(1, &sg, remote.remote(0)).signaled()])
+    let remote = p.b.remote(0);
+    p.a.qp
+        .post_send(&[SendWr::rdma_read(1, &sg, remote).signaled()])
         .unwrap();
-    let c = common::wait(&net, &mut cqa);
+    let c = bed
+        .run_until(Duration::from_secs(1), || p.a.cq.poll_one())
+        .unwrap();
     assert!(c.is_ok() && c.opcode == WcOpcode::RdmaRead, "{c:?}");
     let mut a = [0u8; 10];
     let mut b = vec![0u8; text.len() - 10];
-    local.read(0, &mut a);
-    local.read(1000, &mut b);
+    p.a.mr.read(0, &mut a);
+    p.a.mr.read(1000, &mut b);
+    assert_eq!([&a[..], &b[..]].concat(), text);
     println!(
         "read {} bytes: {:?} + {:?}",
         c.byte_len,

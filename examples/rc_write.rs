@@ -4,56 +4,48 @@
 //!
 //! `cargo run --example rc_write`
 
-#[path = "common/mod.rs"]
-mod common;
+use std::time::Duration;
 
-use ferroverbs::verbs::{AccessFlags, QpCap, QpInitAttr, RecvWr, SendWr, WcOpcode};
+use ferroverbs::verbs::{RecvWr, SendWr, WcOpcode};
+use ferroverbs_testbed::Bed;
 
 fn main() {
-    let net = common::net();
-    let (ca, ga) = common::open(&net.a, 1);
-    let (cb, gb) = common::open(&net.b, 2);
-    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-    let (mut cqa, mut cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
-    let mut qa = pa
-        .create_qp(&QpInitAttr::new(&cqa, &cqa, QpCap::default()))
-        .unwrap();
-    let mut qb = pb
-        .create_qp(&QpInitAttr::new(&cqb, &cqb, QpCap::default()))
-        .unwrap();
-    common::connect(&mut qa, &ga, &mut qb, &gb, AccessFlags::REMOTE_WRITE);
+    let bed = Bed::new(1);
+    let mut p = bed.rc_pair().unwrap();
+    let second = Duration::from_secs(1);
 
-    let src = pa.alloc_mr(4096, AccessFlags::empty()).unwrap();
-    let dst = pb
-        .alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
-        .unwrap();
-    src.write(0, b"written by RDMA WRITE");
+    p.a.mr.write(0, b"written by RDMA WRITE");
     // B hands its address and rkey to A out of band; A writes at offset 100.
-    let remote = dst.remote(100);
-    let sg = [src.sge(0, 21).unwrap()];
-    qa.post_send(&[SendWr::rdma_write(1, &sg, remote).signaled()])
+    let remote = p.b.remote(100);
+    let sg = [p.a.mr.sge(0, 21).unwrap()];
+    p.a.qp
+        .post_send(&[SendWr::rdma_write(1, &sg, remote).signaled()])
         .unwrap();
-    let c = common::wait(&net, &mut cqa);
+    let c = bed.run_until(second, || p.a.cq.poll_one()).unwrap();
     assert!(c.is_ok() && c.opcode == WcOpcode::RdmaWrite, "{c:?}");
     let mut got = [0u8; 21];
-    dst.read(100, &mut got);
+    p.b.mr.read(100, &mut got);
+    assert_eq!(&got, b"written by RDMA WRITE");
     println!("B's buffer at 100: {:?}", String::from_utf8_lossy(&got));
 
     // With immediate: B needs a receive request; the immediate carries the offset.
-    qb.post_recv(&[RecvWr::new(7, &[])]).unwrap();
-    src.write(0, b"second write");
-    let sg = [src.sge(0, 12).unwrap()];
-    qa.post_send(&[SendWr::rdma_write_with_imm(2, &sg, dst.remote(2000), 2000).signaled()])
+    p.b.qp.post_recv(&[RecvWr::new(7, &[])]).unwrap();
+    p.a.mr.write(0, b"second write");
+    let sg = [p.a.mr.sge(0, 12).unwrap()];
+    let remote = p.b.remote(2000);
+    p.a.qp
+        .post_send(&[SendWr::rdma_write_with_imm(2, &sg, remote, 2000).signaled()])
         .unwrap();
-    let r = common::wait(&net, &mut cqb);
+    let r = bed.run_until(second, || p.b.cq.poll_one()).unwrap();
     assert_eq!(r.opcode, WcOpcode::RecvRdmaWithImm);
     let mut got = vec![0u8; r.byte_len as usize];
-    dst.read(r.imm_data as usize, &mut got);
+    p.b.mr.read(r.imm_data as usize, &mut got);
+    assert_eq!(got, b"second write");
     println!(
         "B was told: {} bytes at {}: {:?}",
         r.byte_len,
         r.imm_data,
         String::from_utf8_lossy(&got)
     );
-    assert!(common::wait(&net, &mut cqa).is_ok());
+    assert!(bed.run_until(second, || p.a.cq.poll_one()).unwrap().is_ok());
 }

@@ -16,8 +16,10 @@ mod rc_udp;
 #[path = "common/net.rs"]
 mod net;
 
+#[path = "common/child.rs"]
+mod child;
+
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FERROVERBS_RC_UDP_CHILD";
@@ -34,34 +36,11 @@ fn child() {
 }
 
 fn spawn(args: &str) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    child::spawn(CHILD_ENV, args)
 }
 
-fn finish(name: &str, mut c: std::process::Child, mut out: String) -> String {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = c.try_wait().unwrap() {
-            if let Some(mut so) = c.stdout.take() {
-                so.read_to_string(&mut out).unwrap();
-            }
-            let mut err = String::new();
-            c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-            println!("--- {name} ---\n{out}{err}");
-            assert!(status.success(), "{name} failed: {status}\n{out}\n{err}");
-            return out;
-        }
-        if start.elapsed() > Duration::from_secs(600) {
-            let _ = c.kill();
-            panic!("{name} did not finish in 600 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn finish(name: &str, c: std::process::Child, out: String) -> String {
+    child::finish(name, c, out, Duration::from_secs(600))
 }
 
 #[test]

@@ -270,7 +270,7 @@ pub fn wc_to_ibv(w: &WorkCompletion) -> abi::ibv_wc {
         wc_flags: w.wc_flags.bits(),
         pkey_index: 0,
         slid: 0,
-        sl: 0,
+        sl: w.sl,
         dlid_path_bits: 0,
     }
 }

@@ -852,6 +852,21 @@ fn qp_modify(c: &mut Check) {
     c.transition(&mut h, Rts2Rts, rc, 1 << 9, Syndrome::QpBadOptParam, |_| {});
     c.transition(&mut h, Rts2Rts, uc, 0, Syndrome::QpWrongState, |_| {});
     let _ = Sqerr2Rts;
+    // One QP1 per port.
+    let gsi = |h: &mut Host| {
+        h.create_qp(QpSpec {
+            st: 8,
+            pd,
+            uar,
+            cqn,
+            log_sq: 2,
+            log_rq: 2,
+            rq_stride: 0,
+        })
+    };
+    let (g1, g2) = (gsi(&mut h), gsi(&mut h));
+    assert_eq!(h.transition(Rst2Init, g1, 0), (0, 0));
+    c.transition(&mut h, Rst2Init, g2, 0, Syndrome::QpGsiPortTaken, |_| {});
 }
 
 fn vport(c: &mut Check) {

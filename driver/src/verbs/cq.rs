@@ -296,6 +296,7 @@ impl<B: Bus> Poller<B> {
             opcode: WcOpcode::Recv,
             wc_flags,
             src_qp: flags_rqpn & 0x00ff_ffff,
+            sl: (flags_rqpn >> 24) as u8 & 0xf,
             ..WorkCompletion::default()
         }
     }
@@ -691,6 +692,7 @@ fn decode(
                 wc_flags: flags,
                 imm_data: if imm { be32(IMM - 32) } else { 0 },
                 src_qp: flags_rqpn & 0x00ff_ffff,
+                sl: (flags_rqpn >> 24) as u8 & 0xf,
                 ..WorkCompletion::default()
             };
             return Some(false);
@@ -793,6 +795,7 @@ fn decode_other(
             wc.wr_id = wr_id;
             wc.byte_len = cqe.byte_cnt();
             wc.src_qp = cqe.src_qpn();
+            wc.sl = (cqe.flags_rqpn.get() >> 24) as u8 & 0xf;
             // "g" (rdma-core `handle_responder`): a GRH heads the buffer (UD).
             let grh = if cqe.grh_type() != 0 {
                 WcFlags::GRH

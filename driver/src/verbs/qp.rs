@@ -110,6 +110,11 @@ pub struct QpInitAttr<'q, 'ctx, B: Bus> {
     /// `None`: its own RQ of `cap.max_recv_wr`). Its receive completions carry the
     /// SRQ's `wr_id`s; [`QueuePair::post_recv`] is refused.
     pub srq: Option<&'q SharedReceiveQueue<'ctx, B>>,
+    /// The port's general services QP (QP1, `IBV_QPT_GSI` in the kernel): a UD QP
+    /// created with `qpc.st` QP1, which receives what peers send to QP 1 of the port
+    /// it is initialized on and sends with source QP 1 ([`QpInitAttr::gsi`]). One per
+    /// port; its Q_Key is 0x80010000 (IBTA Vol. 1 13.5.1).
+    pub gsi: bool,
 }
 
 impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
@@ -127,6 +132,20 @@ impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
             blueflame: true,
             qp_type: QpType::Rc,
             srq: None,
+            gsi: false,
+        }
+    }
+
+    /// The general services QP (QP1) on these CQs: a UD QP whose context has `st`
+    /// QP1 (`MLX5_QPC_ST_QP1`), as Linux's `mlx5_ib` creates its GSI QP.
+    pub fn gsi(
+        send_cq: &'q CompletionQueue<'ctx, B>,
+        recv_cq: &'q CompletionQueue<'ctx, B>,
+        cap: QpCap,
+    ) -> Self {
+        QpInitAttr {
+            gsi: true,
+            ..Self::ud(send_cq, recv_cq, cap)
         }
     }
 
@@ -812,12 +831,16 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             .ok_or(Error::InvalidArgument("QP buffer too large"))?;
         let mut input = new_input(Opcode::CreateQp, 0, len);
         let q = |f| in_command(f);
-        // MLX5_QP_ST_RC 0, MLX5_QP_ST_UC 1, MLX5_QP_ST_UD 2.
+        // MLX5_QP_ST_RC 0, MLX5_QP_ST_UC 1, MLX5_QP_ST_UD 2, MLX5_QP_ST_QP1 8.
         let st = match init.qp_type {
             QpType::Rc => 0,
             QpType::Uc => 1,
+            QpType::Ud if init.gsi => 8,
             QpType::Ud => 2,
         };
+        if init.gsi && init.qp_type != QpType::Ud {
+            return Err(Error::InvalidArgument("a GSI QP (QP1) is a UD QP"));
+        }
         q(qpc::st).set(&mut input, st);
         q(qpc::pm_state).set(&mut input, 3); // migrated
         q(qpc::pd).set(&mut input, self.pdn().into());

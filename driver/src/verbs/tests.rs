@@ -285,6 +285,7 @@ fn error_and_responder_cqes_map_to_verbs_completions() {
             src_qp: 0x456,
             wc_flags: WcFlags::WITH_IMM,
             vendor_err: 0,
+            sl: 0,
         }
     );
     assert_eq!(wc[1].opcode, WcOpcode::RecvRdmaWithImm);
@@ -426,6 +427,8 @@ fn received_sends_report_every_field() {
             vendor_err: 0,
             imm_data: if imm { c.imm() } else { 0 },
             src_qp: c.src_qpn(),
+            // libmlx5's `wc->sl`: bits 27..24 of `flags_rqpn`.
+            sl: ((c.flags_rqpn.get() >> 24) & 0xf) as u8,
         };
         assert_eq!(w, want, "{c:?}");
     }

@@ -188,6 +188,12 @@ pub struct WorkCompletion {
     pub imm_data: u32,
     /// The remote QP number (receives).
     pub src_qp: u32,
+    /// The service level field of a receive's CQE (bits 27..24 of `flags_rqpn`), as
+    /// libmlx5 reports it in `ibv_wc.sl` (rdma-core `providers/mlx5/cq.c`
+    /// `handle_responder`). On a RoCE port it is the packet type of a UD receive:
+    /// bits 2..0 the L3 header (0 GRH, 1 IPv6, 2 IPv4), which UCX's UD transport
+    /// reads to find the destination address in the GRH area.
+    pub sl: u8,
 }
 
 impl WorkCompletion {
@@ -269,6 +275,8 @@ const _: () = {
     assert!(offset_of!(WorkCompletion, status) == WC_TAIL_AT + offset_of!(WcTail, status));
     assert!(offset_of!(WorkCompletion, vendor_err) == WC_TAIL_AT + offset_of!(WcTail, vendor_err));
     assert!(WC_TAIL_AT + 8 <= size_of::<WorkCompletion>());
+    // `sl` lies in what was the struct's tail padding: a completion stays 32 bytes.
+    assert!(size_of::<WorkCompletion>() == 32);
     assert!(offset_of!(WcTail, byte_len) == 0 && offset_of!(WcTail, opcode) == 4);
     assert!(offset_of!(WcTail, wc_flags) == 5 && offset_of!(WcTail, status) == 6);
     assert!(offset_of!(WcTail, vendor_err) == 7);

@@ -64,12 +64,7 @@ impl Drop for LibDir {
 /// Whether `tool` can run; otherwise prints a notice (the test then returns early) or,
 /// with `FERROVERBS_REQUIRE_IBVERBS_UTILS=1`, fails.
 pub fn have(tool: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
+    let found = have_quiet(tool);
     if !found {
         if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
             panic!("{tool} is not installed and {REQUIRE_ENV}=1 (apt-get install ibverbs-utils perftest)");
@@ -77,6 +72,16 @@ pub fn have(tool: &str) -> bool {
         println!("SKIPPED: {tool} is not installed (apt-get install ibverbs-utils perftest; {REQUIRE_ENV}=1 makes this a failure)");
     }
     found
+}
+
+/// Whether `tool` is on the `PATH` (no notice either way).
+pub fn have_quiet(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
 }
 
 /// A child process that is killed (with its output kept) if the test ends without

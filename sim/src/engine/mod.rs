@@ -404,6 +404,9 @@ impl Ctx<'_> {
     }
 }
 
+/// The general services QP's number on the wire (IBTA Vol. 1 13.5.1).
+pub const GSI_QPN: u32 = 1;
+
 /// A send WQE in flight: fetched, not yet completed.
 #[derive(Clone, Copy, Debug)]
 pub struct Flight {
@@ -1321,7 +1324,21 @@ impl Engine {
         payload: &[u8],
         ip_header: &[u8],
     ) {
-        let qpn = repr.roce.bth.dest_qp;
+        let mut qpn = repr.roce.bth.dest_qp;
+        if qpn == GSI_QPN {
+            // QP 1 is the QP1 of the port the frame arrived on (IBTA Vol. 1 13.5.1;
+            // mlx5: the QP created with `qpc.st` QP1).
+            let port = (self.net.macs.iter())
+                .position(|m| *m == repr.ethernet.dst_addr.0)
+                .map(|i| i + 1);
+            match port.and_then(|p| fw.gsi_qpn(p)) {
+                Some(n) => qpn = n,
+                None => {
+                    self.stats.rx_no_qp += 1;
+                    return;
+                }
+            }
+        }
         let mut cx = ctx!(self, fw, io, irqs, now);
         let Some(qp) = self.qps.get_mut(qpn) else {
             cx.stats.rx_no_qp += 1;

@@ -102,6 +102,8 @@ pub struct QpCfg {
     pub qpn: u32,
     /// Service type.
     pub st: ServiceType,
+    /// A QP1 (`qpc.st` QP1): its sends carry source QP 1 in the DETH.
+    pub gsi: bool,
     /// Protection domain.
     pub pd: u32,
     /// Send CQ.
@@ -223,6 +225,7 @@ impl QpCfg {
         let mut cfg = QpCfg {
             qpn,
             st: qp.st,
+            gsi: qp.gsi,
             pd: qp.pd,
             cqn_snd: qp.cqn_snd,
             cqn_rcv: qp.cqn_rcv,

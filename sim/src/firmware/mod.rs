@@ -235,8 +235,13 @@ pub struct Cq {
 /// A queue pair.
 #[derive(Clone, Debug)]
 pub struct Qp {
-    /// Service type.
+    /// Service type (a QP1 is [`ServiceType::Ud`] with `gsi` set).
     pub st: ServiceType,
+    /// Created with `qpc.st` QP1 (`MLX5_QPC_ST_QP1`): the general services QP of the
+    /// port it is initialized on. It receives the UD packets addressed to QP 1 there
+    /// and sends with source QP 1 in its DETH (IBTA Vol. 1 13.5.1; Linux `mlx5_ib`
+    /// builds its GSI on such a QP).
+    pub gsi: bool,
     /// Current state.
     pub state: QpcState,
     /// The QP context: as created, updated by every transition.

@@ -2,7 +2,7 @@
 //! state machine of [`qp_state`](super::qp_state) and the checks each transition makes
 //! on its mandatory and optional parameters (`mlx5-controlpath.md` §4.6-4.7).
 
-use ferroverbs_hw::control::qp::{QpTransition, QpcState};
+use ferroverbs_hw::control::qp::{QpTransition, QpcSt, QpcState};
 use ferroverbs_hw::Field;
 
 use super::ifc::*;
@@ -73,7 +73,13 @@ impl Firmware {
             return Err(Syndrome::QpUmemUnsupported.into());
         }
         self.check_counter_set(q(qpc::counter_set_id))?;
-        let st = ServiceType::from_st(q(qpc::st)).ok_or(Fail::from(Syndrome::QpBadServiceType))?;
+        // QP1 (`MLX5_QPC_ST_QP1`): a UD QP that is its port's general services QP.
+        let gsi = q(qpc::st) == u64::from(QpcSt::Qp1.value());
+        let st = if gsi {
+            ServiceType::Ud
+        } else {
+            ServiceType::from_st(q(qpc::st)).ok_or(Fail::from(Syndrome::QpBadServiceType))?
+        };
         let pd = q(qpc::pd) as u32;
         if !self.pds.contains(pd) {
             return Err(Syndrome::QpUnknownPd.into());
@@ -157,6 +163,7 @@ impl Firmware {
         qset(&mut img, qpc::state, u64::from(QpcState::Rst.value()));
         let qp = Qp {
             st,
+            gsi,
             state: QpcState::Rst,
             qpc: img,
             pd,
@@ -192,6 +199,13 @@ impl Firmware {
             .qps
             .remove(qpn)
             .map_err(|_| Fail::from(Syndrome::QpUnknown))?;
+        if qp.gsi {
+            for p in &mut self.ports {
+                if p.gsi_qpn == Some(qpn) {
+                    p.gsi_qpn = None;
+                }
+            }
+        }
         self.pds.release(qp.pd);
         self.uar_release(qp.uar);
         for cq in [qp.cqn_snd, qp.cqn_rcv].into_iter().flatten() {
@@ -286,6 +300,16 @@ impl Firmware {
                         copy(&mut img, qpc::q_key);
                     }
                     self.check_port(&img)?;
+                    if qp.gsi {
+                        // The port's one QP1.
+                        let port = qget(&img, pri(ads::vhca_port_num)) as usize;
+                        match self.ports[port - 1].gsi_qpn {
+                            Some(other) if other != qpn => {
+                                return Err(Syndrome::QpGsiPortTaken.into());
+                            }
+                            _ => {}
+                        }
+                    }
                 }
                 QpTransition::Init2Rtr => {
                     if !self.ports[0].roce_en {
@@ -398,9 +422,14 @@ impl Firmware {
         let target = t.target();
         qset(&mut img, qpc::state, u64::from(target.value()));
         let from = qp.state;
+        let gsi_port = (qp.gsi && t == QpTransition::Rst2Init)
+            .then(|| qget(&img, pri(ads::vhca_port_num)) as usize);
         if let Some(qp) = self.qps.get_mut(qpn) {
             qp.qpc = img;
             qp.state = target;
+        }
+        if let Some(port) = gsi_port {
+            self.ports[port - 1].gsi_qpn = Some(qpn);
         }
         self.datapath_events.push(super::DataPathEvent::QpModified {
             qpn,

@@ -135,7 +135,7 @@ syndromes! {
     // --- 8: QP -----------------------------------------------------------------
     QpExhausted = 0x5f08_0001, LimErr, "CREATE_QP beyond 2^log_max_qp";
     QpUnknown = 0x5f08_0002, BadResErr, "QP command on a QPN that does not exist";
-    QpBadServiceType = 0x5f08_0003, BadParamErr, "CREATE_QP service type other than RC, UC or UD";
+    QpBadServiceType = 0x5f08_0003, BadParamErr, "CREATE_QP service type other than RC, UC, UD or QP1";
     QpUnknownPd = 0x5f08_0004, BadResErr, "CREATE_QP in a PD not allocated";
     QpUnknownCqSnd = 0x5f08_0005, BadResErr, "CREATE_QP cqn_snd names no CQ";
     QpUnknownCqRcv = 0x5f08_0006, BadResErr, "CREATE_QP cqn_rcv names no CQ";
@@ -165,6 +165,7 @@ syndromes! {
     QpBadGidIndex = 0x5f08_001e, BadParamErr, "address path src_addr_index names no valid GID table entry";
     QpRoceDisabled = 0x5f08_001f, BadSysStateErr, "INIT2RTR while RoCE is disabled on the NIC vport";
     QpUnknownSrq = 0x5f08_0020, BadResErr, "CREATE_QP with rq_type SRQ naming no SRQ";
+    QpGsiPortTaken = 0x5f08_0021, BadParamErr, "RST2INIT of a QP1 to a port that already has its QP1";
     // --- 9: vport, GID table ---------------------------------------------------
     VportOther = 0x5f09_0001, BadParamErr, "vport command for another vport (not an e-switch manager)";
     VportFieldUnsupported = 0x5f09_0002, BadParamErr, "MODIFY_NIC_VPORT_CONTEXT field_select names a field that cannot be modified";

@@ -65,6 +65,8 @@ pub struct Port {
     pub link_up: bool,
     /// The GID table (`roce_address_table_size` entries).
     pub gids: Vec<Option<RoceAddr>>,
+    /// The port's QP1 (general services QP), once one was initialized on it.
+    pub gsi_qpn: Option<u32>,
 }
 
 impl Port {
@@ -111,12 +113,19 @@ pub(super) fn ports(cfg: &FwConfig, caps: &Caps) -> Vec<Port> {
                 admin_up: true,
                 link_up: cfg.link_up,
                 gids,
+                gsi_qpn: None,
             }
         })
         .collect()
 }
 
 impl Firmware {
+    /// The QP1 of port `port` (1-based), if one was initialized on it: where the
+    /// engine delivers UD packets addressed to QP 1.
+    pub fn gsi_qpn(&self, port: usize) -> Option<u32> {
+        self.ports.get(port.checked_sub(1)?)?.gsi_qpn
+    }
+
     fn vport_self(c: &Cmd, other: Field) -> Result<(), Fail> {
         if c.get(other) != 0 {
             return Err(Syndrome::VportOther.into());

@@ -315,6 +315,11 @@ struct FabricInner {
     pool: Arc<FramePool>,
     counters: Counters,
     capture: Mutex<Option<(usize, Vec<Vec<u8>>)>>,
+    /// The last frames transmitted into the fabric, before the link middleware (a
+    /// ring of at most `.0` frames), for diagnostics.
+    history: Mutex<Option<(usize, VecDeque<Vec<u8>>)>>,
+    /// Whether `history` is set.
+    remembering: AtomicBool,
     pcap: RwLock<Option<Arc<PcapWriter>>>,
     /// Whether `capture` or `pcap` is set: an untapped fabric forwards a frame without
     /// taking their locks.
@@ -326,6 +331,9 @@ struct FabricInner {
 
 impl FabricInner {
     fn forward(&self, frame: Vec<u8>) {
+        if self.remembering.load(Ordering::Acquire) {
+            self.remember(&frame);
+        }
         if self.faults.active() {
             return self.faults.forward(frame, &mut |f| self.deliver(f));
         }
@@ -376,6 +384,22 @@ impl FabricInner {
         }
     }
 
+    /// Keeps a transmitted frame in the history ring, if set.
+    fn remember(&self, frame: &[u8]) {
+        let mut hist = lock(&self.history);
+        if let Some((limit, frames)) = hist.as_mut() {
+            // The oldest buffer is reused once the ring is full: no allocation then.
+            let mut b = if frames.len() >= *limit {
+                frames.pop_front().unwrap_or_default()
+            } else {
+                Vec::with_capacity(frame.len())
+            };
+            b.clear();
+            b.extend_from_slice(frame);
+            frames.push_back(b);
+        }
+    }
+
     /// Recomputes `tapped` after `capture` or `pcap` changed.
     fn retap(&self) {
         let pcap = self
@@ -405,7 +429,9 @@ impl Uplink for FabricInner {
     /// one lock of the receive queue; anything else goes frame by frame through
     /// [`FabricInner::forward`] (middleware, tap, per-frame routing), in order.
     fn transmit_batch(&self, frames: &mut Vec<Vec<u8>>) {
-        let plain = !self.faults.active() && !self.tapped.load(Ordering::Acquire);
+        let plain = !self.faults.active()
+            && !self.tapped.load(Ordering::Acquire)
+            && !self.remembering.load(Ordering::Acquire);
         let dst = match frames.first() {
             Some(f) if plain && f.len() >= 14 => {
                 let mut d = [0u8; 6];
@@ -491,6 +517,8 @@ impl Fabric {
                 pool: FramePool::new(),
                 counters: Counters::default(),
                 capture: Mutex::new(None),
+                history: Mutex::new(None),
+                remembering: AtomicBool::new(false),
                 tapped: AtomicBool::new(pcap.is_some()),
                 pcap: RwLock::new(pcap),
                 seed,
@@ -541,6 +569,23 @@ impl Fabric {
     pub fn capture(&self, limit: Option<usize>) {
         *lock(&self.inner.capture) = limit.map(|l| (l, Vec::new()));
         self.inner.retap();
+    }
+
+    /// Starts keeping the last `n` frames devices transmitted or tests injected, as
+    /// they entered the fabric (before loss, delay or corruption by the link
+    /// middleware), for a diagnostic when a test fails; `None` stops and discards them.
+    pub fn keep_last(&self, n: Option<usize>) {
+        let n = n.filter(|&n| n > 0);
+        *lock(&self.inner.history) = n.map(|n| (n, VecDeque::new()));
+        self.inner.remembering.store(n.is_some(), Ordering::Release);
+    }
+
+    /// The last frames transmitted, oldest first, as kept by [`Fabric::keep_last`].
+    pub fn last_frames(&self) -> Vec<Vec<u8>> {
+        match lock(&self.inner.history).as_ref() {
+            Some((_, frames)) => frames.iter().cloned().collect(),
+            None => Vec::new(),
+        }
     }
 
     /// Writes every forwarded or injected frame to `writer` (`None`: stops). A fabric
@@ -615,29 +660,33 @@ impl Fabric {
     pub fn run_timers(&self, limit: Duration) -> usize {
         let mut total = self.run_until_idle();
         let mut left = limit;
-        loop {
-            let sims = self.inner.sims();
-            let wire = self.inner.faults.next_release().and_then(|t| {
-                let now = sims.first()?.clock().now();
-                Some(Duration::from_nanos(t).saturating_sub(now))
-            });
-            let next = sims
-                .iter()
-                .filter_map(|s| s.next_deadline().map(|t| (t, s.clock().now())))
-                .map(|(t, now)| t.saturating_sub(now))
-                .chain(wire)
-                .min();
-            let Some(wait) = next else { break };
+        while let Some(wait) = self.next_event() {
             if wait > left {
                 break;
             }
             left -= wait;
-            for s in &sims {
+            for s in &self.inner.sims() {
                 s.clock().advance(wait);
             }
             total += self.run_until_idle();
         }
         total
+    }
+
+    /// How long from now until something is due on the fabric: the earliest timer of
+    /// an attached device or the release of a frame the link middleware delays. `None`
+    /// when nothing is pending (an idle fabric stays idle until someone posts).
+    pub fn next_event(&self) -> Option<Duration> {
+        let sims = self.inner.sims();
+        let wire = self.inner.faults.next_release().and_then(|t| {
+            let now = sims.first()?.clock().now();
+            Some(Duration::from_nanos(t).saturating_sub(now))
+        });
+        sims.iter()
+            .filter_map(|s| s.next_deadline().map(|t| (t, s.clock().now())))
+            .map(|(t, now)| t.saturating_sub(now))
+            .chain(wire)
+            .min()
     }
 
     /// Counters.

@@ -177,7 +177,13 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, w: &SendWqe) -> Result<(), Synd> {
     let mut roce = RoceRepr::new(b);
     roce.deth = Some(deth::Repr {
         qkey,
-        src_qp: qp.cfg.qpn,
+        // A QP1 sends as QP 1 (IBTA Vol. 1 13.5.1; mlx5_ib's GSI sends with
+        // `deth_sqpn` 1).
+        src_qp: if qp.cfg.gsi {
+            crate::engine::GSI_QPN
+        } else {
+            qp.cfg.qpn
+        },
     });
     if imm {
         roce.immdt = Some(immdt::Repr { immediate: w.imm });
