@@ -267,7 +267,7 @@ pub struct Service<'a, B: Bus> {
     local: GidEntry,
     local_ip: Ipv4Addr,
     clock: Arc<dyn Clock>,
-    resolve: Box<dyn Fn(IpAddr) -> Option<[u8; 6]> + 'a>,
+    resolve: Box<dyn Fn(IpAddr) -> Option<[u8; 6]> + Send + 'a>,
     chan: Option<&'a CompletionChannel<'a, B>>,
     cq: CompletionQueue<'a, B>,
     gsi: QueuePair<'a, B>,
@@ -295,7 +295,7 @@ impl<'a, B: Bus> Service<'a, B> {
         port: u8,
         local: GidEntry,
         clock: Arc<dyn Clock>,
-        resolve: impl Fn(IpAddr) -> Option<[u8; 6]> + 'a,
+        resolve: impl Fn(IpAddr) -> Option<[u8; 6]> + Send + 'a,
         seed: u64,
     ) -> Result<Service<'a, B>, ServiceError> {
         Self::build(pd, None, port, local, clock, Box::new(resolve), seed)
@@ -311,7 +311,7 @@ impl<'a, B: Bus> Service<'a, B> {
         port: u8,
         local: GidEntry,
         clock: Arc<dyn Clock>,
-        resolve: impl Fn(IpAddr) -> Option<[u8; 6]> + 'a,
+        resolve: impl Fn(IpAddr) -> Option<[u8; 6]> + Send + 'a,
         seed: u64,
     ) -> Result<Service<'a, B>, ServiceError> {
         Self::build(pd, Some(chan), port, local, clock, Box::new(resolve), seed)
@@ -328,7 +328,7 @@ impl<'a, B: Bus> Service<'a, B> {
         port: u8,
         local: GidEntry,
         clock: Arc<dyn Clock>,
-        resolve: Box<dyn Fn(IpAddr) -> Option<[u8; 6]> + 'a>,
+        resolve: Box<dyn Fn(IpAddr) -> Option<[u8; 6]> + Send + 'a>,
         seed: u64,
     ) -> Result<Service<'a, B>, ServiceError> {
         let local_ip = match ipcm::gid_to_ip(local.gid) {
