@@ -390,6 +390,33 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     unsafe { libc::syscall(libc::SYS_munmap, addr, len) as c_int }
 }
 
+/// `fstat(2)`: an rdma_cm file is a character device (librdmacm's `open_cdev` checks
+/// `S_ISCHR`), the one that backs the uverbs device.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
+    if fdtab::kind(fd) == Kind::RdmaCm {
+        // SAFETY: a NUL-terminated path; the caller's buffer.
+        return unsafe { real::stat(BACKING.as_ptr().cast(), st) };
+    }
+    // SAFETY: the caller's.
+    unsafe { real::fstat(fd, st) }
+}
+
+/// `fstat64(2)`.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's (`stat` and `stat64` are one layout on 64-bit Linux).
+    unsafe { fstat(fd, st) }
+}
+
 /// `stat(2)`: the uverbs device is its backing character device.
 ///
 /// # Safety

@@ -56,7 +56,9 @@ struct Id {
 /// An open rdma_cm file.
 struct File {
     ids: HashMap<u32, Id>,
-    events: VecDeque<Vec<u8>>,
+    /// Events waiting: the id they are counted to (the listener's for a connection
+    /// request, as Linux's `ucma_get_event` counts them) and the response bytes.
+    events: VecDeque<(u32, Vec<u8>)>,
 }
 
 /// The process's CM over the NIC.
@@ -67,6 +69,10 @@ struct Device {
     by_conn: HashMap<ConnId, (i32, u32)>,
     listeners: HashMap<u16, (i32, u32)>,
     next_handle: u32,
+    /// Active connections whose RTU librdmacm asked for (ACCEPT after
+    /// CONNECT_RESPONSE): librdmacm reports their ESTABLISHED itself
+    /// (`ucma_process_conn_resp`), so the CM's is not queued.
+    lib_established: std::collections::HashSet<ConnId>,
 }
 
 static DEVICE: OnceLock<Result<Arc<Mutex<Device>>, String>> = OnceLock::new();
@@ -98,6 +104,7 @@ fn device(nic: &'static Nic) -> Result<Arc<Mutex<Device>>, Errno> {
                 by_conn: HashMap::new(),
                 listeners: HashMap::new(),
                 next_handle: 1,
+                lib_established: Default::default(),
             }));
             let w = Arc::downgrade(&d);
             std::thread::Builder::new()
@@ -128,7 +135,11 @@ fn progress(d: std::sync::Weak<Mutex<Device>>) {
 pub fn open(nic: &'static Nic, flags: i32) -> Result<i32, Errno> {
     let d = device(nic)?;
     // SAFETY: plain eventfd creation.
-    let cloexec = if flags & libc::O_CLOEXEC != 0 { libc::EFD_CLOEXEC } else { 0 };
+    let cloexec = if flags & libc::O_CLOEXEC != 0 {
+        libc::EFD_CLOEXEC
+    } else {
+        0
+    };
     // Blocking unless the application sets O_NONBLOCK (GET_EVENT reads the flag);
     // this layer's own reads of the counter happen only while it is 1.
     let fd = unsafe { libc::eventfd(0, cloexec) };
@@ -315,7 +326,11 @@ impl Device {
                     // offered yet.
                     return Err(Errno(libc::EPROTONOSUPPORT));
                 }
-                self.files.get_mut(&fd).ok_or(Errno::EBADF)?.ids.insert(h, id);
+                self.files
+                    .get_mut(&fd)
+                    .ok_or(Errno::EBADF)?
+                    .ids
+                    .insert(h, id);
                 respond(b.u64(ucm_create_id::response), &h.to_ne_bytes())
             }
             cmd::DESTROY_ID => {
@@ -327,7 +342,10 @@ impl Device {
                     self.by_conn.remove(&c);
                 }
                 self.listeners.retain(|_, v| *v != (fd, h));
-                respond(b.u64(ucm_destroy_id::response), &id.events_reported.to_ne_bytes())
+                respond(
+                    b.u64(ucm_destroy_id::response),
+                    &id.events_reported.to_ne_bytes(),
+                )
             }
             cmd::BIND_IP | cmd::BIND => {
                 let (h, a) = if cmd == cmd::BIND_IP {
@@ -345,9 +363,15 @@ impl Device {
             }
             cmd::RESOLVE_IP | cmd::RESOLVE_ADDR => {
                 let (h, dst) = if cmd == cmd::RESOLVE_IP {
-                    (b.u32(ucm_resolve_ip::id), b.sockaddr(ucm_resolve_ip::dst_addr)?)
+                    (
+                        b.u32(ucm_resolve_ip::id),
+                        b.sockaddr(ucm_resolve_ip::dst_addr)?,
+                    )
                 } else {
-                    (b.u32(ucm_resolve_addr::id), b.sockaddr(ucm_resolve_addr::dst_addr)?)
+                    (
+                        b.u32(ucm_resolve_addr::id),
+                        b.sockaddr(ucm_resolve_addr::dst_addr)?,
+                    )
                 };
                 let local = self.local();
                 let id = self.id(fd, h)?;
@@ -375,9 +399,8 @@ impl Device {
                 let id = self.id(fd, h)?;
                 let mut out = vec![0u8; ucm_query_route_resp::SIZE];
                 out[..8].copy_from_slice(&guid.to_be_bytes());
-                let gid = |a: &Option<SocketAddrV4>| {
-                    a.map(|a| ipv4_gid(*a.ip())).unwrap_or([0; 16])
-                };
+                let gid =
+                    |a: &Option<SocketAddrV4>| a.map(|a| ipv4_gid(*a.ip())).unwrap_or([0; 16]);
                 let r = ucm_query_route_resp::ib_route;
                 if id.dst.is_some() {
                     out[r + user_path_rec::dgid..r + user_path_rec::dgid + 16]
@@ -434,6 +457,7 @@ impl Device {
                     self.svc.engine().state(c) == Some(ferroverbs_cm::engine::State::RepRcvd)
                 });
                 if active {
+                    self.lib_established.insert(c);
                     self.svc.establish_rtu(c).map_err(cm_err)
                 } else {
                     self.svc.accept_qpn(c, qpn, &p).map_err(cm_err)
@@ -443,7 +467,9 @@ impl Device {
                 let h = b.u32(ucm_reject::id);
                 let c = self.id(fd, h)?.conn.ok_or(Errno::EINVAL)?;
                 let n = usize::from(b.u8(ucm_reject::private_data_len));
-                let pd = b.bytes(ucm_reject::private_data, n.min(MAX_PRIVATE_DATA)).to_vec();
+                let pd = b
+                    .bytes(ucm_reject::private_data, n.min(MAX_PRIVATE_DATA))
+                    .to_vec();
                 self.svc.reject(c, &pd).map_err(cm_err)
             }
             cmd::DISCONNECT => {
@@ -459,8 +485,12 @@ impl Device {
                 respond(b.u64(ucm_init_qp_attr::response), &out)
             }
             cmd::SET_OPTION | cmd::NOTIFY => Ok(()),
-            cmd::GET_OPTION | cmd::JOIN_IP_MCAST | cmd::LEAVE_MCAST | cmd::MIGRATE_ID
-            | cmd::QUERY | cmd::JOIN_MCAST => Err(Errno::ENOSYS),
+            cmd::GET_OPTION
+            | cmd::JOIN_IP_MCAST
+            | cmd::LEAVE_MCAST
+            | cmd::MIGRATE_ID
+            | cmd::QUERY
+            | cmd::JOIN_MCAST => Err(Errno::ENOSYS),
             _ => Err(Errno::EINVAL),
         }
     }
@@ -468,7 +498,8 @@ impl Device {
     /// The INIT_QP_ATTR response (`ib_uverbs_qp_attr`) for a transition to `state`.
     fn init_qp_attr(&self, conn: Option<ConnId>, state: u32) -> Result<Vec<u8>, Errno> {
         let mut o = vec![0u8; uverbs_qp_attr::SIZE];
-        let put32 = |o: &mut Vec<u8>, off: usize, v: u32| o[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+        let put32 =
+            |o: &mut Vec<u8>, off: usize, v: u32| o[off..off + 4].copy_from_slice(&v.to_ne_bytes());
         let st = match state {
             QPS_INIT => QpState::Init,
             QPS_RTR => QpState::Rtr,
@@ -515,7 +546,12 @@ impl Device {
                 o[a + ah_attr::grh + global_route::hop_limit] = 64;
                 o[a + ah_attr::is_global] = 1;
                 o[a + ah_attr::port_num] = 1;
-                m::STATE | m::AV | m::PATH_MTU | m::DEST_QPN | m::RQ_PSN | m::MAX_DEST_RD_ATOMIC
+                m::STATE
+                    | m::AV
+                    | m::PATH_MTU
+                    | m::DEST_QPN
+                    | m::RQ_PSN
+                    | m::MAX_DEST_RD_ATOMIC
                     | m::MIN_RNR_TIMER
             }
             QpTransitionAttr::Rts {
@@ -530,7 +566,11 @@ impl Device {
                 o[uverbs_qp_attr::retry_cnt] = retry_cnt;
                 o[uverbs_qp_attr::rnr_retry] = rnr_retry;
                 o[uverbs_qp_attr::max_rd_atomic] = max_rd_atomic;
-                m::STATE | m::TIMEOUT | m::RETRY_CNT | m::RNR_RETRY | m::SQ_PSN
+                m::STATE
+                    | m::TIMEOUT
+                    | m::RETRY_CNT
+                    | m::RNR_RETRY
+                    | m::SQ_PSN
                     | m::MAX_QP_RD_ATOMIC
             }
         };
@@ -540,13 +580,27 @@ impl Device {
 
     /// Queues an event for id `h` of file `fd` (`param`: the conn param bytes).
     fn queue(&mut self, fd: i32, h: u32, ev: u32, status: i32, param: &[u8]) {
-        let Some(f) = self.files.get_mut(&fd) else { return };
+        let Some(f) = self.files.get_mut(&fd) else {
+            return;
+        };
         let uid = f.ids.get(&h).map(|i| i.uid).unwrap_or(0);
-        self.queue_uid(fd, uid, h, ev, status, param);
+        self.queue_uid(fd, uid, h, h, ev, status, param);
     }
 
-    fn queue_uid(&mut self, fd: i32, uid: u64, h: u32, ev: u32, status: i32, param: &[u8]) {
-        let Some(f) = self.files.get_mut(&fd) else { return };
+    #[allow(clippy::too_many_arguments)]
+    fn queue_uid(
+        &mut self,
+        fd: i32,
+        uid: u64,
+        h: u32,
+        account: u32,
+        ev: u32,
+        status: i32,
+        param: &[u8],
+    ) {
+        let Some(f) = self.files.get_mut(&fd) else {
+            return;
+        };
         let mut r = vec![0u8; ucm_event_resp::SIZE];
         r[ucm_event_resp::uid..][..8].copy_from_slice(&uid.to_ne_bytes());
         r[ucm_event_resp::id..][..4].copy_from_slice(&h.to_ne_bytes());
@@ -555,7 +609,7 @@ impl Device {
         let n = param.len().min(ucm_ud_param::SIZE);
         r[ucm_event_resp::param..ucm_event_resp::param + n].copy_from_slice(&param[..n]);
         let was_empty = f.events.is_empty();
-        f.events.push_back(r);
+        f.events.push_back((account, r));
         if was_empty {
             readiness(fd, true);
         }
@@ -587,7 +641,11 @@ impl Device {
                     };
                     let h = self.next_handle;
                     self.next_handle += 1;
-                    let luid = self.files.get(&fd).and_then(|f| f.ids.get(&lh)).map(|i| i.uid);
+                    let luid = self
+                        .files
+                        .get(&fd)
+                        .and_then(|f| f.ids.get(&lh))
+                        .map(|i| i.uid);
                     let (SocketAddr::V4(peer), SocketAddr::V4(local)) = (peer, local) else {
                         continue;
                     };
@@ -613,21 +671,31 @@ impl Device {
                     p[ucm_conn_param::rnr_retry_count] = 7;
                     // For CONNECT_REQUEST the uid is the listener's (librdmacm makes
                     // the new id from it).
-                    self.queue_uid(fd, luid.unwrap_or(0), h, event::CONNECT_REQUEST, 0, &p);
+                    self.queue_uid(fd, luid.unwrap_or(0), h, lh, event::CONNECT_REQUEST, 0, &p);
                 }
                 CmEvent::ConnectResponse { id, private_data } => {
                     if let Some(&(fd, h)) = self.by_conn.get(&id) {
                         self.queue(fd, h, event::CONNECT_RESPONSE, 0, &conn_pd(&private_data));
                     }
                 }
-                CmEvent::Established { id } => self.simple(id, event::ESTABLISHED, 0),
+                CmEvent::Established { id } => {
+                    if !self.lib_established.remove(&id) {
+                        self.simple(id, event::ESTABLISHED, 0);
+                    }
+                }
                 CmEvent::Rejected {
                     id,
                     reason,
                     private_data,
                 } => {
                     if let Some(&(fd, h)) = self.by_conn.get(&id) {
-                        self.queue(fd, h, event::REJECTED, reason.into(), &conn_pd(&private_data));
+                        self.queue(
+                            fd,
+                            h,
+                            event::REJECTED,
+                            reason.into(),
+                            &conn_pd(&private_data),
+                        );
                     }
                 }
                 CmEvent::Unreachable { id } => self.simple(id, event::UNREACHABLE, ETIMEDOUT),
@@ -662,12 +730,11 @@ fn get_event(dev: &Arc<Mutex<Device>>, fd: i32, body: &[u8]) -> Result<(), Errno
             let mut d = dev.lock().unwrap_or_else(|e| e.into_inner());
             d.pump();
             let f = d.files.get_mut(&fd).ok_or(Errno::EBADF)?;
-            if let Some(ev) = f.events.pop_front() {
+            if let Some((account, ev)) = f.events.pop_front() {
                 if f.events.is_empty() {
                     readiness(fd, false);
                 }
-                let h = u32::from_ne_bytes(ev[ucm_event_resp::id..][..4].try_into().unwrap_or([0; 4]));
-                if let Some(id) = f.ids.get_mut(&h) {
+                if let Some(id) = f.ids.get_mut(&account) {
                     id.events_reported += 1;
                 }
                 return respond(resp, &ev);
