@@ -1,0 +1,64 @@
+//! librdmacm programs (Debian 12's `rdmacm-utils`, unmodified) on the userspace RDMA
+//! interface: rdma-core's librdmacm, libibverbs and libmlx5 over
+//! `/dev/infiniband/rdma_cm` and `uverbs0` of `ferroverbs run`, two processes each
+//! with its own simulated NIC, connected by the CM on QP1 (REQ, REP, RTU) and
+//! disconnected by DREQ and DREP.
+
+mod uapi_support;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use uapi_support::{have, net, Proc};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Runs `server` and then `client` (the server given time to listen), each on its own
+/// NIC; both must exit 0 within `limit`. Returns (server, client) stdout.
+fn cm_pair(tool: &str, server: &[&str], client: &[&str], hosts: (u8, u8)) -> (String, String) {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let limit = Duration::from_secs(180);
+    let (sip, cip) = (net::host(hosts.0), net::host(hosts.1));
+    let s = Proc::spawn(
+        &format!("{tool} server"),
+        &format!("sim:{sip}"),
+        server,
+        &[],
+    );
+    // No TCP to watch: the server's LISTEN is a CM call; give it its start-up.
+    std::thread::sleep(Duration::from_secs(3));
+    let c = Proc::spawn(
+        &format!("{tool} client"),
+        &format!("sim:{cip}"),
+        client,
+        &[],
+    );
+    let (cs, co, ce) = c.finish(limit);
+    let (ss, so, se) = s.finish(Duration::from_secs(30));
+    println!("--- {tool} server ---\n{so}{se}\n--- client ---\n{co}{ce}");
+    for (who, st, o, e) in [("client", cs, &co, &ce), ("server", ss, &so, &se)] {
+        match st {
+            Some(x) if x.success() => {}
+            Some(x) => panic!("{tool} {who} failed: {x}\n{o}\n{e}"),
+            None => panic!("{tool} {who} did not finish (killed)\n{o}\n{e}"),
+        }
+    }
+    (so, co)
+}
+
+#[test]
+fn rping_connects_by_the_cm_and_verifies_its_pings() {
+    if !have("rping") {
+        return;
+    }
+    let s = net::host(51).to_string();
+    let port = net::tcp_port(0).to_string();
+    let (so, co) = cm_pair(
+        "rping",
+        &["rping", "-s", "-a", &s, "-p", &port, "-C", "20", "-v"],
+        &["rping", "-c", "-a", &s, "-p", &port, "-C", "20", "-v", "-V"],
+        (51, 52),
+    );
+    assert!(co.contains("ping data: rdma-ping-19"), "{co}");
+    assert!(so.contains("server ping data: rdma-ping-19"), "{so}");
+}
