@@ -62,3 +62,23 @@ fn rping_connects_by_the_cm_and_verifies_its_pings() {
     assert!(co.contains("ping data: rdma-ping-19"), "{co}");
     assert!(so.contains("server ping data: rdma-ping-19"), "{so}");
 }
+
+#[test]
+fn ucmatose_makes_and_tears_down_several_connections() {
+    if !have("ucmatose") {
+        return;
+    }
+    let s = net::host(53).to_string();
+    let port = net::tcp_port(1).to_string();
+    let (so, co) = cm_pair(
+        "ucmatose",
+        &["ucmatose", "-p", &port, "-c", "4", "-C", "20"],
+        &["ucmatose", "-s", &s, "-p", &port, "-c", "4", "-C", "20"],
+        (53, 54),
+    );
+    for out in [&so, &co] {
+        assert!(out.contains("data transfers complete"), "{out}");
+        assert!(out.contains("return status 0"), "{out}");
+    }
+    assert!(so.contains("disconnected"), "{so}");
+}
