@@ -3,7 +3,9 @@
 #
 # Builds examples/fastpath_icount in release mode and runs each case with callgrind
 # collecting only inside the measured `icount_*` function; prints instructions per
-# operation (Ir / iterations). Usage: benches/icount.sh [iterations]
+# operation (Ir / iterations). The c_* cases measure the drop-in libibverbs' C entry
+# points (benches/verbs_icount.c; needs gcc and libibverbs-dev). Usage:
+# benches/icount.sh [iterations]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
@@ -12,7 +14,33 @@ BIN=target/release/examples/fastpath_icount
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 printf '%-8s %12s %10s %s\n' case Ir iterations Ir/op
-CASES=${CASES:-inline inline_db send send_db list16 recv poll empty t_inline t_inline_db t_send t_send_db t_list16 t_poll t_empty o_inline o_inline_db o_send o_send_db}
+CASES=${CASES:-inline inline_db send send_db list16 recv poll empty t_inline t_inline_db t_send t_send_db t_list16 t_poll t_empty o_inline o_inline_db o_send o_send_db c_post c_poll}
+# The C entry points (c_post: ibv_post_send of one signaled 64-byte inline SEND;
+# c_poll: ibv_poll_cq of one CQE): benches/verbs_icount.c, a C program built here
+# against <infiniband/verbs.h> (libibverbs-dev) and run on the built drop-in
+# libibverbs.so.1, with a simulated NIC of its own process on a loopback address of
+# its own (FERROVERBS_DEVICE), BlueFlame off (MLX5_SHUT_UP_BF=1: the 8-byte doorbell,
+# as on VFIO's uncached BAR0). The simulated device's work behind the doorbell (its
+# Bus::write64, one store to BAR0 on a ConnectX) is left out: a second toggle on it
+# inside the measured function.
+c_case() {
+    local c=$1 extra=()
+    if [ "$c" = c_post ]; then
+        extra=(--toggle-collect='*SimBus as ferroverbs_hw::bus::Bus>::write64')
+    fi
+    FERROVERBS_DEVICE=sim:127.0.0.93 MLX5_SHUT_UP_BF=1 LD_LIBRARY_PATH="$LIB" \
+        valgrind --tool=callgrind --toggle-collect='icount_c_*' "${extra[@]}" \
+        --callgrind-out-file="$OUT/$c.out" "$OUT/verbs_icount" "$c" "$N" >/dev/null 2>"$OUT/$c.log"
+}
+case " $CASES " in
+    *" c_"*)
+        cargo build --release --quiet -p ferroverbs-ibverbs
+        gcc -O2 -Wall -o "$OUT/verbs_icount" benches/verbs_icount.c -libverbs
+        LIB="$OUT/lib"
+        mkdir -p "$LIB"
+        ln -sf "$PWD/target/release/libibverbs.so" "$LIB/libibverbs.so.1"
+        ;;
+esac
 for c in $CASES; do
     fn='*icount_post_send*'
     case $c in
@@ -25,8 +53,11 @@ for c in $CASES; do
         o_inline*) fn='*icount_post_one_inline*' ;;
         o_send*) fn='*icount_post_one_send*' ;;
     esac
-    valgrind --tool=callgrind --toggle-collect="$fn" \
-        --callgrind-out-file="$OUT/$c.out" "$BIN" "$c" "$N" >/dev/null 2>"$OUT/$c.log"
+    case $c in
+        c_*) c_case "$c" ;;
+        *) valgrind --tool=callgrind --toggle-collect="$fn" \
+            --callgrind-out-file="$OUT/$c.out" "$BIN" "$c" "$N" >/dev/null 2>"$OUT/$c.log" ;;
+    esac
     ir=$(awk '/^summary:/ {print $2}' "$OUT/$c.out")
     per=$(awk -v a="$ir" -v b="$N" 'BEGIN { printf "%.1f", a / b }')
     extra=""

@@ -467,6 +467,51 @@ fn a_command_sends_the_deferred_ack_first() {
     });
 }
 
+#[test]
+fn a_send_doorbell_sends_the_deferred_ack_first() {
+    // The responder's application answers a SEND as soon as it sees it: the ACK the
+    // receiving step deferred leaves before the answer's packet, as a ConnectX
+    // acknowledges a request when it arrives, long before the application answers.
+    let a = nic(UdpConfig::new(addr(27, 1)), false);
+    let b = nic(UdpConfig::new(addr(27, 2)), false);
+    with_pair(&a, &b, PATIENT, |qa, cqa, la, qb, cqb, lb| {
+        qb.post_recv(&[RecvWr::new(7, &[lb.sge(0, 4096).unwrap()])])
+            .unwrap();
+        qa.post_recv(&[RecvWr::new(8, &[la.sge(1024, 1024).unwrap()])])
+            .unwrap();
+        la.write(0, b"ping");
+        qa.post_send(&[SendWr::send(1, &[la.sge(0, 4).unwrap()]).signaled()])
+            .unwrap();
+        let start = Instant::now();
+        while b.link.stats().rx_datagrams == 0 {
+            assert!(start.elapsed() < Duration::from_secs(20), "no datagram");
+            b.sim.step();
+        }
+        assert_eq!(b.link.stats().tx_datagrams, 0, "the ACK is owed");
+        let mut wc = [WorkCompletion::default(); 4];
+        assert_eq!(cqb.poll(&mut wc), 1);
+        // The answer, with no step between: the ACK goes first, then the SEND.
+        lb.write(2048, b"pong");
+        qb.post_send(&[SendWr::send(2, &[lb.sge(2048, 4).unwrap()]).signaled()])
+            .unwrap();
+        assert_eq!(
+            b.link.stats().tx_datagrams,
+            2,
+            "the send doorbell flushed the ACK before its own packet"
+        );
+        let c = wait(&[&a, &b], true, cqa, 2);
+        let mut got: Vec<_> = c.iter().map(|w| (w.wr_id, w.opcode, w.status)).collect();
+        got.sort_by_key(|g| g.0);
+        use ferroverbs::verbs::WcStatus::Success;
+        assert_eq!(
+            got,
+            [(1, WcOpcode::Send, Success), (8, WcOpcode::Recv, Success)]
+        );
+        let c = wait(&[&a, &b], true, cqb, 1);
+        assert_eq!((c[0].wr_id, c[0].opcode), (2, WcOpcode::Send));
+    });
+}
+
 /// Sends `n` SENDs of 64 bytes from `qa` to `qb` in posts of `batch`, stepping both
 /// devices (or not, threaded), and checks that every WR completes exactly once on
 /// each side, in order, with its data.

@@ -192,6 +192,8 @@ pub enum CmEvent {
         id: ConnId,
         /// The requester's address and port.
         peer: SocketAddr,
+        /// The listened address it asked for.
+        local: SocketAddr,
         /// Its private data (180 bytes, zero-padded).
         private_data: Vec<u8>,
     },
@@ -990,6 +992,7 @@ impl<'a, B: Bus> Service<'a, B> {
                     CmEvent::SidrRequest {
                         id,
                         peer: SocketAddr::new(h.src, h.src_port),
+                        local: SocketAddr::new(h.dst, req.service_id as u16),
                         private_data: req.private_data[ipcm::HDR_LEN..].to_vec(),
                     }
                 }

@@ -21,7 +21,7 @@ use std::sync::{Mutex, OnceLock};
 use ferroverbs::verbs::{
     AddressHandle, AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap,
     QpInitAttr, QpType, QueuePair, RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge,
-    SharedReceiveQueue, SrqAttr, WorkCompletion,
+    SharedReceiveQueue, SrqAttr,
 };
 use ferroverbs::GidEntry;
 use ferroverbs_sim::Sim;
@@ -29,6 +29,7 @@ use ferroverbs_sim::Sim;
 use crate::abi::{self, c};
 use crate::convert;
 use crate::device::{self, AnyBus, Nic};
+use crate::spin::SpinLock;
 
 type B = AnyBus;
 
@@ -905,7 +906,7 @@ pub(crate) unsafe extern "C" fn destroy_comp_channel(ch: *mut abi::ibv_comp_chan
 #[repr(C)]
 pub(crate) struct CqObj {
     ibv: abi::ibv_cq,
-    cq: Mutex<CompletionQueue<'static, B>>,
+    cq: SpinLock<CompletionQueue<'static, B>>,
     cqn: u32,
     chan: Option<&'static ChanObj>,
     /// The simulated device, which a thread polling an empty CQ services.
@@ -952,7 +953,7 @@ pub(crate) unsafe extern "C" fn create_cq(
                 comp_events_completed: 0,
                 async_events_completed: 0,
             },
-            cq: Mutex::new(cq),
+            cq: SpinLock::new(cq),
             cqn,
             chan,
             sim: o.nic.sim.as_ref(),
@@ -977,7 +978,7 @@ pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut abi::ibv_cq) -> c_int {
         }
         // SAFETY: created by `create_cq`; no QP uses it.
         let b = unsafe { CqObj::take(cq) };
-        let cq = b.cq.into_inner().unwrap_or_else(|e| e.into_inner());
+        let cq = b.cq.into_inner();
         cq.destroy().map_err(|(_, e)| convert::errno_of(&e))
     })
 }
@@ -994,22 +995,18 @@ unsafe extern "C" fn poll_cq(cq: *mut abi::ibv_cq, n: c_int, wc: *mut abi::ibv_w
     if wc.is_null() {
         return -1;
     }
-    let mut g = lock(&q.cq);
-    let mut buf = [WorkCompletion::default(); 16];
-    let mut done = 0usize;
-    let want = n as usize;
-    while done < want {
-        let k = (want - done).min(buf.len());
-        let got = g.poll(&mut buf[..k]);
-        for (i, w) in buf[..got].iter().enumerate() {
-            // SAFETY: `wc` has room for `n` entries and `done + i < n`.
-            unsafe { wc.add(done + i).write(convert::wc_to_ibv(w)) };
+    let mut g = q.cq.lock();
+    // Each completion written straight into the caller's array, where the driver's
+    // reader builds it.
+    let mut out = wc;
+    let done = g.poll_each(n as usize, |w| {
+        // SAFETY: `wc` has room for `n` entries and `poll_each` hands out at most
+        // `n` completions: `out` is `wc + k` for the `k`-th, `k < n`.
+        unsafe {
+            out.write(convert::wc_to_ibv(w));
+            out = out.add(1);
         }
-        done += got;
-        if got < k {
-            break;
-        }
-    }
+    });
     drop(g);
     if done == 0 {
         // Applications spin on an empty CQ. On a simulated NIC the polling thread
@@ -1035,7 +1032,7 @@ unsafe extern "C" fn req_notify_cq(cq: *mut abi::ibv_cq, solicited_only: c_int) 
     if q.chan.is_none() {
         return libc::EINVAL;
     }
-    lock(&q.cq).req_notify(solicited_only != 0);
+    q.cq.lock().req_notify(solicited_only != 0);
     0
 }
 
@@ -1072,7 +1069,7 @@ pub(crate) unsafe extern "C" fn ack_cq_events(cq: *mut abi::ibv_cq, nevents: c_u
         // SAFETY: the caller's CQ.
         if let Ok(q) = unsafe { CqObj::from_ibv(cq) } {
             if let Some(c) = q.chan {
-                c.ch.ack_cq_events(&mut lock(&q.cq), nevents);
+                c.ch.ack_cq_events(&mut q.cq.lock(), nevents);
             }
         }
     })
@@ -1090,7 +1087,7 @@ pub(crate) unsafe extern "C" fn resize_cq(_cq: *mut abi::ibv_cq, _cqe: c_int) ->
 #[repr(C)]
 pub(crate) struct QpObj {
     ibv: abi::ibv_qp,
-    qp: Mutex<QueuePair<'static, B>>,
+    qp: SpinLock<QueuePair<'static, B>>,
     pd: &'static PdObj,
     send_cq: &'static CqObj,
     recv_cq: &'static CqObj,
@@ -1139,13 +1136,18 @@ pub(crate) unsafe extern "C" fn create_qp(
             return Err(libc::EINVAL);
         }
         let qp = {
-            let sg = lock(&scq.cq);
+            let sg = scq.cq.lock();
             let srq_guard = srq.map(|s| lock(&s.srq));
-            let rg = (!std::ptr::eq(scq, rcq)).then(|| lock(&rcq.cq));
+            let rg = (!std::ptr::eq(scq, rcq)).then(|| rcq.cq.lock());
             let mut a = QpInitAttr::new(&sg, rg.as_deref().unwrap_or(&sg), cap);
             a.qp_type = ty;
             a.sq_sig_all = ia.sq_sig_all != 0;
             a.srq = srq_guard.as_deref();
+            // `MLX5_SHUT_UP_BF` set to anything but "0": never BlueFlame, every
+            // doorbell the 8-byte one (rdma-core mlx5 `get_shut_up_bf`).
+            if shut_up_bf() {
+                a.blueflame = false;
+            }
             // A transport the driver does not offer (yet) is "not supported".
             p.pd.create_qp(&a).map_err(|e| match ty {
                 QpType::Uc => libc::EOPNOTSUPP,
@@ -1185,7 +1187,7 @@ pub(crate) unsafe extern "C" fn create_qp(
                 cond: abi::pthread_cond_t([0; 48]),
                 events_completed: 0,
             },
-            qp: Mutex::new(qp),
+            qp: SpinLock::new(qp),
             pd: p,
             send_cq: scq,
             recv_cq: rcq,
@@ -1212,7 +1214,7 @@ pub(crate) unsafe extern "C" fn modify_qp(
     int_verb(unsafe { QpObj::from_ibv(qp) }, |q| {
         // SAFETY: the caller's attributes.
         let a = unsafe { attr.as_ref() }.ok_or(libc::EINVAL)?;
-        let mut g = lock(&q.qp);
+        let mut g = q.qp.lock();
         let (to, qa) =
             convert::qp_attr_from_ibv(a, mask, g.state(), q.sim_link, q.min_ack_timeout)?;
         g.modify(to, &qa).or_errno()?;
@@ -1232,7 +1234,7 @@ pub(crate) unsafe extern "C" fn query_qp(
 ) -> c_int {
     // SAFETY: the caller's QP.
     int_verb(unsafe { QpObj::from_ibv(qp) }, |q| {
-        let info = lock(&q.qp).query().or_errno()?;
+        let info = q.qp.lock().query().or_errno()?;
         let a = convert::qp_info_to_ibv(&info);
         // SAFETY: the caller's out-parameters.
         unsafe {
@@ -1263,10 +1265,7 @@ pub(crate) unsafe extern "C" fn destroy_qp(qp: *mut abi::ibv_qp) -> c_int {
         // SAFETY: created by `create_qp`, destroyed once.
         let b = unsafe { QpObj::take(qp) };
         let (pd, s, r, srq) = (b.pd, b.send_cq, b.recv_cq, b.srq);
-        let res =
-            b.qp.into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .destroy();
+        let res = b.qp.into_inner().destroy();
         pd.users.release();
         s.users.release();
         r.users.release();
@@ -1319,6 +1318,20 @@ unsafe fn sges(
     Ok(&out[..n])
 }
 
+/// Whether `MLX5_SHUT_UP_BF` turns BlueFlame off: set to anything but "0"
+/// (rdma-core mlx5 `get_shut_up_bf`; read once per process, as libmlx5 reads it
+/// once per context).
+fn shut_up_bf() -> bool {
+    static SHUT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SHUT.get_or_init(|| shut_up_bf_of(std::env::var_os("MLX5_SHUT_UP_BF").as_deref()))
+}
+
+/// Whether a value of `MLX5_SHUT_UP_BF` turns BlueFlame off: set, and not "0"
+/// (`strcmp(env, "0") ? 1 : 0`).
+fn shut_up_bf_of(v: Option<&std::ffi::OsStr>) -> bool {
+    v.is_some_and(|v| v != "0")
+}
+
 /// `ops.post_send`.
 unsafe extern "C" fn post_send(
     qp: *mut abi::ibv_qp,
@@ -1329,13 +1342,19 @@ unsafe extern "C" fn post_send(
     let Ok(q) = (unsafe { QpObj::from_ibv(qp) }) else {
         return libc::EINVAL;
     };
-    let mut g = lock(&q.qp);
+    let mut g = q.qp.lock();
     let mut cur = wr;
     while !cur.is_null() {
         // SAFETY: `cur` is a request of the caller's list.
         let w = unsafe { &*cur };
         // SAFETY: the request's own gather list; for UD its address handle.
-        let r = unsafe { post_one(&mut g, w, q.ud) };
+        let r = unsafe {
+            if q.ud {
+                post_one(&mut g, w, true)
+            } else {
+                post_connected(&mut g, w)
+            }
+        };
         if let Err(e) = r {
             if !bad.is_null() {
                 // SAFETY: the caller's out-parameter.
@@ -1348,9 +1367,81 @@ unsafe extern "C" fn post_send(
     0
 }
 
+/// The driver's send flags of `ibv_send_wr.send_flags` (`IBV_SEND_INLINE` is the
+/// data's form, not a flag; the checksum offload flags have no effect).
+#[inline(always)]
+fn send_flags(bits: c_uint) -> SendFlags {
+    // One load: the flags of each combination of FENCE, SIGNALED and SOLICITED (the
+    // low three bits).
+    const { assert!(c::IBV_SEND_FENCE | c::IBV_SEND_SIGNALED | c::IBV_SEND_SOLICITED == 7) };
+    SEND_FLAGS[(bits & 7) as usize]
+}
+
+/// [`send_flags`] of each value of the low three bits of `send_flags`.
+static SEND_FLAGS: [SendFlags; 8] = {
+    let mut t = [SendFlags::NONE; 8];
+    let mut i = 0;
+    while i < 8 {
+        let b = i as u32;
+        let mut f = SendFlags::NONE;
+        if b & c::IBV_SEND_SIGNALED != 0 {
+            f = f.union(SendFlags::SIGNALED);
+        }
+        if b & c::IBV_SEND_SOLICITED != 0 {
+            f = f.union(SendFlags::SOLICITED);
+        }
+        if b & c::IBV_SEND_FENCE != 0 {
+            f = f.union(SendFlags::FENCE);
+        }
+        t[i] = f;
+        i += 1;
+    }
+    t
+};
+
+/// [`post_one`] on a connected QP: a SEND of one gather entry, or of one non-empty
+/// inline entry, goes straight to the driver's one-request entries
+/// ([`QueuePair::send`], [`QueuePair::send_inline`]: the same WQE, doorbell and
+/// errors as `post_send` of that request); any other request to [`post_one`].
+///
+/// # Safety
+/// As [`post_one`].
+#[inline(always)]
+unsafe fn post_connected(
+    qp: &mut QueuePair<'static, B>,
+    w: &abi::ibv_send_wr,
+) -> Result<(), c_int> {
+    if w.opcode == c::IBV_WR_SEND && w.num_sge == 1 && !w.sg_list.is_null() {
+        // SAFETY: the caller's gather list of one entry (not NULL, checked).
+        let s = unsafe { w.sg_list.read() };
+        let flags = send_flags(w.send_flags);
+        let r = if w.send_flags & c::IBV_SEND_INLINE == 0 {
+            let sge = Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            };
+            qp.send(w.wr_id, &sge, flags)
+        } else if s.length != 0 {
+            // SAFETY: with IBV_SEND_INLINE the entry names memory the application
+            // lets the library read during this call (no key is needed).
+            let data =
+                unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) };
+            qp.send_inline(w.wr_id, data, flags)
+        } else {
+            // SAFETY: the caller's contract.
+            return unsafe { post_one(qp, w, false) };
+        };
+        return r.map_err(|e| post_errno(&e));
+    }
+    // SAFETY: the caller's contract.
+    unsafe { post_one(qp, w, false) }
+}
+
 /// # Safety
 /// `w`'s gather list must be valid; with `IBV_SEND_INLINE`, the memory it names must be
 /// readable; on a UD QP (`ud`), `w.wr.ud.ah` must be a live address handle.
+#[inline(never)]
 unsafe fn post_one(
     qp: &mut QueuePair<'static, B>,
     w: &abi::ibv_send_wr,
@@ -1402,16 +1493,7 @@ unsafe fn post_one(
         },
         _ => return Err(libc::EINVAL),
     };
-    let mut flags = SendFlags::NONE;
-    if w.send_flags & c::IBV_SEND_SIGNALED != 0 {
-        flags = flags | SendFlags::SIGNALED;
-    }
-    if w.send_flags & c::IBV_SEND_SOLICITED != 0 {
-        flags = flags | SendFlags::SOLICITED;
-    }
-    if w.send_flags & c::IBV_SEND_FENCE != 0 {
-        flags = flags | SendFlags::FENCE;
-    }
+    let flags = send_flags(w.send_flags);
     let mut parts: [&[u8]; MAX_SGE] = [&[]; MAX_SGE];
     let data = if w.send_flags & c::IBV_SEND_INLINE != 0 {
         for (p, s) in parts.iter_mut().zip(sg) {
@@ -1485,7 +1567,7 @@ unsafe extern "C" fn post_recv(
     let Ok(q) = (unsafe { QpObj::from_ibv(qp) }) else {
         return libc::EINVAL;
     };
-    let mut g = lock(&q.qp);
+    let mut g = q.qp.lock();
     // SAFETY: the caller's request list and out-parameter.
     unsafe {
         post_recv_chain(wr, bad, |r| {
@@ -1966,6 +2048,18 @@ pub(crate) unsafe extern "C" fn mbps_to_rate(m: c_int) -> c_int {
 mod tests {
     use super::*;
     use std::ffi::CStr;
+
+    /// `MLX5_SHUT_UP_BF` as rdma-core reads it: unset or "0" keeps BlueFlame; "1",
+    /// any other text and the empty string turn it off.
+    #[test]
+    fn shut_up_bf_reads_as_rdma_core() {
+        use std::ffi::OsStr;
+        assert!(!super::shut_up_bf_of(None));
+        assert!(!super::shut_up_bf_of(Some(OsStr::new("0"))));
+        for v in ["1", "yes", "00", ""] {
+            assert!(super::shut_up_bf_of(Some(OsStr::new(v))), "{v:?}");
+        }
+    }
 
     #[test]
     fn device_list_has_one_named_device() {

@@ -13,7 +13,8 @@
 //! * [`abi`]: `#[repr(C)]` mirrors of the `verbs.h` structs, checked against the header;
 //! * [`device`]: device selection and the process-wide NIC;
 //! * [`convert`]: value conversions between the ABI and the driver (safe code);
-//! * `ffi`: the entry points, the only unsafe code, each block with its `SAFETY:`;
+//! * `ffi`: the entry points, the unsafe code (with `spin`, the CQ and QP lock),
+//!   each block with its `SAFETY:`;
 //! * `exports`: the C names and their version nodes (`libibverbs.map`).
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -23,3 +24,4 @@ pub mod convert;
 pub mod device;
 mod exports;
 mod ffi;
+mod spin;

@@ -722,6 +722,14 @@ impl Shared {
             self.wake_ingress();
             return;
         }
+        // The ACKs a service deferred go out before the packets of this doorbell: a
+        // responder acknowledges a request when it arrives, long before its
+        // application can answer it (a ConnectX sends the ACK from the receive path),
+        // so the peer never sees the answer before the ACK of the request it
+        // answers.
+        if self.acks_owed.load(Ordering::Acquire) {
+            self.flush_owed_acks(d);
+        }
         let now = self.clock.now_ns();
         let Device { fw, engine, .. } = d;
         engine.send_doorbell(fw, &self.iommu, &self.irqs, now, uar, qpn);

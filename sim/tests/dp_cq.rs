@@ -96,6 +96,56 @@ fn arming_posts_one_completion_event() {
     assert_eq!(p.b.h.sim.stats().data_path.stray_doorbells, before + 1);
 }
 
+/// An arm fires at once only for a CQE that no event announced yet: re-arming over
+/// the CQE the last event announced (its consumer index still behind it, as
+/// perftest's `-e` latency tests re-arm before they poll) posts no second event, and
+/// the next CQE does; a CQE written while the CQ was not armed fires the next arm
+/// at once (none is lost). QUERY_CQ reports the last announced index
+/// (`last_notified_index`).
+#[test]
+fn an_arm_announces_each_cqe_once() {
+    let mut p = Pair::deterministic(Conn::default());
+    let src = p.a.reg_mr(64, ALL);
+    let dst = p.b.reg_mr(64, ALL);
+    let cqn = p.bcq.1.cqn;
+    let notified = |n: &mut Node| {
+        let o = n.h.simple(Opcode::QueryCq, 0, |i| {
+            common::set(i, query_cq_in::cqn, cqn.into())
+        });
+        cqc::last_notified_index
+            .at(query_cq_out::cq_context.bit)
+            .get(&o)
+    };
+    p.b.arm(&p.bcq.1, 0, false);
+    send(&mut p, &src, &dst, SIG);
+    assert_eq!(ceq_events(&p.b, 0).len(), 1, "CQE 0 announced");
+    assert_eq!(notified(&mut p.b), 0);
+    // The event read (sn 1), the CQ re-armed before CQE 0 is polled: no event.
+    p.b.h.eq_doorbell(p.b.up.uar, p.b.ceq, 1, true);
+    p.b.arm(&p.bcq.1, 1, false);
+    assert_eq!(ceq_events(&p.b, 0).len(), 1, "CQE 0 is not announced again");
+    assert!(p.b.poll(&mut p.bcq.1).is_some());
+    // The next CQE fires that arm.
+    send(&mut p, &src, &dst, SIG);
+    assert_eq!(
+        ceq_events(&p.b, 0),
+        vec![(MLX5_EVENT_TYPE_COMP, cqn), (MLX5_EVENT_TYPE_COMP, cqn)]
+    );
+    assert_eq!(notified(&mut p.b), 1);
+    assert!(p.b.poll(&mut p.bcq.1).is_some());
+    // A CQE while not armed, then an arm behind it (ci 2, CQE 2 pending): at once.
+    send(&mut p, &src, &dst, SIG);
+    assert_eq!(ceq_events(&p.b, 0).len(), 2, "not armed");
+    p.b.h.eq_doorbell(p.b.up.uar, p.b.ceq, 2, true);
+    p.b.arm(&p.bcq.1, 2, false);
+    assert_eq!(ceq_events(&p.b, 0).len(), 3, "CQE 2 announced at the arm");
+    assert_eq!(notified(&mut p.b), 2);
+    // Announced: an arm before it is polled is quiet again, solicited or not.
+    p.b.arm(&p.bcq.1, 3, false);
+    p.b.arm(&p.bcq.1, 3, true);
+    assert_eq!(ceq_events(&p.b, 0).len(), 3);
+}
+
 #[test]
 fn solicited_only_arming() {
     let mut p = Pair::deterministic(Conn::default());

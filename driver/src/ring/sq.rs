@@ -166,6 +166,11 @@ impl SendFlags {
     pub const fn contains(self, other: SendFlags) -> bool {
         self.0 & other.0 == other.0
     }
+
+    /// The flags of `self` and of `other` (`|`, usable in constants).
+    pub const fn union(self, other: SendFlags) -> SendFlags {
+        SendFlags(self.0 | other.0)
+    }
 }
 
 impl core::ops::BitOr for SendFlags {

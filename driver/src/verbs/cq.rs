@@ -199,6 +199,12 @@ impl<B: Bus> Poller<B> {
         if self.owner_test() >= OWNED_BELOW {
             return 0;
         }
+        // One entry asked: inline, as `poll_one` takes it (the entry written in
+        // place; skipped entries of unknown QPs consumed until one completes or the
+        // CQ is empty, as `poll_owned` does).
+        if let [out] = wc {
+            return usize::from(self.take_into(out, Self::take_slow_into));
+        }
         self.poll_owned(wc)
     }
 
@@ -242,10 +248,24 @@ impl<B: Bus> Poller<B> {
         // byte_cnt at 44 (19 before). The owner test passed: the QPN, the CQE opcode
         // (requester) and the QP's liveness are one masked compare with its key.
         let last8 = e.raw64::<7>();
-        let qp = &*self.hot;
-        if !qp.matches(last8) {
+        if !self.hot.matches(last8) {
             return slow(self);
         }
+        let (mut wc, counter) = Self::req_completion(&self.hot, e);
+        // Every byte of the entry read: the device may have it back.
+        self.cur.publish_next();
+        wc.wr_id = self.hot.sq_retire_word(counter);
+        Some(wc)
+    }
+
+    /// The completion of the successful requester CQE `e` of `qp` (its last 8 bytes
+    /// matched `qp`'s key, [`WqShared::matches`]) but its `wr_id`, and the WQE
+    /// counter that names it: the fields read, the rest from the send opcode's
+    /// [`REQ_TAIL`]. The caller then publishes the entry (every byte of it is read:
+    /// the device may have it back) and takes the `wr_id` at the QP
+    /// ([`WqShared::sq_retire_word`] of the counter), which releases the slot.
+    #[inline(always)]
+    fn req_completion(qp: &WqShared, e: CqeAt<'_>) -> (WorkCompletion, u32) {
         // The counter in the low 16 bits (the QPN's low bytes above it).
         let counter = u32::from_be(e.raw32::<5>());
         let op = e.byte::<7>();
@@ -261,10 +281,37 @@ impl<B: Bus> Poller<B> {
             t = t.with_byte_len(u32::from_be(e.raw32::<19>()));
         }
         put_tail(&mut wc, t);
-        // Every byte of the entry read: the device may have it back.
-        self.cur.publish_next();
-        wc.wr_id = qp.sq_retire_word(counter);
-        Some(wc)
+        (wc, counter)
+    }
+
+    /// See [`CompletionQueue::poll_each`]: each entry as [`Poller::poll_one`] takes
+    /// it (a successful requester CQE of the hot QP inline, everything else by
+    /// [`Poller::take_slow`]), handed to `f` where it was built.
+    #[inline(always)]
+    pub(crate) fn poll_each(&mut self, max: usize, mut f: impl FnMut(&WorkCompletion)) -> usize {
+        let mut n = 0;
+        while n < max && self.owner_test() < OWNED_BELOW {
+            let e = self.cur.next();
+            self.bus.rmb();
+            let hot = match e {
+                Some(e) if self.hot.matches(e.raw64::<7>()) => Some(e),
+                _ => None,
+            };
+            match hot {
+                Some(e) => {
+                    let (mut wc, counter) = Self::req_completion(&self.hot, e);
+                    self.cur.publish_next();
+                    wc.wr_id = self.hot.sq_retire_word(counter);
+                    f(&wc)
+                }
+                None => match self.take_slow() {
+                    Some(w) => f(&w),
+                    None => break,
+                },
+            }
+            n += 1;
+        }
+        n
     }
 
     /// The work completion of a CQE `e` of `qp` whose last 8 bytes matched its
@@ -361,7 +408,7 @@ impl<B: Bus> Poller<B> {
     fn poll_owned(&mut self, wc: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
         while let Some(out) = wc.get_mut(n) {
-            if self.take_into(out) {
+            if self.take_into(out, Self::decode_into) {
                 n += 1;
                 if n == wc.len() {
                     break;
@@ -383,12 +430,20 @@ impl<B: Bus> Poller<B> {
     /// (without immediate) on the own RQ of the QP of the last responder CQE
     /// ([`Poller::hot_rx`]) taken inline ([`Poller::recv_completion`]), with what
     /// [`decode`] reports for it; anything else through [`Poller::decode_taken`].
+    ///
+    /// Any other entry goes to `slow` ([`Poller::decode_into`], or
+    /// [`Poller::take_slow_into`], which goes on to the next entries when this one is
+    /// skipped), whose result is returned.
     #[inline(always)]
-    fn take_into(&mut self, out: &mut WorkCompletion) -> bool {
+    fn take_into(
+        &mut self,
+        out: &mut WorkCompletion,
+        slow: impl FnOnce(&mut Self, &mut WorkCompletion) -> bool,
+    ) -> bool {
         let e = self.cur.next();
         self.bus.rmb();
         let Some(e) = e else {
-            return self.decode_into(out);
+            return slow(self, out);
         };
         let last8 = e.raw64::<7>();
         let qp = &*self.hot;
@@ -399,24 +454,27 @@ impl<B: Bus> Poller<B> {
                 self.cur.publish_next();
                 return true;
             }
-            return self.decode_into(out);
+            return slow(self, out);
         }
         // As in `take_entry`.
-        let counter = u32::from_be(e.raw32::<5>());
-        let op = e.byte::<7>();
-        *out = WorkCompletion {
-            qp_num: qp.qpn,
-            ..WorkCompletion::default()
-        };
-        let mut t = REQ_TAIL[usize::from(op)];
-        if op == MLX5_OPCODE_RDMA_READ {
-            std::hint::cold_path();
-            t = t.with_byte_len(u32::from_be(e.raw32::<19>()));
-        }
-        put_tail(out, t);
+        let (wc, counter) = Self::req_completion(qp, e);
+        *out = wc;
         self.cur.publish_next();
         out.wr_id = qp.sq_retire_word(counter);
         true
+    }
+
+    /// [`Poller::take_slow`] into `out`: the entry taken last decoded, and when it
+    /// is skipped the next ones, until one completes (`true`) or the CQ is empty.
+    #[inline(never)]
+    fn take_slow_into(&mut self, out: &mut WorkCompletion) -> bool {
+        match self.take_slow() {
+            Some(w) => {
+                *out = w;
+                true
+            }
+            None => false,
+        }
     }
 
     /// [`Poller::decode_taken`] into `out`.
@@ -583,6 +641,16 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
     #[inline]
     pub fn poll_one(&mut self) -> Option<WorkCompletion> {
         self.p.poll_one()
+    }
+
+    /// Polls up to `max` completions, handing each to `f` (in order) where it is
+    /// built, and returns how many: what `poll` would write into a slice of `max`
+    /// entries, without the slice (for callers that store completions in their own
+    /// format, such as a C `ibv_wc` array). Never blocks, allocates, locks or makes
+    /// a system call.
+    #[inline]
+    pub fn poll_each(&mut self, max: usize, f: impl FnMut(&WorkCompletion)) -> usize {
+        self.p.poll_each(max, f)
     }
 
     /// Requests a completion event for the next completion (or the next solicited

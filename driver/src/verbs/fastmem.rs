@@ -596,14 +596,16 @@ pub(crate) struct SqSlots<B: Bus> {
     /// of `1..=one_lim` bytes takes it. At most `one_cap`
     /// ([`SqSlots::refresh_one_limit`]).
     one_lim: usize,
-    /// The most `one_lim` may be: 0 (closed for good) unless the doorbell register is
-    /// direct; the owner sets it ([`SqSlots::set_one_cap`]), 0 unless the queue
-    /// never uses BlueFlame.
+    /// The most `one_lim` may be: 0 (closed for good) when the queue may use
+    /// BlueFlame; the owner sets it ([`SqSlots::set_one_cap`]).
     one_cap: u32,
     /// The 8-byte doorbell of the one-request entry: the direct register, or, when
-    /// the bus offers none (then `one_lim` is 0 and nothing rings it), `_spare`, so
-    /// that every store through it is in bounds with no test.
+    /// the bus offers none, `_spare` (unused: [`SqSlots::ring_one`] then rings
+    /// through the bus).
     one_db: NonNull<AtomicU64>,
+    /// The doorbell register's BAR0 offset (for [`Bus::write64`] when it is not
+    /// direct).
+    one_reg: usize,
     /// `len - 8` of `one_db`'s words (a power of two of bytes): `off & one_mask` is a
     /// word inside it.
     one_mask: usize,
@@ -742,6 +744,7 @@ impl<B: Bus> SqSlots<B> {
             one_lim: 0,
             one_cap: 0,
             one_db,
+            one_reg: reg,
             one_mask,
             one_heads: [0; 65],
             one_lens: [OneLen::default(); 65],
@@ -798,11 +801,7 @@ impl<B: Bus> SqSlots<B> {
     /// ([`SendQueue::one_inline_head`](crate::ring::SendQueue::one_inline_head)).
     /// Closed until [`SqSlots::refresh_one_limit`].
     pub(crate) fn set_one_cap(&mut self, cap: u32, head: impl Fn(usize) -> u64) {
-        self.one_cap = if self.fixed.reg.is_some() {
-            cap.min(64)
-        } else {
-            0
-        };
+        self.one_cap = cap.min(64);
         self.one_lim = 0;
         for (len, h) in self.one_heads.iter_mut().enumerate().skip(1) {
             *h = head(len);
@@ -812,8 +811,8 @@ impl<B: Bus> SqSlots<B> {
         }
     }
 
-    /// Whether the one-request inline entry is closed for good (no direct register,
-    /// or a queue that may ring BlueFlame: [`SqSlots::set_one_cap`]).
+    /// Whether the one-request inline entry is closed for good (a queue that may ring
+    /// BlueFlame: [`SqSlots::set_one_cap`]).
     #[inline(always)]
     pub(crate) fn one_closed(&self) -> bool {
         self.one_cap == 0
@@ -888,6 +887,10 @@ impl<B: Bus> SqSlots<B> {
     #[inline(always)]
     pub(crate) fn ring_one(&self, off: usize, image: u64) {
         debug_assert!(self.one_lim > 0, "only after take_one_inline");
+        if self.fixed.reg.is_none() {
+            // No direct register: the bus's doorbell (the value the image holds).
+            return ring_bus(&*self._bus, self.one_reg + off, u64::from_be(image));
+        }
         let at = off & self.one_mask;
         // SAFETY: `one_db` is the bus's direct register of `one_mask + 8` bytes (a
         // power of two: `SqSlots::new`; valid while the bus lives, which `self` keeps
@@ -907,6 +910,13 @@ impl<B: Bus> SqSlots<B> {
             _home: std::marker::PhantomData,
         }
     }
+}
+
+/// The one-request entry's doorbell on a bus without a direct register
+/// ([`SqSlots::ring_one`]): out of line, called last.
+#[inline(never)]
+fn ring_bus<B: Bus>(bus: &B, off: usize, value: u64) {
+    bus.write64(off, value);
 }
 
 /// The position of a [`SqSlots`] for one batch: a copy kept in registers, written

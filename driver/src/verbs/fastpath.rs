@@ -88,6 +88,19 @@ impl<B: Bus> DetachedQp<B> {
         self.sq_slots.close();
     }
 
+    /// The SQ ring's offset in [`DetachedQp::queue_bytes`] and its WQEBBs.
+    #[cfg(test)]
+    pub(crate) fn sq_layout(&self) -> (usize, usize) {
+        self.q.geo.sq_layout()
+    }
+
+    /// Makes the queues those of a QP of transport `ty` (before any post).
+    #[cfg(test)]
+    pub(crate) fn set_qp_type(&mut self, ty: crate::ring::QpType) {
+        self.q.set_qp_type(ty).unwrap();
+        self.sq_slots.close();
+    }
+
     /// The granted capabilities.
     pub fn cap(&self) -> QpCap {
         self.q.geo.granted
@@ -112,6 +125,18 @@ impl<B: Bus> DetachedQp<B> {
     /// [`QueuePair::post_send`](super::QueuePair::post_send).
     #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), BadWr> {
+        super::post::post_send(self, wrs)
+    }
+
+    /// `post_send` with every request through the general writer
+    /// ([`SendQueue::write_wqe`](crate::ring::SendQueue::write_wqe)): the reference
+    /// the tests compare the typed writers with.
+    #[cfg(test)]
+    pub(crate) fn post_send_general(
+        &mut self,
+        wrs: &[SendWr<'_>],
+    ) -> std::result::Result<(), BadWr> {
+        // The typed entries' position is behind the WQEs written here.
         self.sq_slots.close();
         self.q.post_send(wrs)
     }
@@ -203,6 +228,12 @@ impl<B: Bus> DetachedCq<B> {
         self.p.poll(wc)
     }
 
+    /// [`CompletionQueue::poll_each`](super::CompletionQueue::poll_each).
+    #[inline]
+    pub fn poll_each(&mut self, max: usize, f: impl FnMut(&WorkCompletion)) -> usize {
+        self.p.poll_each(max, f)
+    }
+
     /// [`CompletionQueue::skipped`](super::CompletionQueue::skipped).
     pub fn skipped(&self) -> u64 {
         self.p.unknown
@@ -281,7 +312,7 @@ mod tests {
     /// The doorbell record holds the consumer index (modulo 2^24) after every poll,
     /// through the cursor's chunk ends (every 256 entries, or the ring's end on
     /// smaller rings), ring wraps and the index's 24-bit wrap (and the device's
-    /// 32-bit one), with `poll_one` and `poll` of 1 to 4 entries; and every
+    /// 32-bit one), with `poll_one`, `poll` and `poll_each` of 1 to 4 entries; and every
     /// completion has its own values, written here from the CQE that was produced
     /// (not from the driver's other poll path): requester SEND, RDMA READ (the CQE's
     /// byte count), atomics (8), WRITE with immediate, CQEs with the SE bit, a switch
@@ -414,12 +445,17 @@ mod tests {
                         }
                     }
                 }
-                // Take them all, with `poll_one` or `poll` of 1 to 4 entries.
-                let mode = rnd(5);
+                // Take them all, with `poll_one`, `poll` of 1 to 4 entries, or
+                // `poll_each` of 1 to 4.
+                let mode = rnd(9);
                 loop {
                     // What the call must return: skipped entries before each
                     // completion are consumed with it.
-                    let max = if mode == 0 { 1 } else { mode as usize };
+                    let max = if mode == 0 {
+                        1
+                    } else {
+                        1 + (mode as usize - 1) % 4
+                    };
                     let mut expect = Vec::new();
                     let mut taken = 0;
                     while expect.len() < max {
@@ -435,6 +471,11 @@ mod tests {
                     }
                     let got: Vec<WorkCompletion> = if mode == 0 {
                         cq.poll_one().into_iter().collect()
+                    } else if mode > 4 {
+                        let mut v = Vec::new();
+                        let n = cq.poll_each(max, |w| v.push(*w));
+                        assert_eq!(n, v.len());
+                        v
                     } else {
                         let mut w = [WorkCompletion::default(); 4];
                         let n = cq.poll(&mut w[..max]);

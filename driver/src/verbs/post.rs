@@ -210,9 +210,11 @@ pub(crate) trait SqOwner<B: Bus> {
 /// One inline SEND posted and rung on its own (the entries
 /// [`QueuePair::send_inline`](super::QueuePair::send_inline) and
 /// `DetachedQp::send_inline`): what `post()`, `send_inline`, `ring()` do (same WQE,
-/// doorbell, counters and errors). On a queue whose doorbell is the 8-byte one
-/// stored directly (no BlueFlame: [`SqSlots::set_one_cap`]), a payload the gate
-/// takes is written, published and rung here with no call when the completion the
+/// doorbell, counters and errors). On a queue whose doorbell is the 8-byte one (no
+/// BlueFlame: [`SqSlots::set_one_cap`]), a payload the gate takes is written,
+/// published and rung here (with no call when the bus lets the driver store the
+/// doorbell directly; through the bus's `write64`, last, otherwise) when the
+/// completion the
 /// CQ published is the previous post's last WQE (the shortcut of
 /// [`Queues::note_posted`]: the depth after this post is then this WQE's WQEBBs,
 /// which the gate keeps within the high-water mark, [`SqSlots::refresh_one_limit`];
@@ -237,7 +239,7 @@ pub(crate) fn send_one_inline<B: Bus, O: SqOwner<B>>(
     }
     // Every other case out of line (no register of the straight path lives across
     // a call): a queue whose entry is closed for good (one that may ring
-    // BlueFlame, or a bus without a direct register) straight to a batch of one.
+    // BlueFlame) straight to a batch of one.
     if slots.one_closed() {
         return one_result(send_one_batch(o, data, wr_id, flags));
     }
@@ -419,6 +421,104 @@ fn send_inline_one_slow<B: Bus>(
     Ok(())
 }
 
+/// [`QueuePair::post_send`](super::QueuePair::post_send) and
+/// `DetachedQp::post_send`: a list of [`SendWr`] through the typed writers where the
+/// request has a typed shape, with the results of the general writer (the bytes,
+/// doorbell, counters and errors are those of [`Queues::post_send`], which the tests
+/// compare). One request of a typed SEND shape (one inline part or one gather entry,
+/// no datagram address) is the one-request entry ([`send_one_inline`],
+/// [`Queues::send_one`]); any other list goes, out of line, to [`post_send_list`].
+#[inline(always)]
+pub(crate) fn post_send<B: Bus, O: SqOwner<B>>(
+    o: &mut O,
+    wrs: &[SendWr<'_>],
+) -> Result<(), super::BadWr> {
+    if let [wr] = wrs {
+        if wr.ud.is_none() && matches!(wr.op, SendOp::Send) {
+            let r = match wr.data {
+                SendData::Inline([p]) => send_one_inline(o, wr.wr_id, p, wr.flags),
+                SendData::Gather([sge]) => return post_send_sge(o, wr.wr_id, sge, wr.flags),
+                _ => return post_send_list(o, wrs),
+            };
+            return r.map_err(|error| super::BadWr { index: 0, error });
+        }
+    }
+    post_send_list(o, wrs)
+}
+
+/// [`post_send`] of one SEND of one gather entry: [`Queues::send_one`], out of line
+/// (so that the inline SEND's straight path keeps its values in registers, with no
+/// stack frame).
+#[inline(never)]
+fn post_send_sge<B: Bus, O: SqOwner<B>>(
+    o: &mut O,
+    wr_id: u64,
+    sge: &Sge,
+    flags: SendFlags,
+) -> Result<(), super::BadWr> {
+    let (q, slots) = o.parts();
+    q.send_one(slots, wr_id, OneData::Sge(sge), flags)
+        .map_err(|error| super::BadWr { index: 0, error })
+}
+
+/// [`post_send`] of any other list: one batch, each request through its typed entry
+/// where it has one and the general writer otherwise, one doorbell; the requests
+/// before a failed one are published (the batch rings when it is dropped). A list
+/// of SENDs of one gather entry each (the common list) runs in a loop that keeps the
+/// batch in registers, any other in [`post_mixed_list`]. A queue without typed
+/// entries (UD: every send carries an address vector) and the empty list take
+/// [`Queues::post_send`] itself, after closing the typed entries' position (it
+/// writes WQEs behind it).
+#[inline(never)]
+fn post_send_list<B: Bus, O: SqOwner<B>>(
+    o: &mut O,
+    wrs: &[SendWr<'_>],
+) -> Result<(), super::BadWr> {
+    let (q, slots) = o.parts();
+    if wrs.is_empty() || !q.sq.fast_entries() {
+        slots.close();
+        return q.post_send(wrs);
+    }
+    let mut b = q
+        .batch(slots)
+        .map_err(|error| super::BadWr { index: 0, error })?;
+    for (index, wr) in wrs.iter().enumerate() {
+        let Some(sge) = send_sge_of(wr) else {
+            // The batch moves (by value: it stays in registers in this loop).
+            return post_mixed_rest(b, wrs, index);
+        };
+        b.send(wr.wr_id, sge, wr.flags)
+            .map_err(|error| super::BadWr { index, error })?;
+    }
+    b.ring();
+    Ok(())
+}
+
+/// The gather entry of a SEND of one gather entry on a connected QP.
+#[inline(always)]
+fn send_sge_of<'a>(wr: &SendWr<'a>) -> Option<&'a Sge> {
+    match (wr.op, wr.data, wr.ud) {
+        (SendOp::Send, SendData::Gather([sge]), None) => Some(sge),
+        _ => None,
+    }
+}
+
+/// The rest of [`post_send_list`] from the first request that is not a SEND of one
+/// gather entry (`wrs[from]`), in the same batch `b`: each request through
+/// [`SendBatch::put`].
+#[inline(never)]
+fn post_mixed_rest<B: Bus>(
+    mut b: SendBatch<'_, B>,
+    wrs: &[SendWr<'_>],
+    from: usize,
+) -> Result<(), super::BadWr> {
+    for (index, wr) in wrs.iter().enumerate().skip(from) {
+        b.put(wr).map_err(|error| super::BadWr { index, error })?;
+    }
+    b.ring();
+    Ok(())
+}
+
 impl<B: Bus> SendBatch<'_, B> {
     /// SEND of the gather entry `sge` (`ibv_wr_send` + `ibv_wr_set_sge`).
     #[inline(always)]
@@ -503,6 +603,37 @@ impl<B: Bus> SendBatch<'_, B> {
     /// Any other request (READ, atomics, gather lists, several inline parts), through
     /// the general writer, in this batch.
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        self.general(wr)
+    }
+
+    /// Any request: through its typed entry when it has one (SEND, SEND with
+    /// immediate, RDMA WRITE, RDMA WRITE with immediate of one gather entry or one
+    /// inline part, no datagram address), else [`SendBatch::post`].
+    #[inline(always)]
+    pub(crate) fn put(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        if wr.ud.is_none() {
+            let (id, f) = (wr.wr_id, wr.flags);
+            match (wr.op, wr.data) {
+                (SendOp::Send, SendData::Gather([sge])) => return self.send(id, sge, f),
+                (SendOp::Send, SendData::Inline([p])) => return self.send_inline(id, p, f),
+                (SendOp::SendImm { imm }, SendData::Gather([sge])) => {
+                    return self.send_imm(id, sge, imm, f)
+                }
+                (SendOp::SendImm { imm }, SendData::Inline([p])) => {
+                    return self.send_imm_inline(id, p, imm, f)
+                }
+                (SendOp::RdmaWrite { remote }, SendData::Gather([sge])) => {
+                    return self.write(id, sge, remote, f)
+                }
+                (SendOp::RdmaWrite { remote }, SendData::Inline([p])) => {
+                    return self.write_inline(id, p, remote, f)
+                }
+                (SendOp::RdmaWriteImm { remote, imm }, SendData::Gather([sge])) => {
+                    return self.write_imm(id, sge, remote, imm, f)
+                }
+                _ => {}
+            }
+        }
         self.general(wr)
     }
 
@@ -806,12 +937,15 @@ mod tests {
             .collect()
     }
 
-    /// Posts `reqs` in batches of 1..=5 on `a` with `post_send` (one list per batch)
-    /// and on `b` with the typed entries (one batch each), retiring each batch's last
-    /// WQE on both, and compares after every batch: the QP buffers, the UAR pages
-    /// (doorbell or BlueFlame copy), the results, and the work completions.
+    /// Posts `reqs` in batches of 1..=5 on `a` through the general writer
+    /// (`post_send_general`, one list per batch), on `b` with the typed entries (one
+    /// batch each) and on `c` with `post_send` (which routes them through the typed
+    /// writers), retiring each batch's last WQE on all three, and compares after
+    /// every batch: the QP buffers, the UAR pages (doorbell or BlueFlame copy), the
+    /// results, the counters and the work completions.
     fn compare(cap: QpCap, blueflame: bool, reqs: &[Req]) {
         let (mut a, mut b) = (side(&cap, blueflame), side(&cap, blueflame));
+        let mut c = side(&cap, blueflame);
         let mut i = 0;
         let mut batch_no = 0;
         while i < reqs.len() {
@@ -831,7 +965,15 @@ mod tests {
                 .map(|(k, r)| r.wr(&sges[k], &datas[k]))
                 .collect();
             let mut indices = Vec::new();
-            let ra = a.qp.post_send(&wrs);
+            let ra = a.qp.post_send_general(&wrs);
+            let rc = c.qp.post_send(&wrs);
+            assert_eq!(ra, rc, "post_send's results of batch {batch_no}: {chunk:?}");
+            assert_eq!(a.qp.next_send_index(), c.qp.next_send_index());
+            assert!(
+                image(&a) == image(&c),
+                "post_send's bytes after batch {batch_no}: {chunk:?}"
+            );
+            assert_eq!(a.qp.sq_depth_hwm(), c.qp.sq_depth_hwm());
             // Which WQEs went in (their indices), for the retiring CQE.
             let posted = match ra {
                 Ok(()) => n,
@@ -875,13 +1017,16 @@ mod tests {
             );
             if posted > 0 {
                 let last = indices[posted - 1];
-                for s in [&mut a, &mut b] {
+                for s in [&mut a, &mut b, &mut c] {
                     s.cq.produce_send(QPN, last, opcode_of(&chunk[posted - 1]));
                 }
                 let wa = a.cq.poll_one();
                 let mut wb = [WorkCompletion::default(); 1];
                 assert_eq!(b.cq.poll(&mut wb), 1);
                 assert_eq!(wa, Some(wb[0]));
+                let mut wc = [WorkCompletion::default(); 3];
+                assert_eq!(c.cq.poll(&mut wc), 1);
+                assert_eq!(wa, Some(wc[0]));
                 assert_eq!(wa.unwrap().wr_id, chunk[posted - 1].wr_id);
             }
         }
@@ -894,6 +1039,177 @@ mod tests {
             MLX5_OPCODE_RDMA_WRITE,
             MLX5_OPCODE_RDMA_WRITE_IMM,
         ][usize::from(r.kind)]
+    }
+
+    /// `post_send` routes each request by its shape: lists mixing the typed shapes
+    /// with the others (RDMA READ, both atomics, SEND with invalidate, gather lists
+    /// of two entries, inline data in two parts or none, empty gather entries,
+    /// payloads beyond `max_inline`) give, list after list, the bytes, doorbells,
+    /// results (the failed request's index and error), producer index, depth mark
+    /// and completions of the general writer; so do lists posted in a state that
+    /// forbids sending, and on a UD QP (no typed entries: address vectors).
+    #[test]
+    fn post_send_of_every_shape_is_the_general_writer() {
+        let cap = QpCap {
+            max_send_wr: 16,
+            max_send_sge: 2,
+            max_inline_data: 64,
+            ..QpCap::default()
+        };
+        for blueflame in [true, false] {
+            let (mut a, mut c) = (side(&cap, blueflame), side(&cap, blueflame));
+            let max_inline = a.qp.cap().max_inline_data as usize;
+            let payload: Vec<u8> = (0..max_inline + 8).map(|k| k as u8 ^ 0x5a).collect();
+            let mut x = 0x853c_49e6_748f_ea9b_u64;
+            let mut next = |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            };
+            for round in 0..4000u32 {
+                if round % 997 == 500 {
+                    // A state that forbids sending, then back.
+                    for s in [&mut a, &mut c] {
+                        s.qp.set_state(QpState::Init);
+                    }
+                }
+                if round % 997 == 510 {
+                    for s in [&mut a, &mut c] {
+                        s.qp.set_state(QpState::Rts);
+                    }
+                }
+                let n = 1 + next(5) as usize;
+                let remote = RemoteAddr {
+                    addr: next(1 << 40) << 3,
+                    rkey: next(1 << 32) as u32,
+                };
+                let sges: Vec<[Sge; 2]> = (0..n)
+                    .map(|_| {
+                        let mut e = || Sge {
+                            addr: next(1 << 40),
+                            length: if next(6) == 0 {
+                                0
+                            } else {
+                                1 + next(4096) as u32
+                            },
+                            lkey: next(1 << 24) as u32,
+                        };
+                        [e(), e()]
+                    })
+                    .collect();
+                let lens: Vec<(usize, usize)> = (0..n)
+                    .map(|_| {
+                        let l = next(max_inline as u64 + 9) as usize;
+                        (l, next(l as u64 + 1) as usize)
+                    })
+                    .collect();
+                let parts: Vec<[&[u8]; 2]> = lens
+                    .iter()
+                    .map(|&(l, k)| [&payload[..k], &payload[k..l]])
+                    .collect();
+                let wrs: Vec<SendWr<'_>> = (0..n)
+                    .map(|k| {
+                        let (g1, g2) = (&sges[k][..1], &sges[k][..]);
+                        let (p1, p2) = (&parts[k][1..], &parts[k][..]);
+                        let imm = next(1 << 32) as u32;
+                        let mut w = match next(16) {
+                            0 => SendWr::send(k as u64, g1),
+                            1 => SendWr::send(k as u64, g2),
+                            2 => SendWr::send_inline(k as u64, p1),
+                            3 => SendWr::send_inline(k as u64, p2),
+                            4 => SendWr::send_inline(k as u64, &[]),
+                            5 => SendWr::send_with_imm(k as u64, g1, imm),
+                            6 => SendWr::send_with_inv(k as u64, g1, imm),
+                            7 => SendWr::rdma_write(k as u64, g1, remote),
+                            8 => SendWr::rdma_write(k as u64, g2, remote),
+                            9 => SendWr::rdma_write_inline(k as u64, p1, remote),
+                            10 => SendWr::rdma_write_with_imm(k as u64, g1, remote, imm),
+                            11 => SendWr::rdma_read(k as u64, g1, remote),
+                            12 => SendWr::atomic_cmp_swp(k as u64, g1, remote, 7, 9),
+                            13 => SendWr::atomic_fetch_add(k as u64, g1, remote, 3),
+                            14 => SendWr {
+                                op: SendOp::SendImm { imm },
+                                ..SendWr::send_inline(k as u64, p1)
+                            },
+                            _ => SendWr {
+                                op: SendOp::RdmaWriteImm { remote, imm },
+                                ..SendWr::rdma_write_inline(k as u64, p1, remote)
+                            },
+                        };
+                        w.flags = [
+                            SendFlags::NONE,
+                            SendFlags::SIGNALED,
+                            SendFlags::SOLICITED | SendFlags::FENCE,
+                            SendFlags::SIGNALED | SendFlags::FENCE,
+                        ][next(4) as usize];
+                        w
+                    })
+                    .collect();
+                let start = a.qp.next_send_index();
+                let ra = a.qp.post_send_general(&wrs);
+                let rc = c.qp.post_send(&wrs);
+                assert_eq!(ra, rc, "round {round}: {wrs:?}");
+                assert_eq!(a.qp.next_send_index(), c.qp.next_send_index());
+                assert!(image(&a) == image(&c), "bytes after round {round}: {wrs:?}");
+                assert_eq!(a.qp.sq_depth_hwm(), c.qp.sq_depth_hwm(), "round {round}");
+                // Retire everything posted (the last WQE's CQE), sometimes.
+                let end = a.qp.next_send_index();
+                if end != start && (next(3) != 0 || end.wrapping_sub(start) > 8) {
+                    let posted = match ra {
+                        Ok(()) => n,
+                        Err(e) => e.index,
+                    };
+                    let op = wrs[posted - 1].op.opcode();
+                    // The last WQE's index: read back from the general side's ring.
+                    let last = last_index(&a, start, end);
+                    for s in [&mut a, &mut c] {
+                        s.cq.produce_send(QPN, last, op);
+                    }
+                    let mut wc = [WorkCompletion::default(); 2];
+                    let (na, nc) = (a.cq.poll(&mut wc[..1]), c.cq.poll(&mut wc[1..]));
+                    assert_eq!((na, nc), (1, 1), "round {round}");
+                    assert_eq!(wc[0], wc[1], "round {round}");
+                }
+            }
+        }
+        // A UD QP: no typed entries; a send without an address fails the same way.
+        let bus = Arc::new(MemBus::new(1 << 16));
+        let mut ud = DetachedQp::new(&bus, QPN, &QpCap::default(), false).unwrap();
+        ud.set_qp_type(crate::ring::QpType::Ud);
+        ud.set_state(QpState::Rts);
+        let sge = [Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 1,
+        }];
+        let e = ud.post_send(&[SendWr::send(1, &sge)]).unwrap_err();
+        assert_eq!(
+            e,
+            BadWr {
+                index: 0,
+                error: PostError::AddressMismatch
+            }
+        );
+        assert_eq!(ud.next_send_index(), 0);
+    }
+
+    /// The index of the last WQE between `start` and `end` on `s`'s ring (walked by
+    /// the DS of each control segment).
+    fn last_index(s: &Side, start: u16, end: u16) -> u16 {
+        let bytes = s.qp.queue_bytes();
+        let (sq_off, wqebbs) = s.qp.sq_layout();
+        let mut at = start;
+        loop {
+            let slot = usize::from(at) & (wqebbs - 1);
+            let off = sq_off + slot * 64;
+            let ds = bytes[off + 7] & 0x3f;
+            let next = at.wrapping_add(u16::from(ds).div_ceil(4));
+            if next == end {
+                return at;
+            }
+            at = next;
+        }
     }
 
     #[test]
@@ -1006,7 +1322,7 @@ mod tests {
                 .collect();
             let start = a.qp.next_send_index();
             assert_eq!(start, b.qp.next_send_index(), "list {lists}");
-            a.qp.post_send(&wrs).unwrap();
+            a.qp.post_send_general(&wrs).unwrap();
             let mut batch = b.qp.post().unwrap();
             let mut last = 0;
             for (k, r) in reqs.iter().enumerate() {

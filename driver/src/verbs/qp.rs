@@ -541,6 +541,11 @@ impl Geometry {
     fn sq_bytes(&self) -> usize {
         self.sq_wqebbs as usize * WQEBB as usize
     }
+    /// Offset of the SQ ring in the buffer, and its WQEBBs.
+    #[cfg(test)]
+    pub(crate) fn sq_layout(&self) -> (usize, usize) {
+        (self.rq_bytes(), self.sq_wqebbs as usize)
+    }
     /// Offset of the doorbell record: after both rings, 64-byte aligned.
     pub(crate) fn dbr_offset(&self) -> usize {
         (self.rq_bytes() + self.sq_bytes()).next_multiple_of(64)
@@ -1317,12 +1322,16 @@ impl<'a, B: Bus> QueuePair<'a, B> {
     /// copy when the list is one WQE that fits). On an error the requests before the
     /// failed one are posted; the error says which one failed and why.
     ///
+    /// Requests of the typed entries' shapes (SEND, SEND with immediate, RDMA WRITE,
+    /// RDMA WRITE with immediate of one gather entry or one inline part, on a
+    /// connected QP) are written by those entries ([`QueuePair::send_inline`],
+    /// [`QueuePair::send`], [`SendBatch`](super::SendBatch)), the others by the
+    /// general writer: the same WQEs, doorbell and errors either way.
+    ///
     /// Allocates nothing, takes no lock, makes no system call.
     #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), BadWr> {
-        // The typed entries' position is behind the WQEs written here.
-        self.sq_slots.close();
-        self.q.post_send(wrs)
+        super::post::post_send(self, wrs)
     }
 
     /// Posts a list of receive requests and publishes them (doorbell record only; the

@@ -303,6 +303,10 @@ pub struct CqRt {
     sn: u8,
     /// The producer index of the last solicited/error CQE, if any.
     last_solicited: Option<u32>,
+    /// The producer index when the last completion event fired: the CQEs before it
+    /// were announced by an event (`cqc.last_notified_index` is the last of them);
+    /// an arm fires at once only for a CQE at or after it ([`CqRt::arm`]).
+    notified_pi: u32,
     /// In error (overrun or write failure): nothing more is written.
     pub error: bool,
     /// CQEs written.
@@ -341,6 +345,7 @@ impl CqRt {
             arm: None,
             sn: 0,
             last_solicited: None,
+            notified_pi: 0,
             error: false,
             written: 0,
             events: 0,
@@ -597,6 +602,10 @@ impl CqRt {
     fn fire(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs) {
         self.arm = None;
         self.set_ctx(fw, cqc::st, u64::from(CqcSt::Fired.value()));
+        // Every CQE written so far is announced by this event.
+        self.notified_pi = self.pi;
+        let last = self.pi.wrapping_sub(1) & MASK24;
+        self.set_ctx(fw, cqc::last_notified_index, u64::from(last));
         // struct mlx5_eqe_comp: 24 reserved bytes, then the CQN.
         let mut data = [0u8; 28];
         data[24..].copy_from_slice(&(self.cqn & MASK24).to_be_bytes());
@@ -607,7 +616,17 @@ impl CqRt {
     }
 
     /// The arm doorbell: arm for the next (or next solicited) completion after consumer
-    /// index `ci`. Fires at once when such a CQE already exists.
+    /// index `ci`. Fires at once when such a CQE already exists that no earlier event
+    /// announced (an index past `cqc.last_notified_index`): a CQE written while the CQ
+    /// was not armed is not lost, and one an event already announced does not raise a
+    /// second event when the application re-arms before polling it (the verbs order
+    /// of `ibv_get_cq_event`, `ibv_ack_cq_events`, `ibv_req_notify_cq`, then poll, as
+    /// perftest's `-e` latency tests do with one poll per event: on a ConnectX they
+    /// find the completion of the request they posted after that re-arm, which a
+    /// second event for the announced CQE would break). The CQ context keeps the
+    /// index (PRM CQ context `last_notified_index`, Linux `mlx5_ifc_cqc_bits`); the
+    /// rule is inferred from that field and from perftest's behaviour on hardware,
+    /// which cannot be checked here.
     pub fn arm(
         &mut self,
         fw: &mut Firmware,
@@ -634,12 +653,18 @@ impl CqRt {
         if pending == 0 || pending > self.ncqe() {
             return;
         }
+        // The CQEs no event announced: from `notified_pi` (or `ci`, if later) on.
+        let unnotified = self.pi.wrapping_sub(self.notified_pi) & MASK24;
+        let fresh = pending.min(unnotified);
+        if fresh == 0 {
+            return;
+        }
         let due = match mode {
             Arm::Next => true,
-            // A solicited CQE at or after ci.
+            // A solicited CQE at or after ci that no event announced.
             Arm::Solicited => self
                 .last_solicited
-                .is_some_and(|s| (s.wrapping_sub(ci) & MASK24) < pending),
+                .is_some_and(|s| (self.pi.wrapping_sub(1).wrapping_sub(s) & MASK24) < fresh),
         };
         if due {
             self.fire(fw, io, irqs);
