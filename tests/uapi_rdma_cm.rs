@@ -82,3 +82,22 @@ fn ucmatose_makes_and_tears_down_several_connections() {
     }
     assert!(so.contains("disconnected"), "{so}");
 }
+
+#[test]
+fn udaddy_resolves_a_ud_service_by_sidr_and_exchanges_datagrams() {
+    if !have("udaddy") {
+        return;
+    }
+    let s = net::host(55).to_string();
+    let port = net::tcp_port(2).to_string();
+    let (so, co) = cm_pair(
+        "udaddy",
+        &["udaddy", "-p", &port, "-C", "20"],
+        &["udaddy", "-s", &s, "-p", &port, "-C", "20"],
+        (55, 56),
+    );
+    for out in [&so, &co] {
+        assert!(out.contains("data transfers complete"), "{out}");
+        assert!(out.contains("return status 0"), "{out}");
+    }
+}

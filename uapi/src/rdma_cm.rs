@@ -30,6 +30,10 @@ use crate::{real, user, Errno};
 
 /// `RDMA_PS_TCP`.
 const PS_TCP: u16 = 0x0106;
+/// `RDMA_PS_UDP`: UD services resolved by SIDR.
+const PS_UDP: u16 = 0x0111;
+/// `RDMA_UDP_QKEY`: the Q_Key of rdma_cm's UD QPs.
+const UDP_QKEY: u32 = 0x0123_4567;
 /// `AF_INET` as a `sockaddr`'s family.
 const AF_INET: u16 = libc::AF_INET as u16;
 /// `IBV_QPS_*`.
@@ -67,7 +71,8 @@ struct Device {
     nic: &'static Nic,
     files: HashMap<i32, File>,
     by_conn: HashMap<ConnId, (i32, u32)>,
-    listeners: HashMap<u16, (i32, u32)>,
+    /// (port space, port) → the listening id.
+    listeners: HashMap<(u16, u16), (i32, u32)>,
     next_handle: u32,
     /// Active connections whose RTU librdmacm asked for (ACCEPT after
     /// CONNECT_RESPONSE): librdmacm reports their ESTABLISHED itself
@@ -321,9 +326,9 @@ impl Device {
                     ps: b.u16(ucm_create_id::ps),
                     ..Id::default()
                 };
-                if id.ps != PS_TCP {
-                    // UD ids (SIDR, RDMA_PS_UDP) and AF_IB (RDMA_PS_IB) are not
-                    // offered yet.
+                if id.ps != PS_TCP && id.ps != PS_UDP {
+                    // RDMA_PS_IB (AF_IB addressing) and IPoIB are not offered:
+                    // librdmacm then uses IP addressing.
                     return Err(Errno(libc::EPROTONOSUPPORT));
                 }
                 self.files
@@ -422,24 +427,36 @@ impl Device {
             }
             cmd::LISTEN => {
                 let h = b.u32(ucm_listen::id);
-                let src = self.id(fd, h)?.src.ok_or(Errno::EINVAL)?;
-                if self.listeners.contains_key(&src.port()) {
+                let (src, ps) = {
+                    let id = self.id(fd, h)?;
+                    (id.src.ok_or(Errno::EINVAL)?, id.ps)
+                };
+                if self.listeners.contains_key(&(ps, src.port())) {
                     return Err(Errno(libc::EADDRINUSE));
                 }
-                self.svc
-                    .listen(SocketAddr::V4(src))
-                    .map_err(|_| Errno(libc::EADDRINUSE))?;
-                self.listeners.insert(src.port(), (fd, h));
+                let r = if ps == PS_UDP {
+                    self.svc.listen_ud(SocketAddr::V4(src))
+                } else {
+                    self.svc.listen(SocketAddr::V4(src))
+                };
+                r.map_err(|_| Errno(libc::EADDRINUSE))?;
+                self.listeners.insert((ps, src.port()), (fd, h));
                 Ok(())
             }
             cmd::CONNECT => {
                 let h = b.u32(ucm_connect::id);
                 let (qpn, p) = conn_param(&b, ucm_connect::conn_param);
-                let dst = self.id(fd, h)?.dst.ok_or(Errno::EINVAL)?;
-                let c = self
-                    .svc
-                    .connect_qpn(qpn, SocketAddr::V4(dst), &p)
-                    .map_err(cm_err)?;
+                let (dst, ps) = {
+                    let id = self.id(fd, h)?;
+                    (id.dst.ok_or(Errno::EINVAL)?, id.ps)
+                };
+                let c = if ps == PS_UDP {
+                    // A UD id resolves the service by SIDR (Linux `cma_resolve_ib_udp`).
+                    self.svc.resolve_ud(SocketAddr::V4(dst), &p.private_data)
+                } else {
+                    self.svc.connect_qpn(qpn, SocketAddr::V4(dst), &p)
+                }
+                .map_err(cm_err)?;
                 self.id(fd, h)?.conn = Some(c);
                 self.by_conn.insert(c, (fd, h));
                 Ok(())
@@ -447,7 +464,22 @@ impl Device {
             cmd::ACCEPT => {
                 let h = b.u32(ucm_accept::id);
                 let (qpn, p) = conn_param(&b, ucm_accept::conn_param);
-                let c = self.id(fd, h)?.conn.ok_or(Errno::EINVAL)?;
+                let (c, ps) = {
+                    let id = self.id(fd, h)?;
+                    (id.conn.ok_or(Errno::EINVAL)?, id.ps)
+                };
+                if ps == PS_UDP {
+                    // The SIDR_REP with the service's QP and Q_Key (`cma_send_sidr_rep`).
+                    let qkey = match b.u32(ucm_accept::conn_param + ucm_conn_param::qkey) {
+                        0 => UDP_QKEY,
+                        k => k,
+                    };
+                    self.by_conn.remove(&c);
+                    return self
+                        .svc
+                        .sidr_accept(c, qpn, qkey, &p.private_data)
+                        .map_err(cm_err);
+                }
                 if let Some(uid) = Some(b.u64(ucm_accept::uid)).filter(|&u| u != 0) {
                     self.id(fd, h)?.uid = uid;
                 }
@@ -465,7 +497,14 @@ impl Device {
             }
             cmd::REJECT => {
                 let h = b.u32(ucm_reject::id);
-                let c = self.id(fd, h)?.conn.ok_or(Errno::EINVAL)?;
+                let (c, ps) = {
+                    let id = self.id(fd, h)?;
+                    (id.conn.ok_or(Errno::EINVAL)?, id.ps)
+                };
+                if ps == PS_UDP {
+                    self.by_conn.remove(&c);
+                    return self.svc.reject_sidr(c).map_err(cm_err);
+                }
                 let n = usize::from(b.u8(ucm_reject::private_data_len));
                 let pd = b
                     .bytes(ucm_reject::private_data, n.min(MAX_PRIVATE_DATA))
@@ -480,8 +519,15 @@ impl Device {
             cmd::INIT_QP_ATTR => {
                 let h = b.u32(ucm_init_qp_attr::id);
                 let state = b.u32(ucm_init_qp_attr::qp_state);
-                let conn = self.id(fd, h)?.conn;
-                let out = self.init_qp_attr(conn, state)?;
+                let (conn, ps) = {
+                    let id = self.id(fd, h)?;
+                    (id.conn, id.ps)
+                };
+                let out = if ps == PS_UDP {
+                    ud_qp_attr(state)?
+                } else {
+                    self.init_qp_attr(conn, state)?
+                };
                 respond(b.u64(ucm_init_qp_attr::response), &out)
             }
             cmd::SET_OPTION | cmd::NOTIFY => Ok(()),
@@ -635,7 +681,7 @@ impl Device {
                     responder_resources,
                     initiator_depth,
                 } => {
-                    let Some(&(fd, lh)) = self.listeners.get(&local.port()) else {
+                    let Some(&(fd, lh)) = self.listeners.get(&(PS_TCP, local.port())) else {
                         let _ = self.svc.reject(id, &[]);
                         continue;
                     };
@@ -701,10 +747,76 @@ impl Device {
                 CmEvent::Unreachable { id } => self.simple(id, event::UNREACHABLE, ETIMEDOUT),
                 CmEvent::Disconnected { id } => self.simple(id, event::DISCONNECTED, 0),
                 CmEvent::TimewaitExit { id } => self.simple(id, event::TIMEWAIT_EXIT, 0),
-                CmEvent::SidrRequest { id, .. } => {
-                    let _ = self.svc.reject_sidr(id);
+                CmEvent::SidrRequest {
+                    id,
+                    peer,
+                    local,
+                    private_data,
+                } => {
+                    let Some(&(fd, lh)) = self.listeners.get(&(PS_UDP, local.port())) else {
+                        let _ = self.svc.reject_sidr(id);
+                        continue;
+                    };
+                    let (SocketAddr::V4(peer), SocketAddr::V4(local)) = (peer, local) else {
+                        continue;
+                    };
+                    let h = self.next_handle;
+                    self.next_handle += 1;
+                    let luid = self
+                        .files
+                        .get(&fd)
+                        .and_then(|f| f.ids.get(&lh))
+                        .map(|i| i.uid);
+                    if let Some(f) = self.files.get_mut(&fd) {
+                        f.ids.insert(
+                            h,
+                            Id {
+                                uid: 0,
+                                ps: PS_UDP,
+                                src: Some(local),
+                                dst: Some(peer),
+                                route: true,
+                                conn: Some(id),
+                                events_reported: 0,
+                            },
+                        );
+                    }
+                    self.by_conn.insert(id, (fd, h));
+                    // The UD form of the event: the private data after the IP header.
+                    let mut p = vec![0u8; ucm_ud_param::SIZE];
+                    let n = private_data.len().min(MAX_PRIVATE_DATA);
+                    p[ucm_ud_param::private_data..][..n].copy_from_slice(&private_data[..n]);
+                    p[ucm_ud_param::private_data_len] = n as u8;
+                    self.queue_uid(fd, luid.unwrap_or(0), h, lh, event::CONNECT_REQUEST, 0, &p);
                 }
-                CmEvent::SidrResolved { .. } => {}
+                CmEvent::SidrResolved {
+                    id,
+                    status,
+                    qpn,
+                    qkey,
+                    peer,
+                } => {
+                    let Some(&(fd, h)) = self.by_conn.get(&id) else {
+                        continue;
+                    };
+                    self.by_conn.remove(&id);
+                    if status != 0 {
+                        // Linux `cma_sidr_rep_handler`: UNREACHABLE with the SIDR status.
+                        self.queue(fd, h, event::UNREACHABLE, status.into(), &[]);
+                        continue;
+                    }
+                    // ESTABLISHED on a UD id: the service's QP, its Q_Key, and the
+                    // address handle attributes of the peer.
+                    let mut p = vec![0u8; ucm_ud_param::SIZE];
+                    p[ucm_ud_param::qp_num..][..4].copy_from_slice(&qpn.to_ne_bytes());
+                    p[ucm_ud_param::qkey..][..4].copy_from_slice(&qkey.to_ne_bytes());
+                    let a = ucm_ud_param::ah_attr;
+                    p[a + ah_attr::grh + global_route::dgid..][..16].copy_from_slice(&peer.gid);
+                    p[a + ah_attr::grh + global_route::hop_limit] = 64;
+                    p[a + ah_attr::is_global] = 1;
+                    p[a + ah_attr::port_num] = 1;
+                    self.queue(fd, h, event::ESTABLISHED, 0, &p);
+                }
             }
         }
     }
@@ -714,6 +826,27 @@ impl Device {
             self.queue(fd, h, ev, status, &[]);
         }
     }
+}
+
+/// The INIT_QP_ATTR response of a UD id's QP (Linux `cma_init_ud_qp`): INIT with
+/// the P_Key index, port and rdma_cm's Q_Key; RTR with the state alone; RTS from PSN 0.
+fn ud_qp_attr(state: u32) -> Result<Vec<u8>, Errno> {
+    let mut o = vec![0u8; uverbs_qp_attr::SIZE];
+    let put32 =
+        |o: &mut Vec<u8>, off: usize, v: u32| o[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+    put32(&mut o, uverbs_qp_attr::qp_state, state);
+    let mask = match state {
+        QPS_INIT => {
+            put32(&mut o, uverbs_qp_attr::qkey, UDP_QKEY);
+            o[uverbs_qp_attr::port_num] = 1;
+            m::STATE | m::PKEY_INDEX | m::PORT | m::QKEY
+        }
+        QPS_RTR => m::STATE,
+        QPS_RTS => m::STATE | m::SQ_PSN,
+        _ => return Err(Errno::EINVAL),
+    };
+    put32(&mut o, uverbs_qp_attr::qp_attr_mask, mask);
+    Ok(o)
 }
 
 /// The IPv4-mapped GID of `ip`.
