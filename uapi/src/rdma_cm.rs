@@ -198,7 +198,11 @@ pub fn write(fd: i32, buf: u64, len: usize) -> Result<usize, Errno> {
         return Ok(len);
     }
     let mut d = dev.lock().unwrap_or_else(|e| e.into_inner());
-    d.command(fd, cmd, &body)?;
+    let r = d.command(fd, cmd, &body);
+    if crate::trace() {
+        eprintln!("uapi: rdma_cm fd {fd} command {cmd} ({inlen} bytes): {r:?}");
+    }
+    r?;
     Ok(len)
 }
 
