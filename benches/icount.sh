@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
 cargo build --release --quiet --example fastpath_icount
-BIN=target/release/examples/fastpath_icount
+BIN=${CARGO_TARGET_DIR:-target}/release/examples/fastpath_icount
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 printf '%-8s %12s %10s %s\n' case Ir iterations Ir/op

@@ -444,6 +444,19 @@ impl<'a, B: Bus> Service<'a, B> {
             .listen(ipcm::service_id(PortSpace::Tcp, addr.port()))?)
     }
 
+    /// Stops answering RC connection requests to `addr`'s port (connections made
+    /// stay).
+    pub fn unlisten(&mut self, addr: SocketAddr) {
+        self.engine
+            .unlisten(ipcm::service_id(PortSpace::Tcp, addr.port()));
+    }
+
+    /// Stops answering UD service requests to `addr`'s port.
+    pub fn unlisten_ud(&mut self, addr: SocketAddr) {
+        self.engine
+            .unlisten(ipcm::service_id(PortSpace::Udp, addr.port()));
+    }
+
     /// Answers UD service requests (SIDR) to `addr`.
     pub fn listen_ud(&mut self, addr: SocketAddr) -> Result<(), ServiceError> {
         self.check_local(addr.ip())?;

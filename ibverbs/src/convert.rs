@@ -11,10 +11,12 @@ use ferroverbs_sim::link::udp::{addr_of_gid, mac_for};
 
 use crate::abi::{self, c};
 
-/// The `vendor_part_id` reported: 0, as Soft-RoCE reports, so that perftest uses the
-/// classic `ibv_post_send` API and no inline data (it switches to the `ibv_wr_*`
-/// API, which this library does not offer, for the part ids of real ConnectX parts).
-pub const VENDOR_PART_ID: u32 = 0;
+/// The `vendor_part_id` reported: 4119, a ConnectX-5 (PCI device id 0x1017, the part
+/// the simulator models; Linux `mlx5_core` and `ibv_devinfo` report the same), so that
+/// programs that key features on the part use what a ConnectX-5 offers: perftest
+/// posts through the `ibv_wr_*` API (`ibv_wr* API : ON`) and sends small messages
+/// inline, as on the hardware.
+pub const VENDOR_PART_ID: u32 = 4119;
 
 /// The shortest local ACK timeout exponent a QP on a simulated NIC gets: 18, 4.096 µs ×
 /// 2^18 ≈ 1.07 s. The simulated NIC's threads share the CPU with the applications (and
@@ -264,7 +266,14 @@ pub fn wc_to_ibv(w: &WorkCompletion) -> abi::ibv_wc {
         opcode: w.opcode as u32,
         vendor_err: u32::from(w.vendor_err),
         byte_len: w.byte_len,
-        imm_data: w.imm_data.to_be(),
+        // The immediate in network order; for a SEND with Invalidate the invalidated
+        // key, in host order (rdma-core mlx5 `handle_responder`: `invalidated_rkey =
+        // be32toh(imm_inval_pkey)`).
+        imm_data: if w.wc_flags.contains(ferroverbs::verbs::WcFlags::WITH_INV) {
+            w.imm_data
+        } else {
+            w.imm_data.to_be()
+        },
         qp_num: w.qp_num,
         src_qp: w.src_qp,
         wc_flags: w.wc_flags.bits(),
@@ -323,7 +332,9 @@ pub fn device_attr_to_ibv(d: &DeviceAttr) -> abi::ibv_device_attr {
         },
         max_ee: 0,
         max_rdd: 0,
-        max_mw: 0,
+        // Memory windows are mkeys as memory regions are (rdma-core mlx5 reports
+        // `max_mw` from `log_max_mkey` too).
+        max_mw: clamp(d.max_mr),
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
         max_mcast_grp: clamp(d.max_mcast_grp),

@@ -31,23 +31,23 @@ use crate::convert;
 use crate::device::{self, AnyBus, Nic};
 use crate::spin::SpinLock;
 
-type B = AnyBus;
+pub(crate) type B = AnyBus;
 
 /// Scatter/gather entries one work request may carry through this library.
-const MAX_SGE: usize = 32;
+pub(crate) const MAX_SGE: usize = 32;
 
-fn set_errno(e: c_int) {
+pub(crate) fn set_errno(e: c_int) {
     // SAFETY: `__errno_location` returns this thread's errno slot, always valid.
     unsafe { *libc::__errno_location() = e };
 }
 
 /// Runs `f`, turning a panic into `fail` (a panic must not cross the C boundary).
-fn guard<R>(fail: R, f: impl FnOnce() -> R) -> R {
+pub(crate) fn guard<R>(fail: R, f: impl FnOnce() -> R) -> R {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(fail)
 }
 
 /// For pointer-returning verbs: the object or NULL with errno set.
-fn ptr_result<T>(r: Result<*mut T, c_int>) -> *mut T {
+pub(crate) fn ptr_result<T>(r: Result<*mut T, c_int>) -> *mut T {
     match r {
         Ok(p) => p,
         Err(e) => {
@@ -58,7 +58,7 @@ fn ptr_result<T>(r: Result<*mut T, c_int>) -> *mut T {
 }
 
 /// For int-returning verbs: 0 or the (positive) errno, also stored in errno.
-fn int_result(r: Result<(), c_int>) -> c_int {
+pub(crate) fn int_result(r: Result<(), c_int>) -> c_int {
     match r {
         Ok(()) => 0,
         Err(e) => {
@@ -89,7 +89,7 @@ unsafe impl<T> Sync for SyncPtr<T> {}
 /// # Safety
 /// Implementors are `#[repr(C)]` with an `Ibv` first field, or override every method
 /// with the offset they use.
-unsafe trait VerbsObj: Sized + 'static {
+pub(crate) unsafe trait VerbsObj: Sized + 'static {
     /// The public verbs struct the application sees.
     type Ibv;
 
@@ -142,19 +142,19 @@ verbs_obj! {
 /// How many objects use one (a use count): destroying an object in use fails with
 /// `EBUSY`, as the kernel refuses it.
 #[derive(Default)]
-struct Users(AtomicUsize);
+pub(crate) struct Users(AtomicUsize);
 
 impl Users {
-    fn acquire(&self) {
+    pub(crate) fn acquire(&self) {
         self.0.fetch_add(1, Ordering::AcqRel);
     }
 
-    fn release(&self) {
+    pub(crate) fn release(&self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// `Ok` when nothing uses the object, else EBUSY.
-    fn idle(&self) -> Result<(), c_int> {
+    pub(crate) fn idle(&self) -> Result<(), c_int> {
         if self.0.load(Ordering::Acquire) == 0 {
             Ok(())
         } else {
@@ -166,7 +166,7 @@ impl Users {
 /// The shape shared by the int-returning verbs on one object: `obj` is the object's
 /// lookup ([`VerbsObj::from_ibv`]); runs `f` on it and returns 0 or the positive errno
 /// (also stored in errno); a panic returns EIO.
-fn int_verb<O>(
+pub(crate) fn int_verb<O>(
     obj: Result<&'static O, c_int>,
     f: impl FnOnce(&'static O) -> Result<(), c_int>,
 ) -> c_int {
@@ -175,7 +175,7 @@ fn int_verb<O>(
 
 /// As [`int_verb`] for the verbs that create an object: the new object's pointer, or
 /// NULL with errno set (a panic gives NULL).
-fn ptr_verb<O, T>(
+pub(crate) fn ptr_verb<O, T>(
     obj: Result<&'static O, c_int>,
     f: impl FnOnce(&'static O) -> Result<*mut T, c_int>,
 ) -> *mut T {
@@ -195,7 +195,7 @@ fn status_verb<O>(
 }
 
 /// Driver results as verbs results: the error's errno ([`convert::errno_of`]).
-trait OrErrno<T> {
+pub(crate) trait OrErrno<T> {
     fn or_errno(self) -> Result<T, c_int>;
 }
 
@@ -308,12 +308,12 @@ pub(crate) unsafe extern "C" fn get_device_index(_dev: *mut abi::ibv_device) -> 
 /// Everything of one `ibv_open_device`.
 #[repr(C)]
 pub(crate) struct CtxObj {
-    vctx: abi::verbs_context,
-    nic: &'static Nic,
-    own_async_fd: Option<RawFd>,
+    pub(crate) vctx: abi::verbs_context,
+    pub(crate) nic: &'static Nic,
+    pub(crate) own_async_fd: Option<RawFd>,
     /// `context->async_fd`: an epoll descriptor watching the async EQ's eventfd (see
     /// [`AppFd`]).
-    app_async_fd: AppFd,
+    pub(crate) app_async_fd: AppFd,
 }
 
 /// The descriptor an application gets for `channel->fd` or `context->async_fd`: an
@@ -422,7 +422,7 @@ unsafe impl VerbsObj for CtxObj {
 /// Where the application's `ibv_context` lies in a [`CtxObj`].
 const CTX_OFFSET: usize = std::mem::offset_of!(abi::verbs_context, context);
 
-fn fnp(f: *const ()) -> *const c_void {
+pub(crate) fn fnp(f: *const ()) -> *const c_void {
     f as *const c_void
 }
 
@@ -465,9 +465,12 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
         ops[abi::ops::POST_SRQ_RECV] = fnp(post_srq_recv as *const ());
         ops[abi::ops::POST_SEND] = fnp(post_send as *const ());
         ops[abi::ops::POST_RECV] = fnp(post_recv as *const ());
+        crate::mw::set_ops(&mut ops);
         let mut ext = [ptr::null::<c_void>(); 39];
         ext[abi::vops::QUERY_PORT] = fnp(query_port_ex as *const ());
         ext[abi::vops::QUERY_DEVICE_EX] = fnp(query_device_ex as *const ());
+        crate::qp_ex::set_ops(&mut ext);
+        crate::cq_ex::set_ops(&mut ext);
         Box::new(CtxObj {
             vctx: abi::verbs_context {
                 ext,
@@ -729,9 +732,9 @@ pub(crate) unsafe extern "C" fn get_pkey_index(
 
 #[repr(C)]
 pub(crate) struct PdObj {
-    ibv: abi::ibv_pd,
-    pd: Pd<'static, B>,
-    users: Users,
+    pub(crate) ibv: abi::ibv_pd,
+    pub(crate) pd: Pd<'static, B>,
+    pub(crate) users: Users,
 }
 
 pub(crate) unsafe extern "C" fn alloc_pd(ctx: *mut abi::ibv_context) -> *mut abi::ibv_pd {
@@ -762,9 +765,9 @@ pub(crate) unsafe extern "C" fn dealloc_pd(pd: *mut abi::ibv_pd) -> c_int {
 
 #[repr(C)]
 pub(crate) struct MrObj {
-    ibv: abi::ibv_mr,
-    mr: MemoryRegion<'static, B>,
-    pd: &'static PdObj,
+    pub(crate) ibv: abi::ibv_mr,
+    pub(crate) mr: MemoryRegion<'static, B>,
+    pub(crate) pd: &'static PdObj,
 }
 
 /// # Safety
@@ -905,16 +908,19 @@ pub(crate) unsafe extern "C" fn destroy_comp_channel(ch: *mut abi::ibv_comp_chan
 
 #[repr(C)]
 pub(crate) struct CqObj {
-    ibv: abi::ibv_cq,
-    cq: SpinLock<CompletionQueue<'static, B>>,
-    cqn: u32,
-    chan: Option<&'static ChanObj>,
+    /// The application's `ibv_cq`, inside the `ibv_cq_ex` every CQ is (`cq_ex`).
+    pub(crate) ibv: crate::abi_ex::ibv_cq_ex,
+    pub(crate) cq: SpinLock<CompletionQueue<'static, B>>,
+    pub(crate) cqn: u32,
+    pub(crate) chan: Option<&'static ChanObj>,
     /// The simulated device, which a thread polling an empty CQ services.
-    sim: Option<&'static Sim>,
-    users: Users,
+    pub(crate) sim: Option<&'static Sim>,
+    pub(crate) users: Users,
+    /// The `ibv_start_poll` .. `ibv_end_poll` state (`cq_ex`).
+    pub(crate) poll: crate::cq_ex::PollState,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -942,7 +948,7 @@ pub(crate) unsafe extern "C" fn create_cq(
         let cqn = cq.cqn();
         let cap = cq.capacity();
         let p = Box::new(CqObj {
-            ibv: abi::ibv_cq {
+            ibv: crate::cq_ex::cq_ex_of(abi::ibv_cq {
                 context: ctx,
                 channel,
                 cq_context,
@@ -952,12 +958,13 @@ pub(crate) unsafe extern "C" fn create_cq(
                 cond: abi::pthread_cond_t([0; 48]),
                 comp_events_completed: 0,
                 async_events_completed: 0,
-            },
+            }),
             cq: SpinLock::new(cq),
             cqn,
             chan,
             sim: o.nic.sim.as_ref(),
             users: Users::default(),
+            poll: Default::default(),
         })
         .into_ibv();
         if let Some(c) = chan {
@@ -1057,7 +1064,7 @@ pub(crate) unsafe extern "C" fn get_cq_event(
                 *cq = p.0 as *mut abi::ibv_cq;
             }
             if !cq_context.is_null() {
-                *cq_context = (*p.0).ibv.cq_context;
+                *cq_context = (*p.0).ibv.cq.cq_context;
             }
         }
         Some(())
@@ -1086,23 +1093,42 @@ pub(crate) unsafe extern "C" fn resize_cq(_cq: *mut abi::ibv_cq, _cqe: c_int) ->
 
 #[repr(C)]
 pub(crate) struct QpObj {
-    ibv: abi::ibv_qp,
-    qp: SpinLock<QueuePair<'static, B>>,
-    pd: &'static PdObj,
-    send_cq: &'static CqObj,
-    recv_cq: &'static CqObj,
+    /// The application's `ibv_qp`, inside the `ibv_qp_ex` every QP is (`qp_ex`).
+    pub(crate) ibv: crate::abi_ex::ibv_qp_ex,
+    pub(crate) qp: SpinLock<QueuePair<'static, B>>,
+    pub(crate) pd: &'static PdObj,
+    pub(crate) send_cq: &'static CqObj,
+    pub(crate) recv_cq: &'static CqObj,
     /// The SRQ the QP takes its receives from.
-    srq: Option<&'static SrqObj>,
-    sq_sig_all: bool,
-    sim_link: bool,
+    pub(crate) srq: Option<&'static SrqObj>,
+    pub(crate) sq_sig_all: bool,
+    pub(crate) sim_link: bool,
     /// The NIC's floor of the local ACK timeout exponent ([`device::Nic`]).
-    min_ack_timeout: u8,
-    ud: bool,
+    pub(crate) min_ack_timeout: u8,
+    pub(crate) ud: bool,
+    /// The `ibv_wr_*` state between `wr_start` and `wr_complete` (`qp_ex`).
+    pub(crate) wr: crate::qp_ex::WrState,
 }
 
 pub(crate) unsafe extern "C" fn create_qp(
     pd: *mut abi::ibv_pd,
     init: *mut abi::ibv_qp_init_attr,
+) -> *mut abi::ibv_qp {
+    // rdma-core's mlx5 sizes QPs created without `send_ops_flags` for every
+    // operation of their type, memory-window binds included (`sq_overhead`).
+    // SAFETY: the caller's PD and attributes.
+    unsafe { create_qp_with(pd, init, true) }
+}
+
+/// `ibv_create_qp`, the send queue sized for memory-window operations on RC and UC
+/// when `mw`.
+///
+/// # Safety
+/// `pd` and `init` are the caller's (NULL or live).
+pub(crate) unsafe fn create_qp_with(
+    pd: *mut abi::ibv_pd,
+    init: *mut abi::ibv_qp_init_attr,
+    mw: bool,
 ) -> *mut abi::ibv_qp {
     // SAFETY: the caller's PD, kept alive by the use count.
     ptr_verb(unsafe { PdObj::from_ibv(pd) }, |p| {
@@ -1148,6 +1174,7 @@ pub(crate) unsafe extern "C" fn create_qp(
             if shut_up_bf() {
                 a.blueflame = false;
             }
+            a.memory_windows = mw;
             // A transport the driver does not offer (yet) is "not supported".
             p.pd.create_qp(&a).map_err(|e| match ty {
                 QpType::Uc => libc::EOPNOTSUPP,
@@ -1172,7 +1199,7 @@ pub(crate) unsafe extern "C" fn create_qp(
         // The one NIC of the process, open since the PD's context was.
         let min_ack_timeout = device::nic().map_or(0, |n| n.min_ack_timeout);
         Ok(Box::new(QpObj {
-            ibv: abi::ibv_qp {
+            ibv: crate::qp_ex::qp_ex_of(abi::ibv_qp {
                 context: p.ibv.context,
                 qp_context: ia.qp_context,
                 pd,
@@ -1186,7 +1213,7 @@ pub(crate) unsafe extern "C" fn create_qp(
                 mutex: abi::pthread_mutex_t([0; 40]),
                 cond: abi::pthread_cond_t([0; 48]),
                 events_completed: 0,
-            },
+            }),
             qp: SpinLock::new(qp),
             pd: p,
             send_cq: scq,
@@ -1196,6 +1223,7 @@ pub(crate) unsafe extern "C" fn create_qp(
             sim_link,
             min_ack_timeout,
             ud: ty == QpType::Ud,
+            wr: Default::default(),
         })
         .into_ibv())
     })
@@ -1221,7 +1249,7 @@ pub(crate) unsafe extern "C" fn modify_qp(
         let st = convert::qp_state_to_ibv(g.state());
         // SAFETY: `state` is a plain field of our object the application may read;
         // written under the QP lock.
-        unsafe { (*(qp as *mut QpObj)).ibv.state = st };
+        unsafe { (*(qp as *mut QpObj)).ibv.qp_base.state = st };
         Ok(())
     })
 }
@@ -1242,16 +1270,16 @@ pub(crate) unsafe extern "C" fn query_qp(
                 attr.write(a);
             }
             if let Some(i) = init.as_mut() {
-                i.qp_context = q.ibv.qp_context;
-                i.send_cq = q.ibv.send_cq;
-                i.recv_cq = q.ibv.recv_cq;
-                i.srq = q.ibv.srq;
+                i.qp_context = q.ibv.qp_base.qp_context;
+                i.send_cq = q.ibv.qp_base.send_cq;
+                i.recv_cq = q.ibv.qp_base.recv_cq;
+                i.srq = q.ibv.qp_base.srq;
                 i.cap = a.cap;
                 if q.srq.is_some() {
                     i.cap.max_recv_wr = 0;
                     i.cap.max_recv_sge = 0;
                 }
-                i.qp_type = q.ibv.qp_type;
+                i.qp_type = q.ibv.qp_base.qp_type;
                 i.sq_sig_all = c_int::from(q.sq_sig_all);
             }
         }
@@ -1276,13 +1304,12 @@ pub(crate) unsafe extern "C" fn destroy_qp(qp: *mut abi::ibv_qp) -> c_int {
     })
 }
 
-pub(crate) unsafe extern "C" fn qp_to_qp_ex(_qp: *mut abi::ibv_qp) -> *mut c_void {
-    // The `ibv_wr_*` API is not offered: rdma-core answers NULL for such QPs too.
-    set_errno(libc::EOPNOTSUPP);
-    ptr::null_mut()
+pub(crate) unsafe extern "C" fn qp_to_qp_ex(qp: *mut abi::ibv_qp) -> *mut c_void {
+    // Every QP is an `ibv_qp_ex` (`qp_ex`): its address is the QP's.
+    qp as *mut c_void
 }
 
-fn post_errno(e: &ferroverbs::verbs::PostError) -> c_int {
+pub(crate) fn post_errno(e: &ferroverbs::verbs::PostError) -> c_int {
     use ferroverbs::verbs::PostError as P;
     match e {
         P::QueueFull { .. } => libc::ENOMEM,
@@ -1294,7 +1321,7 @@ fn post_errno(e: &ferroverbs::verbs::PostError) -> c_int {
 ///
 /// # Safety
 /// `sg` must point to `n` valid entries (or be unused when `n` is 0).
-unsafe fn sges(
+pub(crate) unsafe fn sges(
     sg: *const abi::ibv_sge,
     n: c_int,
     out: &mut [Sge; MAX_SGE],
@@ -1491,6 +1518,10 @@ unsafe fn post_one(
             },
             add: atomic.compare_add,
         },
+        crate::abi_ex::c::IBV_WR_BIND_MW | crate::abi_ex::c::IBV_WR_LOCAL_INV => {
+            // SAFETY: the caller's request (its `bind_mw` member for a bind).
+            return unsafe { crate::mw::post_mw_wr(qp, w) };
+        }
         _ => return Err(libc::EINVAL),
     };
     let flags = send_flags(w.send_flags);
@@ -1743,9 +1774,9 @@ unsafe extern "C" fn post_srq_recv(
 
 #[repr(C)]
 pub(crate) struct AhObj {
-    ibv: abi::ibv_ah,
-    ah: AddressHandle<'static, B>,
-    pd: &'static PdObj,
+    pub(crate) ibv: abi::ibv_ah,
+    pub(crate) ah: AddressHandle<'static, B>,
+    pub(crate) pd: &'static PdObj,
 }
 
 pub(crate) unsafe extern "C" fn create_ah(

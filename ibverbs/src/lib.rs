@@ -20,8 +20,12 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod abi;
+pub mod abi_ex;
 pub mod convert;
+mod cq_ex;
 pub mod device;
 mod exports;
 mod ffi;
+mod mw;
+mod qp_ex;
 mod spin;

@@ -143,6 +143,31 @@ fn ibv_rc_pingpong_between_two_processes() {
     assert!(c.contains("remote address: LID 0x0000, QPN"), "{c}");
 }
 
+/// `-N`: the QPs come from `ibv_create_qp_ex` with `IBV_QP_EX_WITH_SEND` and every
+/// SEND goes through `ibv_wr_start` / `ibv_wr_send` / `ibv_wr_set_sge` /
+/// `ibv_wr_complete` (the library's `ibv_qp_ex` interface).
+#[test]
+fn ibv_rc_pingpong_with_the_new_send_api() {
+    if !have("ibv_rc_pingpong") {
+        return;
+    }
+    let _s = serial();
+    let lib = library_dir("rc_pingpong_n");
+    let (s, c) = pair_env(
+        "ibv_rc_pingpong -g 0 -N",
+        &lib,
+        "ibv_rc_pingpong",
+        &["-g", "0", "-N"],
+        &PATIENT,
+        15,
+        16,
+        13,
+        LIMIT,
+    );
+    pingpong_done(&s);
+    pingpong_done(&c);
+}
+
 #[test]
 fn ibv_rc_pingpong_with_completion_events() {
     if !have("ibv_rc_pingpong") {
@@ -164,6 +189,15 @@ fn ibv_rc_pingpong_with_completion_events() {
     for out in [&s, &c] {
         assert!(out.contains("200 iters in"), "{out}");
     }
+}
+
+/// Whether perftest says it posts through the `ibv_wr_*` interface (its banner line
+/// `ibv_wr* API     : ON`).
+fn wr_api_on(out: &str) -> bool {
+    out.lines().any(|l| {
+        let l = l.trim();
+        l.starts_with("ibv_wr* API") && l.split(':').nth(1).map(str::trim) == Some("ON")
+    })
 }
 
 /// The result line of a perftest run: the first line whose first field is `size`.
@@ -193,6 +227,9 @@ fn ib_send_lat_default() {
     let (s, c) = pair("ib_send_lat", &lib, "ib_send_lat", &args, 21, 22, 3, LIMIT);
     for out in [&s, &c] {
         assert!(out.contains("Send Latency Test"), "{out}");
+        // The device reports a ConnectX-5's part id: perftest posts through the
+        // `ibv_wr_*` interface.
+        assert!(wr_api_on(out), "{out}");
         let l = result_line(out, "2");
         assert_eq!(l.split_whitespace().nth(1), Some("1000"), "{l}");
         // t_min, t_max, t_typical, t_avg: positive microseconds.
@@ -210,6 +247,7 @@ fn ib_send_bw_default() {
     let lib = library_dir("send_bw");
     let args = ["--qp-timeout", ACK_TIMEOUT];
     let (_s, c) = pair("ib_send_bw", &lib, "ib_send_bw", &args, 31, 32, 4, LIMIT);
+    assert!(wr_api_on(&c), "{c}");
     let l = result_line(&c, "65536");
     assert_eq!(l.split_whitespace().nth(1), Some("1000"), "{l}");
     // BW peak, BW average (MB/s), message rate: the average is positive. It prints
@@ -217,6 +255,26 @@ fn ib_send_bw_default() {
     // average at least 0.07 MB/s, however loaded the machine.
     let n = numbers(l);
     assert!(n[1].is_finite() && n[1] > 0.0, "{l}");
+    check_bw_numbers(l, 65536.0);
+}
+
+/// RDMA WRITE bandwidth through perftest's `ibv_wr_*` path (`ibv_wr_rdma_write`,
+/// `ibv_wr_set_sge`, one `ibv_wr_complete` per batch of posts).
+#[test]
+fn ib_write_bw_default() {
+    if !have("ib_write_bw") {
+        return;
+    }
+    let _s = serial();
+    let lib = library_dir("write_bw");
+    let args = ["--qp-timeout", ACK_TIMEOUT, "-n", "1000"];
+    let (s, c) = pair("ib_write_bw", &lib, "ib_write_bw", &args, 33, 34, 14, LIMIT);
+    for out in [&s, &c] {
+        assert!(out.contains("RDMA_Write BW Test"), "{out}");
+        assert!(wr_api_on(out), "{out}");
+    }
+    let l = result_line(&c, "65536");
+    assert_eq!(l.split_whitespace().nth(1), Some("1000"), "{l}");
     check_bw_numbers(l, 65536.0);
 }
 

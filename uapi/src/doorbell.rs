@@ -27,8 +27,9 @@
 //!
 //! Latency and idle cost: after a doorbell the thread spins (with a pause hint) for
 //! [`SPIN`], then sleeps [`TICK`] between looks (with a timer slack of 1 ns) until
-//! [`ACTIVE`] has passed without a doorbell, then [`NAP`] between looks: an idle
-//! process costs one look per millisecond. Short sleeps rather than yields: on a
+//! [`ACTIVE`] has passed without a doorbell, then [`NAP`] between looks, and
+//! [`DEEP_NAP`] once [`ASLEEP`] has passed: an idle process costs 250 looks a second,
+//! and the first doorbell after a long pause waits up to 4 ms. Short sleeps rather than yields: on a
 //! machine whose cores are taken by busy-polling applications (libmlx5 polls its CQs
 //! in memory), a thread that wakes from a sleep is scheduled ahead of the spinners,
 //! where a yielding one waits for its time slice.
@@ -50,6 +51,10 @@ pub const TICK: Duration = Duration::from_micros(20);
 pub const ACTIVE: Duration = Duration::from_millis(50);
 /// Sleep between looks when idle.
 pub const NAP: Duration = Duration::from_millis(1);
+/// How long after the last doorbell the thread counts as asleep.
+pub const ASLEEP: Duration = Duration::from_secs(1);
+/// Sleep between looks when asleep.
+pub const DEEP_NAP: Duration = Duration::from_millis(4);
 
 /// Offset of the CQ arm doorbell in a UAR page (`MLX5_CQ_DOORBELL`).
 const CQ_DOORBELL: usize = 0x20;
@@ -260,8 +265,10 @@ pub fn start(nic: &'static Nic) {
                     std::hint::spin_loop();
                 } else if idle < ACTIVE {
                     std::thread::sleep(tick);
-                } else {
+                } else if idle < ASLEEP {
                     std::thread::sleep(NAP);
+                } else {
+                    std::thread::sleep(DEEP_NAP);
                 }
             }
         });

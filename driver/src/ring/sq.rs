@@ -39,7 +39,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 mod fast;
+mod umr;
 pub use fast::{DoorbellRegs, PendingDoorbell, SqCursor, WqeSlots};
+pub use umr::{UMR_MARK_BIND, UMR_MARK_LOCAL_INV};
 
 /// Largest SQ in WQEBBs for which 16-bit counter differences stay unambiguous
 /// (`qpc.log_sq_size` cannot describe a larger one anyway).

@@ -13,7 +13,7 @@ use ferroverbs_hw::datapath::cqe::{
 use ferroverbs_hw::datapath::dbr::{CqArmCmd, MLX5_CQ_ARM_DB, MLX5_CQ_SET_CI};
 use ferroverbs_hw::datapath::uar::uar_bar_offset;
 use ferroverbs_hw::datapath::wqe::{
-    MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ,
+    MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ, MLX5_OPCODE_UMR,
 };
 use ferroverbs_hw::{Bus, DmaPerm};
 
@@ -274,11 +274,15 @@ impl<B: Bus> Poller<B> {
             ..WorkCompletion::default()
         };
         let mut t = REQ_TAIL[usize::from(op)];
-        if op == MLX5_OPCODE_RDMA_READ {
-            // A branch taken by RDMA READs only (not a select, which would load the
-            // tail in two halves).
+        if op & REQ_SPECIAL != 0 {
+            // A branch taken by RDMA READs, atomics and UMRs only (not a select,
+            // which would load the tail in two halves).
             std::hint::cold_path();
-            t = t.with_byte_len(u32::from_be(e.raw32::<19>()));
+            if op == MLX5_OPCODE_RDMA_READ {
+                t = t.with_byte_len(u32::from_be(e.raw32::<19>()));
+            } else if op == MLX5_OPCODE_UMR && qp.umr_is_local_inv(counter) {
+                t = LOCAL_INV_TAIL;
+            }
         }
         put_tail(&mut wc, t);
         (wc, counter)
@@ -774,8 +778,12 @@ fn decode(
         ..WorkCompletion::default()
     };
     let mut t = REQ_TAIL[usize::from(op)];
-    if op == MLX5_OPCODE_RDMA_READ {
-        t = t.with_byte_len(be32(44 - 32));
+    if op & REQ_SPECIAL != 0 {
+        if op == MLX5_OPCODE_RDMA_READ {
+            t = t.with_byte_len(be32(44 - 32));
+        } else if op == MLX5_OPCODE_UMR && qp.umr_is_local_inv(u32::from(counter)) {
+            t = LOCAL_INV_TAIL;
+        }
     }
     put_tail(wc, t);
     Some(true)
@@ -831,6 +839,31 @@ const _: () = assert!(
         })
         .get()
 );
+
+/// Send opcode bits set in exactly the opcodes whose requester completion needs more
+/// than [`REQ_TAIL`]: RDMA READ (0x10: the byte count), the atomics (0x11, 0x12:
+/// nothing more) and UMR (0x25: bind or local invalidation, [`LOCAL_INV_TAIL`]); none of
+/// the SEND and WRITE opcodes (0x01, 0x08..0x0b) has them.
+const REQ_SPECIAL: u8 = 0x30;
+const _: () = assert!(
+    MLX5_OPCODE_RDMA_READ & REQ_SPECIAL != 0
+        && MLX5_OPCODE_UMR & REQ_SPECIAL != 0
+        && ferroverbs_hw::datapath::wqe::MLX5_OPCODE_SEND & REQ_SPECIAL == 0
+        && ferroverbs_hw::datapath::wqe::MLX5_OPCODE_SEND_IMM & REQ_SPECIAL == 0
+        && ferroverbs_hw::datapath::wqe::MLX5_OPCODE_SEND_INVAL & REQ_SPECIAL == 0
+        && ferroverbs_hw::datapath::wqe::MLX5_OPCODE_RDMA_WRITE & REQ_SPECIAL == 0
+        && ferroverbs_hw::datapath::wqe::MLX5_OPCODE_RDMA_WRITE_IMM & REQ_SPECIAL == 0
+);
+
+/// The tail of a successful UMR completion that was a local invalidation (a bind's is
+/// [`REQ_TAIL`]'s; `WqShared::umr_is_local_inv` tells them apart).
+const LOCAL_INV_TAIL: WcTailBits = WcTailBits::of(WcTail {
+    byte_len: 0,
+    opcode: WcOpcode::LocalInv,
+    wc_flags: WcFlags::empty(),
+    status: WcStatus::Success,
+    vendor_err: 0,
+});
 
 /// [`Poller::owner_test`] values of an entry software owns are below this.
 const OWNED_BELOW: u8 = 0x78;

@@ -77,6 +77,15 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Memory windows
+//!
+//! A [`MemoryWindow`] ([`Pd::alloc_mw`], types 1 and 2) gives a peer access to a
+//! range of a [`MemoryRegion`] with its own rights, granted and revoked on the send
+//! queue: [`QueuePair::bind_mw`] (type 1), [`SendBatch::bind_mw`] and
+//! [`SendBatch::local_inv`] (type 2), or a peer's SEND with Invalidate; the QP is
+//! sized for these requests with [`QpInitAttr::with_memory_windows`] ([`mw`] module
+//! docs: the checks and completions).
+//!
 //! # Events and buffer pools
 //!
 //! * Completion events: a [`CompletionChannel`] (`Context::create_comp_channel`) owns
@@ -122,6 +131,7 @@ mod cq;
 pub(crate) mod fastmem;
 pub mod fastpath;
 mod mr;
+pub mod mw;
 mod pd;
 pub mod pool;
 mod post;
@@ -140,6 +150,7 @@ pub use channel::{CompletionChannel, CqEvent, CqOptions};
 pub use counters::{CqCounters, DeviceCounters, QpCounters, QpDeviceCounters, RxDrops};
 pub use cq::CompletionQueue;
 pub use mr::{AccessFlags, MemoryRegion, RangeError};
+pub use mw::{inc_rkey, MemoryWindow, MwBind, MwBindError, MwType, MAX_MW_LEN};
 pub use pd::Pd;
 pub use pool::{BufferPool, PoolConfig, PoolError, Slot, MAX_SLOTS, MAX_SLOT_ALIGN, MAX_SLOT_SIZE};
 pub use post::SendBatch;

@@ -519,7 +519,7 @@ fn post_mixed_rest<B: Bus>(
     Ok(())
 }
 
-impl<B: Bus> SendBatch<'_, B> {
+impl<'q, B: Bus> SendBatch<'q, B> {
     /// SEND of the gather entry `sge` (`ibv_wr_send` + `ibv_wr_set_sge`).
     #[inline(always)]
     pub fn send(&mut self, wr_id: u64, sge: &Sge, flags: SendFlags) -> Result<(), PostError> {
@@ -661,6 +661,25 @@ impl<B: Bus> SendBatch<'_, B> {
     /// Requests written in this batch so far.
     pub fn count(&self) -> u32 {
         self.c.count()
+    }
+
+    /// Discards the batch (`ibv_wr_abort`): nothing written in it reaches the device,
+    /// and the send ring's producer goes back to where the batch began, so the next
+    /// batch writes over it.
+    pub fn abort(self) {
+        let mut me = std::mem::ManuallyDrop::new(self);
+        let SendBatch { q, c } = &mut *me;
+        q.sq.set_cur_post(c.start());
+    }
+
+    /// The queue and the cursor (for the entries of other modules, `mw`).
+    pub(super) fn parts(&mut self) -> (&mut Queues<B>, &mut ring::SqCursor<Slots<'q>>) {
+        (self.q, &mut self.c)
+    }
+
+    /// The QP number.
+    pub(super) fn qpn(&self) -> u32 {
+        self.q.sq.config().qpn
     }
 
     #[inline(always)]

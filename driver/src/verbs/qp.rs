@@ -46,9 +46,12 @@ use crate::Context;
 use crate::Mtu;
 
 /// The WQE overhead of an RC QP before its data part: control, remote address and
-/// atomic segments (`sq_overhead` with RDMA and atomic operations; this driver has no
-/// memory-window or UMR operations, which would raise it to 192).
+/// atomic segments (`sq_overhead` with RDMA and atomic operations; memory-window
+/// operations raise it to [`MW_SQ_OVERHEAD`]).
 const RC_SQ_OVERHEAD: u32 = 48;
+/// The overhead of an RC or UC QP sized for UMR WQEs (rdma-core `_sq_overhead` with
+/// `IBV_QP_EX_WITH_BIND_MW`: control, UMR control, mkey context and 64 bytes of KLM).
+const MW_SQ_OVERHEAD: u32 = 192;
 /// The WQE overhead of a UD QP before its data part: control segment and the 48-byte
 /// datagram segment (rdma-core `sq_overhead` for UD: 16 + 48).
 const UD_SQ_OVERHEAD: u32 = 64;
@@ -115,6 +118,11 @@ pub struct QpInitAttr<'q, 'ctx, B: Bus> {
     /// it is initialized on and sends with source QP 1 ([`QpInitAttr::gsi`]). One per
     /// port; its Q_Key is 0x80010000 (IBTA Vol. 1 13.5.1).
     pub gsi: bool,
+    /// Size the send queue for memory-window binds and local invalidations (RC and
+    /// UC; [`QpInitAttr::with_memory_windows`]): every WQE slot holds a UMR WQE, as
+    /// rdma-core's mlx5 provider sizes QPs that may post them (`_sq_overhead` with
+    /// `IBV_QP_EX_WITH_BIND_MW`: 192 bytes before the data part instead of 48).
+    pub memory_windows: bool,
 }
 
 impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
@@ -132,6 +140,7 @@ impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
             blueflame: true,
             qp_type: QpType::Rc,
             srq: None,
+            memory_windows: false,
             gsi: false,
         }
     }
@@ -170,6 +179,13 @@ impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
     /// The same with transport `qp_type`.
     pub fn with_type(mut self, qp_type: QpType) -> Self {
         self.qp_type = qp_type;
+        self
+    }
+
+    /// The same, its send queue sized for memory-window binds and local
+    /// invalidations ([`QpInitAttr::memory_windows`]).
+    pub fn with_memory_windows(mut self) -> Self {
+        self.memory_windows = true;
         self
     }
 }
@@ -241,6 +257,9 @@ pub enum PostError {
         /// The port MTU in bytes.
         max: u32,
     },
+    /// A memory window bind refused before posting.
+    #[error("memory window bind refused: {0}")]
+    MwBind(super::MwBindError),
 }
 
 impl From<ring::PostError> for PostError {
@@ -425,6 +444,18 @@ impl WqShared {
     #[inline(always)]
     pub(crate) fn sq_retire(&self, counter: u16) -> u64 {
         self.sq_retire_word(u32::from(counter))
+    }
+
+    /// Whether the UMR WQE at `counter` (low 16 bits) was a local invalidation: the
+    /// slot after its first holds its mark (`ring::UMR_MARK_LOCAL_INV`). A load and a
+    /// compare, inline: a call on the poll path would cost every poll its register
+    /// saves.
+    #[inline(always)]
+    pub(crate) fn umr_is_local_inv(&self, counter: u32) -> bool {
+        self.sq_ids
+            .slot_word(counter.wrapping_add(1))
+            .load(Ordering::Relaxed)
+            == crate::ring::sq::UMR_MARK_LOCAL_INV
     }
 
     /// [`WqShared::sq_retire`] of the counter in the low 16 bits of `word` (the bits
@@ -787,6 +818,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             own("SRQ", srq.srq_num(), srq.device())?;
         }
         let ovh = match init.qp_type {
+            QpType::Rc | QpType::Uc if init.memory_windows => MW_SQ_OVERHEAD,
             QpType::Rc => RC_SQ_OVERHEAD,
             QpType::Ud => UD_SQ_OVERHEAD,
             // UC: control and remote address segments, as RC without atomics.

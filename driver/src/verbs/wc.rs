@@ -13,7 +13,7 @@ use ferroverbs_hw::datapath::cqe::{
 };
 use ferroverbs_hw::datapath::wqe::{
     MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ, MLX5_OPCODE_RDMA_WRITE,
-    MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND_IMM,
+    MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND_IMM, MLX5_OPCODE_UMR,
 };
 
 /// The status of a work completion (`ibv_wc_status`; the discriminants are the verbs
@@ -98,6 +98,10 @@ pub enum WcOpcode {
     CompSwap = 3,
     /// An atomic fetch and add was executed.
     FetchAdd = 4,
+    /// A memory window was bound (`IBV_WC_BIND_MW`).
+    BindMw = 5,
+    /// A key was invalidated locally (`IBV_WC_LOCAL_INV`).
+    LocalInv = 6,
     /// A SEND was received.
     Recv = 128,
     /// An RDMA WRITE with immediate was received (consuming a receive request).
@@ -113,6 +117,9 @@ impl WcOpcode {
             MLX5_OPCODE_RDMA_READ => WcOpcode::RdmaRead,
             MLX5_OPCODE_ATOMIC_CS => WcOpcode::CompSwap,
             MLX5_OPCODE_ATOMIC_FA => WcOpcode::FetchAdd,
+            // A UMR is a bind unless its WQE is marked a local invalidation
+            // (`WqShared::umr_is_local_inv`).
+            MLX5_OPCODE_UMR => WcOpcode::BindMw,
             _ => WcOpcode::Send,
         }
     }

@@ -83,13 +83,19 @@ pub mod cqe;
 pub mod dbr;
 pub mod eqe;
 pub mod uar;
+pub mod umr;
 pub mod wqe;
 
 /// Every PRM layout of this part, for the conformance test. The data path is described
 /// by byte-level C structures, not by `mlx5_ifc.h` bit layouts, so this list is empty.
 pub const LAYOUTS: &[&Layout] = &[];
 
-const C_STRUCT_PARTS: &[&[CStruct]] = &[wqe::C_STRUCTS, cqe::C_STRUCTS, eqe::C_STRUCTS];
+const C_STRUCT_PARTS: &[&[CStruct]] = &[
+    wqe::C_STRUCTS,
+    cqe::C_STRUCTS,
+    eqe::C_STRUCTS,
+    umr::C_STRUCTS,
+];
 
 /// Every C structure of this part, for the conformance test.
 pub const C_STRUCTS: &[CStruct] = &concat::<CStruct, { total(C_STRUCT_PARTS) }>(
@@ -108,6 +114,7 @@ const CONSTANT_PARTS: &[&[Constant]] = &[
     eqe::CONSTANTS,
     dbr::CONSTANTS,
     uar::CONSTANTS,
+    umr::CONSTANTS,
 ];
 
 /// Every named constant of this part, for the conformance test.

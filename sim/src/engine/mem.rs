@@ -47,6 +47,8 @@ pub enum KeyError {
 
 const ACCESS_MODE_PA: u64 = 0;
 const ACCESS_MODE_MTT: u64 = 1;
+/// `MLX5_MKC_ACCESS_MODE_KLMS`: a memory window.
+const ACCESS_MODE_KLMS: u64 = 2;
 /// `mtt.rd_en`: bit 0 of the big-endian entry.
 const MTT_RD_EN: u64 = 1 << 0;
 /// `mtt.wr_en`: bit 1 of the big-endian entry.
@@ -80,6 +82,19 @@ pub struct MkeyView {
     free: bool,
     /// `mkc.en_rinval`: a SEND with Invalidate may invalidate the key.
     en_rinval: bool,
+    /// `mkc.umr_en`: UMR WQEs may modify the key (memory windows).
+    umr_en: bool,
+    /// `mkc.qpn`: the QP a type 2 window is bound to (0xffffff for none).
+    qpn: u32,
+    /// Where the translation starts (the MTT's first page is this address's page):
+    /// `start` for a memory region; for a bound memory window, the start of the
+    /// region it was bound through (its translation is the region's).
+    xlt_start: u64,
+    /// A bound memory window: the key of the memory region it translates through,
+    /// which must still be live at every access (0 for a memory region).
+    parent: u32,
+    /// Created as a memory window (KLM access mode), whatever it is bound to now.
+    window: bool,
 }
 
 impl MkeyView {
@@ -98,7 +113,89 @@ impl MkeyView {
             a: get(m, mkc::a) != 0,
             free: get(m, mkc::free) != 0,
             en_rinval: get(m, mkc::en_rinval) != 0,
+            umr_en: get(m, mkc::umr_en) != 0,
+            qpn: get(m, mkc::qpn) as u32,
+            xlt_start: get(m, mkc::start_addr),
+            parent: 0,
+            window: get(m, mkc::access_mode_1_0) | (get(m, mkc::access_mode_4_2) << 2)
+                == ACCESS_MODE_KLMS,
         }
+    }
+
+    /// Whether `[va, va + len)` lies inside the key.
+    pub fn covers_range(&self, va: u64, len: u64) -> bool {
+        self.covers(va, len)
+    }
+
+    /// Whether the key allows local write (`mkc.lw`).
+    pub fn local_write(&self) -> bool {
+        self.lw
+    }
+
+    /// Whether UMR WQEs may modify the key (`mkc.umr_en`).
+    pub fn umr_enabled(&self) -> bool {
+        self.umr_en
+    }
+
+    /// The QP a type 2 window is bound to (`mkc.qpn`).
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The memory region a bound window translates through (0 for none).
+    pub fn parent(&self) -> u32 {
+        self.parent
+    }
+
+    /// Whether the key is a memory window (KLM access mode).
+    pub fn is_window(&self) -> bool {
+        self.window
+    }
+
+    /// Binds a window (a UMR with a translation): `[start, start + len)` of the memory
+    /// region `mr` (whose view is `region`, its translation copied into the window by
+    /// the caller) with the remote rights `rr`, `rw`, `a` and local write `lw`, bound
+    /// to `qpn` (0xffffff for a type 1 window).
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind(
+        &mut self,
+        region: &MkeyView,
+        mr: u32,
+        start: u64,
+        len: u64,
+        lw: bool,
+        rr: bool,
+        rw: bool,
+        a: bool,
+        qpn: u32,
+    ) {
+        self.start = start;
+        self.len = len;
+        self.length64 = false;
+        self.mode = region.mode;
+        self.page_shift = region.page_shift;
+        self.xlt_start = region.xlt_start;
+        self.lw = lw;
+        self.rr = rr;
+        self.rw = rw;
+        self.a = a;
+        self.qpn = qpn;
+        self.parent = mr;
+        self.free = false;
+    }
+
+    /// Makes a window free again (an invalidation or a bind of length 0): no bounds,
+    /// no rights, no translation.
+    pub fn unbind(&mut self) {
+        self.free = true;
+        self.mode = ACCESS_MODE_KLMS;
+        self.len = 0;
+        self.parent = 0;
+        self.rr = false;
+        self.rw = false;
+        self.a = false;
+        self.lw = false;
+        self.qpn = 0xff_ffff;
     }
 
     /// Whether the key is free (`mkc.free`): every access through it fails.
@@ -166,6 +263,9 @@ pub fn checked(
         .mkey(key >> 8)
         .filter(|k| k.key == key && !k.view.free)
         .ok_or(KeyError::Invalid)?;
+    if k.view.parent != 0 && !parent_live(fw, k.view.parent) {
+        return Err(KeyError::Invalid);
+    }
     if k.pd != pd {
         return Err(KeyError::Pd);
     }
@@ -192,7 +292,19 @@ fn walk(
         .mkey(key >> 8)
         .filter(|k| k.key == key && !k.view.free)
         .ok_or(KeyError::Invalid)?;
+    if k.view.parent != 0 && !parent_live(fw, k.view.parent) {
+        return Err(KeyError::Invalid);
+    }
     walk_key(k, va, len, write, f)
+}
+
+/// Whether the memory region a window was bound through still exists: a window
+/// translates through its region's key (the KLM of the bind), so once the region is
+/// deregistered every access through the window fails.
+#[cold]
+fn parent_live(fw: &Firmware, mr: u32) -> bool {
+    fw.mkey(mr >> 8)
+        .is_some_and(|p| p.key == mr && !p.view.free)
 }
 
 /// [`walk`] over the MKEY `k` already looked up.
@@ -211,7 +323,7 @@ fn walk_key(
         ACCESS_MODE_PA => f(va, 0, len),
         ACCESS_MODE_MTT => {
             let page = 1u64 << v.page_shift;
-            let first = v.start & !(page - 1);
+            let first = v.xlt_start & !(page - 1);
             let mut done = 0usize;
             while done < len {
                 let at = va + done as u64;
@@ -291,8 +403,9 @@ fn one_piece(k: &Mkey, va: u64, len: usize, write: bool) -> Option<u64> {
             if len as u64 > page - in_page {
                 return None;
             }
-            // `covers` holds, so `va >= start >= start & !(page - 1)`.
-            let first = v.start & !(page - 1);
+            // `covers` holds, so `va >= start >= xlt_start & !(page - 1)` (a window
+            // lies inside the region whose translation it has).
+            let first = v.xlt_start & !(page - 1);
             let idx = usize::try_from((va - first) >> v.page_shift).ok()?;
             let e = *k.mtt.get(idx)?;
             let en = if write { MTT_WR_EN } else { MTT_RD_EN };
@@ -473,6 +586,11 @@ mod tests {
             a: true,
             free: false,
             en_rinval: false,
+            umr_en: false,
+            qpn: 0xff_ffff,
+            xlt_start: start,
+            parent: 0,
+            window: false,
         };
         // MTT entries: page IOVAs with both enables, read-only, write-only, neither.
         let mtt: Vec<u64> = (0..8u64)

@@ -17,10 +17,12 @@
 //! bounds) is a local protection error; a message longer than the QP's `log_msg_max`
 //! is a local length error.
 
+use ferroverbs_hw::datapath::umr::{MwUmr, UMR_KLM_BYTES, UMR_NO_KLM_BYTES};
 use ferroverbs_hw::datapath::wqe::{
     WqeAv, WqeCtrlSeg, WqeDataSeg, MLX5_INLINE_SEG, MLX5_INVALID_LKEY, MLX5_OPCODE_ATOMIC_CS,
     MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_NOP, MLX5_OPCODE_RDMA_READ, MLX5_OPCODE_RDMA_WRITE,
     MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND, MLX5_OPCODE_SEND_IMM, MLX5_OPCODE_SEND_INVAL,
+    MLX5_OPCODE_UMR,
 };
 
 use super::mem::{self, KeyError, Need, Sge};
@@ -70,6 +72,10 @@ pub enum Op {
     CmpSwap,
     /// Atomic fetch and add.
     FetchAdd,
+    /// User-mode memory registration (`MLX5_OPCODE_UMR`): a memory window bind or a
+    /// local invalidation, executed by the device on its own MKEY table when the WQE
+    /// reaches the head of the send queue (no packet; [`SendWqe::umr`]).
+    Umr,
 }
 
 impl Op {
@@ -84,6 +90,7 @@ impl Op {
             MLX5_OPCODE_RDMA_READ => Op::Read,
             MLX5_OPCODE_ATOMIC_CS => Op::CmpSwap,
             MLX5_OPCODE_ATOMIC_FA => Op::FetchAdd,
+            MLX5_OPCODE_UMR => Op::Umr,
             _ => return None,
         })
     }
@@ -94,6 +101,7 @@ impl Op {
             Op::Nop | Op::Send { .. } | Op::SendInv => 1,
             Op::Write { .. } | Op::Read => 2,
             Op::CmpSwap | Op::FetchAdd => 3,
+            Op::Umr => 1 + UMR_NO_KLM_BYTES / 16,
         }
     }
 
@@ -117,8 +125,9 @@ pub enum Fence {
     /// Mode 0: none.
     None,
     /// Mode 1, initiator small fence: earlier local operations (UMR, BIND_MW,
-    /// LOCAL_INV) complete first. The simulator executes no such operation (they fail
-    /// as operations the QP cannot execute), so nothing is ever waited for.
+    /// LOCAL_INV) complete first. The simulator executes a UMR when it reaches the
+    /// head of the send queue, before any later WQE is sent, so this holds without a
+    /// wait.
     InitiatorSmall,
     /// Mode 2, fence: earlier RDMA READs and atomics complete first (the IBTA fence
     /// indicator, Vol. 1 §10.8.3.3); modes 5-7 (reserved) are taken as this.
@@ -195,6 +204,46 @@ pub struct SendWqe {
     /// UD: the address vector of the datagram segment (`struct mlx5_wqe_av`, right
     /// after the control segment).
     pub av: Option<WqeAv>,
+}
+
+/// Where a UMR WQE's fields are kept in a [`SendWqe`] (so that the common WQE stays
+/// small): `imm` = the key it modifies, `raddr` = start, `len` = the window's length
+/// (no packet is sent for it), `rkey` = `qpn << 8 | variant`, `swap_add` = the KLM
+/// address, `compare` = the KLM key (bits 31..0), the UMR flags (39..32), the access
+/// flags (47..40), `free` (bit 48) and whether there is a KLM (bit 49).
+const UMR_FREE: u64 = 1 << 48;
+const UMR_HAS_KLM: u64 = 1 << 49;
+
+impl SendWqe {
+    fn set_umr(&mut self, u: &MwUmr) {
+        self.raddr = u.start;
+        self.rkey = (u.qpn << 8) | u32::from(u.variant);
+        let (mkey, addr) = u.klm.unwrap_or((0, 0));
+        self.swap_add = addr;
+        self.compare = u64::from(mkey)
+            | (u64::from(u.flags) << 32)
+            | (u64::from(u.access) << 40)
+            | if u.free { UMR_FREE } else { 0 }
+            | if u.klm.is_some() { UMR_HAS_KLM } else { 0 };
+        self.len = u.len;
+    }
+
+    /// The memory-window UMR of a WQE whose operation is [`Op::Umr`].
+    pub fn umr(&self) -> MwUmr {
+        let c = self.compare;
+        MwUmr {
+            key: self.imm,
+            flags: (c >> 32) as u8,
+            mkey_mask: 0,
+            free: c & UMR_FREE != 0,
+            access: (c >> 40) as u8,
+            qpn: self.rkey >> 8,
+            variant: self.rkey as u8,
+            start: self.raddr,
+            len: self.len,
+            klm: (c & UMR_HAS_KLM != 0).then_some((c as u32, self.swap_add)),
+        }
+    }
 }
 
 /// The data part of a WQE: its gather list, or its inline bytes.
@@ -626,6 +675,22 @@ fn decode(
     };
     let base = op.base_ds() + av_ds;
     if ds < base {
+        return;
+    }
+    if op == Op::Umr {
+        // RC and UC only (rdma-core posts BIND_MW / LOCAL_INV on those).
+        if ud {
+            return;
+        }
+        let rest = &raw[16..ds * 16];
+        let Some(u) = MwUmr::parse(w.imm, rest) else {
+            return;
+        };
+        if ds * 16 - 16 < u.bytes() || rest.len() > UMR_KLM_BYTES {
+            return;
+        }
+        w.set_umr(&u);
+        w.error = None;
         return;
     }
     if av_ds != 0 {

@@ -19,6 +19,7 @@ pub mod caps;
 pub mod counters;
 mod hca;
 pub mod ifc;
+mod mw;
 pub mod pages;
 mod qp;
 pub mod qp_state;

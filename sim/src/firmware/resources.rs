@@ -10,6 +10,8 @@ use crate::iommu::{Access, Iommu};
 const ACCESS_MODE_PA: u64 = 0;
 /// `mkc.access_mode`: memory translation table.
 const ACCESS_MODE_MTT: u64 = 1;
+/// `MLX5_MKC_ACCESS_MODE_KLMS`: the mode of a memory window.
+const ACCESS_MODE_KLMS: u64 = 2;
 /// `mkc.qpn` of a key bound to no QP.
 const MKEY_QPN_NONE: u64 = 0xff_ffff;
 /// Byte offset of the MTT list in CREATE_MKEY (`klm_pas_mtt`).
@@ -115,11 +117,16 @@ impl Firmware {
         if c.get(create_mkey_in::mkey_umem_valid) != 0 {
             return Err(Syndrome::MkeyUmemUnsupported.into());
         }
-        if m(mkc::free) != 0 {
+        let mode = m(mkc::access_mode_1_0) | (m(mkc::access_mode_4_2) << 2);
+        // A memory window: a free KLM mkey that UMR WQEs may modify (Linux mlx5_ib
+        // `mlx5_ib_alloc_mw`: free, umr_en, lr, access mode KLMS, en_rinval for type
+        // 2, qpn 0xffffff, translations for the KLMs a bind writes). It gets its
+        // bounds, rights and translation when bound (`Firmware::umr`).
+        let window = m(mkc::free) != 0 && mode == ACCESS_MODE_KLMS && m(mkc::umr_en) != 0;
+        if m(mkc::free) != 0 && !window {
             return Err(Syndrome::MkeyFreeUnsupported.into());
         }
-        let mode = m(mkc::access_mode_1_0) | (m(mkc::access_mode_4_2) << 2);
-        if mode != ACCESS_MODE_PA && mode != ACCESS_MODE_MTT {
+        if mode != ACCESS_MODE_PA && mode != ACCESS_MODE_MTT && !window {
             return Err(Syndrome::MkeyBadAccessMode.into());
         }
         if m(mkc::qpn) != MKEY_QPN_NONE {

@@ -96,9 +96,9 @@ syndromes! {
     MkeyExhausted = 0x5f05_0001, LimErr, "CREATE_MKEY beyond 2^log_max_mkey";
     MkeyUnknown = 0x5f05_0002, BadResErr, "DESTROY_MKEY/QUERY_MKEY of an mkey index not in use";
     MkeyUnknownPd = 0x5f05_0003, BadResErr, "CREATE_MKEY in a PD not allocated";
-    MkeyBadAccessMode = 0x5f05_0004, BadParamErr, "CREATE_MKEY access mode other than PA or MTT";
+    MkeyBadAccessMode = 0x5f05_0004, BadParamErr, "CREATE_MKEY access mode other than PA or MTT (or KLM for a free memory window)";
     MkeyUmemUnsupported = 0x5f05_0005, BadParamErr, "CREATE_MKEY with mkey_umem_valid (UMEM not modelled)";
-    MkeyFreeUnsupported = 0x5f05_0006, BadParamErr, "CREATE_MKEY in the free state (UMR not modelled)";
+    MkeyFreeUnsupported = 0x5f05_0006, BadParamErr, "CREATE_MKEY in the free state other than a memory window (KLM mode with umr_en)";
     MkeyQpnBound = 0x5f05_0007, BadParamErr, "CREATE_MKEY bound to a QP (qpn other than 0xffffff)";
     MkeyBadPageSize = 0x5f05_0008, BadParamErr, "CREATE_MKEY log_page_size outside 12..=30";
     MkeyLength64Mtt = 0x5f05_0009, BadParamErr, "CREATE_MKEY length64 with MTT translation";

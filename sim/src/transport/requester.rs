@@ -98,6 +98,23 @@ pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
             qp.sq.tx += 1;
             continue;
         }
+        if op == Op::Umr {
+            // A memory window bind or local invalidation: executed on the MKEY table
+            // in send queue order, with no packet (`Firmware::umr`).
+            let u = qp.sq.wqes[i].w.umr();
+            match cx.fw.umr(qp.cfg.pd, qp.cfg.qpn, &u) {
+                Ok(()) => {
+                    qp.sq.wqes[i].done = true;
+                    qp.sq.tx += 1;
+                    continue;
+                }
+                Err(s) => {
+                    qp.sq.wqes[i].err = Some(Synd::of(s));
+                    qp.sq.stalled = true;
+                    break;
+                }
+            }
+        }
         // A fenced WQE waits for every earlier READ/atomic (itself excluded, when a
         // go-back-N resends it); a strongly ordered one for every earlier WQE.
         if sent == 0
@@ -426,7 +443,7 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, i: usize) -> Result<(), TxError> {
             send_packet(cx, path, &roce, 0, |_, _, _| Ok(()))?;
             sq.wqes[i].sent = 1;
         }
-        Op::Nop => {}
+        Op::Nop | Op::Umr => {}
     }
     Ok(())
 }

@@ -72,9 +72,18 @@ pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
         qp.sq.fetched = qp.sq.fetched.wrapping_add(w.wqebbs);
         let pmtu = u64::from(qp.cfg.pmtu);
         let mut err = w.error;
+        let mut umr_err = None;
         if err.is_none() {
             match w.op {
                 Some(Op::Nop) => {}
+                // A memory window bind or local invalidation, executed in send-queue
+                // order (`Firmware::umr`), as on RC.
+                Some(Op::Umr) => {
+                    if let Err(s) = cx.fw.umr(qp.cfg.pd, qp.cfg.qpn, &w.umr()) {
+                        err = Some(WqeError::QpOp);
+                        umr_err = Some(s);
+                    }
+                }
                 Some(Op::Send { .. } | Op::Write { .. }) if qp.cfg.path.is_some() && pmtu > 0 => {}
                 // READ/atomics (not UC operations) or no usable path.
                 _ => err = Some(WqeError::QpOp),
@@ -95,7 +104,7 @@ pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
             got: 0,
             done: false,
             counted: false,
-            err: err.map(Synd::of_wqe),
+            err: umr_err.map(Synd::of).or(err.map(Synd::of_wqe)),
         };
         if let Some(s) = f.err {
             return fail(qp, cx, &f, s);
