@@ -102,3 +102,25 @@ fn udaddy_resolves_a_ud_service_by_sidr_and_exchanges_datagrams() {
         assert!(out.contains("return status 0"), "{out}");
     }
 }
+
+/// perftest `-R`: the connection (and perftest's own parameter exchange, over a first
+/// CM connection it then drops) by rdma_cm instead of its TCP socket.
+#[test]
+fn perftest_connects_by_rdma_cm() {
+    for (tool, hosts) in [("ib_send_lat", (57, 58)), ("ib_write_bw", (59, 60))] {
+        if !have(tool) {
+            return;
+        }
+        let s = net::host(hosts.0).to_string();
+        let port = net::tcp_port(3).to_string();
+        let (so, co) = cm_pair(
+            tool,
+            &[tool, "-R", "-p", &port, "-n", "200"],
+            &[tool, "-R", "-p", &port, "-n", "200", &s],
+            hosts,
+        );
+        for out in [&so, &co] {
+            assert!(out.contains(" 200 "), "{tool}: {out}");
+        }
+    }
+}

@@ -172,7 +172,7 @@ pub fn close(fd: i32) {
                     d.by_conn.remove(&c);
                 }
             }
-            d.listeners.retain(|_, (f, _)| *f != fd);
+            d.drop_listeners(fd, None);
         }
     }
 }
@@ -314,6 +314,26 @@ impl Device {
             .ok_or(Errno::ENOENT)
     }
 
+    /// Stops the listeners of id `h` of file `fd` (all of the file's when `h` is
+    /// `None`): the CM no longer answers their port.
+    fn drop_listeners(&mut self, fd: i32, h: Option<u32>) {
+        let gone: Vec<(u16, u16)> = self
+            .listeners
+            .iter()
+            .filter(|(_, &(f, id))| f == fd && h.is_none_or(|h| h == id))
+            .map(|(k, _)| *k)
+            .collect();
+        for (ps, port) in gone {
+            self.listeners.remove(&(ps, port));
+            let a = SocketAddr::V4(SocketAddrV4::new(self.local(), port));
+            if ps == PS_UDP {
+                self.svc.unlisten_ud(a);
+            } else {
+                self.svc.unlisten(a);
+            }
+        }
+    }
+
     fn local(&self) -> Ipv4Addr {
         self.nic.ipv4
     }
@@ -346,11 +366,23 @@ impl Device {
                 let h = b.u32(ucm_destroy_id::id);
                 let f = self.files.get_mut(&fd).ok_or(Errno::EBADF)?;
                 let id = f.ids.remove(&h).ok_or(Errno::ENOENT)?;
+                // Its events not yet read go with it (Linux `ucma_cleanup_ctx_events`):
+                // librdmacm frees the id, and an event naming it would be a use after
+                // free in the application.
+                let had = !f.events.is_empty();
+                let handle_of = |ev: &[u8]| {
+                    u32::from_ne_bytes(ev[ucm_event_resp::id..][..4].try_into().unwrap_or([0; 4]))
+                };
+                f.events
+                    .retain(|(acct, ev)| *acct != h && handle_of(ev) != h);
+                if had && f.events.is_empty() {
+                    readiness(fd, false);
+                }
                 if let Some(c) = id.conn {
                     let _ = self.svc.destroy(c);
                     self.by_conn.remove(&c);
                 }
-                self.listeners.retain(|_, v| *v != (fd, h));
+                self.drop_listeners(fd, Some(h));
                 respond(
                     b.u64(ucm_destroy_id::response),
                     &id.events_reported.to_ne_bytes(),
