@@ -362,3 +362,6 @@ mod tests {
         assert_eq!(RDMA_VERBS_IOCTL, 0xc018_1b01);
     }
 }
+
+/// The rdma_cm command ABI.
+pub mod ucma;

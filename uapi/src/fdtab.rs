@@ -19,6 +19,8 @@ pub enum Kind {
     CompChannel = 2,
     /// A context's async event file (an eventfd for readiness).
     Async = 3,
+    /// `/dev/infiniband/rdma_cm` (an eventfd: readable while CM events wait).
+    RdmaCm = 4,
 }
 
 static KINDS: [AtomicU8; MAX_FD] = [const { AtomicU8::new(0) }; MAX_FD];
@@ -30,6 +32,7 @@ pub fn kind(fd: i32) -> Kind {
             1 => Kind::Uverbs,
             2 => Kind::CompChannel,
             3 => Kind::Async,
+            4 => Kind::RdmaCm,
             _ => Kind::None,
         },
         None => Kind::None,

@@ -16,6 +16,8 @@ use crate::{events, file, nic, real, Errno};
 /// The character device libibverbs opens (`/dev/infiniband/uverbsN`); this layer
 /// offers `uverbs0`.
 const UVERBS: &[u8] = b"/dev/infiniband/uverbs0";
+/// librdmacm's event channel device.
+const RDMA_CM: &[u8] = b"/dev/infiniband/rdma_cm";
 /// What stands in for it: a real character device whose numbers the sysfs `dev`
 /// file repeats (libibverbs `open_cdev` compares `st_rdev` with it).
 const BACKING: &[u8] = b"/dev/null\0";
@@ -39,6 +41,36 @@ unsafe fn is_uverbs(path: *const c_char) -> bool {
     }
     // SAFETY: the caller's.
     unsafe { CStr::from_ptr(path) }.to_bytes() == UVERBS
+}
+
+/// Whether `path` names the rdma_cm device.
+///
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string.
+unsafe fn is_rdma_cm(path: *const c_char) -> bool {
+    if path.is_null() {
+        return false;
+    }
+    // SAFETY: the caller's.
+    unsafe { CStr::from_ptr(path) }.to_bytes() == RDMA_CM
+}
+
+fn open_rdma_cm(flags: c_int) -> c_int {
+    let nic = match nic::nic() {
+        Ok(n) => n,
+        Err(_) => return fail(Errno::ENODEV),
+    };
+    match crate::rdma_cm::open(nic, flags) {
+        Ok(fd) if fdtab::set(fd, Kind::RdmaCm) => fd,
+        Ok(fd) => {
+            crate::rdma_cm::close(fd);
+            // SAFETY: the descriptor just opened.
+            unsafe { real::close(fd) };
+            fail(Errno::EMFILE)
+        }
+        Err(e) => fail(e),
+    }
 }
 
 fn open_uverbs(flags: c_int) -> c_int {
@@ -77,6 +109,10 @@ pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -
     // SAFETY: the caller's.
     if unsafe { is_uverbs(path) } {
         return open_uverbs(flags);
+    }
+    // SAFETY: as above.
+    if unsafe { is_rdma_cm(path) } {
+        return open_rdma_cm(flags);
     }
     // SAFETY: the caller's.
     unsafe { real::open(path, flags, mode) }
@@ -131,6 +167,10 @@ pub unsafe extern "C" fn openat(
     if unsafe { is_uverbs(path) } {
         return open_uverbs(flags);
     }
+    // SAFETY: as above.
+    if unsafe { is_rdma_cm(path) } {
+        return open_rdma_cm(flags);
+    }
     // SAFETY: the caller's.
     unsafe { real::openat(dirfd, path, flags, mode) }
 }
@@ -176,6 +216,10 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
             fdtab::set(fd, Kind::None);
         }
         Kind::CompChannel | Kind::Async => return crate::close_event_fd(fd),
+        Kind::RdmaCm => {
+            crate::rdma_cm::close(fd);
+            fdtab::set(fd, Kind::None);
+        }
     }
     // SAFETY: the caller's.
     unsafe { real::close(fd) }
@@ -191,7 +235,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
     match fdtab::kind(fd) {
         Kind::None => {}
-        Kind::Uverbs => return fail(Errno::EINVAL),
+        Kind::Uverbs | Kind::RdmaCm => return fail(Errno::EINVAL),
         Kind::CompChannel | Kind::Async => {
             return match events::file(fd) {
                 Some(f) => match f.read(buf as u64, n) {
@@ -248,6 +292,12 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
                     }
                 }
                 None => fail(Errno::EBADF),
+            };
+        }
+        Kind::RdmaCm => {
+            return match crate::rdma_cm::write(fd, buf as u64, n) {
+                Ok(n) => n as ssize_t,
+                Err(e) => fail(e),
             };
         }
         Kind::CompChannel | Kind::Async => return fail(Errno::EINVAL),
@@ -338,6 +388,33 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     crate::doorbell::remove_pages(addr as usize, len);
     // SAFETY: plain syscall with the caller's arguments.
     unsafe { libc::syscall(libc::SYS_munmap, addr, len) as c_int }
+}
+
+/// `fstat(2)`: an rdma_cm file is a character device (librdmacm's `open_cdev` checks
+/// `S_ISCHR`), the one that backs the uverbs device.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
+    if fdtab::kind(fd) == Kind::RdmaCm {
+        // SAFETY: a NUL-terminated path; the caller's buffer.
+        return unsafe { real::stat(BACKING.as_ptr().cast(), st) };
+    }
+    // SAFETY: the caller's.
+    unsafe { real::fstat(fd, st) }
+}
+
+/// `fstat64(2)`.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's (`stat` and `stat64` are one layout on 64-bit Linux).
+    unsafe { fstat(fd, st) }
 }
 
 /// `stat(2)`: the uverbs device is its backing character device.

@@ -28,6 +28,7 @@ pub mod file;
 #[cfg(not(test))]
 mod interpose;
 pub mod nic;
+pub mod rdma_cm;
 pub mod real;
 pub mod user;
 pub mod verbs;

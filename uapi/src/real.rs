@@ -52,6 +52,7 @@ real_fn! {
     stat: fn(path: *const libc::c_char, st: *mut libc::stat) -> libc::c_int;
     lstat: fn(path: *const libc::c_char, st: *mut libc::stat) -> libc::c_int;
     fstatat: fn(dirfd: libc::c_int, path: *const libc::c_char, st: *mut libc::stat, flags: libc::c_int) -> libc::c_int;
+    fstat: fn(fd: libc::c_int, st: *mut libc::stat) -> libc::c_int;
     access: fn(path: *const libc::c_char, mode: libc::c_int) -> libc::c_int;
     socket: fn(domain: libc::c_int, ty: libc::c_int, proto: libc::c_int) -> libc::c_int;
 }

@@ -1,0 +1,919 @@
+//! `/dev/infiniband/rdma_cm` (Linux's `ucma`): librdmacm's event channel and the
+//! rdma_cm write() commands on it ([`crate::abi::ucma`]), executed on the process's
+//! CM service ([`ferroverbs_cm::service`]) over QP1 of the simulated NIC, as
+//! `drivers/infiniband/core/ucma.c` executes them on `rdma_cm`.
+//!
+//! Each open file is an eventfd: readable while events wait (`poll`, epoll), and the
+//! descriptor the application writes its commands to (this layer intercepts the
+//! writes). A thread polls the CM service and queues its events on the file that owns
+//! the connection. The QPs are libmlx5's, known by number: librdmacm moves them
+//! itself with the attributes INIT_QP_ATTR returns, and tells the CM when to send the
+//! REP (ACCEPT on the passive side) or the RTU (ACCEPT after CONNECT_RESPONSE).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use ferroverbs::verbs::{Pd, QpState};
+use ferroverbs::{GidEntry, MonotonicClock};
+use ferroverbs_cm::engine::ConnId;
+use ferroverbs_cm::service::{CmEvent, ConnParam, QpTransitionAttr, Service};
+use ferroverbs_sim::link::udp::mac_for;
+use ferroverbs_sim::SimBus;
+
+use crate::abi::qp_mask as m;
+use crate::abi::ucma::*;
+use crate::abi::{ah_attr, global_route};
+use crate::nic::Nic;
+use crate::{real, user, Errno};
+
+/// `RDMA_PS_TCP`.
+const PS_TCP: u16 = 0x0106;
+/// `RDMA_PS_UDP`: UD services resolved by SIDR.
+const PS_UDP: u16 = 0x0111;
+/// `RDMA_UDP_QKEY`: the Q_Key of rdma_cm's UD QPs.
+const UDP_QKEY: u32 = 0x0123_4567;
+/// `AF_INET` as a `sockaddr`'s family.
+const AF_INET: u16 = libc::AF_INET as u16;
+/// `IBV_QPS_*`.
+const QPS_INIT: u32 = 1;
+const QPS_RTR: u32 = 2;
+const QPS_RTS: u32 = 3;
+/// `-ETIMEDOUT`, the status of UNREACHABLE.
+const ETIMEDOUT: i32 = -libc::ETIMEDOUT;
+
+/// An rdma_cm id.
+#[derive(Default)]
+struct Id {
+    /// librdmacm's `cma_id_private *`, echoed in events.
+    uid: u64,
+    ps: u16,
+    src: Option<SocketAddrV4>,
+    dst: Option<SocketAddrV4>,
+    route: bool,
+    conn: Option<ConnId>,
+    /// Events handed to the application (DESTROY_ID reports them).
+    events_reported: u32,
+}
+
+/// An open rdma_cm file.
+struct File {
+    ids: HashMap<u32, Id>,
+    /// Events waiting: the id they are counted to (the listener's for a connection
+    /// request, as Linux's `ucma_get_event` counts them) and the response bytes.
+    events: VecDeque<(u32, Vec<u8>)>,
+}
+
+/// The process's CM over the NIC.
+struct Device {
+    svc: Service<'static, SimBus>,
+    nic: &'static Nic,
+    files: HashMap<i32, File>,
+    by_conn: HashMap<ConnId, (i32, u32)>,
+    /// (port space, port) → the listening id.
+    listeners: HashMap<(u16, u16), (i32, u32)>,
+    next_handle: u32,
+    /// Active connections whose RTU librdmacm asked for (ACCEPT after
+    /// CONNECT_RESPONSE): librdmacm reports their ESTABLISHED itself
+    /// (`ucma_process_conn_resp`), so the CM's is not queued.
+    lib_established: std::collections::HashSet<ConnId>,
+}
+
+static DEVICE: OnceLock<Result<Arc<Mutex<Device>>, String>> = OnceLock::new();
+
+fn device(nic: &'static Nic) -> Result<Arc<Mutex<Device>>, Errno> {
+    DEVICE
+        .get_or_init(|| {
+            let pd: &'static Pd<'static, SimBus> =
+                Box::leak(Box::new(nic.ctx.alloc_pd().map_err(|e| e.to_string())?));
+            let gid = GidEntry::ipv4(0, nic.ipv4.octets(), mac_for(nic.ipv4));
+            // The UDP link's convention: a peer's MAC follows from its IPv4 address.
+            let resolve = |ip: IpAddr| match ip {
+                IpAddr::V4(v4) => Some(mac_for(v4)),
+                IpAddr::V6(_) => None,
+            };
+            let svc = Service::new(
+                pd,
+                1,
+                gid,
+                Arc::new(MonotonicClock::new()),
+                resolve,
+                u64::from(std::process::id()),
+            )
+            .map_err(|e| e.to_string())?;
+            let d = Arc::new(Mutex::new(Device {
+                svc,
+                nic,
+                files: HashMap::new(),
+                by_conn: HashMap::new(),
+                listeners: HashMap::new(),
+                next_handle: 1,
+                lib_established: Default::default(),
+            }));
+            let w = Arc::downgrade(&d);
+            std::thread::Builder::new()
+                .name("ferroverbs-rdma-cm".into())
+                .spawn(move || progress(w))
+                .map_err(|e| e.to_string())?;
+            Ok(d)
+        })
+        .clone()
+        .map_err(|_| Errno::ENODEV)
+}
+
+/// The CM's own thread: runs the service (received MADs, time-outs) and queues its
+/// events, every millisecond while connections exist.
+fn progress(d: std::sync::Weak<Mutex<Device>>) {
+    while let Some(d) = d.upgrade() {
+        let busy = {
+            let mut d = d.lock().unwrap_or_else(|e| e.into_inner());
+            d.pump();
+            !d.by_conn.is_empty() || !d.listeners.is_empty()
+        };
+        drop(d);
+        std::thread::sleep(Duration::from_millis(if busy { 1 } else { 20 }));
+    }
+}
+
+/// Opens an rdma_cm file: an eventfd, marked as this layer's.
+pub fn open(nic: &'static Nic, flags: i32) -> Result<i32, Errno> {
+    let d = device(nic)?;
+    // SAFETY: plain eventfd creation.
+    let cloexec = if flags & libc::O_CLOEXEC != 0 {
+        libc::EFD_CLOEXEC
+    } else {
+        0
+    };
+    // Blocking unless the application sets O_NONBLOCK (GET_EVENT reads the flag);
+    // this layer's own reads of the counter happen only while it is 1.
+    let fd = unsafe { libc::eventfd(0, cloexec) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    d.lock().unwrap_or_else(|e| e.into_inner()).files.insert(
+        fd,
+        File {
+            ids: HashMap::new(),
+            events: VecDeque::new(),
+        },
+    );
+    Ok(fd)
+}
+
+/// Closes an rdma_cm file: its ids are destroyed.
+pub fn close(fd: i32) {
+    if let Some(Ok(d)) = DEVICE.get() {
+        let mut d = d.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = d.files.remove(&fd) {
+            for id in f.ids.values() {
+                if let Some(c) = id.conn {
+                    let _ = d.svc.destroy(c);
+                    d.by_conn.remove(&c);
+                }
+            }
+            d.drop_listeners(fd, None);
+        }
+    }
+}
+
+/// A `write(2)` of a command on rdma_cm file `fd` (`ucma_write`): returns the length
+/// written or the errno Linux gives.
+pub fn write(fd: i32, buf: u64, len: usize) -> Result<usize, Errno> {
+    if len < ucm_cmd_hdr::SIZE {
+        return Err(Errno::EINVAL);
+    }
+    let hdr = user::copy_in(buf, ucm_cmd_hdr::SIZE)?;
+    let cmd = u32::from_ne_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+    let inlen = usize::from(u16::from_ne_bytes([hdr[4], hdr[5]]));
+    if inlen + ucm_cmd_hdr::SIZE > len {
+        return Err(Errno::EINVAL);
+    }
+    let body = user::copy_in(buf + ucm_cmd_hdr::SIZE as u64, inlen)?;
+    let Some(Ok(dev)) = DEVICE.get() else {
+        return Err(Errno::ENODEV);
+    };
+    if cmd == cmd::GET_EVENT {
+        get_event(dev, fd, &body)?;
+        return Ok(len);
+    }
+    let mut d = dev.lock().unwrap_or_else(|e| e.into_inner());
+    let r = d.command(fd, cmd, &body);
+    if crate::trace() {
+        eprintln!("uapi: rdma_cm fd {fd} command {cmd} ({inlen} bytes): {r:?}");
+    }
+    r?;
+    Ok(len)
+}
+
+/// Fields of a command body (missing bytes read as zero).
+struct B<'a>(&'a [u8]);
+
+impl B<'_> {
+    fn bytes(&self, off: usize, n: usize) -> &[u8] {
+        self.0.get(off..off + n).unwrap_or(&[])
+    }
+    fn u8(&self, off: usize) -> u8 {
+        self.0.get(off).copied().unwrap_or(0)
+    }
+    fn u16(&self, off: usize) -> u16 {
+        let b = self.bytes(off, 2);
+        if b.len() == 2 {
+            u16::from_ne_bytes([b[0], b[1]])
+        } else {
+            0
+        }
+    }
+    fn u32(&self, off: usize) -> u32 {
+        let b = self.bytes(off, 4);
+        if b.len() == 4 {
+            u32::from_ne_bytes([b[0], b[1], b[2], b[3]])
+        } else {
+            0
+        }
+    }
+    fn u64(&self, off: usize) -> u64 {
+        let b = self.bytes(off, 8);
+        if b.len() == 8 {
+            u64::from_ne_bytes(b.try_into().unwrap_or([0; 8]))
+        } else {
+            0
+        }
+    }
+    /// A `sockaddr` (IPv4 only; IPv6 is EAFNOSUPPORT, another family EINVAL).
+    fn sockaddr(&self, off: usize) -> Result<Option<SocketAddrV4>, Errno> {
+        match self.u16(off) {
+            0 => Ok(None),
+            AF_INET => {
+                let p = self.bytes(off + 2, 2);
+                let a = self.bytes(off + 4, 4);
+                if p.len() < 2 || a.len() < 4 {
+                    return Err(Errno::EINVAL);
+                }
+                Ok(Some(SocketAddrV4::new(
+                    Ipv4Addr::new(a[0], a[1], a[2], a[3]),
+                    u16::from_be_bytes([p[0], p[1]]),
+                )))
+            }
+            f if f == libc::AF_INET6 as u16 || f == libc::AF_IB as u16 => {
+                Err(Errno(libc::EAFNOSUPPORT))
+            }
+            _ => Err(Errno::EINVAL),
+        }
+    }
+}
+
+/// Writes an IPv4 `sockaddr_in` at `off` of `out`.
+fn put_sockaddr(out: &mut [u8], off: usize, a: Option<SocketAddrV4>) {
+    if let Some(a) = a {
+        out[off..off + 2].copy_from_slice(&AF_INET.to_ne_bytes());
+        out[off + 2..off + 4].copy_from_slice(&a.port().to_be_bytes());
+        out[off + 4..off + 8].copy_from_slice(&a.ip().octets());
+    }
+}
+
+fn respond(addr: u64, out: &[u8]) -> Result<(), Errno> {
+    user::copy_out(addr, out)
+}
+
+/// Makes the file's descriptor readable (events wait) or not.
+fn readiness(fd: i32, ready: bool) {
+    let one = 1u64.to_ne_bytes();
+    let mut sink = [0u8; 8];
+    // SAFETY: an eventfd of this layer; 8-byte reads and writes.
+    unsafe {
+        if ready {
+            real::write(fd, one.as_ptr().cast(), 8);
+        } else {
+            real::read(fd, sink.as_mut_ptr().cast(), 8);
+        }
+    }
+}
+
+fn conn_param(b: &B<'_>, base: usize) -> (u32, ConnParam) {
+    let len = usize::from(b.u8(base + ucm_conn_param::private_data_len)).min(MAX_PRIVATE_DATA);
+    (
+        b.u32(base + ucm_conn_param::qp_num),
+        ConnParam {
+            responder_resources: b.u8(base + ucm_conn_param::responder_resources),
+            initiator_depth: b.u8(base + ucm_conn_param::initiator_depth),
+            retry_count: b.u8(base + ucm_conn_param::retry_count),
+            rnr_retry_count: b.u8(base + ucm_conn_param::rnr_retry_count),
+            private_data: b.bytes(base + ucm_conn_param::private_data, len).to_vec(),
+        },
+    )
+}
+
+impl Device {
+    fn id(&mut self, fd: i32, h: u32) -> Result<&mut Id, Errno> {
+        self.files
+            .get_mut(&fd)
+            .ok_or(Errno::EBADF)?
+            .ids
+            .get_mut(&h)
+            .ok_or(Errno::ENOENT)
+    }
+
+    /// Stops the listeners of id `h` of file `fd` (all of the file's when `h` is
+    /// `None`): the CM no longer answers their port.
+    fn drop_listeners(&mut self, fd: i32, h: Option<u32>) {
+        let gone: Vec<(u16, u16)> = self
+            .listeners
+            .iter()
+            .filter(|(_, &(f, id))| f == fd && h.is_none_or(|h| h == id))
+            .map(|(k, _)| *k)
+            .collect();
+        for (ps, port) in gone {
+            self.listeners.remove(&(ps, port));
+            let a = SocketAddr::V4(SocketAddrV4::new(self.local(), port));
+            if ps == PS_UDP {
+                self.svc.unlisten_ud(a);
+            } else {
+                self.svc.unlisten(a);
+            }
+        }
+    }
+
+    fn local(&self) -> Ipv4Addr {
+        self.nic.ipv4
+    }
+
+    fn command(&mut self, fd: i32, cmd: u32, body: &[u8]) -> Result<(), Errno> {
+        let b = B(body);
+        let cm_err = |_| Errno::EINVAL;
+        match cmd {
+            cmd::CREATE_ID => {
+                let h = self.next_handle;
+                self.next_handle += 1;
+                let id = Id {
+                    uid: b.u64(ucm_create_id::uid),
+                    ps: b.u16(ucm_create_id::ps),
+                    ..Id::default()
+                };
+                if id.ps != PS_TCP && id.ps != PS_UDP {
+                    // RDMA_PS_IB (AF_IB addressing) and IPoIB are not offered:
+                    // librdmacm then uses IP addressing.
+                    return Err(Errno(libc::EPROTONOSUPPORT));
+                }
+                self.files
+                    .get_mut(&fd)
+                    .ok_or(Errno::EBADF)?
+                    .ids
+                    .insert(h, id);
+                respond(b.u64(ucm_create_id::response), &h.to_ne_bytes())
+            }
+            cmd::DESTROY_ID => {
+                let h = b.u32(ucm_destroy_id::id);
+                let f = self.files.get_mut(&fd).ok_or(Errno::EBADF)?;
+                let id = f.ids.remove(&h).ok_or(Errno::ENOENT)?;
+                // Its events not yet read go with it (Linux `ucma_cleanup_ctx_events`):
+                // librdmacm frees the id, and an event naming it would be a use after
+                // free in the application.
+                let had = !f.events.is_empty();
+                let handle_of = |ev: &[u8]| {
+                    u32::from_ne_bytes(ev[ucm_event_resp::id..][..4].try_into().unwrap_or([0; 4]))
+                };
+                f.events
+                    .retain(|(acct, ev)| *acct != h && handle_of(ev) != h);
+                if had && f.events.is_empty() {
+                    readiness(fd, false);
+                }
+                if let Some(c) = id.conn {
+                    let _ = self.svc.destroy(c);
+                    self.by_conn.remove(&c);
+                }
+                self.drop_listeners(fd, Some(h));
+                respond(
+                    b.u64(ucm_destroy_id::response),
+                    &id.events_reported.to_ne_bytes(),
+                )
+            }
+            cmd::BIND_IP | cmd::BIND => {
+                let (h, a) = if cmd == cmd::BIND_IP {
+                    (b.u32(ucm_bind_ip::id), b.sockaddr(ucm_bind_ip::addr)?)
+                } else {
+                    (b.u32(ucm_bind::id), b.sockaddr(ucm_bind::addr)?)
+                };
+                let local = self.local();
+                let a = a.ok_or(Errno::EINVAL)?;
+                if !a.ip().is_unspecified() && *a.ip() != local {
+                    return Err(Errno(libc::EADDRNOTAVAIL));
+                }
+                self.id(fd, h)?.src = Some(SocketAddrV4::new(local, a.port()));
+                Ok(())
+            }
+            cmd::RESOLVE_IP | cmd::RESOLVE_ADDR => {
+                let (h, dst) = if cmd == cmd::RESOLVE_IP {
+                    (
+                        b.u32(ucm_resolve_ip::id),
+                        b.sockaddr(ucm_resolve_ip::dst_addr)?,
+                    )
+                } else {
+                    (
+                        b.u32(ucm_resolve_addr::id),
+                        b.sockaddr(ucm_resolve_addr::dst_addr)?,
+                    )
+                };
+                let local = self.local();
+                let id = self.id(fd, h)?;
+                id.dst = Some(dst.ok_or(Errno::EINVAL)?);
+                if id.src.is_none() {
+                    id.src = Some(SocketAddrV4::new(local, 0));
+                }
+                // RoCEv2 over IPv4 on the UDP link: the MAC follows from the address.
+                self.queue(fd, h, event::ADDR_RESOLVED, 0, &[]);
+                Ok(())
+            }
+            cmd::RESOLVE_ROUTE => {
+                let h = b.u32(ucm_resolve_route::id);
+                let id = self.id(fd, h)?;
+                if id.dst.is_none() {
+                    return Err(Errno::EINVAL);
+                }
+                id.route = true;
+                self.queue(fd, h, event::ROUTE_RESOLVED, 0, &[]);
+                Ok(())
+            }
+            cmd::QUERY_ROUTE => {
+                let h = b.u32(ucm_query::id);
+                let guid = self.nic.dev.node_guid;
+                let id = self.id(fd, h)?;
+                let mut out = vec![0u8; ucm_query_route_resp::SIZE];
+                out[..8].copy_from_slice(&guid.to_be_bytes());
+                let gid =
+                    |a: &Option<SocketAddrV4>| a.map(|a| ipv4_gid(*a.ip())).unwrap_or([0; 16]);
+                let r = ucm_query_route_resp::ib_route;
+                if id.dst.is_some() {
+                    out[r + user_path_rec::dgid..r + user_path_rec::dgid + 16]
+                        .copy_from_slice(&gid(&id.dst));
+                }
+                out[r + user_path_rec::sgid..r + user_path_rec::sgid + 16]
+                    .copy_from_slice(&gid(&id.src));
+                out[r + user_path_rec::pkey..r + user_path_rec::pkey + 2]
+                    .copy_from_slice(&0xffffu16.to_be_bytes());
+                put_sockaddr(&mut out, ucm_query_route_resp::src_addr, id.src);
+                put_sockaddr(&mut out, ucm_query_route_resp::dst_addr, id.dst);
+                let n = u32::from(id.route);
+                out[ucm_query_route_resp::num_paths..][..4].copy_from_slice(&n.to_ne_bytes());
+                out[ucm_query_route_resp::port_num] = 1;
+                // No device index: librdmacm then matches the device by its GUID.
+                out[ucm_query_route_resp::ibdev_index..][..4]
+                    .copy_from_slice(&u32::MAX.to_ne_bytes());
+                respond(b.u64(ucm_query::response), &out)
+            }
+            cmd::LISTEN => {
+                let h = b.u32(ucm_listen::id);
+                let (src, ps) = {
+                    let id = self.id(fd, h)?;
+                    (id.src.ok_or(Errno::EINVAL)?, id.ps)
+                };
+                if self.listeners.contains_key(&(ps, src.port())) {
+                    return Err(Errno(libc::EADDRINUSE));
+                }
+                let r = if ps == PS_UDP {
+                    self.svc.listen_ud(SocketAddr::V4(src))
+                } else {
+                    self.svc.listen(SocketAddr::V4(src))
+                };
+                r.map_err(|_| Errno(libc::EADDRINUSE))?;
+                self.listeners.insert((ps, src.port()), (fd, h));
+                Ok(())
+            }
+            cmd::CONNECT => {
+                let h = b.u32(ucm_connect::id);
+                let (qpn, p) = conn_param(&b, ucm_connect::conn_param);
+                let (dst, ps) = {
+                    let id = self.id(fd, h)?;
+                    (id.dst.ok_or(Errno::EINVAL)?, id.ps)
+                };
+                let c = if ps == PS_UDP {
+                    // A UD id resolves the service by SIDR (Linux `cma_resolve_ib_udp`).
+                    self.svc.resolve_ud(SocketAddr::V4(dst), &p.private_data)
+                } else {
+                    self.svc.connect_qpn(qpn, SocketAddr::V4(dst), &p)
+                }
+                .map_err(cm_err)?;
+                self.id(fd, h)?.conn = Some(c);
+                self.by_conn.insert(c, (fd, h));
+                Ok(())
+            }
+            cmd::ACCEPT => {
+                let h = b.u32(ucm_accept::id);
+                let (qpn, p) = conn_param(&b, ucm_accept::conn_param);
+                let (c, ps) = {
+                    let id = self.id(fd, h)?;
+                    (id.conn.ok_or(Errno::EINVAL)?, id.ps)
+                };
+                if ps == PS_UDP {
+                    // The SIDR_REP with the service's QP and Q_Key (`cma_send_sidr_rep`).
+                    let qkey = match b.u32(ucm_accept::conn_param + ucm_conn_param::qkey) {
+                        0 => UDP_QKEY,
+                        k => k,
+                    };
+                    self.by_conn.remove(&c);
+                    return self
+                        .svc
+                        .sidr_accept(c, qpn, qkey, &p.private_data)
+                        .map_err(cm_err);
+                }
+                if let Some(uid) = Some(b.u64(ucm_accept::uid)).filter(|&u| u != 0) {
+                    self.id(fd, h)?.uid = uid;
+                }
+                // After CONNECT_RESPONSE (the active side's QP in RTS): the RTU;
+                // after CONNECT_REQUEST: the REP.
+                let active = self.svc.engine().qp_params(c).is_some_and(|_| {
+                    self.svc.engine().state(c) == Some(ferroverbs_cm::engine::State::RepRcvd)
+                });
+                if active {
+                    self.lib_established.insert(c);
+                    self.svc.establish_rtu(c).map_err(cm_err)
+                } else {
+                    self.svc.accept_qpn(c, qpn, &p).map_err(cm_err)
+                }
+            }
+            cmd::REJECT => {
+                let h = b.u32(ucm_reject::id);
+                let (c, ps) = {
+                    let id = self.id(fd, h)?;
+                    (id.conn.ok_or(Errno::EINVAL)?, id.ps)
+                };
+                if ps == PS_UDP {
+                    self.by_conn.remove(&c);
+                    return self.svc.reject_sidr(c).map_err(cm_err);
+                }
+                let n = usize::from(b.u8(ucm_reject::private_data_len));
+                let pd = b
+                    .bytes(ucm_reject::private_data, n.min(MAX_PRIVATE_DATA))
+                    .to_vec();
+                self.svc.reject(c, &pd).map_err(cm_err)
+            }
+            cmd::DISCONNECT => {
+                let h = b.u32(ucm_disconnect::id);
+                let c = self.id(fd, h)?.conn.ok_or(Errno::EINVAL)?;
+                self.svc.disconnect(c, None).map_err(cm_err)
+            }
+            cmd::INIT_QP_ATTR => {
+                let h = b.u32(ucm_init_qp_attr::id);
+                let state = b.u32(ucm_init_qp_attr::qp_state);
+                let (conn, ps) = {
+                    let id = self.id(fd, h)?;
+                    (id.conn, id.ps)
+                };
+                let out = if ps == PS_UDP {
+                    ud_qp_attr(state)?
+                } else {
+                    self.init_qp_attr(conn, state)?
+                };
+                respond(b.u64(ucm_init_qp_attr::response), &out)
+            }
+            cmd::SET_OPTION | cmd::NOTIFY => Ok(()),
+            cmd::GET_OPTION
+            | cmd::JOIN_IP_MCAST
+            | cmd::LEAVE_MCAST
+            | cmd::MIGRATE_ID
+            | cmd::QUERY
+            | cmd::JOIN_MCAST => Err(Errno::ENOSYS),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    /// The INIT_QP_ATTR response (`ib_uverbs_qp_attr`) for a transition to `state`.
+    fn init_qp_attr(&self, conn: Option<ConnId>, state: u32) -> Result<Vec<u8>, Errno> {
+        let mut o = vec![0u8; uverbs_qp_attr::SIZE];
+        let put32 =
+            |o: &mut Vec<u8>, off: usize, v: u32| o[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+        let st = match state {
+            QPS_INIT => QpState::Init,
+            QPS_RTR => QpState::Rtr,
+            QPS_RTS => QpState::Rts,
+            _ => return Err(Errno::EINVAL),
+        };
+        put32(&mut o, uverbs_qp_attr::qp_state, state);
+        let attr = match conn {
+            Some(c) => self
+                .svc
+                .init_qp_attr(c, st, &ConnParam::default())
+                .map_err(|_| Errno::EINVAL)?,
+            // Before the connection (rdma_create_qp on an id with a route): INIT
+            // with no remote access yet (Linux `cma_ib_init_qp_attr`).
+            None if st == QpState::Init => QpTransitionAttr::Init {
+                port: 1,
+                access: ferroverbs::verbs::AccessFlags::empty(),
+            },
+            None => return Err(Errno::EINVAL),
+        };
+        let mask = match attr {
+            QpTransitionAttr::Init { port, access } => {
+                put32(&mut o, uverbs_qp_attr::qp_access_flags, access.bits());
+                o[uverbs_qp_attr::port_num] = port;
+                m::STATE | m::PKEY_INDEX | m::PORT | m::ACCESS_FLAGS
+            }
+            QpTransitionAttr::Rtr {
+                peer,
+                sgid_index,
+                path_mtu,
+                dest_qpn,
+                rq_psn,
+                max_dest_rd_atomic,
+                min_rnr_timer,
+            } => {
+                put32(&mut o, uverbs_qp_attr::path_mtu, path_mtu.into());
+                put32(&mut o, uverbs_qp_attr::dest_qp_num, dest_qpn);
+                put32(&mut o, uverbs_qp_attr::rq_psn, rq_psn);
+                o[uverbs_qp_attr::max_dest_rd_atomic] = max_dest_rd_atomic;
+                o[uverbs_qp_attr::min_rnr_timer] = min_rnr_timer;
+                let a = uverbs_qp_attr::ah_attr;
+                o[a + ah_attr::grh + global_route::dgid..][..16].copy_from_slice(&peer.gid);
+                o[a + ah_attr::grh + global_route::sgid_index] = sgid_index;
+                o[a + ah_attr::grh + global_route::hop_limit] = 64;
+                o[a + ah_attr::is_global] = 1;
+                o[a + ah_attr::port_num] = 1;
+                m::STATE
+                    | m::AV
+                    | m::PATH_MTU
+                    | m::DEST_QPN
+                    | m::RQ_PSN
+                    | m::MAX_DEST_RD_ATOMIC
+                    | m::MIN_RNR_TIMER
+            }
+            QpTransitionAttr::Rts {
+                sq_psn,
+                timeout,
+                retry_cnt,
+                rnr_retry,
+                max_rd_atomic,
+            } => {
+                put32(&mut o, uverbs_qp_attr::sq_psn, sq_psn);
+                o[uverbs_qp_attr::timeout] = timeout;
+                o[uverbs_qp_attr::retry_cnt] = retry_cnt;
+                o[uverbs_qp_attr::rnr_retry] = rnr_retry;
+                o[uverbs_qp_attr::max_rd_atomic] = max_rd_atomic;
+                m::STATE
+                    | m::TIMEOUT
+                    | m::RETRY_CNT
+                    | m::RNR_RETRY
+                    | m::SQ_PSN
+                    | m::MAX_QP_RD_ATOMIC
+            }
+        };
+        put32(&mut o, uverbs_qp_attr::qp_attr_mask, mask);
+        Ok(o)
+    }
+
+    /// Queues an event for id `h` of file `fd` (`param`: the conn param bytes).
+    fn queue(&mut self, fd: i32, h: u32, ev: u32, status: i32, param: &[u8]) {
+        let Some(f) = self.files.get_mut(&fd) else {
+            return;
+        };
+        let uid = f.ids.get(&h).map(|i| i.uid).unwrap_or(0);
+        self.queue_uid(fd, uid, h, h, ev, status, param);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn queue_uid(
+        &mut self,
+        fd: i32,
+        uid: u64,
+        h: u32,
+        account: u32,
+        ev: u32,
+        status: i32,
+        param: &[u8],
+    ) {
+        let Some(f) = self.files.get_mut(&fd) else {
+            return;
+        };
+        let mut r = vec![0u8; ucm_event_resp::SIZE];
+        r[ucm_event_resp::uid..][..8].copy_from_slice(&uid.to_ne_bytes());
+        r[ucm_event_resp::id..][..4].copy_from_slice(&h.to_ne_bytes());
+        r[ucm_event_resp::event..][..4].copy_from_slice(&ev.to_ne_bytes());
+        r[ucm_event_resp::status..][..4].copy_from_slice(&status.to_ne_bytes());
+        let n = param.len().min(ucm_ud_param::SIZE);
+        r[ucm_event_resp::param..ucm_event_resp::param + n].copy_from_slice(&param[..n]);
+        let was_empty = f.events.is_empty();
+        f.events.push_back((account, r));
+        if was_empty {
+            readiness(fd, true);
+        }
+    }
+
+    /// Runs the service and turns its events into the files' events.
+    fn pump(&mut self) {
+        self.svc.poll();
+        while let Some(e) = self.svc.next_event() {
+            let conn_pd = |pd: &[u8]| {
+                let mut p = vec![0u8; ucm_conn_param::SIZE];
+                let n = pd.len().min(MAX_PRIVATE_DATA);
+                p[ucm_conn_param::private_data..][..n].copy_from_slice(&pd[..n]);
+                p[ucm_conn_param::private_data_len] = n as u8;
+                p
+            };
+            match e {
+                CmEvent::ConnectRequest {
+                    id,
+                    peer,
+                    local,
+                    private_data,
+                    responder_resources,
+                    initiator_depth,
+                } => {
+                    let Some(&(fd, lh)) = self.listeners.get(&(PS_TCP, local.port())) else {
+                        let _ = self.svc.reject(id, &[]);
+                        continue;
+                    };
+                    let h = self.next_handle;
+                    self.next_handle += 1;
+                    let luid = self
+                        .files
+                        .get(&fd)
+                        .and_then(|f| f.ids.get(&lh))
+                        .map(|i| i.uid);
+                    let (SocketAddr::V4(peer), SocketAddr::V4(local)) = (peer, local) else {
+                        continue;
+                    };
+                    if let Some(f) = self.files.get_mut(&fd) {
+                        f.ids.insert(
+                            h,
+                            Id {
+                                uid: 0,
+                                ps: PS_TCP,
+                                src: Some(local),
+                                dst: Some(peer),
+                                route: true,
+                                conn: Some(id),
+                                events_reported: 0,
+                            },
+                        );
+                    }
+                    self.by_conn.insert(id, (fd, h));
+                    let mut p = conn_pd(&private_data);
+                    p[ucm_conn_param::responder_resources] = responder_resources;
+                    p[ucm_conn_param::initiator_depth] = initiator_depth;
+                    p[ucm_conn_param::retry_count] = 7;
+                    p[ucm_conn_param::rnr_retry_count] = 7;
+                    // For CONNECT_REQUEST the uid is the listener's (librdmacm makes
+                    // the new id from it).
+                    self.queue_uid(fd, luid.unwrap_or(0), h, lh, event::CONNECT_REQUEST, 0, &p);
+                }
+                CmEvent::ConnectResponse { id, private_data } => {
+                    if let Some(&(fd, h)) = self.by_conn.get(&id) {
+                        self.queue(fd, h, event::CONNECT_RESPONSE, 0, &conn_pd(&private_data));
+                    }
+                }
+                CmEvent::Established { id } => {
+                    if !self.lib_established.remove(&id) {
+                        self.simple(id, event::ESTABLISHED, 0);
+                    }
+                }
+                CmEvent::Rejected {
+                    id,
+                    reason,
+                    private_data,
+                } => {
+                    if let Some(&(fd, h)) = self.by_conn.get(&id) {
+                        self.queue(
+                            fd,
+                            h,
+                            event::REJECTED,
+                            reason.into(),
+                            &conn_pd(&private_data),
+                        );
+                    }
+                }
+                CmEvent::Unreachable { id } => self.simple(id, event::UNREACHABLE, ETIMEDOUT),
+                CmEvent::Disconnected { id } => self.simple(id, event::DISCONNECTED, 0),
+                CmEvent::TimewaitExit { id } => self.simple(id, event::TIMEWAIT_EXIT, 0),
+                CmEvent::SidrRequest {
+                    id,
+                    peer,
+                    local,
+                    private_data,
+                } => {
+                    let Some(&(fd, lh)) = self.listeners.get(&(PS_UDP, local.port())) else {
+                        let _ = self.svc.reject_sidr(id);
+                        continue;
+                    };
+                    let (SocketAddr::V4(peer), SocketAddr::V4(local)) = (peer, local) else {
+                        continue;
+                    };
+                    let h = self.next_handle;
+                    self.next_handle += 1;
+                    let luid = self
+                        .files
+                        .get(&fd)
+                        .and_then(|f| f.ids.get(&lh))
+                        .map(|i| i.uid);
+                    if let Some(f) = self.files.get_mut(&fd) {
+                        f.ids.insert(
+                            h,
+                            Id {
+                                uid: 0,
+                                ps: PS_UDP,
+                                src: Some(local),
+                                dst: Some(peer),
+                                route: true,
+                                conn: Some(id),
+                                events_reported: 0,
+                            },
+                        );
+                    }
+                    self.by_conn.insert(id, (fd, h));
+                    // The UD form of the event: the private data after the IP header.
+                    let mut p = vec![0u8; ucm_ud_param::SIZE];
+                    let n = private_data.len().min(MAX_PRIVATE_DATA);
+                    p[ucm_ud_param::private_data..][..n].copy_from_slice(&private_data[..n]);
+                    p[ucm_ud_param::private_data_len] = n as u8;
+                    self.queue_uid(fd, luid.unwrap_or(0), h, lh, event::CONNECT_REQUEST, 0, &p);
+                }
+                CmEvent::SidrResolved {
+                    id,
+                    status,
+                    qpn,
+                    qkey,
+                    peer,
+                } => {
+                    let Some(&(fd, h)) = self.by_conn.get(&id) else {
+                        continue;
+                    };
+                    self.by_conn.remove(&id);
+                    if status != 0 {
+                        // Linux `cma_sidr_rep_handler`: UNREACHABLE with the SIDR status.
+                        self.queue(fd, h, event::UNREACHABLE, status.into(), &[]);
+                        continue;
+                    }
+                    // ESTABLISHED on a UD id: the service's QP, its Q_Key, and the
+                    // address handle attributes of the peer.
+                    let mut p = vec![0u8; ucm_ud_param::SIZE];
+                    p[ucm_ud_param::qp_num..][..4].copy_from_slice(&qpn.to_ne_bytes());
+                    p[ucm_ud_param::qkey..][..4].copy_from_slice(&qkey.to_ne_bytes());
+                    let a = ucm_ud_param::ah_attr;
+                    p[a + ah_attr::grh + global_route::dgid..][..16].copy_from_slice(&peer.gid);
+                    p[a + ah_attr::grh + global_route::hop_limit] = 64;
+                    p[a + ah_attr::is_global] = 1;
+                    p[a + ah_attr::port_num] = 1;
+                    self.queue(fd, h, event::ESTABLISHED, 0, &p);
+                }
+            }
+        }
+    }
+
+    fn simple(&mut self, c: ConnId, ev: u32, status: i32) {
+        if let Some(&(fd, h)) = self.by_conn.get(&c) {
+            self.queue(fd, h, ev, status, &[]);
+        }
+    }
+}
+
+/// The INIT_QP_ATTR response of a UD id's QP (Linux `cma_init_ud_qp`): INIT with
+/// the P_Key index, port and rdma_cm's Q_Key; RTR with the state alone; RTS from PSN 0.
+fn ud_qp_attr(state: u32) -> Result<Vec<u8>, Errno> {
+    let mut o = vec![0u8; uverbs_qp_attr::SIZE];
+    let put32 =
+        |o: &mut Vec<u8>, off: usize, v: u32| o[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+    put32(&mut o, uverbs_qp_attr::qp_state, state);
+    let mask = match state {
+        QPS_INIT => {
+            put32(&mut o, uverbs_qp_attr::qkey, UDP_QKEY);
+            o[uverbs_qp_attr::port_num] = 1;
+            m::STATE | m::PKEY_INDEX | m::PORT | m::QKEY
+        }
+        QPS_RTR => m::STATE,
+        QPS_RTS => m::STATE | m::SQ_PSN,
+        _ => return Err(Errno::EINVAL),
+    };
+    put32(&mut o, uverbs_qp_attr::qp_attr_mask, mask);
+    Ok(o)
+}
+
+/// The IPv4-mapped GID of `ip`.
+fn ipv4_gid(ip: Ipv4Addr) -> [u8; 16] {
+    ip.to_ipv6_mapped().octets()
+}
+
+/// GET_EVENT: the next event of file `fd` into the response buffer; blocks while none
+/// waits, unless the descriptor is non-blocking (EAGAIN), as `ucma_get_event` does.
+fn get_event(dev: &Arc<Mutex<Device>>, fd: i32, body: &[u8]) -> Result<(), Errno> {
+    let resp = B(body).u64(ucm_get_event::response);
+    loop {
+        {
+            let mut d = dev.lock().unwrap_or_else(|e| e.into_inner());
+            d.pump();
+            let f = d.files.get_mut(&fd).ok_or(Errno::EBADF)?;
+            if let Some((account, ev)) = f.events.pop_front() {
+                if f.events.is_empty() {
+                    readiness(fd, false);
+                }
+                if let Some(id) = f.ids.get_mut(&account) {
+                    id.events_reported += 1;
+                }
+                return respond(resp, &ev);
+            }
+        }
+        // SAFETY: F_GETFL of the caller's descriptor.
+        let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if fl >= 0 && fl & libc::O_NONBLOCK != 0 {
+            return Err(Errno::EAGAIN);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
