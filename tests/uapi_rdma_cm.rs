@@ -124,3 +124,23 @@ fn perftest_connects_by_rdma_cm() {
         }
     }
 }
+
+/// `rdma_server`/`rdma_client`: `rdma_getaddrinfo`, `rdma_create_ep` with its QP made
+/// by librdmacm, synchronous ids (each on a channel of its own: `rdma_get_request`
+/// moves the new id with MIGRATE_ID), `rdma_post_recv`/`rdma_post_send`.
+#[test]
+fn rdma_server_and_rdma_client_exchange_a_message() {
+    if !have("rdma_server") {
+        return;
+    }
+    let s = net::host(61).to_string();
+    let port = net::tcp_port(4).to_string();
+    let (so, co) = cm_pair(
+        "rdma_server",
+        &["rdma_server", "-p", &port],
+        &["rdma_client", "-s", &s, "-p", &port],
+        (61, 62),
+    );
+    assert!(so.contains("rdma_server: end 0"), "{so}");
+    assert!(co.contains("rdma_client: end 0"), "{co}");
+}

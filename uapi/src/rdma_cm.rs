@@ -567,10 +567,46 @@ impl Device {
                 respond(b.u64(ucm_init_qp_attr::response), &out)
             }
             cmd::SET_OPTION | cmd::NOTIFY => Ok(()),
+            cmd::MIGRATE_ID => {
+                // Written to the file the id moves to, naming the file it is on (Linux
+                // `ucma_migrate_id`; librdmacm's synchronous ids each have a channel
+                // of their own, and `rdma_get_request` moves the new id to one).
+                let h = b.u32(ucm_migrate_id::id);
+                let from = b.u32(ucm_migrate_id::fd) as i32;
+                if !self.files.contains_key(&fd) {
+                    return Err(Errno::EBADF);
+                }
+                let old = self.files.get_mut(&from).ok_or(Errno::EBADF)?;
+                let id = old.ids.remove(&h).ok_or(Errno::ENOENT)?;
+                let handle_of = |ev: &[u8]| {
+                    u32::from_ne_bytes(ev[ucm_event_resp::id..][..4].try_into().unwrap_or([0; 4]))
+                };
+                let had = !old.events.is_empty();
+                let (moved, kept): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut old.events)
+                    .into_iter()
+                    .partition(|(acct, ev)| *acct == h || handle_of(ev) == h);
+                old.events = kept;
+                if had && old.events.is_empty() {
+                    readiness(from, false);
+                }
+                let reported = id.events_reported;
+                let new = self.files.get_mut(&fd).ok_or(Errno::EBADF)?;
+                new.ids.insert(h, id);
+                let was_empty = new.events.is_empty();
+                new.events.extend(moved);
+                if was_empty && !new.events.is_empty() {
+                    readiness(fd, true);
+                }
+                for v in self.by_conn.values_mut().chain(self.listeners.values_mut()) {
+                    if *v == (from, h) {
+                        *v = (fd, h);
+                    }
+                }
+                respond(b.u64(ucm_migrate_id::response), &reported.to_ne_bytes())
+            }
             cmd::GET_OPTION
             | cmd::JOIN_IP_MCAST
             | cmd::LEAVE_MCAST
-            | cmd::MIGRATE_ID
             | cmd::QUERY
             | cmd::JOIN_MCAST => Err(Errno::ENOSYS),
             _ => Err(Errno::EINVAL),
