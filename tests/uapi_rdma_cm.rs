@@ -13,6 +13,13 @@ use uapi_support::{have, net, Proc};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// The RC QPs' shortest local ACK timeout: 4.096 us x 2^20 = 4.3 s. The timer runs on
+/// real time while the peer process's threads may wait for a CPU on a loaded 2-core
+/// machine; at the 17 the CM negotiates (0.54 s), eight expiries in a row, 4.3 s
+/// without the peer running, fail a WR although nothing was lost (as
+/// `ibverbs/tests/tools.rs` explains for the drop-in).
+const PATIENT: [(&str, &str); 1] = [("FERROVERBS_MIN_ACK_TIMEOUT", "20")];
+
 /// Runs `server` and then `client` (the server given time to listen), each on its own
 /// NIC; both must exit 0 within `limit`. Returns (server, client) stdout.
 fn cm_pair(tool: &str, server: &[&str], client: &[&str], hosts: (u8, u8)) -> (String, String) {
@@ -25,8 +32,9 @@ fn cm_pair(tool: &str, server: &[&str], client: &[&str], hosts: (u8, u8)) -> (St
         server,
         &[],
     );
-    // No TCP to watch: the server's LISTEN is a CM call; give it its start-up.
-    std::thread::sleep(Duration::from_secs(3));
+    // No TCP to watch: the server's LISTEN is a CM call; give it its start-up (a
+    // request before it would be rejected: REJ 8, nobody listens).
+    std::thread::sleep(Duration::from_secs(5));
     let c = Proc::spawn(
         &format!("{tool} client"),
         &format!("sim:{cip}"),

@@ -757,31 +757,10 @@ impl Device {
                         let _ = self.svc.reject(id, &[]);
                         continue;
                     };
-                    let h = self.next_handle;
-                    self.next_handle += 1;
-                    let luid = self
-                        .files
-                        .get(&fd)
-                        .and_then(|f| f.ids.get(&lh))
-                        .map(|i| i.uid);
                     let (SocketAddr::V4(peer), SocketAddr::V4(local)) = (peer, local) else {
                         continue;
                     };
-                    if let Some(f) = self.files.get_mut(&fd) {
-                        f.ids.insert(
-                            h,
-                            Id {
-                                uid: 0,
-                                ps: PS_TCP,
-                                src: Some(local),
-                                dst: Some(peer),
-                                route: true,
-                                conn: Some(id),
-                                events_reported: 0,
-                            },
-                        );
-                    }
-                    self.by_conn.insert(id, (fd, h));
+                    let (h, luid) = self.request_id(fd, lh, PS_TCP, local, peer, id);
                     let mut p = conn_pd(&private_data);
                     p[ucm_conn_param::responder_resources] = responder_resources;
                     p[ucm_conn_param::initiator_depth] = initiator_depth;
@@ -789,7 +768,7 @@ impl Device {
                     p[ucm_conn_param::rnr_retry_count] = 7;
                     // For CONNECT_REQUEST the uid is the listener's (librdmacm makes
                     // the new id from it).
-                    self.queue_uid(fd, luid.unwrap_or(0), h, lh, event::CONNECT_REQUEST, 0, &p);
+                    self.queue_uid(fd, luid, h, lh, event::CONNECT_REQUEST, 0, &p);
                 }
                 CmEvent::ConnectResponse { id, private_data } => {
                     if let Some(&(fd, h)) = self.by_conn.get(&id) {
@@ -832,34 +811,13 @@ impl Device {
                     let (SocketAddr::V4(peer), SocketAddr::V4(local)) = (peer, local) else {
                         continue;
                     };
-                    let h = self.next_handle;
-                    self.next_handle += 1;
-                    let luid = self
-                        .files
-                        .get(&fd)
-                        .and_then(|f| f.ids.get(&lh))
-                        .map(|i| i.uid);
-                    if let Some(f) = self.files.get_mut(&fd) {
-                        f.ids.insert(
-                            h,
-                            Id {
-                                uid: 0,
-                                ps: PS_UDP,
-                                src: Some(local),
-                                dst: Some(peer),
-                                route: true,
-                                conn: Some(id),
-                                events_reported: 0,
-                            },
-                        );
-                    }
-                    self.by_conn.insert(id, (fd, h));
+                    let (h, luid) = self.request_id(fd, lh, PS_UDP, local, peer, id);
                     // The UD form of the event: the private data after the IP header.
                     let mut p = vec![0u8; ucm_ud_param::SIZE];
                     let n = private_data.len().min(MAX_PRIVATE_DATA);
                     p[ucm_ud_param::private_data..][..n].copy_from_slice(&private_data[..n]);
                     p[ucm_ud_param::private_data_len] = n as u8;
-                    self.queue_uid(fd, luid.unwrap_or(0), h, lh, event::CONNECT_REQUEST, 0, &p);
+                    self.queue_uid(fd, luid, h, lh, event::CONNECT_REQUEST, 0, &p);
                 }
                 CmEvent::SidrResolved {
                     id,
@@ -891,6 +849,39 @@ impl Device {
                 }
             }
         }
+    }
+
+    /// The id a request to listener `lh` of file `fd` makes (Linux `ucma_connect_event_handler`):
+    /// its handle, and the listener's uid the CONNECT_REQUEST event carries.
+    fn request_id(
+        &mut self,
+        fd: i32,
+        lh: u32,
+        ps: u16,
+        local: SocketAddrV4,
+        peer: SocketAddrV4,
+        conn: ConnId,
+    ) -> (u32, u64) {
+        let h = self.next_handle;
+        self.next_handle += 1;
+        let mut luid = 0;
+        if let Some(f) = self.files.get_mut(&fd) {
+            luid = f.ids.get(&lh).map_or(0, |i| i.uid);
+            f.ids.insert(
+                h,
+                Id {
+                    uid: 0,
+                    ps,
+                    src: Some(local),
+                    dst: Some(peer),
+                    route: true,
+                    conn: Some(conn),
+                    events_reported: 0,
+                },
+            );
+        }
+        self.by_conn.insert(conn, (fd, h));
+        (h, luid)
     }
 
     fn simple(&mut self, c: ConnId, ev: u32, status: i32) {

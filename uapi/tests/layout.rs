@@ -1,35 +1,37 @@
-//! Every struct size and field offset of `abi.rs` against the installed Linux UAPI
-//! headers (`/usr/include/rdma/ib_user_verbs.h`, `mlx5-abi.h`), compiled with gcc.
-//! Skipped with a notice when gcc or the headers are missing.
+//! Every struct size and field offset of `abi.rs` (uverbs and mlx5_ib's driver data)
+//! and `abi/ucma.rs` (rdma_cm) against the installed Linux UAPI headers
+//! (`/usr/include/rdma/ib_user_verbs.h`, `mlx5-abi.h`, `rdma_user_cm.h`), compiled
+//! with gcc. Skipped with a notice when gcc or the headers are missing.
 
 use std::path::Path;
 use std::process::Command;
 
-use ferroverbs_uapi::abi::STRUCTS;
+type Structs = [(&'static str, usize, &'static [(&'static str, usize)])];
 
-#[test]
-fn abi_offsets_and_sizes_match_the_kernel_headers() {
-    if !Path::new("/usr/include/rdma/ib_user_verbs.h").exists()
-        || Command::new("gcc").arg("--version").output().is_err()
-    {
-        println!("gcc or /usr/include/rdma missing: layout check skipped");
-        return;
+/// Compiles a program that prints `sizeof` and every `offsetof` of `structs` with
+/// `headers` included, and compares each with ours; returns the entries checked.
+fn check(name: &str, headers: &[&str], structs: &Structs) -> usize {
+    let mut c = String::from("#include <stddef.h>\n#include <stdio.h>\n");
+    for h in headers {
+        c += &format!("#include <{h}>\n");
     }
-    let mut c = String::from(
-        "#include <stddef.h>\n#include <stdio.h>\n#include <rdma/ib_user_verbs.h>\n\
-         #include <rdma/mlx5-abi.h>\nint main(void) {\n",
-    );
-    for (name, _, fields) in STRUCTS {
-        c += &format!("printf(\"{name} %zu\\n\", sizeof(struct {name}));\n");
-        for (f, _) in *fields {
-            c += &format!("printf(\"{name}.{f} %zu\\n\", offsetof(struct {name}, {f}));\n");
+    c += "int main(void) {\n";
+    let mut want = String::new();
+    for (s, size, fields) in structs {
+        c += &format!("printf(\"{s} %zu\\n\", sizeof(struct {s}));\n");
+        want += &format!("{s} {size}\n");
+        for (f, off) in *fields {
+            c += &format!("printf(\"{s}.{f} %zu\\n\", offsetof(struct {s}, {f}));\n");
+            want += &format!("{s}.{f} {off}\n");
         }
     }
     c += "return 0; }\n";
-    let dir = std::env::temp_dir().join(format!("ferroverbs-uapi-layout-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "ferroverbs-uapi-layout-{name}-{}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("l.c");
-    let exe = dir.join("l");
+    let (src, exe) = (dir.join("l.c"), dir.join("l"));
     std::fs::write(&src, c).unwrap();
     let o = Command::new("gcc")
         .arg(&src)
@@ -40,25 +42,48 @@ fn abi_offsets_and_sizes_match_the_kernel_headers() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = Command::new(&exe).output().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
-    let text = String::from_utf8(out.stdout).unwrap();
-    let mut lines = text.lines();
-    let mut checked = 0;
-    let mut wrong = Vec::new();
-    for (name, size, fields) in STRUCTS {
-        let want = format!("{name} {size}");
-        let got = lines.next().unwrap_or("");
-        if got != want {
-            wrong.push(format!("sizeof: ours {want}, the header's {got}"));
-        }
-        for (f, off) in *fields {
-            let want = format!("{name}.{f} {off}");
-            let got = lines.next().unwrap_or("");
-            if got != want {
-                wrong.push(format!("offsetof: ours {want}, the header's {got}"));
-            }
-            checked += 1;
-        }
-    }
+    let got = String::from_utf8(out.stdout).unwrap();
+    let wrong: Vec<String> = want
+        .lines()
+        .zip(got.lines())
+        .filter(|(w, g)| w != g)
+        .map(|(w, g)| format!("ours {w}, the header's {g}"))
+        .collect();
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-    assert!(checked > 300, "{checked} fields");
+    assert_eq!(want.lines().count(), got.lines().count());
+    want.lines().count()
+}
+
+fn toolchain(header: &str) -> bool {
+    let ok = Path::new(header).exists() && Command::new("gcc").arg("--version").output().is_ok();
+    if !ok {
+        println!("gcc or {header} missing: layout check skipped");
+    }
+    ok
+}
+
+#[test]
+fn abi_offsets_and_sizes_match_the_kernel_headers() {
+    if !toolchain("/usr/include/rdma/ib_user_verbs.h") {
+        return;
+    }
+    let n = check(
+        "uverbs",
+        &["rdma/ib_user_verbs.h", "rdma/mlx5-abi.h"],
+        ferroverbs_uapi::abi::STRUCTS,
+    );
+    assert!(n > 300, "{n} entries");
+}
+
+#[test]
+fn rdma_cm_abi_offsets_and_sizes_match_the_kernel_header() {
+    if !toolchain("/usr/include/rdma/rdma_user_cm.h") {
+        return;
+    }
+    let n = check(
+        "ucma",
+        &["rdma/rdma_user_cm.h"],
+        ferroverbs_uapi::abi::ucma::STRUCTS,
+    );
+    assert!(n > 150, "{n} entries");
 }

@@ -2,7 +2,7 @@
 //! librdmacm speaks on `/dev/infiniband/rdma_cm`: command and event numbers, and the
 //! byte offset of every field of its commands and responses. Unlike uverbs, a
 //! command's header counts `in` and `out` in bytes, and the response pointer is a
-//! field of the payload. `tests/ucma_layout.rs` checks each offset and size against
+//! field of the payload. `tests/layout.rs` checks each offset and size against
 //! the installed header with gcc.
 
 /// Command numbers (`RDMA_USER_CM_CMD_*`).
