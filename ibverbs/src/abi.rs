@@ -1045,51 +1045,39 @@ const _: () = {
     assert!(size_of::<ibv_qp_init_attr>() == 64);
 };
 
+/// The layout tests' C side: gcc against the installed `<infiniband/verbs.h>`.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod gcc_check {
     use std::fmt::Write as _;
     use std::process::Command;
 
-    /// Compiles a C program against the installed `<infiniband/verbs.h>` that prints
-    /// every size and offset of [`LAYOUT`] and every expression of [`EXPRESSIONS`], and
-    /// compares. Skipped (with a notice) without gcc or the header, unless
-    /// `FERROVERBS_REQUIRE_IBVERBS_UTILS=1`.
-    #[test]
-    fn layouts_match_the_installed_header() {
+    /// Whether gcc and the header are installed; without them the test is skipped
+    /// (with a notice), unless `FERROVERBS_REQUIRE_IBVERBS_UTILS=1` makes it fail.
+    pub(crate) fn available() -> bool {
         let header = std::path::Path::new("/usr/include/infiniband/verbs.h");
         let gcc = Command::new("gcc").arg("--version").output().is_ok();
-        if !header.exists() || !gcc {
-            assert_ne!(
-                std::env::var("FERROVERBS_REQUIRE_IBVERBS_UTILS").as_deref(),
-                Ok("1"),
-                "gcc or /usr/include/infiniband/verbs.h (libibverbs-dev) missing"
-            );
-            println!("SKIPPED: gcc or libibverbs-dev not installed");
-            return;
+        if header.exists() && gcc {
+            return true;
         }
-        let mut exprs: Vec<(String, usize)> = LAYOUT
-            .iter()
-            .map(|&(s, m, v, _)| {
-                let e = if m == "sizeof" {
-                    format!("sizeof(struct {s})")
-                } else {
-                    format!("offsetof(struct {s}, {m})")
-                };
-                (e, v)
-            })
-            .collect();
-        exprs.extend(EXPRESSIONS.iter().map(|&(e, v)| (e.to_string(), v)));
-        let mut src = String::from(
-            "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n\
-             struct _compat_ibv_port_attr { char b[offsetof(struct ibv_port_attr, flags) + 1]; };\n\
-             int main(void) {\n",
+        assert_ne!(
+            std::env::var("FERROVERBS_REQUIRE_IBVERBS_UTILS").as_deref(),
+            Ok("1"),
+            "gcc or /usr/include/infiniband/verbs.h (libibverbs-dev) missing"
         );
-        for (e, _) in &exprs {
+        println!("SKIPPED: gcc or libibverbs-dev not installed");
+        false
+    }
+
+    /// Compiles `prelude` (includes, declarations, `int main(void) {`) with a printf
+    /// of each C expression of `exprs`, runs it, and fails on any value that differs
+    /// from ours. `tag` names the scratch directory.
+    pub(crate) fn check(tag: &str, prelude: &str, exprs: &[(String, usize)]) {
+        let mut src = String::from(prelude);
+        for (e, _) in exprs {
             writeln!(src, "  printf(\"%zu\\n\", (size_t)({e}));").unwrap();
         }
         src.push_str("  return 0;\n}\n");
-        let dir = std::env::temp_dir().join(format!("fv-ibv-layout-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let c = dir.join("layout.c");
         let exe = dir.join("layout");
@@ -1106,6 +1094,7 @@ mod tests {
             String::from_utf8_lossy(&o.stderr)
         );
         let out = Command::new(&exe).output().unwrap();
+        std::fs::remove_dir_all(&dir).ok();
         let got: Vec<usize> = String::from_utf8(out.stdout)
             .unwrap()
             .lines()
@@ -1118,8 +1107,42 @@ mod tests {
             .filter(|((_, v), g)| v != *g)
             .map(|((e, v), g)| format!("{e}: C {g}, Rust {v}"))
             .collect();
-        std::fs::remove_dir_all(&dir).ok();
         assert!(bad.is_empty(), "layout mismatches:\n{}", bad.join("\n"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Compiles a C program against the installed `<infiniband/verbs.h>` that prints
+    /// every size and offset of [`LAYOUT`] and every expression of [`EXPRESSIONS`], and
+    /// compares. Skipped (with a notice) without gcc or the header, unless
+    /// `FERROVERBS_REQUIRE_IBVERBS_UTILS=1`.
+    #[test]
+    fn layouts_match_the_installed_header() {
+        if !crate::abi::gcc_check::available() {
+            return;
+        }
+        let mut exprs: Vec<(String, usize)> = LAYOUT
+            .iter()
+            .map(|&(s, m, v, _)| {
+                let e = if m == "sizeof" {
+                    format!("sizeof(struct {s})")
+                } else {
+                    format!("offsetof(struct {s}, {m})")
+                };
+                (e, v)
+            })
+            .collect();
+        exprs.extend(EXPRESSIONS.iter().map(|&(e, v)| (e.to_string(), v)));
+        crate::abi::gcc_check::check(
+            "fv-ibv-layout",
+            "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n\
+             struct _compat_ibv_port_attr { char b[offsetof(struct ibv_port_attr, flags) + 1]; };\n\
+             int main(void) {\n",
+            &exprs,
+        );
         assert!(exprs.len() > 250, "only {} facts checked", exprs.len());
     }
 }
