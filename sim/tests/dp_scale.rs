@@ -126,3 +126,13 @@ fn a_step_visits_the_qps_with_work_whatever_the_number_of_idle_qps() {
     let msgs = (ROUNDS * PER_ROUND) as u64;
     assert!(one.visits > 0 && one.visits <= 4 * msgs, "{one:?}");
 }
+
+/// The record an RC or UC QP keeps for each request in flight is what the
+/// outstanding requests of many QPs cost in cache: 1,024 QPs with 128 requests each
+/// keep 131,072 of them live. It holds what completion and retransmission need, not
+/// a UD address vector (which stays with the WQE being transmitted).
+#[test]
+fn a_request_in_flight_is_recorded_in_at_most_96_bytes() {
+    let n = std::mem::size_of::<ferroverbs_sim::engine::Flight>();
+    assert!(n <= 96, "a request in flight takes {n} bytes");
+}

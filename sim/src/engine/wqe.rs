@@ -201,9 +201,6 @@ pub struct SendWqe {
     pub inline: bool,
     /// Validation result.
     pub error: Option<WqeError>,
-    /// UD: the address vector of the datagram segment (`struct mlx5_wqe_av`, right
-    /// after the control segment).
-    pub av: Option<WqeAv>,
 }
 
 /// Where a UMR WQE's fields are kept in a [`SendWqe`] (so that the common WQE stays
@@ -261,6 +258,12 @@ pub struct WqeData {
     pub pair: Pair,
     /// The SQ position of the WQE these belong to.
     pub pos: Option<u32>,
+    /// UD: the address vector of the WQE's datagram segment (`struct mlx5_wqe_av`,
+    /// right after the control segment). It is kept here, with the WQE's other
+    /// transient data, rather than in [`SendWqe`]: an RC/UC QP keeps a [`SendWqe`] for
+    /// every request in flight, and 49 bytes of unused address vector in each made the
+    /// outstanding requests of many QPs miss the caches.
+    pub av: Option<WqeAv>,
     /// The cached translation of the SQ ring's mapping the WQEs are read through
     /// ([`Iommu::read_cached`]: every read still checked against the map table, only
     /// its search saved while no unmap happened).
@@ -482,7 +485,6 @@ fn malformed(pos: u32) -> SendWqe {
         len: 0,
         inline: false,
         error: Some(WqeError::QpOp),
-        av: None,
     }
 }
 
@@ -563,6 +565,7 @@ pub fn parse_send_read(
     data.pieces.clear();
     data.pair.len = None;
     data.pos = Some(pos);
+    data.av = None;
     let mut w = malformed(pos);
     if !ok {
         pre = 64;
@@ -641,7 +644,6 @@ pub fn inline_send(cfg: &QpCfg, pos: u32, raw: &[u8; 128]) -> Option<SendWqe> {
         len: n as u64,
         inline: true,
         error: None,
-        av: None,
     })
 }
 
@@ -701,7 +703,7 @@ fn decode(
     }
     if av_ds != 0 {
         match WqeAv::read_from(&raw[16..16 + WqeAv::SIZE]) {
-            Ok(av) => w.av = Some(av),
+            Ok(av) => data.av = Some(av),
             Err(_) => return,
         }
     }

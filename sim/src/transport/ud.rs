@@ -156,7 +156,7 @@ fn transmit(qp: &mut QpRt, cx: &mut Ctx, w: &SendWqe) -> Result<(), Synd> {
     if w.len > u64::from(qp.cfg.pmtu) {
         return Err(Synd::of_wqe(WqeError::Length));
     }
-    let Some(av) = w.av else {
+    let Some(av) = qp.sq.txd.av else {
         return Err(Synd::of_wqe(WqeError::QpOp));
     };
     let Some(path) = av_path(cx, qp.cfg.port, qp.cfg.qpn, &av) else {
