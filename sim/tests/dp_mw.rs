@@ -143,25 +143,45 @@ fn write(p: &mut Pair, addr: u64, rkey: u32, data: &[u8]) -> u8 {
     }
 }
 
+/// A fresh pair (an error moves a QP to the error state: each case takes its own)
+/// with an 8 KiB region on B and a window of `type2` allocated in B's PD.
+fn window(type2: bool) -> (Pair, Mr, u32) {
+    let mut p = Pair::deterministic(Conn::default());
+    let mr = p.b.reg_mr(8192, ALL);
+    let pd = p.b.pd;
+    let mw = alloc_mw(&mut p.b, type2, pd);
+    (p, mr, mw)
+}
+
+/// Posts on B's QP the bind of [`bind_wqe`] and gives its syndrome (0 for success).
+#[allow(clippy::too_many_arguments)]
+fn bind(
+    p: &mut Pair,
+    key: u32,
+    new_key: u32,
+    type2: bool,
+    mr: &Mr,
+    addr: u64,
+    len: u64,
+    access: u8,
+) -> u8 {
+    let w = bind_wqe(p.qb.qpn, key, new_key, type2, mr, addr, len, access);
+    on_b(p, &w)
+}
+
 fn next(key: u32) -> u32 {
     (key & !0xff) | ((key + 1) & 0xff)
 }
 
 #[test]
 fn a_type2_window_gives_access_to_its_range_until_invalidated() {
-    let mut p = Pair::deterministic(Conn::default());
-    let mr = p.b.reg_mr(8192, ALL);
-    let pd = p.b.pd;
-    let mw = alloc_mw(&mut p.b, true, pd);
+    let (mut p, mr, mw) = window(true);
     // Before a bind the window is free: no access.
     assert_eq!(
         write(&mut p, mr.va, mw, b"x"),
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
     );
-    let mut p = Pair::deterministic(Conn::default());
-    let mr = p.b.reg_mr(8192, ALL);
-    let pd = p.b.pd;
-    let mw = alloc_mw(&mut p.b, true, pd);
+    let (mut p, mr, mw) = window(true);
     let key = next(mw);
     let qpn = p.qb.qpn;
     let w = bind_wqe(qpn, mw, key, true, &mr, mr.va + 4096, 1024, RW);
@@ -177,19 +197,9 @@ fn a_type2_window_gives_access_to_its_range_until_invalidated() {
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
     );
     // (each error moves the QP to the error state: a fresh pair per case below)
-    let mut p = Pair::deterministic(Conn::default());
-    let mr = p.b.reg_mr(8192, ALL);
-    let pd = p.b.pd;
-    let mw = alloc_mw(&mut p.b, true, pd);
+    let (mut p, mr, mw) = window(true);
     let key = next(mw);
-    let qpn = p.qb.qpn;
-    assert_eq!(
-        on_b(
-            &mut p,
-            &bind_wqe(qpn, mw, key, true, &mr, mr.va + 4096, 1024, RW)
-        ),
-        0
-    );
+    assert_eq!(bind(&mut p, mw, key, true, &mr, mr.va + 4096, 1024, RW), 0);
     // Beyond the window's end (inside the region): a remote access error.
     assert_eq!(
         write(&mut p, mr.va + 4096 + 1020, key, b"12345678"),
@@ -197,31 +207,19 @@ fn a_type2_window_gives_access_to_its_range_until_invalidated() {
     );
     assert_eq!(p.b.mr_read(&mr, 4096 + 1020, 4), [0; 4]);
 
-    let mut p = Pair::deterministic(Conn::default());
-    let mr = p.b.reg_mr(8192, ALL);
-    let pd = p.b.pd;
-    let mw = alloc_mw(&mut p.b, true, pd);
+    let (mut p, mr, mw) = window(true);
     let key = next(mw);
     let qpn = p.qb.qpn;
-    assert_eq!(
-        on_b(&mut p, &bind_wqe(qpn, mw, key, true, &mr, mr.va, 8192, RW)),
-        0
-    );
+    assert_eq!(bind(&mut p, mw, key, true, &mr, mr.va, 8192, RW), 0);
     assert_eq!(write(&mut p, mr.va, key, b"first"), 0);
     // A bound type 2 window cannot be bound again before it is invalidated.
     let again = bind_wqe(qpn, key, next(key), true, &mr, mr.va, 16, RW);
     assert_eq!(on_b(&mut p, &again), MLX5_CQE_SYNDROME_MW_BIND_ERR);
 
-    let mut p = Pair::deterministic(Conn::default());
-    let mr = p.b.reg_mr(8192, ALL);
-    let pd = p.b.pd;
-    let mw = alloc_mw(&mut p.b, true, pd);
+    let (mut p, mr, mw) = window(true);
     let key = next(mw);
     let qpn = p.qb.qpn;
-    assert_eq!(
-        on_b(&mut p, &bind_wqe(qpn, mw, key, true, &mr, mr.va, 8192, RW)),
-        0
-    );
+    assert_eq!(bind(&mut p, mw, key, true, &mr, mr.va, 8192, RW), 0);
     assert_eq!(write(&mut p, mr.va, key, b"first"), 0);
     assert_eq!(on_b(&mut p, &local_inv_wqe(qpn, key)), 0);
     assert_eq!(
@@ -233,27 +231,15 @@ fn a_type2_window_gives_access_to_its_range_until_invalidated() {
 
 #[test]
 fn an_invalidated_window_binds_again_with_a_new_key() {
-    let mut p = Pair::deterministic(Conn::default());
-    let mr = p.b.reg_mr(8192, ALL);
-    let pd = p.b.pd;
-    let mw = alloc_mw(&mut p.b, true, pd);
+    let (mut p, mr, mw) = window(true);
     let qpn = p.qb.qpn;
     let k1 = next(mw);
-    assert_eq!(
-        on_b(&mut p, &bind_wqe(qpn, mw, k1, true, &mr, mr.va, 4096, RW)),
-        0
-    );
+    assert_eq!(bind(&mut p, mw, k1, true, &mr, mr.va, 4096, RW), 0);
     assert_eq!(on_b(&mut p, &local_inv_wqe(qpn, k1)), 0);
     // rdma-core's LOCAL_INV leaves variant 0; the next bind names the window by the
     // key the application had and gives it the next one.
     let k2 = next(k1);
-    assert_eq!(
-        on_b(
-            &mut p,
-            &bind_wqe(qpn, k1, k2, true, &mr, mr.va + 4096, 4096, RW)
-        ),
-        0
-    );
+    assert_eq!(bind(&mut p, k1, k2, true, &mr, mr.va + 4096, 4096, RW), 0);
     assert_eq!(write(&mut p, mr.va + 4096, k2, b"second"), 0);
     assert_eq!(p.b.mr_read(&mr, 4096, 6), b"second");
     assert_eq!(
@@ -273,16 +259,9 @@ fn an_invalidated_window_binds_again_with_a_new_key() {
 
 #[test]
 fn a_window_of_a_deregistered_region_gives_no_access() {
-    let mut p = Pair::deterministic(Conn::default());
-    let mr = p.b.reg_mr(8192, ALL);
-    let pd = p.b.pd;
-    let mw = alloc_mw(&mut p.b, true, pd);
+    let (mut p, mr, mw) = window(true);
     let key = next(mw);
-    let qpn = p.qb.qpn;
-    assert_eq!(
-        on_b(&mut p, &bind_wqe(qpn, mw, key, true, &mr, mr.va, 8192, RW)),
-        0
-    );
+    assert_eq!(bind(&mut p, mw, key, true, &mr, mr.va, 8192, RW), 0);
     assert_eq!(write(&mut p, mr.va, key, b"live"), 0);
     let mut d = ferroverbs_hw::control::cmd::new_input(
         Opcode::DestroyMkey,
@@ -299,25 +278,12 @@ fn a_window_of_a_deregistered_region_gives_no_access() {
 
 #[test]
 fn a_type1_window_is_rebound_and_unbound_by_a_bind_of_length_zero() {
-    let mut p = Pair::deterministic(Conn::default());
-    let mr = p.b.reg_mr(8192, ALL);
-    let pd = p.b.pd;
-    let mw = alloc_mw(&mut p.b, false, pd);
-    let qpn = p.qb.qpn;
+    let (mut p, mr, mw) = window(false);
     let k1 = next(mw);
-    assert_eq!(
-        on_b(&mut p, &bind_wqe(qpn, mw, k1, false, &mr, mr.va, 4096, RW)),
-        0
-    );
+    assert_eq!(bind(&mut p, mw, k1, false, &mr, mr.va, 4096, RW), 0);
     // A type 1 window may be bound again while bound.
     let k2 = next(k1);
-    assert_eq!(
-        on_b(
-            &mut p,
-            &bind_wqe(qpn, k1, k2, false, &mr, mr.va + 4096, 4096, RW)
-        ),
-        0
-    );
+    assert_eq!(bind(&mut p, k1, k2, false, &mr, mr.va + 4096, 4096, RW), 0);
     assert_eq!(write(&mut p, mr.va + 4096, k2, b"type one"), 0);
     assert_eq!(p.b.mr_read(&mr, 4096, 8), b"type one");
     assert_eq!(
@@ -325,21 +291,11 @@ fn a_type1_window_is_rebound_and_unbound_by_a_bind_of_length_zero() {
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
     );
 
-    let mut p = Pair::deterministic(Conn::default());
-    let mr = p.b.reg_mr(8192, ALL);
-    let pd = p.b.pd;
-    let mw = alloc_mw(&mut p.b, false, pd);
-    let qpn = p.qb.qpn;
+    let (mut p, mr, mw) = window(false);
     let k1 = next(mw);
-    assert_eq!(
-        on_b(&mut p, &bind_wqe(qpn, mw, k1, false, &mr, mr.va, 4096, RW)),
-        0
-    );
+    assert_eq!(bind(&mut p, mw, k1, false, &mr, mr.va, 4096, RW), 0);
     let k2 = next(k1);
-    assert_eq!(
-        on_b(&mut p, &bind_wqe(qpn, k1, k2, false, &mr, mr.va, 0, 0)),
-        0
-    );
+    assert_eq!(bind(&mut p, k1, k2, false, &mr, mr.va, 0, 0), 0);
     assert_eq!(
         write(&mut p, mr.va, k2, b"x"),
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
@@ -351,10 +307,7 @@ fn a_type1_window_is_rebound_and_unbound_by_a_bind_of_length_zero() {
     let mw = alloc_mw(&mut p.b, false, pd);
     let qpn = p.qb.qpn;
     let k1 = next(mw);
-    assert_eq!(
-        on_b(&mut p, &bind_wqe(qpn, mw, k1, false, &mr, mr.va, 4096, RW)),
-        0
-    );
+    assert_eq!(bind(&mut p, mw, k1, false, &mr, mr.va, 4096, RW), 0);
     assert_eq!(
         on_b(&mut p, &local_inv_wqe(qpn, k1)),
         MLX5_CQE_SYNDROME_LOCAL_PROT_ERR
@@ -402,11 +355,7 @@ fn send_with_invalidate_frees_a_type2_window() {
     let pd = p.b.pd;
     let mw = alloc_mw(&mut p.b, true, pd);
     let key = next(mw);
-    let qpn = p.qb.qpn;
-    assert_eq!(
-        on_b(&mut p, &bind_wqe(qpn, mw, key, true, &mr, mr.va, 8192, RW)),
-        0
-    );
+    assert_eq!(bind(&mut p, mw, key, true, &mr, mr.va, 8192, RW), 0);
     assert_eq!(write(&mut p, mr.va, key, b"bound"), 0);
     p.b.post_recv(&mut p.qb, &[sge(&dst, 0, 4096)]);
     let w = mixed_wqe(
