@@ -990,8 +990,38 @@ pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut abi::ibv_cq) -> c_int {
     })
 }
 
-/// `ops.poll_cq`.
+/// `ops.poll_cq`. One entry asked of a CQ that has one (the latency case): the
+/// driver's reader under the CQ's lock, written into the caller's `ibv_wc`, with
+/// no stack frame of its own; everything else (more entries, an empty CQ, which the
+/// polling thread services on a simulated NIC, a lock held by another thread, bad
+/// arguments) in [`poll_cq_list`], in tail position, with the same results.
 unsafe extern "C" fn poll_cq(cq: *mut abi::ibv_cq, n: c_int, wc: *mut abi::ibv_wc) -> c_int {
+    if n == 1 && !wc.is_null() {
+        // SAFETY: the caller's CQ.
+        if let Ok(q) = unsafe { CqObj::from_ibv(cq) } {
+            if let Some(mut g) = q.cq.try_lock() {
+                // The completion written where the driver builds it (in registers
+                // on its inline path).
+                // SAFETY: `wc` has room for one entry (`n` is 1; not NULL), and
+                // `poll_each` hands out at most one.
+                let got = g.poll_each(1, |w| unsafe { wc.write(convert::wc_to_ibv(w)) });
+                if got == 1 {
+                    return 1;
+                }
+            }
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { poll_cq_list(cq, n, wc) }
+}
+
+/// [`poll_cq`] of up to `n` entries under the CQ's lock, each written straight into
+/// the caller's array; on an empty CQ of a simulated NIC, the device serviced.
+///
+/// # Safety
+/// `cq` is NULL or a live CQ; `wc` NULL or room for `n` entries.
+#[inline(never)]
+unsafe extern "C" fn poll_cq_list(cq: *mut abi::ibv_cq, n: c_int, wc: *mut abi::ibv_wc) -> c_int {
     // SAFETY: the caller's CQ.
     let Ok(q) = (unsafe { CqObj::from_ibv(cq) }) else {
         return -1;
@@ -1359,8 +1389,69 @@ fn shut_up_bf_of(v: Option<&std::ffi::OsStr>) -> bool {
     v.is_some_and(|v| v != "0")
 }
 
-/// `ops.post_send`.
+/// `ops.post_send`. One inline SEND of one non-empty gather entry on a connected QP
+/// (the latency case) takes the driver's straight path
+/// ([`QueuePair::try_send_inline`]) under the QP's lock, with no stack frame of its
+/// own: the only calls it makes are the doorbell's and, in tail position, the one to
+/// [`post_send_list`], which takes any other request or list, that request when the
+/// straight path does not apply, and the case of a lock held by another thread,
+/// with the same results, errors and `*bad`. (Its callees do not unwind, as
+/// `extern "C"` functions: calls to them are tail calls, with no landing pad.)
 unsafe extern "C" fn post_send(
+    qp: *mut abi::ibv_qp,
+    wr: *mut abi::ibv_send_wr,
+    bad: *mut *mut abi::ibv_send_wr,
+) -> c_int {
+    // SAFETY: the caller's QP.
+    if let (Ok(q), false) = (unsafe { QpObj::from_ibv(qp) }, wr.is_null()) {
+        // SAFETY: the caller's request (not NULL, checked).
+        let w = unsafe { &*wr };
+        // `num_sge` 1 and `opcode` SEND, side by side: one compare where the
+        // target allows.
+        let shape = u64::from(w.num_sge as u32) | u64::from(w.opcode) << 32;
+        // Neither UD nor the other QP types without the driver's typed entries are
+        // tested here: the straight path never applies to them (its budget is
+        // placed only by a batch's opening, which refuses them), so their requests
+        // reach `post_send_list`, which posts them with their address.
+        if shape == 1 | u64::from(c::IBV_WR_SEND) << 32
+            && w.next.is_null()
+            && w.send_flags & c::IBV_SEND_INLINE != 0
+            && !w.sg_list.is_null()
+        {
+            // SAFETY: the caller's gather list of one entry (not NULL, checked).
+            let s = unsafe { w.sg_list.read() };
+            if s.addr != 0 {
+                if let Some(mut g) = q.qp.try_lock() {
+                    // SAFETY: with IBV_SEND_INLINE the entry names memory the
+                    // application lets the library read during this call (no key is
+                    // needed); not NULL.
+                    let data = unsafe {
+                        std::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
+                    };
+                    if g.try_send_inline(w.wr_id, data, send_flags(w.send_flags)) {
+                        return 0;
+                    }
+                    // Nothing of this call is posted: the lock goes, and the
+                    // request takes the general path.
+                }
+            }
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { post_send_list(qp, wr, bad) }
+}
+
+/// [`post_send`] of the requests its straight path does not take: under the QP's
+/// lock, each request through the driver's one-request entries where it has their
+/// shape ([`post_connected`]), the others through `post_send` ([`post_one`]); on the
+/// first failure `*bad` is set to that request and its errno returned (the requests
+/// before it are posted).
+///
+/// # Safety
+/// `qp` is a live QP; `wr` a valid request list, each with a valid gather list (and
+/// on UD a live address handle); `bad` NULL or writable.
+#[inline(never)]
+unsafe extern "C" fn post_send_list(
     qp: *mut abi::ibv_qp,
     wr: *mut abi::ibv_send_wr,
     bad: *mut *mut abi::ibv_send_wr,
@@ -1398,32 +1489,23 @@ unsafe extern "C" fn post_send(
 /// data's form, not a flag; the checksum offload flags have no effect).
 #[inline(always)]
 fn send_flags(bits: c_uint) -> SendFlags {
-    // One load: the flags of each combination of FENCE, SIGNALED and SOLICITED (the
-    // low three bits).
-    const { assert!(c::IBV_SEND_FENCE | c::IBV_SEND_SIGNALED | c::IBV_SEND_SOLICITED == 7) };
-    SEND_FLAGS[(bits & 7) as usize]
+    SendFlags::from_verbs(bits)
 }
 
-/// [`send_flags`] of each value of the low three bits of `send_flags`.
-static SEND_FLAGS: [SendFlags; 8] = {
-    let mut t = [SendFlags::NONE; 8];
-    let mut i = 0;
-    while i < 8 {
-        let b = i as u32;
-        let mut f = SendFlags::NONE;
-        if b & c::IBV_SEND_SIGNALED != 0 {
-            f = f.union(SendFlags::SIGNALED);
-        }
-        if b & c::IBV_SEND_SOLICITED != 0 {
-            f = f.union(SendFlags::SOLICITED);
-        }
-        if b & c::IBV_SEND_FENCE != 0 {
-            f = f.union(SendFlags::FENCE);
-        }
-        t[i] = f;
-        i += 1;
-    }
-    t
+// `SendFlags::from_verbs` keeps the bits: the driver's flags are the verbs bits.
+const _: () = {
+    let (f, s, o) = (
+        c::IBV_SEND_FENCE,
+        c::IBV_SEND_SIGNALED,
+        c::IBV_SEND_SOLICITED,
+    );
+    assert!(f | s | o == 7);
+    assert!(SendFlags::from_verbs(f).contains(SendFlags::FENCE));
+    assert!(SendFlags::FENCE.contains(SendFlags::from_verbs(f)));
+    assert!(SendFlags::from_verbs(s).contains(SendFlags::SIGNALED));
+    assert!(SendFlags::SIGNALED.contains(SendFlags::from_verbs(s)));
+    assert!(SendFlags::from_verbs(o).contains(SendFlags::SOLICITED));
+    assert!(SendFlags::SOLICITED.contains(SendFlags::from_verbs(o)));
 };
 
 /// [`post_one`] on a connected QP: a SEND of one gather entry, or of one non-empty
