@@ -18,6 +18,7 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+use ferroverbs::verbs::requester_completion;
 use ferroverbs::verbs::{
     AddressHandle, AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap,
     QpInitAttr, QpType, QueuePair, RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge,
@@ -990,30 +991,80 @@ pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut abi::ibv_cq) -> c_int {
     })
 }
 
-/// `ops.poll_cq`. One entry asked of a CQ that has one (the latency case): the
-/// driver's reader under the CQ's lock, written into the caller's `ibv_wc`, with
-/// no stack frame of its own; everything else (more entries, an empty CQ, which the
-/// polling thread services on a simulated NIC, a lock held by another thread, bad
-/// arguments) in [`poll_cq_list`], in tail position, with the same results.
+/// `ops.poll_cq`. One entry asked of a CQ whose next entry the driver's inline
+/// reader hands out (the latency case: a successful requester completion of a SEND
+/// or RDMA WRITE of the QP seen last, [`CompletionQueue::poll_hot_req`]): taken
+/// under the CQ's lock and written into the caller's `ibv_wc` from [`REQ_WC`], with
+/// no call. Everything else (more entries, any
+/// other entry, an empty CQ, which the polling thread services on a simulated NIC,
+/// a lock held by another thread, bad arguments) goes to [`poll_cq_list`], in tail
+/// position (an `extern "C"` callee does not unwind: no landing pad), with the same
+/// results.
 unsafe extern "C" fn poll_cq(cq: *mut abi::ibv_cq, n: c_int, wc: *mut abi::ibv_wc) -> c_int {
     if n == 1 && !wc.is_null() {
         // SAFETY: the caller's CQ.
         if let Ok(q) = unsafe { CqObj::from_ibv(cq) } {
             if let Some(mut g) = q.cq.try_lock() {
-                // The completion written where the driver builds it (in registers
-                // on its inline path).
-                // SAFETY: `wc` has room for one entry (`n` is 1; not NULL), and
-                // `poll_each` hands out at most one.
-                let got = g.poll_each(1, |w| unsafe { wc.write(convert::wc_to_ibv(w)) });
-                if got == 1 {
+                // The `ibv_wc` from the table of its send opcode, with its `wr_id`
+                // and QP number.
+                let got = g.poll_hot_req(|r| {
+                    let mut out = REQ_WC[usize::from(r.send_op)].0;
+                    out.wr_id = r.wr_id;
+                    // 0 in every row: a store instead of a copy.
+                    out.imm_data = 0;
+                    out.qp_num = r.qp_num;
+                    // SAFETY: `wc` has room for one entry (`n` is 1; not NULL).
+                    unsafe { wc.write(out) };
+                });
+                if got.is_some() {
                     return 1;
                 }
+                // Nothing taken: the lock goes, and the general path polls.
             }
         }
     }
     // SAFETY: the caller's arguments.
     unsafe { poll_cq_list(cq, n, wc) }
 }
+
+/// The `ibv_wc` of a successful requester completion of each send opcode byte that
+/// [`CompletionQueue::poll_hot_req`] hands out (`wr_id` and `qp_num` 0): what
+/// [`convert::wc_to_ibv`] makes of the driver's [`requester_completion`], built at
+/// compile time (entries of the other opcodes are never read). Rows of 64 bytes: the
+/// index is one shift.
+static REQ_WC: [WcRow; 256] = {
+    const NONE: abi::ibv_wc = abi::ibv_wc {
+        wr_id: 0,
+        status: 0,
+        opcode: 0,
+        vendor_err: 0,
+        byte_len: 0,
+        imm_data: 0,
+        qp_num: 0,
+        src_qp: 0,
+        wc_flags: 0,
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+    };
+    let mut t = [WcRow(NONE); 256];
+    let mut op = 0;
+    while op < 256 {
+        if let Some(w) = requester_completion(op as u8) {
+            let row = convert::wc_to_ibv(&w);
+            assert!(row.imm_data == 0, "the poll path stores imm_data 0");
+            t[op] = WcRow(row);
+        }
+        op += 1;
+    }
+    t
+};
+
+/// A row of [`REQ_WC`].
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct WcRow(abi::ibv_wc);
 
 /// [`poll_cq`] of up to `n` entries under the CQ's lock, each written straight into
 /// the caller's array; on an empty CQ of a simulated NIC, the device serviced.
@@ -1391,12 +1442,14 @@ fn shut_up_bf_of(v: Option<&std::ffi::OsStr>) -> bool {
 
 /// `ops.post_send`. One inline SEND of one non-empty gather entry on a connected QP
 /// (the latency case) takes the driver's straight path
-/// ([`QueuePair::try_send_inline`]) under the QP's lock, with no stack frame of its
-/// own: the only calls it makes are the doorbell's and, in tail position, the one to
-/// [`post_send_list`], which takes any other request or list, that request when the
-/// straight path does not apply, and the case of a lock held by another thread,
-/// with the same results, errors and `*bad`. (Its callees do not unwind, as
-/// `extern "C"` functions: calls to them are tail calls, with no landing pad.)
+/// ([`QueuePair::try_send_inline`]) under the QP's lock: the only calls it makes
+/// are the doorbell's and, in tail position, the general path's: [`post_send_held`]
+/// (the lock kept) for that request when the straight path does not apply,
+/// [`post_send_list`] for any other request or list and when another thread holds
+/// the lock, with the same results, errors and `*bad`. (Those callees do not
+/// unwind, as `extern "C"` functions: the calls are tail calls, with no landing
+/// pad, and no value of the straight path lives across a call but the lock's
+/// address.)
 unsafe extern "C" fn post_send(
     qp: *mut abi::ibv_qp,
     wr: *mut abi::ibv_send_wr,
@@ -1412,7 +1465,7 @@ unsafe extern "C" fn post_send(
         // Neither UD nor the other QP types without the driver's typed entries are
         // tested here: the straight path never applies to them (its budget is
         // placed only by a batch's opening, which refuses them), so their requests
-        // reach `post_send_list`, which posts them with their address.
+        // reach the general path, which posts them with their address.
         if shape == 1 | u64::from(c::IBV_WR_SEND) << 32
             && w.next.is_null()
             && w.send_flags & c::IBV_SEND_INLINE != 0
@@ -1431,14 +1484,69 @@ unsafe extern "C" fn post_send(
                     if g.try_send_inline(w.wr_id, data, send_flags(w.send_flags)) {
                         return 0;
                     }
-                    // Nothing of this call is posted: the lock goes, and the
-                    // request takes the general path.
+                    // Nothing written: the request, alone in its list, through the
+                    // general path, the lock kept.
+                    std::mem::forget(g);
+                    // SAFETY: the caller's arguments; the QP's lock is held (the
+                    // guard forgotten) and `wr` is the list's only request.
+                    return unsafe { post_send_held(qp, wr, bad) };
                 }
             }
         }
     }
     // SAFETY: the caller's arguments.
     unsafe { post_send_list(qp, wr, bad) }
+}
+
+/// [`post_send`] of a request alone in its list, of the straight path's shape, which
+/// that path did not take: posted as [`post_send_list`] posts it, on the QP whose
+/// lock the caller holds, which is released.
+///
+/// # Safety
+/// `qp` is a live QP whose lock the caller holds (no guard of it exists); `wr` a
+/// valid request (`next` NULL) with a valid gather list; `bad` NULL or writable.
+#[inline(never)]
+unsafe extern "C" fn post_send_held(
+    qp: *mut abi::ibv_qp,
+    wr: *mut abi::ibv_send_wr,
+    bad: *mut *mut abi::ibv_send_wr,
+) -> c_int {
+    // SAFETY: the caller's QP (live, not NULL) and request.
+    let (q, w) = unsafe { (&*(qp as *const QpObj), &*wr) };
+    // SAFETY: the caller holds the lock and passed it on.
+    let mut g = unsafe { q.qp.held() };
+    let r = if q.ud {
+        // SAFETY: the request's own gather list and address handle.
+        unsafe { post_one(&mut g, w, true) }
+    } else {
+        // The straight path's shape (checked by the caller): an inline SEND of one
+        // gather entry at a non-NULL address, as `post_connected` posts it (its
+        // empty entry through `post_one`).
+        // SAFETY: the caller's gather list of one entry (not NULL, checked by the
+        // caller).
+        let s = unsafe { w.sg_list.read() };
+        if s.length == 0 {
+            // SAFETY: the caller's contract.
+            unsafe { post_one(&mut g, w, false) }
+        } else {
+            // SAFETY: with IBV_SEND_INLINE the entry names memory the application
+            // lets the library read during this call (no key is needed).
+            let data =
+                unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) };
+            g.send_inline(w.wr_id, data, send_flags(w.send_flags))
+                .map_err(|e| post_errno(&e))
+        }
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            if !bad.is_null() {
+                // SAFETY: the caller's out-parameter.
+                unsafe { *bad = wr };
+            }
+            e
+        }
+    }
 }
 
 /// [`post_send`] of the requests its straight path does not take: under the QP's
@@ -2161,6 +2269,45 @@ pub(crate) unsafe extern "C" fn mbps_to_rate(m: c_int) -> c_int {
 mod tests {
     use super::*;
     use std::ffi::CStr;
+
+    /// The `ibv_wc` table of the one-entry poll: a requester completion of SEND,
+    /// SEND with invalidation and RDMA WRITE reports `IBV_WC_SEND` (0) or
+    /// `IBV_WC_RDMA_WRITE` (1), with `IBV_WC_WITH_IMM` (2) for the immediate forms
+    /// (rdma-core mlx5 `handle_good_req`), success, and 0 elsewhere; READ, the
+    /// atomics and UMR are not in it (the general path takes them).
+    #[test]
+    fn the_requester_table_is_the_verbs_completion() {
+        use ferroverbs_hw::datapath::wqe::{
+            MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ,
+            MLX5_OPCODE_RDMA_WRITE, MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND,
+            MLX5_OPCODE_SEND_IMM, MLX5_OPCODE_SEND_INVAL, MLX5_OPCODE_UMR,
+        };
+        for (op, opcode, flags) in [
+            (MLX5_OPCODE_SEND, 0, 0),
+            (MLX5_OPCODE_SEND_IMM, 0, 2),
+            (MLX5_OPCODE_SEND_INVAL, 0, 0),
+            (MLX5_OPCODE_RDMA_WRITE, 1, 0),
+            (MLX5_OPCODE_RDMA_WRITE_IMM, 1, 2),
+        ] {
+            let w = REQ_WC[usize::from(op)].0;
+            let got = (w.status, w.opcode, w.vendor_err, w.byte_len, w.imm_data);
+            assert_eq!(got, (0, opcode, 0, 0, 0), "send opcode {op:#x}");
+            assert_eq!(
+                (w.wc_flags, w.src_qp, w.sl),
+                (flags, 0, 0),
+                "send opcode {op:#x}"
+            );
+            assert!(requester_completion(op).is_some());
+        }
+        for op in [
+            MLX5_OPCODE_RDMA_READ,
+            MLX5_OPCODE_ATOMIC_CS,
+            MLX5_OPCODE_ATOMIC_FA,
+            MLX5_OPCODE_UMR,
+        ] {
+            assert!(requester_completion(op).is_none(), "send opcode {op:#x}");
+        }
+    }
 
     /// `MLX5_SHUT_UP_BF` as rdma-core reads it: unset or "0" keeps BlueFlame; "1",
     /// any other text and the empty string turn it off.

@@ -53,6 +53,22 @@ impl<T> SpinLock<T> {
         Some(SpinGuard { lock: self })
     }
 
+    /// A guard of the lock, which the caller holds: the guard of a [`SpinLock::lock`]
+    /// or [`SpinLock::try_lock`] it forgot (`std::mem::forget`) to hand the lock to
+    /// another function.
+    ///
+    /// # Safety
+    /// The caller holds the lock, and no other guard of it exists.
+    #[inline(always)]
+    pub(crate) unsafe fn held(&self) -> SpinGuard<'_, T> {
+        debug_assert_ne!(
+            self.locked.load(Ordering::Relaxed) & 1,
+            0,
+            "the lock is held"
+        );
+        SpinGuard { lock: self }
+    }
+
     #[cold]
     #[inline(never)]
     fn lock_contended(&self) {
