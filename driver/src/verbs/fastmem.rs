@@ -887,6 +887,20 @@ impl<B: Bus> SqSlots<B> {
         // left; then the budget is closed instead (0: every request goes out of
         // line, which places it again), so the invariant holds on both paths.
         let (wqe, id) = self.pos.at();
+        // The WQE's address as a value of its own (no instruction): its stores then
+        // address it directly, and the ring base and the position need not stay in
+        // registers until the WQE is written.
+        #[cfg(target_arch = "x86_64")]
+        let wqe = {
+            let mut p = wqe;
+            // SAFETY: an empty instruction sequence: it reads and writes no memory
+            // and leaves the pointer unchanged.
+            #[allow(clippy::pointers_in_nomem_asm_block)] // the pointer is not read
+            unsafe {
+                std::arch::asm!("/* {0} */", inout(reg) p, options(pure, nomem, nostack, preserves_flags))
+            };
+            p
+        };
         let off = self.pos.off + l.step as isize;
         if off > 0 {
             self.pos.off = 0;
