@@ -259,12 +259,12 @@ pub fn qp_info_to_ibv(i: &QpInfo) -> abi::ibv_qp_attr {
 }
 
 /// `ibv_wc` of a completion.
-pub fn wc_to_ibv(w: &WorkCompletion) -> abi::ibv_wc {
+pub const fn wc_to_ibv(w: &WorkCompletion) -> abi::ibv_wc {
     abi::ibv_wc {
         wr_id: w.wr_id,
         status: w.status as u32,
         opcode: w.opcode as u32,
-        vendor_err: u32::from(w.vendor_err),
+        vendor_err: w.vendor_err as u32,
         byte_len: w.byte_len,
         // The immediate in network order; for a SEND with Invalidate the invalidated
         // key, in host order (rdma-core mlx5 `handle_responder`: `invalidated_rkey =

@@ -18,6 +18,7 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+use ferroverbs::verbs::requester_completion;
 use ferroverbs::verbs::{
     AddressHandle, AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap,
     QpInitAttr, QpType, QueuePair, RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge,
@@ -990,8 +991,88 @@ pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut abi::ibv_cq) -> c_int {
     })
 }
 
-/// `ops.poll_cq`.
+/// `ops.poll_cq`. One entry asked of a CQ whose next entry the driver's inline
+/// reader hands out (the latency case: a successful requester completion of a SEND
+/// or RDMA WRITE of the QP seen last, [`CompletionQueue::poll_hot_req`]): taken
+/// under the CQ's lock and written into the caller's `ibv_wc` from [`REQ_WC`], with
+/// no call. Everything else (more entries, any
+/// other entry, an empty CQ, which the polling thread services on a simulated NIC,
+/// a lock held by another thread, bad arguments) goes to [`poll_cq_list`], in tail
+/// position (an `extern "C"` callee does not unwind: no landing pad), with the same
+/// results.
 unsafe extern "C" fn poll_cq(cq: *mut abi::ibv_cq, n: c_int, wc: *mut abi::ibv_wc) -> c_int {
+    if n == 1 && !wc.is_null() {
+        // SAFETY: the caller's CQ.
+        if let Ok(q) = unsafe { CqObj::from_ibv(cq) } {
+            if let Some(mut g) = q.cq.try_lock() {
+                // The `ibv_wc` from the table of its send opcode, with its `wr_id`
+                // and QP number.
+                let got = g.poll_hot_req(|r| {
+                    let mut out = REQ_WC[usize::from(r.send_op)].0;
+                    out.wr_id = r.wr_id;
+                    // 0 in every row: a store instead of a copy.
+                    out.imm_data = 0;
+                    out.qp_num = r.qp_num;
+                    // SAFETY: `wc` has room for one entry (`n` is 1; not NULL).
+                    unsafe { wc.write(out) };
+                });
+                if got.is_some() {
+                    return 1;
+                }
+                // Nothing taken: the lock goes, and the general path polls.
+            }
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { poll_cq_list(cq, n, wc) }
+}
+
+/// The `ibv_wc` of a successful requester completion of each send opcode byte that
+/// [`CompletionQueue::poll_hot_req`] hands out (`wr_id` and `qp_num` 0): what
+/// [`convert::wc_to_ibv`] makes of the driver's [`requester_completion`], built at
+/// compile time (entries of the other opcodes are never read). Rows of 64 bytes: the
+/// index is one shift.
+static REQ_WC: [WcRow; 256] = {
+    const NONE: abi::ibv_wc = abi::ibv_wc {
+        wr_id: 0,
+        status: 0,
+        opcode: 0,
+        vendor_err: 0,
+        byte_len: 0,
+        imm_data: 0,
+        qp_num: 0,
+        src_qp: 0,
+        wc_flags: 0,
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+    };
+    let mut t = [WcRow(NONE); 256];
+    let mut op = 0;
+    while op < 256 {
+        if let Some(w) = requester_completion(op as u8) {
+            let row = convert::wc_to_ibv(&w);
+            assert!(row.imm_data == 0, "the poll path stores imm_data 0");
+            t[op] = WcRow(row);
+        }
+        op += 1;
+    }
+    t
+};
+
+/// A row of [`REQ_WC`].
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct WcRow(abi::ibv_wc);
+
+/// [`poll_cq`] of up to `n` entries under the CQ's lock, each written straight into
+/// the caller's array; on an empty CQ of a simulated NIC, the device serviced.
+///
+/// # Safety
+/// `cq` is NULL or a live CQ; `wc` NULL or room for `n` entries.
+#[inline(never)]
+unsafe extern "C" fn poll_cq_list(cq: *mut abi::ibv_cq, n: c_int, wc: *mut abi::ibv_wc) -> c_int {
     // SAFETY: the caller's CQ.
     let Ok(q) = (unsafe { CqObj::from_ibv(cq) }) else {
         return -1;
@@ -1359,8 +1440,126 @@ fn shut_up_bf_of(v: Option<&std::ffi::OsStr>) -> bool {
     v.is_some_and(|v| v != "0")
 }
 
-/// `ops.post_send`.
+/// `ops.post_send`. One inline SEND of one non-empty gather entry on a connected QP
+/// (the latency case) takes the driver's straight path
+/// ([`QueuePair::try_send_inline`]) under the QP's lock: the only calls it makes
+/// are the doorbell's and, in tail position, the general path's: [`post_send_held`]
+/// (the lock kept) for that request when the straight path does not apply,
+/// [`post_send_list`] for any other request or list and when another thread holds
+/// the lock, with the same results, errors and `*bad`. (Those callees do not
+/// unwind, as `extern "C"` functions: the calls are tail calls, with no landing
+/// pad, and no value of the straight path lives across a call but the lock's
+/// address.)
 unsafe extern "C" fn post_send(
+    qp: *mut abi::ibv_qp,
+    wr: *mut abi::ibv_send_wr,
+    bad: *mut *mut abi::ibv_send_wr,
+) -> c_int {
+    // SAFETY: the caller's QP.
+    if let (Ok(q), false) = (unsafe { QpObj::from_ibv(qp) }, wr.is_null()) {
+        // SAFETY: the caller's request (not NULL, checked).
+        let w = unsafe { &*wr };
+        // `num_sge` 1 and `opcode` SEND, side by side: one compare where the
+        // target allows.
+        let shape = u64::from(w.num_sge as u32) | u64::from(w.opcode) << 32;
+        // Neither UD nor the other QP types without the driver's typed entries are
+        // tested here: the straight path never applies to them (its budget is
+        // placed only by a batch's opening, which refuses them), so their requests
+        // reach the general path, which posts them with their address.
+        if shape == 1 | u64::from(c::IBV_WR_SEND) << 32
+            && w.next.is_null()
+            && w.send_flags & c::IBV_SEND_INLINE != 0
+            && !w.sg_list.is_null()
+        {
+            // SAFETY: the caller's gather list of one entry (not NULL, checked).
+            let s = unsafe { w.sg_list.read() };
+            if s.addr != 0 {
+                if let Some(mut g) = q.qp.try_lock() {
+                    // SAFETY: with IBV_SEND_INLINE the entry names memory the
+                    // application lets the library read during this call (no key is
+                    // needed); not NULL.
+                    let data = unsafe {
+                        std::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
+                    };
+                    if g.try_send_inline(w.wr_id, data, send_flags(w.send_flags)) {
+                        return 0;
+                    }
+                    // Nothing written: the request, alone in its list, through the
+                    // general path, the lock kept.
+                    std::mem::forget(g);
+                    // SAFETY: the caller's arguments; the QP's lock is held (the
+                    // guard forgotten) and `wr` is the list's only request.
+                    return unsafe { post_send_held(qp, wr, bad) };
+                }
+            }
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { post_send_list(qp, wr, bad) }
+}
+
+/// [`post_send`] of a request alone in its list, of the straight path's shape, which
+/// that path did not take: posted as [`post_send_list`] posts it, on the QP whose
+/// lock the caller holds, which is released.
+///
+/// # Safety
+/// `qp` is a live QP whose lock the caller holds (no guard of it exists); `wr` a
+/// valid request (`next` NULL) with a valid gather list; `bad` NULL or writable.
+#[inline(never)]
+unsafe extern "C" fn post_send_held(
+    qp: *mut abi::ibv_qp,
+    wr: *mut abi::ibv_send_wr,
+    bad: *mut *mut abi::ibv_send_wr,
+) -> c_int {
+    // SAFETY: the caller's QP (live, not NULL) and request.
+    let (q, w) = unsafe { (&*(qp as *const QpObj), &*wr) };
+    // SAFETY: the caller holds the lock and passed it on.
+    let mut g = unsafe { q.qp.held() };
+    let r = if q.ud {
+        // SAFETY: the request's own gather list and address handle.
+        unsafe { post_one(&mut g, w, true) }
+    } else {
+        // The straight path's shape (checked by the caller): an inline SEND of one
+        // gather entry at a non-NULL address, as `post_connected` posts it (its
+        // empty entry through `post_one`).
+        // SAFETY: the caller's gather list of one entry (not NULL, checked by the
+        // caller).
+        let s = unsafe { w.sg_list.read() };
+        if s.length == 0 {
+            // SAFETY: the caller's contract.
+            unsafe { post_one(&mut g, w, false) }
+        } else {
+            // SAFETY: with IBV_SEND_INLINE the entry names memory the application
+            // lets the library read during this call (no key is needed).
+            let data =
+                unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) };
+            g.send_inline(w.wr_id, data, send_flags(w.send_flags))
+                .map_err(|e| post_errno(&e))
+        }
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            if !bad.is_null() {
+                // SAFETY: the caller's out-parameter.
+                unsafe { *bad = wr };
+            }
+            e
+        }
+    }
+}
+
+/// [`post_send`] of the requests its straight path does not take: under the QP's
+/// lock, each request through the driver's one-request entries where it has their
+/// shape ([`post_connected`]), the others through `post_send` ([`post_one`]); on the
+/// first failure `*bad` is set to that request and its errno returned (the requests
+/// before it are posted).
+///
+/// # Safety
+/// `qp` is a live QP; `wr` a valid request list, each with a valid gather list (and
+/// on UD a live address handle); `bad` NULL or writable.
+#[inline(never)]
+unsafe extern "C" fn post_send_list(
     qp: *mut abi::ibv_qp,
     wr: *mut abi::ibv_send_wr,
     bad: *mut *mut abi::ibv_send_wr,
@@ -1398,32 +1597,23 @@ unsafe extern "C" fn post_send(
 /// data's form, not a flag; the checksum offload flags have no effect).
 #[inline(always)]
 fn send_flags(bits: c_uint) -> SendFlags {
-    // One load: the flags of each combination of FENCE, SIGNALED and SOLICITED (the
-    // low three bits).
-    const { assert!(c::IBV_SEND_FENCE | c::IBV_SEND_SIGNALED | c::IBV_SEND_SOLICITED == 7) };
-    SEND_FLAGS[(bits & 7) as usize]
+    SendFlags::from_verbs(bits)
 }
 
-/// [`send_flags`] of each value of the low three bits of `send_flags`.
-static SEND_FLAGS: [SendFlags; 8] = {
-    let mut t = [SendFlags::NONE; 8];
-    let mut i = 0;
-    while i < 8 {
-        let b = i as u32;
-        let mut f = SendFlags::NONE;
-        if b & c::IBV_SEND_SIGNALED != 0 {
-            f = f.union(SendFlags::SIGNALED);
-        }
-        if b & c::IBV_SEND_SOLICITED != 0 {
-            f = f.union(SendFlags::SOLICITED);
-        }
-        if b & c::IBV_SEND_FENCE != 0 {
-            f = f.union(SendFlags::FENCE);
-        }
-        t[i] = f;
-        i += 1;
-    }
-    t
+// `SendFlags::from_verbs` keeps the bits: the driver's flags are the verbs bits.
+const _: () = {
+    let (f, s, o) = (
+        c::IBV_SEND_FENCE,
+        c::IBV_SEND_SIGNALED,
+        c::IBV_SEND_SOLICITED,
+    );
+    assert!(f | s | o == 7);
+    assert!(SendFlags::from_verbs(f).contains(SendFlags::FENCE));
+    assert!(SendFlags::FENCE.contains(SendFlags::from_verbs(f)));
+    assert!(SendFlags::from_verbs(s).contains(SendFlags::SIGNALED));
+    assert!(SendFlags::SIGNALED.contains(SendFlags::from_verbs(s)));
+    assert!(SendFlags::from_verbs(o).contains(SendFlags::SOLICITED));
+    assert!(SendFlags::SOLICITED.contains(SendFlags::from_verbs(o)));
 };
 
 /// [`post_one`] on a connected QP: a SEND of one gather entry, or of one non-empty
@@ -2079,6 +2269,45 @@ pub(crate) unsafe extern "C" fn mbps_to_rate(m: c_int) -> c_int {
 mod tests {
     use super::*;
     use std::ffi::CStr;
+
+    /// The `ibv_wc` table of the one-entry poll: a requester completion of SEND,
+    /// SEND with invalidation and RDMA WRITE reports `IBV_WC_SEND` (0) or
+    /// `IBV_WC_RDMA_WRITE` (1), with `IBV_WC_WITH_IMM` (2) for the immediate forms
+    /// (rdma-core mlx5 `handle_good_req`), success, and 0 elsewhere; READ, the
+    /// atomics and UMR are not in it (the general path takes them).
+    #[test]
+    fn the_requester_table_is_the_verbs_completion() {
+        use ferroverbs_hw::datapath::wqe::{
+            MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ,
+            MLX5_OPCODE_RDMA_WRITE, MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND,
+            MLX5_OPCODE_SEND_IMM, MLX5_OPCODE_SEND_INVAL, MLX5_OPCODE_UMR,
+        };
+        for (op, opcode, flags) in [
+            (MLX5_OPCODE_SEND, 0, 0),
+            (MLX5_OPCODE_SEND_IMM, 0, 2),
+            (MLX5_OPCODE_SEND_INVAL, 0, 0),
+            (MLX5_OPCODE_RDMA_WRITE, 1, 0),
+            (MLX5_OPCODE_RDMA_WRITE_IMM, 1, 2),
+        ] {
+            let w = REQ_WC[usize::from(op)].0;
+            let got = (w.status, w.opcode, w.vendor_err, w.byte_len, w.imm_data);
+            assert_eq!(got, (0, opcode, 0, 0, 0), "send opcode {op:#x}");
+            assert_eq!(
+                (w.wc_flags, w.src_qp, w.sl),
+                (flags, 0, 0),
+                "send opcode {op:#x}"
+            );
+            assert!(requester_completion(op).is_some());
+        }
+        for op in [
+            MLX5_OPCODE_RDMA_READ,
+            MLX5_OPCODE_ATOMIC_CS,
+            MLX5_OPCODE_ATOMIC_FA,
+            MLX5_OPCODE_UMR,
+        ] {
+            assert!(requester_completion(op).is_none(), "send opcode {op:#x}");
+        }
+    }
 
     /// `MLX5_SHUT_UP_BF` as rdma-core reads it: unset or "0" keeps BlueFlame; "1",
     /// any other text and the empty string turn it off.

@@ -115,18 +115,9 @@ unsafe fn bind_of(w: &MwObj, info: &ibv_mw_bind_info) -> Result<MwBind, c_int> {
     })
 }
 
+/// The driver's send flags of `ibv_send_wr.send_flags` (the same bits).
 pub(crate) fn send_flags(f: c_uint) -> SendFlags {
-    let mut flags = SendFlags::NONE;
-    if f & abi::c::IBV_SEND_SIGNALED != 0 {
-        flags = flags | SendFlags::SIGNALED;
-    }
-    if f & abi::c::IBV_SEND_SOLICITED != 0 {
-        flags = flags | SendFlags::SOLICITED;
-    }
-    if f & abi::c::IBV_SEND_FENCE != 0 {
-        flags = flags | SendFlags::FENCE;
-    }
-    flags
+    SendFlags::from_verbs(f)
 }
 
 /// `ops.bind_mw` (`ibv_bind_mw`, type 1: the inline wrapper checked the type): posts

@@ -1,17 +1,18 @@
 //! The lock of a CQ and of a QP: a spin lock, as libmlx5 takes a `pthread_spinlock_t`
 //! around `mlx5_poll_cq` and `mlx5_post_send` (rdma-core `providers/mlx5`
-//! `mlx5_spin_lock`). Uncontended, taking it is one compare-and-swap and releasing it
-//! one store (a `std::sync::Mutex` adds its poisoning checks on both sides); a waiter
+//! `mlx5_spin_lock`). Uncontended, taking it is one atomic test-and-set and releasing
+//! it one store (a `std::sync::Mutex` adds its poisoning checks on both sides); a waiter
 //! spins briefly, then yields its CPU, since the holder may be running a firmware
 //! command (`ibv_query_qp`, `ibv_create_qp` on the CQ).
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A value behind a spin lock.
 pub(crate) struct SpinLock<T> {
-    locked: AtomicBool,
+    /// Bit 0: held (a 32-bit word, so that taking it is one `lock bts` on x86-64).
+    locked: AtomicU32,
     value: UnsafeCell<T>,
 }
 
@@ -27,7 +28,7 @@ impl<T> SpinLock<T> {
     /// `value`, unlocked.
     pub(crate) fn new(value: T) -> Self {
         SpinLock {
-            locked: AtomicBool::new(false),
+            locked: AtomicU32::new(0),
             value: UnsafeCell::new(value),
         }
     }
@@ -35,13 +36,36 @@ impl<T> SpinLock<T> {
     /// Takes the lock (spinning, then yielding, while another thread holds it).
     #[inline(always)]
     pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
-        if self
-            .locked
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        // Uncontended: one atomic test-and-set of bit 0 and its branch.
+        if self.locked.fetch_or(1, Ordering::Acquire) & 1 != 0 {
             self.lock_contended();
         }
+        SpinGuard { lock: self }
+    }
+
+    /// Takes the lock if no other thread holds it (one atomic test-and-set); `None`
+    /// otherwise.
+    #[inline(always)]
+    pub(crate) fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
+        if self.locked.fetch_or(1, Ordering::Acquire) & 1 != 0 {
+            return None;
+        }
+        Some(SpinGuard { lock: self })
+    }
+
+    /// A guard of the lock, which the caller holds: the guard of a [`SpinLock::lock`]
+    /// or [`SpinLock::try_lock`] it forgot (`std::mem::forget`) to hand the lock to
+    /// another function.
+    ///
+    /// # Safety
+    /// The caller holds the lock, and no other guard of it exists.
+    #[inline(always)]
+    pub(crate) unsafe fn held(&self) -> SpinGuard<'_, T> {
+        debug_assert_ne!(
+            self.locked.load(Ordering::Relaxed) & 1,
+            0,
+            "the lock is held"
+        );
         SpinGuard { lock: self }
     }
 
@@ -50,7 +74,7 @@ impl<T> SpinLock<T> {
     fn lock_contended(&self) {
         let mut spins = 0;
         loop {
-            while self.locked.load(Ordering::Relaxed) {
+            while self.locked.load(Ordering::Relaxed) != 0 {
                 if spins < SPINS {
                     spins += 1;
                     std::hint::spin_loop();
@@ -58,11 +82,7 @@ impl<T> SpinLock<T> {
                     std::thread::yield_now();
                 }
             }
-            if self
-                .locked
-                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
+            if self.locked.fetch_or(1, Ordering::Acquire) & 1 == 0 {
                 return;
             }
         }
@@ -100,7 +120,7 @@ impl<T> DerefMut for SpinGuard<'_, T> {
 impl<T> Drop for SpinGuard<'_, T> {
     #[inline(always)]
     fn drop(&mut self) {
-        self.lock.locked.store(false, Ordering::Release);
+        self.lock.locked.store(0, Ordering::Release);
     }
 }
 

@@ -150,7 +150,9 @@ pub enum SendData<'a> {
     Inline(&'a [&'a [u8]]),
 }
 
-/// Send flags (`IBV_SEND_SIGNALED`, `IBV_SEND_SOLICITED`, `IBV_SEND_FENCE`).
+/// Send flags (`IBV_SEND_SIGNALED`, `IBV_SEND_SOLICITED`, `IBV_SEND_FENCE`), with
+/// the bits of `enum ibv_send_flags` (FENCE 1, SIGNALED 2, SOLICITED 4), so that a
+/// C request's flags are one mask ([`SendFlags::from_verbs`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SendFlags(u8);
 
@@ -158,11 +160,19 @@ impl SendFlags {
     /// No flags.
     pub const NONE: SendFlags = SendFlags(0);
     /// Produce a CQE on success.
-    pub const SIGNALED: SendFlags = SendFlags(1);
+    pub const SIGNALED: SendFlags = SendFlags(2);
     /// Set the solicited-event bit.
-    pub const SOLICITED: SendFlags = SendFlags(2);
+    pub const SOLICITED: SendFlags = SendFlags(4);
     /// Wait for earlier READs and atomics before this WQE.
-    pub const FENCE: SendFlags = SendFlags(4);
+    pub const FENCE: SendFlags = SendFlags(1);
+
+    /// The flags of the `ibv_send_flags` bits `bits` (`IBV_SEND_FENCE`,
+    /// `IBV_SEND_SIGNALED`, `IBV_SEND_SOLICITED`; the other bits, such as
+    /// `IBV_SEND_INLINE`, are not flags of the WQE and are ignored).
+    #[inline(always)]
+    pub const fn from_verbs(bits: u32) -> SendFlags {
+        SendFlags((bits & 7) as u8)
+    }
 
     /// Whether every flag of `other` is set.
     pub const fn contains(self, other: SendFlags) -> bool {
@@ -1014,20 +1024,21 @@ impl LastWqe {
     }
 }
 
-/// `fm_ce_se` of each combination of [`SendFlags`] (bit 0 SIGNALED, 1 SOLICITED,
-/// 2 FENCE).
+/// `fm_ce_se` of each combination of [`SendFlags`] (its bits: FENCE, SIGNALED,
+/// SOLICITED).
 const FM_CE_SE: [u8; 8] = {
     let mut t = [0u8; 8];
     let mut i = 0;
     while i < 8 {
         let mut v = 0;
-        if i & 1 != 0 {
+        let f = SendFlags(i as u8);
+        if f.contains(SendFlags::SIGNALED) {
             v |= MLX5_WQE_CTRL_CQ_UPDATE;
         }
-        if i & 2 != 0 {
+        if f.contains(SendFlags::SOLICITED) {
             v |= MLX5_WQE_CTRL_SOLICITED;
         }
-        if i & 4 != 0 {
+        if f.contains(SendFlags::FENCE) {
             v |= MLX5_WQE_CTRL_FENCE;
         }
         t[i] = v;

@@ -294,6 +294,41 @@ impl<B: Bus> Poller<B> {
         (wc, counter)
     }
 
+    /// See [`CompletionQueue::poll_hot_req`]: the owner test, the entry at the
+    /// cursor peeked (not the last of its chunk), the read barrier, the key compare
+    /// and the send opcode's test; then the entry taken as [`Poller::take_entry`]
+    /// takes it (moved past, published, its `wr_id` retired). Nothing is taken
+    /// otherwise.
+    #[inline(always)]
+    pub(crate) fn poll_hot_req<R>(&mut self, f: impl FnOnce(HotReq) -> R) -> Option<R> {
+        if self.owner_test() >= OWNED_BELOW {
+            return None;
+        }
+        let e = self.cur.peek()?;
+        self.bus.rmb();
+        // The QP, in a register across the cursor's move (whose compiler barrier
+        // would otherwise load it again).
+        let hot: &WqShared = &self.hot;
+        if !hot.matches(e.raw64::<7>()) {
+            return None;
+        }
+        let send_op = e.byte::<7>();
+        if send_op & REQ_SPECIAL != 0 {
+            return None;
+        }
+        let counter = u32::from_be(e.raw32::<5>());
+        self.cur.step();
+        // Every byte of the entry read: the device may have it back.
+        self.cur.publish_next();
+        let qp_num = hot.qpn;
+        let wr_id = hot.sq_retire_word(counter);
+        Some(f(HotReq {
+            wr_id,
+            qp_num,
+            send_op,
+        }))
+    }
+
     /// See [`CompletionQueue::poll_each`]: each entry as [`Poller::poll_one`] takes
     /// it (a successful requester CQE of the hot QP inline, everything else by
     /// [`Poller::take_slow`]), handed to `f` where it was built.
@@ -663,6 +698,25 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
         self.p.poll_each(max, f)
     }
 
+    /// Takes the completion at the head of the CQ when it is a successful requester
+    /// completion of a SEND or an RDMA WRITE (with or without immediate or
+    /// invalidation) of the QP whose requester completion was taken last, not at the
+    /// end of the reader's chunk of entries, and hands it to `f` as a [`HotReq`];
+    /// otherwise takes nothing and returns `None` (the CQ may be empty or not: the
+    /// caller then polls with [`CompletionQueue::poll`],
+    /// [`CompletionQueue::poll_one`] or [`CompletionQueue::poll_each`], which take
+    /// any entry). The completion is the one those would give:
+    /// [`requester_completion`] of its `send_op`, with its `wr_id` and `qp_num`. For
+    /// callers that write completions in a layout of their own from a table built
+    /// with [`requester_completion`] (the C `ibv_poll_cq`): nothing on this path is a
+    /// call.
+    ///
+    /// Never blocks, allocates, locks or makes a system call.
+    #[inline(always)]
+    pub fn poll_hot_req<R>(&mut self, f: impl FnOnce(HotReq) -> R) -> Option<R> {
+        self.p.poll_hot_req(f)
+    }
+
     /// Requests a completion event for the next completion (or the next solicited
     /// one): arms the CQ (`mlx5_arm_cq`).
     pub fn req_notify(&mut self, solicited_only: bool) {
@@ -831,6 +885,65 @@ fn decode(
     put_tail(wc, t);
     Some(true)
 }
+
+/// A successful requester completion taken by [`CompletionQueue::poll_hot_req`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HotReq {
+    /// The `wr_id` of the work request.
+    pub wr_id: u64,
+    /// The local QP number.
+    pub qp_num: u32,
+    /// The WQE's send opcode byte: [`requester_completion`] of it is `Some`, the rest
+    /// of the completion.
+    pub send_op: u8,
+}
+
+/// The completion a successful requester CQE of send opcode byte `send_op` reports
+/// (`wr_id` and `qp_num` 0), for the opcodes [`CompletionQueue::poll_hot_req`] hands
+/// out (SEND and RDMA WRITE, with or without immediate or invalidation: every
+/// opcode whose completion is one table entry); `None` for the others (RDMA READ,
+/// whose byte count is the CQE's, the atomics, UMR). A `const fn`, to build tables
+/// of other completion layouts at compile time.
+pub const fn requester_completion(send_op: u8) -> Option<WorkCompletion> {
+    if send_op & REQ_SPECIAL != 0 {
+        return None;
+    }
+    Some(WorkCompletion {
+        wr_id: 0,
+        qp_num: 0,
+        byte_len: 0,
+        opcode: WcOpcode::of_send(send_op),
+        wc_flags: if WcOpcode::send_has_imm(send_op) {
+            WcFlags::WITH_IMM
+        } else {
+            WcFlags::empty()
+        },
+        status: WcStatus::Success,
+        vendor_err: 0,
+        imm_data: 0,
+        src_qp: 0,
+        sl: 0,
+    })
+}
+
+// `requester_completion` is what the reader reports: `REQ_TAIL`'s entry of every
+// opcode it gives (`poll_hot_req` hands out exactly those).
+const _: () = {
+    let mut op = 0;
+    while op < 256 {
+        if let Some(w) = requester_completion(op as u8) {
+            let t = WcTailBits::of(WcTail {
+                byte_len: w.byte_len,
+                opcode: w.opcode,
+                wc_flags: w.wc_flags,
+                status: w.status,
+                vendor_err: w.vendor_err,
+            });
+            assert!(t.get() == REQ_TAIL[op].get());
+        }
+        op += 1;
+    }
+};
 
 /// What a successful requester CQE reports besides `wr_id` and `qp_num` (rdma-core
 /// `handle_good_req`; the other fields are 0): the fields of [`WorkCompletion`]

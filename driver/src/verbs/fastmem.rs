@@ -415,6 +415,32 @@ impl<B: Bus> CqeCursor<B> {
         })
     }
 
+    /// The entry at the cursor, without moving, when it is not the last of its chunk
+    /// (`None` for that one, which [`CqeCursor::next`] takes out of line): for reads
+    /// after the caller's owner test and read barrier, before it decides to take the
+    /// entry with [`CqeCursor::step`].
+    #[inline(always)]
+    pub(crate) fn peek(&self) -> Option<CqeAt<'_>> {
+        if self.left == 1 {
+            return None;
+        }
+        Some(CqeAt {
+            at: self.at,
+            _cur: std::marker::PhantomData,
+        })
+    }
+
+    /// Moves past the entry [`CqeCursor::peek`] returned (not the last of its chunk),
+    /// as [`CqeCursor::next`] does; [`CqeCursor::publish_next`] then publishes it.
+    #[inline(always)]
+    pub(crate) fn step(&mut self) {
+        debug_assert!(self.left > 1, "step after a peek that returned an entry");
+        // `left' = left - 1 >= 1`: the invariant holds, as in `next`.
+        self.left = self.left.wrapping_sub(1);
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        self.at = self.at.wrapping_add(CQE_STRIDE);
+    }
+
     /// [`CqeCursor::next`] from the last entry of a chunk (`k + 1` a multiple of
     /// `chunk`): the first entry of the next chunk, which is entry 0 of the next pass
     /// (parity flipped) at the ring's end.
@@ -861,6 +887,20 @@ impl<B: Bus> SqSlots<B> {
         // left; then the budget is closed instead (0: every request goes out of
         // line, which places it again), so the invariant holds on both paths.
         let (wqe, id) = self.pos.at();
+        // The WQE's address as a value of its own (no instruction): its stores then
+        // address it directly, and the ring base and the position need not stay in
+        // registers until the WQE is written.
+        #[cfg(target_arch = "x86_64")]
+        let wqe = {
+            let mut p = wqe;
+            // SAFETY: an empty instruction sequence: it reads and writes no memory
+            // and leaves the pointer unchanged.
+            #[allow(clippy::pointers_in_nomem_asm_block)] // the pointer is not read
+            unsafe {
+                std::arch::asm!("/* {0} */", inout(reg) p, options(pure, nomem, nostack, preserves_flags))
+            };
+            p
+        };
         let off = self.pos.off + l.step as isize;
         if off > 0 {
             self.pos.off = 0;

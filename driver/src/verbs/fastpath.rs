@@ -245,6 +245,12 @@ impl<B: Bus> DetachedCq<B> {
         self.p.poll_one()
     }
 
+    /// [`CompletionQueue::poll_hot_req`](super::CompletionQueue::poll_hot_req).
+    #[inline]
+    pub fn poll_hot_req<R>(&mut self, f: impl FnOnce(super::HotReq) -> R) -> Option<R> {
+        self.p.poll_hot_req(f)
+    }
+
     /// The doorbell record's consumer index word (`MLX5_CQ_SET_CI`) as the device
     /// reads it: `consumer index & 0xffffff`.
     pub fn doorbell_record(&self) -> u32 {
@@ -312,7 +318,8 @@ mod tests {
     /// The doorbell record holds the consumer index (modulo 2^24) after every poll,
     /// through the cursor's chunk ends (every 256 entries, or the ring's end on
     /// smaller rings), ring wraps and the index's 24-bit wrap (and the device's
-    /// 32-bit one), with `poll_one`, `poll` and `poll_each` of 1 to 4 entries; and every
+    /// 32-bit one), with `poll_one`, `poll` and `poll_each` of 1 to 4 entries and
+    /// `poll_hot_req` (then `poll_one` when it takes nothing); and every
     /// completion has its own values, written here from the CQE that was produced
     /// (not from the driver's other poll path): requester SEND, RDMA READ (the CQE's
     /// byte count), atomics (8), WRITE with immediate, CQEs with the SE bit, a switch
@@ -445,9 +452,11 @@ mod tests {
                         }
                     }
                 }
-                // Take them all, with `poll_one`, `poll` of 1 to 4 entries, or
-                // `poll_each` of 1 to 4.
-                let mode = rnd(9);
+                // Take them all, with `poll_one`, `poll` of 1 to 4 entries,
+                // `poll_each` of 1 to 4, or `poll_hot_req` (as the C one-entry
+                // poll: the completion from `requester_completion`, and when it
+                // takes nothing, `poll_one`).
+                let mode = rnd(10);
                 loop {
                     // What the call must return: skipped entries before each
                     // completion are consumed with it.
@@ -471,6 +480,18 @@ mod tests {
                     }
                     let got: Vec<WorkCompletion> = if mode == 0 {
                         cq.poll_one().into_iter().collect()
+                    } else if mode == 9 {
+                        let hot = cq.poll_hot_req(|r| {
+                            let mut w = crate::verbs::requester_completion(r.send_op)
+                                .expect("an opcode of the table");
+                            w.wr_id = r.wr_id;
+                            w.qp_num = r.qp_num;
+                            w
+                        });
+                        match hot {
+                            Some(w) => vec![w],
+                            None => cq.poll_one().into_iter().collect(),
+                        }
                     } else if mode > 4 {
                         let mut v = Vec::new();
                         let n = cq.poll_each(max, |w| v.push(*w));

@@ -246,6 +246,20 @@ pub(crate) fn send_one_inline<B: Bus, O: SqOwner<B>>(
     one_result(one_inline_other(o, data, wr_id, flags))
 }
 
+/// [`QueuePair::try_send_inline`](super::QueuePair::try_send_inline): the straight
+/// path of [`send_one_inline`] alone, whether it posted the request (nothing written
+/// otherwise).
+#[inline(always)]
+pub(crate) fn try_send_one_inline<B: Bus, O: SqOwner<B>>(
+    o: &mut O,
+    wr_id: u64,
+    data: &[u8],
+    flags: SendFlags,
+) -> bool {
+    let (q, slots) = o.parts();
+    one_inline_straight(q, slots, data, wr_id, flags)
+}
+
 /// The straight path of [`send_one_inline`]: whether it posted the request (when
 /// the completion the CQ published is the previous post's last WQE and
 /// [`SqSlots::take_one_inline`] takes it); nothing written otherwise.

@@ -1378,6 +1378,21 @@ impl<'a, B: Bus> QueuePair<'a, B> {
         super::post::send_one_inline(self, wr_id, data, flags)
     }
 
+    /// The straight path of [`QueuePair::send_inline`] alone: when it applies (the
+    /// completions of every earlier WQE taken, the payload of 1 to the one-request
+    /// entry's limit of bytes, room at the position), posts the SEND and rings its
+    /// doorbell, exactly as `send_inline` does, and returns `true`; otherwise writes
+    /// nothing and returns `false`, and the caller posts the request through
+    /// `send_inline` or `post_send` (which then give its result or error). For
+    /// callers with a straight path of their own (the C `ibv_post_send`), which keep
+    /// nothing live across an out-of-line call.
+    ///
+    /// Allocates nothing, takes no lock, makes no system call.
+    #[inline(always)]
+    pub fn try_send_inline(&mut self, wr_id: u64, data: &[u8], flags: SendFlags) -> bool {
+        super::post::try_send_one_inline(self, wr_id, data, flags)
+    }
+
     /// Posts a list of send requests and rings one doorbell for them (the BlueFlame
     /// copy when the list is one WQE that fits). On an error the requests before the
     /// failed one are posted; the error says which one failed and why.
