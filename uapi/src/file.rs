@@ -67,6 +67,9 @@ fn legacy_sizes(number: u32) -> Option<(usize, Option<usize>)> {
         cmd::DESTROY_AH => (destroy_ah::SIZE, None),
         cmd::REG_MR => (reg_mr::SIZE, Some(reg_mr_resp::SIZE)),
         cmd::DEREG_MR => (dereg_mr::SIZE, None),
+        cmd::REREG_MR => (rereg_mr::SIZE, Some(rereg_mr_resp::SIZE)),
+        cmd::ALLOC_MW => (alloc_mw::SIZE, Some(alloc_mw_resp::SIZE)),
+        cmd::DEALLOC_MW => (dealloc_mw::SIZE, None),
         cmd::CREATE_COMP_CHANNEL => (
             create_comp_channel::SIZE,
             Some(create_comp_channel_resp::SIZE),
@@ -344,8 +347,9 @@ mod tests {
     fn legacy_and_extended_command_tables() {
         assert_eq!(legacy_sizes(cmd::GET_CONTEXT), Some((8, Some(8))));
         assert_eq!(legacy_sizes(cmd::MODIFY_QP), Some((112, None)));
-        assert_eq!(legacy_sizes(cmd::ALLOC_MW), None);
-        assert!(known_legacy(cmd::ALLOC_MW) && known_legacy(cmd::OPEN_QP));
+        assert_eq!(legacy_sizes(cmd::ALLOC_MW), Some((16, Some(8))));
+        assert_eq!(legacy_sizes(cmd::OPEN_XRCD), None);
+        assert!(known_legacy(cmd::OPEN_XRCD) && known_legacy(cmd::OPEN_QP));
         assert!(!known_legacy(6) && !known_legacy(41) && !known_legacy(200));
         assert_eq!(ex_sizes(cmd::QUERY_DEVICE), Some((8, 304)));
         assert_eq!(ex_sizes(50), None);

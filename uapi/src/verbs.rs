@@ -116,6 +116,17 @@ struct Mr {
     index: u32,
     pd: u32,
     mem: Mapped,
+    /// What it was registered with (REREG_MR keeps what it does not change).
+    start: u64,
+    length: u64,
+    hca_va: u64,
+    access: u32,
+}
+
+/// A memory window (`mlx5_ib_alloc_mw`): a free KLM mkey that UMR WQEs bind.
+struct Mw {
+    index: u32,
+    pd: u32,
 }
 
 struct Cq {
@@ -138,6 +149,11 @@ struct Qp {
     mem: Option<Mapped>,
     db_page: u64,
     caps: [u32; 5],
+    /// The receive queue as libmlx5 laid it out (Linux `set_rq_size` from the user's
+    /// `rq_wqe_count` and `rq_wqe_shift`): WQEs and scatter entries per WQE, what
+    /// QUERY_QP reports as `max_recv_wr` and `max_recv_sge`.
+    rq_wqes: u32,
+    rq_max_gs: u32,
     sq_sig_all: u8,
     port: u8,
     pkey_index: u16,
@@ -172,6 +188,7 @@ pub struct Ucontext {
     next_handle: u32,
     pds: HashMap<u32, Pd>,
     mrs: HashMap<u32, Mr>,
+    mws: HashMap<u32, Mw>,
     cqs: HashMap<u32, Cq>,
     qps: HashMap<u32, Qp>,
     srqs: HashMap<u32, Srq>,
@@ -262,6 +279,7 @@ impl Ucontext {
             next_handle: 1,
             pds: HashMap::new(),
             mrs: HashMap::new(),
+            mws: HashMap::new(),
             cqs: HashMap::new(),
             qps: HashMap::new(),
             srqs: HashMap::new(),
@@ -290,6 +308,9 @@ impl Ucontext {
             (cmd::DEALLOC_PD, false) => self.dealloc_pd(c),
             (cmd::REG_MR, false) => self.reg_mr(c),
             (cmd::DEREG_MR, false) => self.dereg_mr(c),
+            (cmd::REREG_MR, false) => self.rereg_mr(c),
+            (cmd::ALLOC_MW, false) => self.alloc_mw(c),
+            (cmd::DEALLOC_MW, false) => self.dealloc_mw(c),
             (cmd::CREATE_COMP_CHANNEL, false) => self.create_comp_channel(c),
             (cmd::CREATE_CQ, ex) => self.create_cq(c, ex),
             (cmd::DESTROY_CQ, false) => self.destroy_cq(c),
@@ -336,8 +357,15 @@ impl Ucontext {
             r.u32(p::hw_ver, 0);
             r.u32(p::max_qp, d.max_qp);
             r.u32(p::max_qp_wr, d.max_qp_wr);
-            // IB_DEVICE_SYS_IMAGE_GUID | IB_DEVICE_RC_RNR_NAK_GEN.
-            r.u32(p::device_cap_flags, (1 << 11) | (1 << 12));
+            // IB_DEVICE_SYS_IMAGE_GUID | IB_DEVICE_RC_RNR_NAK_GEN, and the memory
+            // windows mlx5_ib reports with `imaicl` (IB_DEVICE_MEM_WINDOW |
+            // IB_DEVICE_MEM_WINDOW_TYPE_2B, `max_mw` from `log_max_mkey`): the
+            // simulated firmware executes their UMR WQEs (sim `firmware::mw`).
+            r.u32(
+                p::device_cap_flags,
+                (1 << 11) | (1 << 12) | (1 << 17) | (1 << 24),
+            );
+            r.u32(p::max_mw, d.max_mr);
             r.u32(p::max_sge, d.max_sge);
             r.u32(p::max_sge_rd, d.max_sge_rd);
             r.u32(p::max_cq, d.max_cq);
@@ -468,32 +496,48 @@ impl Ucontext {
         let hca_va = c.core.u64(q::hca_va);
         let pd_h = c.core.u32(q::pd_handle);
         let access = c.core.u32(q::access_flags);
-        let known = ACCESS_LOCAL_WRITE
-            | ACCESS_REMOTE_WRITE
-            | ACCESS_REMOTE_READ
-            | ACCESS_REMOTE_ATOMIC
-            | ACCESS_MW_BIND
-            | ACCESS_ZERO_BASED
-            | ACCESS_ON_DEMAND
-            | ACCESS_RELAXED_ORDERING;
-        if access & !known != 0 {
-            return Err(Errno::EINVAL);
-        }
-        // Linux `ib_check_mr_access`: remote write or atomic need local write.
-        if access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0
-            && access & ACCESS_LOCAL_WRITE == 0
-        {
-            return Err(Errno::EINVAL);
-        }
-        if access & (ACCESS_ON_DEMAND | ACCESS_MW_BIND) != 0 {
-            return Err(Errno::EOPNOTSUPP);
-        }
+        check_mr_access(access)?;
         if length == 0 || length > isize::MAX as u64 || start % PAGE != hca_va % PAGE {
             return Err(Errno::EINVAL);
         }
-        if !self.pds.contains_key(&pd_h) {
-            return Err(Errno::EINVAL);
+        let pdn = self.pds.get(&pd_h).ok_or(Errno::EINVAL)?.pdn;
+        let (index, key, mem) = self.create_mr_mkey(start, length, hca_va, pdn, access)?;
+        let h = self.handle();
+        self.pd_use(pd_h)?;
+        self.mrs.insert(
+            h,
+            Mr {
+                index,
+                pd: pd_h,
+                mem,
+                start,
+                length,
+                hca_va,
+                access,
+            },
+        );
+        let mut r = Resp::new(abi::reg_mr_resp::SIZE);
+        r.u32(abi::reg_mr_resp::mr_handle, h);
+        r.u32(abi::reg_mr_resp::lkey, key);
+        r.u32(abi::reg_mr_resp::rkey, key);
+        if let Err(e) = c.respond(&r) {
+            self.dereg_mr_handle(h)?;
+            return Err(e);
         }
+        Ok(())
+    }
+
+    /// Maps `[start, start + length)` for the device and makes an MTT mkey over it in
+    /// PD `pdn` with `access` (Linux `mlx5_ib_reg_user_mr` → `reg_create`): (index,
+    /// key, mapping).
+    fn create_mr_mkey(
+        &mut self,
+        start: u64,
+        length: u64,
+        hca_va: u64,
+        pdn: u32,
+        access: u32,
+    ) -> Result<(u32, u32, Mapped), Errno> {
         let writable =
             access & (ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0;
         let perm = if writable { DmaPerm::RW } else { DmaPerm::RO };
@@ -515,7 +559,6 @@ impl Ucontext {
         m(mkc::qpn).set(&mut input, MKC_QPN_NONE.into());
         let variant = KEY_VARIANT.fetch_add(1, Ordering::Relaxed);
         m(mkc::mkey_7_0).set(&mut input, variant.into());
-        let pdn = self.pds[&pd_h].pdn;
         m(mkc::pd).set(&mut input, pdn.into());
         let va = if access & ACCESS_ZERO_BASED != 0 {
             start % PAGE
@@ -538,33 +581,145 @@ impl Ucontext {
             }
         };
         let index = create_mkey_out::mkey_index.get(&out) as u32;
-        let key = mkey::mkey(index, variant);
+        Ok((index, mkey::mkey(index, variant), mem))
+    }
+
+    fn destroy_mkey(&self, index: u32) -> Result<(), Errno> {
+        let mut input = new_input(Opcode::DestroyMkey, 0, destroy_mkey_in::SIZE);
+        destroy_mkey_in::mkey_index.set(&mut input, index.into());
+        exec(self.nic, &input, destroy_mkey_out::SIZE).map(|_| ())
+    }
+
+    /// REREG_MR (Linux `ib_uverbs_rereg_mr`, then `mlx5_ib_rereg_user_mr`'s
+    /// `create_real_mr` path): a new mkey with what changes (translation, PD,
+    /// access) and what does not, then the old one destroyed; the response carries
+    /// the new keys, which libibverbs stores in the `ibv_mr`. On an error the region
+    /// stays as it was.
+    fn rereg_mr(&mut self, c: &Cmd<'_>) -> Result<(), Errno> {
+        use abi::rereg_mr as q;
+        // IB_MR_REREG_TRANS | IB_MR_REREG_PD | IB_MR_REREG_ACCESS.
+        const TRANS: u32 = 1;
+        const PD: u32 = 2;
+        const ACCESS: u32 = 4;
+        let flags = c.core.u32(q::flags);
+        if flags & !(TRANS | PD | ACCESS) != 0 || flags == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let (start, length, hca_va) = (
+            c.core.u64(q::start),
+            c.core.u64(q::length),
+            c.core.u64(q::hca_va),
+        );
+        if flags & TRANS != 0 && start % PAGE != hca_va % PAGE {
+            return Err(Errno::EINVAL);
+        }
+        let h = c.core.u32(q::mr_handle);
+        let mr = self.mrs.get(&h).ok_or(Errno::ENOENT)?;
+        let access = if flags & ACCESS != 0 {
+            let a = c.core.u32(q::access_flags);
+            check_mr_access(a)?;
+            a
+        } else {
+            mr.access
+        };
+        let pd_h = if flags & PD != 0 {
+            c.core.u32(q::pd_handle)
+        } else {
+            mr.pd
+        };
+        let pdn = self.pds.get(&pd_h).ok_or(Errno::EINVAL)?.pdn;
+        let (start, length, hca_va) = if flags & TRANS != 0 {
+            if length == 0 || length > isize::MAX as u64 {
+                return Err(Errno::EINVAL);
+            }
+            (start, length, hca_va)
+        } else {
+            (mr.start, mr.length, mr.hca_va)
+        };
+        let (index, key, mem) = self.create_mr_mkey(start, length, hca_va, pdn, access)?;
+        let old = self.mrs.get(&h).expect("looked up").index;
+        if let Err(e) = self.destroy_mkey(old) {
+            let _ = self.destroy_mkey(index);
+            mem.unmap(self.nic);
+            return Err(e);
+        }
+        self.pd_use(pd_h)?;
+        let mr = self.mrs.get_mut(&h).expect("looked up");
+        let old_pd = std::mem::replace(&mut mr.pd, pd_h);
+        let old_mem = std::mem::replace(&mut mr.mem, mem);
+        mr.index = index;
+        (mr.start, mr.length, mr.hca_va, mr.access) = (start, length, hca_va, access);
+        old_mem.unmap(self.nic);
+        self.pd_unuse(old_pd);
+        let mut r = Resp::new(abi::rereg_mr_resp::SIZE);
+        r.u32(abi::rereg_mr_resp::lkey, key);
+        r.u32(abi::rereg_mr_resp::rkey, key);
+        c.respond(&r)
+    }
+
+    /// ALLOC_MW (Linux `ib_uverbs_alloc_mw`, `mlx5_ib_alloc_mw`): a free mkey in KLM
+    /// mode with `umr_en`, remote invalidation for type 2, `roundup(num_klms, 4)`
+    /// translation entries (4 when none are asked for).
+    fn alloc_mw(&mut self, c: &Cmd<'_>) -> Result<(), Errno> {
+        use abi::alloc_mw as q;
+        use abi::mlx5_alloc_mw as d;
+        let pd_h = c.core.u32(q::pd_handle);
+        let pdn = self.pds.get(&pd_h).ok_or(Errno::EINVAL)?.pdn;
+        // IB_MW_TYPE_1, IB_MW_TYPE_2.
+        let ty = c.core.u8(q::mw_type);
+        if ty != 1 && ty != 2 {
+            return Err(Errno::EINVAL);
+        }
+        let u = &c.udata;
+        if u.u32(d::comp_mask) != 0 || u.u8(d::reserved1) != 0 || u.u16(d::reserved2) != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if c.udata_len > d::SIZE && u.0[d::SIZE..c.udata_len].iter().any(|&b| b != 0) {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let klms = u64::from(u.u8(d::num_klms).max(1)).next_multiple_of(4);
+        let mut input = create_mkey_input(0);
+        let m = mkey::in_command;
+        m(mkc::free).set(&mut input, 1);
+        m(mkc::umr_en).set(&mut input, 1);
+        m(mkc::lr).set(&mut input, 1);
+        m(mkc::access_mode_1_0).set(&mut input, MkcAccessMode::Klms.value().into());
+        m(mkc::en_rinval).set(&mut input, u64::from(ty == 2));
+        m(mkc::qpn).set(&mut input, MKC_QPN_NONE.into());
+        m(mkc::pd).set(&mut input, pdn.into());
+        m(mkc::translations_octword_size).set(&mut input, klms);
+        let variant = KEY_VARIANT.fetch_add(1, Ordering::Relaxed);
+        m(mkc::mkey_7_0).set(&mut input, variant.into());
+        let out = exec(self.nic, &input, create_mkey_out::SIZE)?;
+        let index = create_mkey_out::mkey_index.get(&out) as u32;
         let h = self.handle();
         self.pd_use(pd_h)?;
-        self.mrs.insert(
-            h,
-            Mr {
-                index,
-                pd: pd_h,
-                mem,
-            },
-        );
-        let mut r = Resp::new(abi::reg_mr_resp::SIZE);
-        r.u32(abi::reg_mr_resp::mr_handle, h);
-        r.u32(abi::reg_mr_resp::lkey, key);
-        r.u32(abi::reg_mr_resp::rkey, key);
+        self.mws.insert(h, Mw { index, pd: pd_h });
+        let mut r = Resp::new(abi::alloc_mw_resp::SIZE);
+        r.u32(abi::alloc_mw_resp::mw_handle, h);
+        r.u32(abi::alloc_mw_resp::rkey, mkey::mkey(index, variant));
         if let Err(e) = c.respond(&r) {
-            self.dereg_mr_handle(h)?;
+            self.dealloc_mw_handle(h)?;
             return Err(e);
         }
         Ok(())
     }
 
+    fn dealloc_mw_handle(&mut self, h: u32) -> Result<(), Errno> {
+        let mw = self.mws.get(&h).ok_or(Errno::ENOENT)?;
+        self.destroy_mkey(mw.index)?;
+        let mw = self.mws.remove(&h).expect("looked up");
+        self.pd_unuse(mw.pd);
+        Ok(())
+    }
+
+    fn dealloc_mw(&mut self, c: &Cmd<'_>) -> Result<(), Errno> {
+        self.dealloc_mw_handle(c.core.u32(abi::dealloc_mw::mw_handle))
+    }
+
     fn dereg_mr_handle(&mut self, h: u32) -> Result<(), Errno> {
         let mr = self.mrs.get(&h).ok_or(Errno::ENOENT)?;
-        let mut input = new_input(Opcode::DestroyMkey, 0, destroy_mkey_in::SIZE);
-        destroy_mkey_in::mkey_index.set(&mut input, mr.index.into());
-        exec(self.nic, &input, destroy_mkey_out::SIZE)?;
+        self.destroy_mkey(mr.index)?;
         let mr = self.mrs.remove(&h).expect("looked up");
         mr.mem.unmap(self.nic);
         self.pd_unuse(mr.pd);
@@ -802,12 +957,19 @@ impl Ucontext {
         } else {
             q.u64(abi::create_qp::user_handle)
         };
+        let mut block_mc_lb = false;
         // (pd, send_cq, recv_cq, srq, caps, sq_sig_all, qp_type, is_srq)
         let (pd_h, scq_h, rcq_h, srq_h, caps, sig_all, ty, is_srq) = if ex {
             use abi::ex_create_qp as f;
-            if q.u32(f::comp_mask) != 0 || q.u32(f::create_flags) != 0 {
+            // IB_UVERBS_CREATE_QP_MASK_IND_TABLE (RSS, raw packet QPs only).
+            let mask = q.u32(f::comp_mask);
+            if mask & !1 != 0 {
+                return Err(Errno::EINVAL);
+            }
+            if mask != 0 {
                 return Err(Errno::EOPNOTSUPP);
             }
+            block_mc_lb = create_flags_supported(self.nic, q.u32(f::create_flags))?;
             (
                 q.u32(f::pd_handle),
                 q.u32(f::send_cq_handle),
@@ -929,6 +1091,7 @@ impl Ucontext {
         let s = |input: &mut Vec<u8>, f, v: u64| in_command(f).set(input, v);
         s(&mut input, qpc::st, st);
         s(&mut input, qpc::pm_state, 3);
+        s(&mut input, qpc::block_lb_mc, u64::from(block_mc_lb));
         s(&mut input, qpc::pd, pdn.into());
         s(&mut input, qpc::uar_page, self.nic.uar.into());
         match (srq, rq_cnt) {
@@ -995,6 +1158,12 @@ impl Ucontext {
                 mem: Some(mem),
                 db_page,
                 caps,
+                rq_wqes: rq_cnt,
+                rq_max_gs: if rq_cnt == 0 {
+                    0
+                } else {
+                    (1u32 << rq_shift) / 16 - u32::from(flags & QP_FLAG_SIGNATURE != 0)
+                },
                 sq_sig_all: sig_all,
                 port: 1,
                 pkey_index: 0,
@@ -1439,10 +1608,12 @@ impl Ucontext {
             r.u8(f::dest + dd::is_global, 1);
             r.u8(f::dest + dd::port_num, qp.port);
         }
-        r.u32(f::max_send_wr, qp.caps[0]);
-        r.u32(f::max_recv_wr, qp.caps[1]);
-        r.u32(f::max_send_sge, qp.caps[2]);
-        r.u32(f::max_recv_sge, qp.caps[3]);
+        // Linux `mlx5_ib_query_qp`: the receive queue's real size; the send side is
+        // the user's (0 for a user QP: libmlx5 fills in its own).
+        r.u32(f::max_send_wr, 0);
+        r.u32(f::max_recv_wr, qp.rq_wqes);
+        r.u32(f::max_send_sge, 0);
+        r.u32(f::max_recv_sge, qp.rq_max_gs);
         r.u32(f::max_inline_data, qp.caps[4]);
         r.u32(
             f::qkey,
@@ -1688,7 +1859,7 @@ impl Ucontext {
         Ok(())
     }
 
-    /// Destroys every object, in Linux's order (AH, QP, SRQ, CQ, MR, PD).
+    /// Destroys every object, in Linux's order (AH, QP, SRQ, CQ, MW, MR, PD).
     pub fn destroy_all(&mut self) {
         let hs: Vec<u32> = self.ahs.keys().copied().collect();
         for h in hs {
@@ -1708,6 +1879,10 @@ impl Ucontext {
         for h in hs {
             let _ = self.destroy_cq_handle(h);
         }
+        let hs: Vec<u32> = self.mws.keys().copied().collect();
+        for h in hs {
+            let _ = self.dealloc_mw_handle(h);
+        }
         let hs: Vec<u32> = self.mrs.keys().copied().collect();
         for h in hs {
             let _ = self.dereg_mr_handle(h);
@@ -1718,6 +1893,60 @@ impl Ucontext {
         }
         let _ = &self.async_file;
     }
+}
+
+/// Linux `ib_check_mr_access` with mlx5_ib's support: known flags only, remote
+/// write or atomic only with local write, no on-demand paging (the device reports no
+/// ODP capabilities). `IBV_ACCESS_MW_BIND` needs nothing of an mlx5 mkey: windows
+/// bind to any region of their PD.
+fn check_mr_access(access: u32) -> Result<(), Errno> {
+    let known = ACCESS_LOCAL_WRITE
+        | ACCESS_REMOTE_WRITE
+        | ACCESS_REMOTE_READ
+        | ACCESS_REMOTE_ATOMIC
+        | ACCESS_MW_BIND
+        | ACCESS_ZERO_BASED
+        | ACCESS_ON_DEMAND
+        | ACCESS_RELAXED_ORDERING;
+    if access & !known != 0 {
+        return Err(Errno::EINVAL);
+    }
+    if access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0
+        && access & ACCESS_LOCAL_WRITE == 0
+    {
+        return Err(Errno::EINVAL);
+    }
+    if access & ACCESS_ON_DEMAND != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    Ok(())
+}
+
+/// The extended CREATE_QP's `create_flags`: Linux's core refuses a flag it does not
+/// know (EINVAL, `create_qp` in `uverbs_cmd.c`); mlx5_ib's `process_create_flags`
+/// one the device's capabilities do not offer (EOPNOTSUPP). This device offers none:
+/// it reports no `block_lb_mc` (the simulator has no multicast), and cross-channel,
+/// raw-packet (FCS scatter, VLAN stripping, end padding) and source-QPN QPs are not
+/// implemented.
+/// Whether multicast loopback is to be blocked.
+fn create_flags_supported(nic: &Nic, flags: u32) -> Result<bool, Errno> {
+    // IB_QP_CREATE_BLOCK_MULTICAST_LOOPBACK, _CROSS_CHANNEL, _MANAGED_SEND,
+    // _MANAGED_RECV, _SCATTER_FCS, _CVLAN_STRIPPING, _SOURCE_QPN,
+    // _PCI_WRITE_END_PADDING (Linux `ib_verbs.h`).
+    const BLOCK_MC_LB: u32 = 1 << 1;
+    const KNOWN: u32 = BLOCK_MC_LB | (1 << 2) | (1 << 3) | (1 << 4) | (0xf << 8);
+    if flags & !KNOWN != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let offered = if nic.cap(g::block_lb_mc) != 0 {
+        BLOCK_MC_LB
+    } else {
+        0
+    };
+    if flags & !offered != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    Ok(flags & BLOCK_MC_LB != 0)
 }
 
 fn ceil_log2(v: u8) -> u8 {
