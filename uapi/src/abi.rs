@@ -378,3 +378,6 @@ mod tests {
 
 /// The rdma_cm command ABI.
 pub mod ucma;
+
+/// The uverbs ioctl ABI.
+pub mod ioctl;

@@ -27,6 +27,7 @@ pub mod fdtab;
 pub mod file;
 #[cfg(not(test))]
 mod interpose;
+pub mod ioctl;
 pub mod nic;
 pub mod rdma_cm;
 pub mod real;

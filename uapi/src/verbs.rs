@@ -37,6 +37,15 @@ use crate::nic::Nic;
 use crate::user::{self, PAGE};
 use crate::{fdtab, Errno};
 
+/// `MLX5_LIB_CAP_DYN_UAR`: the library allocates its UARs (`MLX5_IB_METHOD_UAR_OBJ_ALLOC`).
+const LIB_CAP_DYN_UAR: u64 = 1 << 1;
+/// `MLX5_QP_FLAG_UAR_PAGE_INDEX`: `bfreg_index` names a dynamically allocated UAR.
+const QP_FLAG_UAR_PAGE_INDEX: u32 = 1 << 10;
+/// `MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX`.
+const CQ_FLAG_UAR_PAGE_INDEX: u16 = 1 << 1;
+/// The first mmap page offset of the entries mlx5_ib hands out
+/// (`MLX5_IB_MMAP_OFFSET_START << 16`, `rdma_user_mmap_entry_insert_range`).
+pub const MMAP_OFFSET_START: u64 = 9 << 16;
 /// `MLX5_IB_ALLOC_UCTX_DEVX`.
 const UCTX_DEVX: u32 = 1;
 /// `MLX5_MAX_BFREGS` (Linux `hw/mlx5/main.c: calc_total_bfregs`).
@@ -50,7 +59,6 @@ const ACCESS_LOCAL_WRITE: u32 = 1;
 const ACCESS_REMOTE_WRITE: u32 = 2;
 const ACCESS_REMOTE_READ: u32 = 4;
 const ACCESS_REMOTE_ATOMIC: u32 = 8;
-const ACCESS_MW_BIND: u32 = 16;
 const ACCESS_ZERO_BASED: u32 = 32;
 const ACCESS_ON_DEMAND: u32 = 64;
 const ACCESS_RELAXED_ORDERING: u32 = 1 << 20;
@@ -114,6 +122,8 @@ struct Pd {
 
 struct Mr {
     index: u32,
+    /// Its lkey and rkey.
+    key: u32,
     pd: u32,
     mem: Mapped,
     /// What it was registered with (REREG_MR keeps what it does not change).
@@ -178,12 +188,25 @@ struct Ah {
     pd: u32,
 }
 
+/// A UAR page the library allocated (`MLX5_IB_METHOD_UAR_OBJ_ALLOC`): its page id
+/// (what CREATE_QP and CREATE_CQ name) and mmap page offset. The doorbells of every
+/// UAR page of the context reach the device through the layer's own UAR (see
+/// `doorbell`), so the page id names the page among the context's.
+struct DynUar {
+    page_id: u32,
+    pgoff: u64,
+}
+
 /// A user context (`mlx5_ib_ucontext`) and its objects.
 pub struct Ucontext {
     nic: &'static Nic,
     file: u64,
     async_file: Arc<EventFile>,
     tot_bfregs: u32,
+    /// The library allocates its UAR pages (`bfregi.lib_uar_dyn`).
+    dyn_uar: bool,
+    uars: HashMap<u32, DynUar>,
+    next_uar: u32,
     cqe_version: u8,
     next_handle: u32,
     pds: HashMap<u32, Pd>,
@@ -199,8 +222,10 @@ pub struct Ucontext {
 }
 
 impl Ucontext {
-    /// GET_CONTEXT (Linux `mlx5_ib_alloc_ucontext`), answered as an mlx5_ib without
-    /// dynamic UARs: `tot_bfregs` static registers in `tot_bfregs / 2` UAR pages.
+    /// GET_CONTEXT (Linux `mlx5_ib_alloc_ucontext`): with `MLX5_LIB_CAP_DYN_UAR`
+    /// (libmlx5 always asks) no static UARs (`tot_bfregs` 0, the library allocates
+    /// its pages with the UAR_OBJ_ALLOC method); otherwise `tot_bfregs` static
+    /// registers in `tot_bfregs / 2` UAR pages.
     pub fn create(nic: &'static Nic, file: u64, c: &Cmd<'_>) -> Result<Ucontext, Errno> {
         use abi::alloc_ucontext_req as q;
         let u = &c.udata;
@@ -221,17 +246,26 @@ impl Ucontext {
             // No DEVX on this device: libmlx5 asks again without it.
             return Err(Errno::EOPNOTSUPP);
         }
-        let total = u.u32(q::total_num_bfregs);
-        if total == 0 {
-            return Err(Errno::EINVAL);
-        }
-        if total > MAX_BFREGS {
-            return Err(Errno::ENOMEM);
-        }
-        let total = total.next_multiple_of(2);
-        if u.u32(q::num_low_latency_bfregs) > total - 1 {
-            return Err(Errno::EINVAL);
-        }
+        let dyn_uar = c.udata_len >= abi::alloc_ucontext_req::SIZE
+            && u.u64(q::lib_caps) & LIB_CAP_DYN_UAR != 0;
+        // Linux checks the static registers only when it makes them
+        // (`calc_total_bfregs`, skipped for `lib_uar_dyn`).
+        let total = if dyn_uar {
+            0
+        } else {
+            let total = u.u32(q::total_num_bfregs);
+            if total == 0 {
+                return Err(Errno::EINVAL);
+            }
+            if total > MAX_BFREGS {
+                return Err(Errno::ENOMEM);
+            }
+            let total = total.next_multiple_of(2);
+            if u.u32(q::num_low_latency_bfregs) > total - 1 {
+                return Err(Errno::EINVAL);
+            }
+            total
+        };
         let cqe_version = nic.cqe_version.min(u.u8(q::max_cqe_version));
         let async_file = EventFile::new(abi::async_event_desc::SIZE)?;
         let afd = async_file.fd();
@@ -243,31 +277,7 @@ impl Ucontext {
         let mut r = Resp::new(abi::get_context_resp::SIZE);
         r.u32(abi::get_context_resp::async_fd, afd as u32);
         r.u32(abi::get_context_resp::num_comp_vectors, 1);
-        let mut d = Resp::new(abi::alloc_ucontext_resp::SIZE);
-        {
-            use abi::alloc_ucontext_resp as p;
-            d.u32(p::qp_tab_size, 1 << nic.cap(g::log_max_qp).min(24));
-            d.u32(p::bf_reg_size, nic.bf_reg_size());
-            d.u32(p::tot_bfregs, total);
-            d.u32(p::cache_line_size, 64);
-            d.u16(p::max_sq_desc_sz, nic.cap(g::max_wqe_sz_sq) as u16);
-            d.u16(p::max_rq_desc_sz, nic.cap(g::max_wqe_sz_rq) as u16);
-            d.u32(p::max_send_wqebb, 1 << nic.cap(g::log_max_qp_sz).min(24));
-            d.u32(p::max_recv_wr, 1 << nic.cap(g::log_max_qp_sz).min(24));
-            d.u32(p::max_srq_recv_wr, 1 << nic.cap(g::log_max_srq_sz).min(24));
-            d.u16(p::num_ports, nic.cap(g::num_ports).max(1) as u16);
-            d.u32(
-                p::response_length,
-                c.uresp.1.min(abi::alloc_ucontext_resp::SIZE) as u32,
-            );
-            d.u8(p::cqe_version, cqe_version);
-            // MLX5_USER_CMDS_SUPP_UHW_QUERY_DEVICE | _CREATE_AH.
-            d.u8(p::cmds_supp_uhw, 1 | 2);
-            // MLX5_USER_INLINE_MODE_NONE + 1 (Linux sends the mode plus one).
-            d.u8(p::eth_min_inline, 1);
-            d.u32(p::log_uar_size, 12);
-            d.u32(p::num_uars_per_page, 1);
-        }
+        let d = ucontext_resp(nic, total, cqe_version, c.uresp.1);
         c.respond(&r)?;
         c.respond_udata(&d)?;
         Ok(Ucontext {
@@ -275,6 +285,9 @@ impl Ucontext {
             file,
             async_file,
             tot_bfregs: total,
+            dyn_uar,
+            uars: HashMap::new(),
+            next_uar: 0,
             cqe_version,
             next_handle: 1,
             pds: HashMap::new(),
@@ -286,6 +299,58 @@ impl Ucontext {
             ahs: HashMap::new(),
             db_pages: HashMap::new(),
         })
+    }
+
+    /// The QUERY_CONTEXT method's driver response (what GET_CONTEXT answered), for
+    /// a caller's buffer of `room` bytes.
+    pub fn query_context(&self, room: usize) -> Resp {
+        ucontext_resp(self.nic, self.tot_bfregs, self.cqe_version, room)
+    }
+
+    /// The PD number of PD handle `h` (mlx5_ib's `MLX5_IB_METHOD_PD_QUERY`).
+    pub fn pd_number(&self, h: u32) -> Result<u32, Errno> {
+        self.pds.get(&h).map(|p| p.pdn).ok_or(Errno::ENOENT)
+    }
+
+    /// (lkey, rkey, length, iova) of MR handle `h` (`UVERBS_METHOD_QUERY_MR`).
+    pub fn mr_attrs(&self, h: u32) -> Result<(u32, u32, u64, u64), Errno> {
+        let mr = self.mrs.get(&h).ok_or(Errno::ENOENT)?;
+        let key = mr.key;
+        let iova = if mr.access & ACCESS_ZERO_BASED != 0 {
+            mr.start % PAGE
+        } else {
+            mr.hca_va
+        };
+        Ok((key, key, mr.length, iova))
+    }
+
+    /// MLX5_IB_METHOD_UAR_OBJ_ALLOC: a new UAR page of the context; (handle, mmap
+    /// offset in bytes, page id).
+    pub fn alloc_uar(&mut self) -> Result<(u32, u64, u32), Errno> {
+        let page_id = self.next_uar;
+        if page_id >= MAX_BFREGS {
+            return Err(Errno::ENOMEM);
+        }
+        self.next_uar += 1;
+        let pgoff = MMAP_OFFSET_START + u64::from(page_id);
+        let h = self.handle();
+        self.uars.insert(h, DynUar { page_id, pgoff });
+        Ok((h, pgoff * PAGE, page_id))
+    }
+
+    /// MLX5_IB_METHOD_UAR_OBJ_DESTROY: the page can no longer be mapped or named.
+    pub fn destroy_uar(&mut self, h: u32) -> Result<(), Errno> {
+        self.uars.remove(&h).map(|_| ()).ok_or(Errno::ENOENT)
+    }
+
+    /// Whether `pgoff` is the mmap page offset of a live allocated UAR.
+    pub fn uar_offset(&self, pgoff: u64) -> bool {
+        self.uars.values().any(|u| u.pgoff == pgoff)
+    }
+
+    /// Whether `page_id` names a live allocated UAR.
+    fn uar_page(&self, page_id: u32) -> bool {
+        self.uars.values().any(|u| u.page_id == page_id)
     }
 
     /// UAR pages the application may map.
@@ -508,6 +573,7 @@ impl Ucontext {
             h,
             Mr {
                 index,
+                key,
                 pd: pd_h,
                 mem,
                 start,
@@ -648,6 +714,7 @@ impl Ucontext {
         let old_pd = std::mem::replace(&mut mr.pd, pd_h);
         let old_mem = std::mem::replace(&mut mr.mem, mem);
         mr.index = index;
+        mr.key = key;
         (mr.start, mr.length, mr.hca_va, mr.access) = (start, length, hca_va, access);
         old_mem.unmap(self.nic);
         self.pd_unuse(old_pd);
@@ -815,8 +882,18 @@ impl Ucontext {
         let buf = c.udata.u64(u::buf_addr);
         let db = c.udata.u64(u::db_addr);
         let cqe_size = c.udata.u32(u::cqe_size);
-        if c.udata.u8(u::cqe_comp_en) != 0 || c.udata.u16(u::flags) != 0 {
+        let cq_flags = c.udata.u16(u::flags);
+        if c.udata.u8(u::cqe_comp_en) != 0 || cq_flags & !CQ_FLAG_UAR_PAGE_INDEX != 0 {
             return Err(Errno::EOPNOTSUPP);
+        }
+        // Linux `create_cq_user`: the UAR page named, or with library-allocated UARs
+        // one must be named.
+        if cq_flags & CQ_FLAG_UAR_PAGE_INDEX != 0 {
+            if !self.uar_page(c.udata.u32(u::uar_page_index)) {
+                return Err(Errno::EINVAL);
+            }
+        } else if self.dyn_uar {
+            return Err(Errno::EINVAL);
         }
         if cqe_size != 64 && cqe_size != 128 {
             return Err(Errno::EINVAL);
@@ -1032,10 +1109,26 @@ impl Ucontext {
         let rq_shift = d.u32(u::rq_wqe_shift);
         let flags = d.u32(u::flags);
         let uidx = d.u32(u::uidx);
-        if flags & !(QP_FLAG_SIGNATURE | QP_FLAG_SCATTER_CQE | QP_FLAG_BFREG_INDEX) != 0 {
+        if flags
+            & !(QP_FLAG_SIGNATURE
+                | QP_FLAG_SCATTER_CQE
+                | QP_FLAG_BFREG_INDEX
+                | QP_FLAG_UAR_PAGE_INDEX)
+            != 0
+        {
             return Err(Errno::EINVAL);
         }
-        let bfreg = if flags & QP_FLAG_BFREG_INDEX != 0 {
+        let bfreg = if flags & QP_FLAG_UAR_PAGE_INDEX != 0 {
+            // Linux `create_user_qp`: the page is the QP's; no static register
+            // (`MLX5_IB_INVALID_BFREG` in the response).
+            if !self.uar_page(d.u32(u::bfreg_index)) {
+                return Err(Errno::EINVAL);
+            }
+            1 << 31
+        } else if self.dyn_uar {
+            // `alloc_bfreg` with library-allocated UARs.
+            return Err(Errno::EINVAL);
+        } else if flags & QP_FLAG_BFREG_INDEX != 0 {
             let b = d.u32(u::bfreg_index);
             // Static registers only: 2 per UAR page, numbered 4 per page (Linux
             // `adjust_bfregn`).
@@ -1895,19 +1988,48 @@ impl Ucontext {
     }
 }
 
+/// mlx5_ib's ucontext response (`mlx5_ib_alloc_ucontext_resp`, Linux
+/// `set_ucontext_resp`), for GET_CONTEXT and the QUERY_CONTEXT method alike;
+/// `room` is the caller's buffer (`response_length`).
+fn ucontext_resp(nic: &Nic, total: u32, cqe_version: u8, room: usize) -> Resp {
+    let mut d = Resp::new(abi::alloc_ucontext_resp::SIZE);
+    {
+        use abi::alloc_ucontext_resp as p;
+        d.u32(p::qp_tab_size, 1 << nic.cap(g::log_max_qp).min(24));
+        d.u32(p::bf_reg_size, nic.bf_reg_size());
+        d.u32(p::tot_bfregs, total);
+        d.u32(p::cache_line_size, 64);
+        d.u16(p::max_sq_desc_sz, nic.cap(g::max_wqe_sz_sq) as u16);
+        d.u16(p::max_rq_desc_sz, nic.cap(g::max_wqe_sz_rq) as u16);
+        d.u32(p::max_send_wqebb, 1 << nic.cap(g::log_max_qp_sz).min(24));
+        d.u32(p::max_recv_wr, 1 << nic.cap(g::log_max_qp_sz).min(24));
+        d.u32(p::max_srq_recv_wr, 1 << nic.cap(g::log_max_srq_sz).min(24));
+        d.u16(p::num_ports, nic.cap(g::num_ports).max(1) as u16);
+        d.u32(
+            p::response_length,
+            room.min(abi::alloc_ucontext_resp::SIZE) as u32,
+        );
+        d.u8(p::cqe_version, cqe_version);
+        // MLX5_USER_CMDS_SUPP_UHW_QUERY_DEVICE | _CREATE_AH.
+        d.u8(p::cmds_supp_uhw, 1 | 2);
+        // MLX5_USER_INLINE_MODE_NONE + 1 (Linux sends the mode plus one).
+        d.u8(p::eth_min_inline, 1);
+        d.u32(p::log_uar_size, 12);
+        d.u32(p::num_uars_per_page, 1);
+    }
+    d
+}
+
 /// Linux `ib_check_mr_access` with mlx5_ib's support: known flags only, remote
 /// write or atomic only with local write, no on-demand paging (the device reports no
 /// ODP capabilities). `IBV_ACCESS_MW_BIND` needs nothing of an mlx5 mkey: windows
 /// bind to any region of their PD.
 fn check_mr_access(access: u32) -> Result<(), Errno> {
-    let known = ACCESS_LOCAL_WRITE
-        | ACCESS_REMOTE_WRITE
-        | ACCESS_REMOTE_READ
-        | ACCESS_REMOTE_ATOMIC
-        | ACCESS_MW_BIND
-        | ACCESS_ZERO_BASED
-        | ACCESS_ON_DEMAND
-        | ACCESS_RELAXED_ORDERING;
+    // IB_ACCESS_SUPPORTED: the flags up to IB_ACCESS_HUGETLB (1 << 7), and the
+    // optional range (IB_UVERBS_ACCESS_OPTIONAL_RANGE, bits 20..29, of which mlx5_ib
+    // honours relaxed ordering and ignores the rest), which libibverbs passes once
+    // QUERY_CONTEXT reported IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS.
+    let known = 0xff | 0x3ff0_0000 | ACCESS_RELAXED_ORDERING;
     if access & !known != 0 {
         return Err(Errno::EINVAL);
     }
