@@ -120,6 +120,7 @@ const MUST_PASS: &[&str] = &[
     "test_qpex.QpExTestCase.test_qp_ex_ud_zero_size",
     "test_qpex.QpExTestCase.test_rq_with_larger_sgl_bad_flow",
     "test_relaxed_ordering.RoTestCase.test_ro_rc_traffic",
+    "test_shared_pd.SharedPDTestCase.test_imported_rc_ex_rdma_write",
     "test_relaxed_ordering.RoTestCase.test_ro_ud_traffic",
 ];
 
@@ -206,18 +207,11 @@ const MAY_SKIP: &[(&str, &[&str], &str)] = &[
 ];
 
 /// Tests that fail today, and why (each may pass, which the test reports).
-const PENDING: &[(&str, &str)] = &[
-    (
-        "test_mr.MRTest.test_mr_rereg_access",
-        "REREG_MR gives new keys (a new mkey); the test keeps the old rkey, which \
+const PENDING: &[(&str, &str)] = &[(
+    "test_mr.MRTest.test_mr_rereg_access",
+    "REREG_MR gives new keys (a new mkey); the test keeps the old rkey, which \
          mlx5_ib's in-place UMR rereg keeps valid",
-    ),
-    (
-        "test_shared_pd.SharedPDTestCase.test_imported_rc_ex_rdma_write",
-        "an imported context creates its CQ and QP only through the CQ_CREATE and \
-         QP_CREATE ioctl methods, which answer EPROTONOSUPPORT",
-    ),
-];
+)];
 
 /// Copies the installed suite into `dst`, unpacking the gzipped files.
 fn unpack(dst: &Path) {

@@ -3,7 +3,9 @@
 //! libibverbs and libmlx5 need to share a context between descriptors
 //! (`ibv_import_device`, `ibv_import_pd`, `ibv_import_mr`): QUERY_CONTEXT,
 //! ASYNC_EVENT_ALLOC, QUERY_MR and mlx5_ib's PD_QUERY; and mlx5_ib's UAR_OBJ_ALLOC
-//! and UAR_OBJ_DESTROY, with which libmlx5 allocates its UAR pages. Every other method answers
+//! and UAR_OBJ_DESTROY, with which libmlx5 allocates its UAR pages; and CQ_CREATE and
+//! QP_CREATE, the only way an imported context makes those objects (they run the
+//! same code as the write() commands). Every other method answers
 //! EPROTONOSUPPORT, as a kernel without it does, and libibverbs then speaks that
 //! command's write() form (`libibverbs/cmd_fallback.c`).
 
@@ -44,6 +46,39 @@ impl Attrs {
             true => Err(Errno::EPROTONOSUPPORT),
             false => Ok(()),
         }
+    }
+
+    /// An inline value (`len` ≤ 8), or `default` when absent.
+    fn value(&self, id: u16, default: u64) -> Result<u64, Errno> {
+        match self.get(id) {
+            None => Ok(default),
+            Some(a) if a.len <= 8 => Ok(a.data),
+            Some(_) => Err(Errno::EINVAL),
+        }
+    }
+
+    /// The bytes of input attribute `id` (inline up to 8 bytes, else at `data`);
+    /// empty when absent.
+    fn bytes(&self, id: u16) -> Result<Vec<u8>, Errno> {
+        match self.get(id) {
+            None => Ok(Vec::new()),
+            Some(a) if a.len <= 8 => Ok(a.data.to_ne_bytes()[..usize::from(a.len)].to_vec()),
+            Some(a) => user::copy_in(a.data, usize::from(a.len)),
+        }
+    }
+
+    /// The caller's buffer of output attribute `id`: (address, length), (0, 0) when
+    /// absent.
+    fn out(&self, id: u16) -> (u64, usize) {
+        self.get(id)
+            .map_or((0, 0), |a| (a.data, usize::from(a.len)))
+    }
+
+    /// Writes the handle of a new object into IDR attribute `id` (Linux puts the id
+    /// in the attribute's `data`).
+    fn new_handle(&self, id: u16, h: u32) -> Result<(), Errno> {
+        let a = self.get(id).ok_or(Errno::EINVAL)?;
+        user::copy_out(a.at + attr::data as u64, &i64::from(h).to_ne_bytes())
     }
 
     /// A mandatory object handle (`UVERBS_ATTR_IDR`): EINVAL when missing.
@@ -125,6 +160,8 @@ fn dispatch(f: &mut UFile, object: u16, method: u16, a: &Attrs) -> Result<(), Er
             | (io::OBJECT_PD, io::MLX5_METHOD_PD_QUERY)
             | (io::MLX5_OBJECT_UAR, io::MLX5_METHOD_UAR_OBJ_ALLOC)
             | (io::MLX5_OBJECT_UAR, io::MLX5_METHOD_UAR_OBJ_DESTROY)
+            | (io::OBJECT_CQ, io::METHOD_CQ_CREATE)
+            | (io::OBJECT_QP, io::METHOD_QP_CREATE)
     );
     if !known {
         return Err(Errno::EPROTONOSUPPORT);
@@ -218,6 +255,8 @@ fn dispatch(f: &mut UFile, object: u16, method: u16, a: &Attrs) -> Result<(), Er
             }
             Ok(())
         }
+        (io::OBJECT_CQ, io::METHOD_CQ_CREATE) => create_cq(ctx, a),
+        (io::OBJECT_QP, io::METHOD_QP_CREATE) => create_qp(ctx, a),
         (io::MLX5_OBJECT_UAR, io::MLX5_METHOD_UAR_OBJ_DESTROY) => {
             let id = io::MLX5_UAR_OBJ_DESTROY_HANDLE;
             a.only(&[id])?;
@@ -225,4 +264,178 @@ fn dispatch(f: &mut UFile, object: u16, method: u16, a: &Attrs) -> Result<(), Er
         }
         _ => Err(Errno::EPROTONOSUPPORT),
     }
+}
+
+/// Runs a write() command built from a method's attributes: `core` as the extended
+/// command's core request, the driver data from `UVERBS_ATTR_UHW_IN` and its response
+/// to `UVERBS_ATTR_UHW_OUT`; the core response comes back in a local buffer of
+/// `resp_size` bytes.
+fn run_as_write(
+    ctx: &mut crate::verbs::Ucontext,
+    a: &Attrs,
+    number: u32,
+    core: &[u8],
+    resp_size: usize,
+) -> Result<Vec<u8>, Errno> {
+    let uhw = a.bytes(io::UHW_IN)?;
+    let mut resp = vec![0u8; resp_size];
+    let c = crate::file::Cmd {
+        number,
+        ex: true,
+        core: Req(core),
+        udata: Req(&uhw),
+        udata_len: uhw.len(),
+        resp: (resp.as_mut_ptr() as u64, resp_size),
+        uresp: a.out(io::UHW_OUT),
+    };
+    ctx.execute(&c)?;
+    // `resp` was written through `copy_out` at the address taken mutably above.
+    Ok(resp)
+}
+
+/// UVERBS_METHOD_CQ_CREATE (Linux `uverbs_std_types_cq.c`) as the extended
+/// CREATE_CQ. The event file attribute is taken but the CQ's async events go to the
+/// context's first async file.
+fn create_cq(ctx: &mut crate::verbs::Ucontext, a: &Attrs) -> Result<(), Errno> {
+    use crate::abi::{ex_create_cq as q, ex_create_cq_resp as p};
+    a.only(&[
+        io::CREATE_CQ_HANDLE,
+        io::CREATE_CQ_CQE,
+        io::CREATE_CQ_USER_HANDLE,
+        io::CREATE_CQ_COMP_CHANNEL,
+        io::CREATE_CQ_COMP_VECTOR,
+        io::CREATE_CQ_FLAGS,
+        io::CREATE_CQ_RESP_CQE,
+        io::CREATE_CQ_EVENT_FD,
+        io::UHW_IN,
+        io::UHW_OUT,
+    ])?;
+    for id in [
+        io::CREATE_CQ_HANDLE,
+        io::CREATE_CQ_CQE,
+        io::CREATE_CQ_USER_HANDLE,
+        io::CREATE_CQ_COMP_VECTOR,
+        io::CREATE_CQ_RESP_CQE,
+    ] {
+        if a.get(id).is_none() {
+            return Err(Errno::EINVAL);
+        }
+    }
+    let mut core = Resp::new(q::SIZE);
+    core.u64(q::user_handle, a.value(io::CREATE_CQ_USER_HANDLE, 0)?);
+    core.u32(q::cqe, a.value(io::CREATE_CQ_CQE, 0)? as u32);
+    core.u32(
+        q::comp_vector,
+        a.value(io::CREATE_CQ_COMP_VECTOR, 0)? as u32,
+    );
+    let channel = a.value(io::CREATE_CQ_COMP_CHANNEL, u64::MAX)? as i64 as i32;
+    core.u32(q::comp_channel, channel as u32);
+    core.u32(q::flags, a.value(io::CREATE_CQ_FLAGS, 0)? as u32);
+    let resp = run_as_write(ctx, a, crate::abi::cmd::CREATE_CQ, &core.0, p::SIZE)?;
+    let r = Req(&resp);
+    let h = r.u32(p::base + crate::abi::create_cq_resp::cq_handle);
+    let cqe = r.u32(p::base + crate::abi::create_cq_resp::cqe);
+    a.new_handle(io::CREATE_CQ_HANDLE, h)?;
+    a.put(io::CREATE_CQ_RESP_CQE, &cqe.to_ne_bytes(), 4, true)
+}
+
+/// UVERBS_METHOD_QP_CREATE (Linux `uverbs_std_types_qp.c`) as the extended
+/// CREATE_QP: RC, UC and UD QPs of a PD (no XRC, RSS or source QPN:
+/// EOPNOTSUPP); `IB_UVERBS_QP_CREATE_SQ_SIG_ALL` is `sq_sig_all`. The event file
+/// attribute is taken but the QP's async events go to the context's first async
+/// file.
+fn create_qp(ctx: &mut crate::verbs::Ucontext, a: &Attrs) -> Result<(), Errno> {
+    use crate::abi::{create_qp_resp as b, ex_create_qp as q, ex_create_qp_resp as p};
+    use io::qp_cap as cap;
+    a.only(&[
+        io::CREATE_QP_HANDLE,
+        io::CREATE_QP_XRCD_HANDLE,
+        io::CREATE_QP_PD_HANDLE,
+        io::CREATE_QP_SRQ_HANDLE,
+        io::CREATE_QP_SEND_CQ_HANDLE,
+        io::CREATE_QP_RECV_CQ_HANDLE,
+        io::CREATE_QP_IND_TABLE_HANDLE,
+        io::CREATE_QP_USER_HANDLE,
+        io::CREATE_QP_CAP,
+        io::CREATE_QP_TYPE,
+        io::CREATE_QP_FLAGS,
+        io::CREATE_QP_SOURCE_QPN,
+        io::CREATE_QP_EVENT_FD,
+        io::CREATE_QP_RESP_CAP,
+        io::CREATE_QP_RESP_QP_NUM,
+        io::UHW_IN,
+        io::UHW_OUT,
+    ])?;
+    for id in [
+        io::CREATE_QP_XRCD_HANDLE,
+        io::CREATE_QP_IND_TABLE_HANDLE,
+        io::CREATE_QP_SOURCE_QPN,
+    ] {
+        if a.get(id).is_some() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+    }
+    for id in [
+        io::CREATE_QP_HANDLE,
+        io::CREATE_QP_CAP,
+        io::CREATE_QP_TYPE,
+        io::CREATE_QP_RESP_CAP,
+        io::CREATE_QP_RESP_QP_NUM,
+    ] {
+        if a.get(id).is_none() {
+            return Err(Errno::EINVAL);
+        }
+    }
+    let caps = a.bytes(io::CREATE_QP_CAP)?;
+    if caps.len() < cap::SIZE {
+        return Err(Errno::EINVAL);
+    }
+    let caps = Req(&caps);
+    let flags = a.value(io::CREATE_QP_FLAGS, 0)? as u32;
+    let mut core = Resp::new(q::SIZE);
+    core.u64(q::user_handle, a.value(io::CREATE_QP_USER_HANDLE, 0)?);
+    core.u32(q::pd_handle, a.handle(io::CREATE_QP_PD_HANDLE)?);
+    core.u32(
+        q::send_cq_handle,
+        a.value(io::CREATE_QP_SEND_CQ_HANDLE, 0)? as u32,
+    );
+    core.u32(
+        q::recv_cq_handle,
+        a.value(io::CREATE_QP_RECV_CQ_HANDLE, 0)? as u32,
+    );
+    if let Some(srq) = a.get(io::CREATE_QP_SRQ_HANDLE) {
+        core.u32(q::srq_handle, srq.data as u32);
+        core.u8(q::is_srq, 1);
+    }
+    for (to, from) in [
+        (q::max_send_wr, cap::max_send_wr),
+        (q::max_recv_wr, cap::max_recv_wr),
+        (q::max_send_sge, cap::max_send_sge),
+        (q::max_recv_sge, cap::max_recv_sge),
+        (q::max_inline_data, cap::max_inline_data),
+    ] {
+        core.u32(to, caps.u32(from));
+    }
+    core.u8(
+        q::sq_sig_all,
+        u8::from(flags & io::QP_CREATE_SQ_SIG_ALL != 0),
+    );
+    core.u8(q::qp_type, a.value(io::CREATE_QP_TYPE, 0)? as u8);
+    core.u32(q::create_flags, flags & !io::QP_CREATE_SQ_SIG_ALL);
+    let resp = run_as_write(ctx, a, crate::abi::cmd::CREATE_QP, &core.0, p::SIZE)?;
+    let r = Req(&resp);
+    a.new_handle(io::CREATE_QP_HANDLE, r.u32(p::base + b::qp_handle))?;
+    let mut out = Resp::new(cap::SIZE);
+    for (to, from) in [
+        (cap::max_send_wr, b::max_send_wr),
+        (cap::max_recv_wr, b::max_recv_wr),
+        (cap::max_send_sge, b::max_send_sge),
+        (cap::max_recv_sge, b::max_recv_sge),
+        (cap::max_inline_data, b::max_inline_data),
+    ] {
+        out.u32(to, r.u32(p::base + from));
+    }
+    a.put(io::CREATE_QP_RESP_CAP, &out.0, cap::SIZE, true)?;
+    let qpn = r.u32(p::base + b::qpn);
+    a.put(io::CREATE_QP_RESP_QP_NUM, &qpn.to_ne_bytes(), 4, true)
 }

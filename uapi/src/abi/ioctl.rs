@@ -13,6 +13,10 @@ abi_structs! {
     /// One attribute: inline data (`len` ≤ 8), a pointer, an object handle or a
     /// descriptor in `data`.
     attr = "ib_uverbs_attr", size 16, { attr_id: 0, len: 2, flags: 4, attr_data: 6, data: 8 }
+    /// QP_CREATE's capabilities, in and out.
+    qp_cap = "ib_uverbs_qp_cap", size 20, {
+        max_send_wr: 0, max_recv_wr: 4, max_send_sge: 8, max_recv_sge: 12, max_inline_data: 16,
+    }
 }
 
 /// `UVERBS_ATTR_F_MANDATORY`, `UVERBS_ATTR_F_VALID_OUTPUT`.
@@ -86,6 +90,48 @@ pub const IDS: &[(&str, u16)] = &[
     ),
     ("MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF", MLX5_UAR_ALLOC_TYPE_BF),
     ("MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC", MLX5_UAR_ALLOC_TYPE_NC),
+    ("UVERBS_OBJECT_CQ", OBJECT_CQ),
+    ("UVERBS_OBJECT_QP", OBJECT_QP),
+    ("UVERBS_METHOD_CQ_CREATE", METHOD_CQ_CREATE),
+    ("UVERBS_METHOD_QP_CREATE", METHOD_QP_CREATE),
+    ("UVERBS_ATTR_UHW_IN", UHW_IN),
+    ("UVERBS_ATTR_UHW_OUT", UHW_OUT),
+    ("UVERBS_ATTR_CREATE_CQ_HANDLE", CREATE_CQ_HANDLE),
+    ("UVERBS_ATTR_CREATE_CQ_CQE", CREATE_CQ_CQE),
+    ("UVERBS_ATTR_CREATE_CQ_USER_HANDLE", CREATE_CQ_USER_HANDLE),
+    ("UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL", CREATE_CQ_COMP_CHANNEL),
+    ("UVERBS_ATTR_CREATE_CQ_COMP_VECTOR", CREATE_CQ_COMP_VECTOR),
+    ("UVERBS_ATTR_CREATE_CQ_FLAGS", CREATE_CQ_FLAGS),
+    ("UVERBS_ATTR_CREATE_CQ_RESP_CQE", CREATE_CQ_RESP_CQE),
+    ("UVERBS_ATTR_CREATE_CQ_EVENT_FD", CREATE_CQ_EVENT_FD),
+    ("UVERBS_ATTR_CREATE_QP_HANDLE", CREATE_QP_HANDLE),
+    ("UVERBS_ATTR_CREATE_QP_XRCD_HANDLE", CREATE_QP_XRCD_HANDLE),
+    ("UVERBS_ATTR_CREATE_QP_PD_HANDLE", CREATE_QP_PD_HANDLE),
+    ("UVERBS_ATTR_CREATE_QP_SRQ_HANDLE", CREATE_QP_SRQ_HANDLE),
+    (
+        "UVERBS_ATTR_CREATE_QP_SEND_CQ_HANDLE",
+        CREATE_QP_SEND_CQ_HANDLE,
+    ),
+    (
+        "UVERBS_ATTR_CREATE_QP_RECV_CQ_HANDLE",
+        CREATE_QP_RECV_CQ_HANDLE,
+    ),
+    (
+        "UVERBS_ATTR_CREATE_QP_IND_TABLE_HANDLE",
+        CREATE_QP_IND_TABLE_HANDLE,
+    ),
+    ("UVERBS_ATTR_CREATE_QP_USER_HANDLE", CREATE_QP_USER_HANDLE),
+    ("UVERBS_ATTR_CREATE_QP_CAP", CREATE_QP_CAP),
+    ("UVERBS_ATTR_CREATE_QP_TYPE", CREATE_QP_TYPE),
+    ("UVERBS_ATTR_CREATE_QP_FLAGS", CREATE_QP_FLAGS),
+    ("UVERBS_ATTR_CREATE_QP_SOURCE_QPN", CREATE_QP_SOURCE_QPN),
+    ("UVERBS_ATTR_CREATE_QP_EVENT_FD", CREATE_QP_EVENT_FD),
+    ("UVERBS_ATTR_CREATE_QP_RESP_CAP", CREATE_QP_RESP_CAP),
+    ("UVERBS_ATTR_CREATE_QP_RESP_QP_NUM", CREATE_QP_RESP_QP_NUM),
+    (
+        "IB_UVERBS_QP_CREATE_SQ_SIG_ALL",
+        QP_CREATE_SQ_SIG_ALL as u16,
+    ),
     ("UVERBS_ATTR_F_MANDATORY", ATTR_F_MANDATORY),
     ("UVERBS_ATTR_F_VALID_OUTPUT", ATTR_F_VALID_OUTPUT),
 ];
@@ -123,5 +169,37 @@ mod ids {
     pub const MLX5_UAR_OBJ_DESTROY_HANDLE: u16 = 0x1000;
     pub const MLX5_UAR_ALLOC_TYPE_BF: u16 = 0;
     pub const MLX5_UAR_ALLOC_TYPE_NC: u16 = 1;
+    pub const OBJECT_CQ: u16 = 3;
+    pub const OBJECT_QP: u16 = 4;
+    pub const METHOD_CQ_CREATE: u16 = 0;
+    pub const METHOD_QP_CREATE: u16 = 0;
+    pub const UHW_IN: u16 = 0x1000;
+    pub const UHW_OUT: u16 = 0x1001;
+    pub const CREATE_CQ_HANDLE: u16 = 0;
+    pub const CREATE_CQ_CQE: u16 = 1;
+    pub const CREATE_CQ_USER_HANDLE: u16 = 2;
+    pub const CREATE_CQ_COMP_CHANNEL: u16 = 3;
+    pub const CREATE_CQ_COMP_VECTOR: u16 = 4;
+    pub const CREATE_CQ_FLAGS: u16 = 5;
+    pub const CREATE_CQ_RESP_CQE: u16 = 6;
+    pub const CREATE_CQ_EVENT_FD: u16 = 7;
+    pub const CREATE_QP_HANDLE: u16 = 0;
+    pub const CREATE_QP_XRCD_HANDLE: u16 = 1;
+    pub const CREATE_QP_PD_HANDLE: u16 = 2;
+    pub const CREATE_QP_SRQ_HANDLE: u16 = 3;
+    pub const CREATE_QP_SEND_CQ_HANDLE: u16 = 4;
+    pub const CREATE_QP_RECV_CQ_HANDLE: u16 = 5;
+    pub const CREATE_QP_IND_TABLE_HANDLE: u16 = 6;
+    pub const CREATE_QP_USER_HANDLE: u16 = 7;
+    pub const CREATE_QP_CAP: u16 = 8;
+    pub const CREATE_QP_TYPE: u16 = 9;
+    pub const CREATE_QP_FLAGS: u16 = 10;
+    pub const CREATE_QP_SOURCE_QPN: u16 = 11;
+    pub const CREATE_QP_EVENT_FD: u16 = 12;
+    pub const CREATE_QP_RESP_CAP: u16 = 13;
+    pub const CREATE_QP_RESP_QP_NUM: u16 = 14;
+    /// `IB_UVERBS_QP_CREATE_SQ_SIG_ALL` (the other create flags keep the write
+    /// command's bit numbers).
+    pub const QP_CREATE_SQ_SIG_ALL: u32 = 1 << 12;
 }
 pub use ids::*;

@@ -139,8 +139,11 @@ int main(void)
 	expect("query_context_core_support", (int)u64, IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS);
 	expect("query_context_output_marked",
 	       c.attrs[0].flags & UVERBS_ATTR_F_VALID_OUTPUT ? 0 : -1, 0);
-	start(&c, UVERBS_OBJECT_CQ, UVERBS_METHOD_CQ_CREATE);
+	start(&c, UVERBS_OBJECT_COUNTERS, UVERBS_METHOD_COUNTERS_CREATE);
 	expect("method_not_offered", run(fd, &c), EPROTONOSUPPORT);
+	start(&c, UVERBS_OBJECT_CQ, UVERBS_METHOD_CQ_CREATE);
+	add(&c, UVERBS_ATTR_CREATE_CQ_HANDLE, 0, 0, 1);
+	expect("cq_create_missing_attributes", run(fd, &c), EINVAL);
 
 	/* mlx5_ib's UAR objects. */
 	uint64_t off = 0;
