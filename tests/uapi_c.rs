@@ -10,7 +10,11 @@
 //!   of an RDMA WRITE between two QPs of the process (poll readiness, the bytes
 //!   written, EAGAIN on an empty non-blocking channel), and a remote access error
 //!   reported as a completion at the requester and as `IBV_EVENT_QP_ACCESS_ERR` on the
-//!   async file for the responder QP.
+//!   async file for the responder QP;
+//! * `uapi/tests/c/ioctl.c` issues raw `RDMA_VERBS_IOCTL` methods (header and
+//!   attribute rules, mlx5_ib's UAR objects and their mmap, QUERY_CONTEXT, PD_QUERY,
+//!   QUERY_MR, ASYNC_EVENT_ALLOC) and checks that a duplicated descriptor names the
+//!   same ucontext.
 
 mod uapi_support;
 
@@ -65,5 +69,12 @@ fn malformed_commands_get_linuxs_errnos() {
 fn completion_and_async_events_through_libmlx5() {
     if let Some((dir, exe)) = compile("events", "/usr/include/infiniband/verbs.h", &["-libverbs"]) {
         run_checker(dir, exe, 102, 23);
+    }
+}
+
+#[test]
+fn ioctl_methods_and_duplicated_descriptors() {
+    if let Some((dir, exe)) = compile("ioctl", "/usr/include/rdma/mlx5_user_ioctl_cmds.h", &[]) {
+        run_checker(dir, exe, 103, 35);
     }
 }

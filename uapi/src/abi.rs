@@ -156,6 +156,19 @@ abi_structs! {
     }
     reg_mr_resp = "ib_uverbs_reg_mr_resp", size 12, { mr_handle: 0, lkey: 4, rkey: 8 }
     dereg_mr = "ib_uverbs_dereg_mr", size 4, { mr_handle: 0 }
+    rereg_mr = "ib_uverbs_rereg_mr", size 48, {
+        response: 0, mr_handle: 8, flags: 12, start: 16, length: 24, hca_va: 32,
+        pd_handle: 40, access_flags: 44,
+    }
+    rereg_mr_resp = "ib_uverbs_rereg_mr_resp", size 8, { lkey: 0, rkey: 4 }
+    alloc_mw = "ib_uverbs_alloc_mw", size 16, {
+        response: 0, pd_handle: 8, mw_type: 12, reserved: 13,
+    }
+    alloc_mw_resp = "ib_uverbs_alloc_mw_resp", size 8, { mw_handle: 0, rkey: 4 }
+    mlx5_alloc_mw = "mlx5_ib_alloc_mw", size 8, {
+        comp_mask: 0, num_klms: 4, reserved1: 5, reserved2: 6,
+    }
+    dealloc_mw = "ib_uverbs_dealloc_mw", size 4, { mw_handle: 0 }
     create_comp_channel = "ib_uverbs_create_comp_channel", size 8, { response: 0 }
     create_comp_channel_resp = "ib_uverbs_create_comp_channel_resp", size 4, { fd: 0 }
     create_cq = "ib_uverbs_create_cq", size 32, {
@@ -365,3 +378,6 @@ mod tests {
 
 /// The rdma_cm command ABI.
 pub mod ucma;
+
+/// The uverbs ioctl ABI.
+pub mod ioctl;

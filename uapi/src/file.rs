@@ -67,6 +67,9 @@ fn legacy_sizes(number: u32) -> Option<(usize, Option<usize>)> {
         cmd::DESTROY_AH => (destroy_ah::SIZE, None),
         cmd::REG_MR => (reg_mr::SIZE, Some(reg_mr_resp::SIZE)),
         cmd::DEREG_MR => (dereg_mr::SIZE, None),
+        cmd::REREG_MR => (rereg_mr::SIZE, Some(rereg_mr_resp::SIZE)),
+        cmd::ALLOC_MW => (alloc_mw::SIZE, Some(alloc_mw_resp::SIZE)),
+        cmd::DEALLOC_MW => (dealloc_mw::SIZE, None),
         cmd::CREATE_COMP_CHANNEL => (
             create_comp_channel::SIZE,
             Some(create_comp_channel_resp::SIZE),
@@ -111,6 +114,9 @@ pub struct UFile {
     pub id: u64,
     /// The ucontext, after GET_CONTEXT.
     pub ctx: Option<Ucontext>,
+    /// Descriptors naming the file (`dup` gives another: Linux's `struct file`
+    /// reference count); the last close releases it.
+    fds: u32,
 }
 
 impl UFile {
@@ -118,6 +124,7 @@ impl UFile {
         UFile {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             ctx: None,
+            fds: 1,
         }
     }
 
@@ -248,7 +255,14 @@ impl UFile {
         if offset < 0 || offset % page != 0 {
             return Err(Errno::EINVAL);
         }
-        let (command, index) = mmap_command((offset / page) as u64);
+        let pgoff = (offset / page) as u64;
+        // A UAR page the library allocated (`mlx5_ib_mmap_offset`), else the
+        // static pages' encoding.
+        let dynamic = pgoff >= crate::verbs::MMAP_OFFSET_START;
+        if dynamic && (len != user::PAGE as usize || !ctx.uar_offset(pgoff)) {
+            return Err(Errno::EINVAL);
+        }
+        let (command, index) = if dynamic { (0, 0) } else { mmap_command(pgoff) };
         match command {
             // MLX5_IB_MMAP_REGULAR_PAGE, MLX5_IB_MMAP_WC_PAGE, MLX5_IB_MMAP_NC_PAGE.
             0 | 2 | 3 => {}
@@ -256,7 +270,7 @@ impl UFile {
             1 => return Err(Errno::ENOSYS),
             _ => return Err(Errno::EINVAL),
         }
-        if len != user::PAGE as usize || index >= u64::from(ctx.uar_pages()) {
+        if !dynamic && (len != user::PAGE as usize || index >= u64::from(ctx.uar_pages())) {
             return Err(Errno::EINVAL);
         }
         if prot & libc::PROT_EXEC != 0 {
@@ -313,14 +327,33 @@ pub fn get(fd: i32) -> Option<Arc<Mutex<UFile>>> {
     g.as_ref()?.get(&fd).cloned()
 }
 
-/// Forgets descriptor `fd` and releases its file.
+/// Descriptor `new` names the file of `old` too (`dup`, `dup2`, `fcntl(F_DUPFD)`);
+/// false if `old` is not a uverbs file.
+pub fn dup(old: i32, new: i32) -> bool {
+    let mut g = FILES.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(m) = g.as_mut() else {
+        return false;
+    };
+    let Some(f) = m.get(&old).cloned() else {
+        return false;
+    };
+    f.lock().unwrap_or_else(|e| e.into_inner()).fds += 1;
+    m.insert(new, f);
+    true
+}
+
+/// Forgets descriptor `fd`, and releases its file when no other descriptor names it.
 pub fn close(fd: i32) {
     let f = {
         let mut g = FILES.lock().unwrap_or_else(|e| e.into_inner());
         g.as_mut().and_then(|m| m.remove(&fd))
     };
     if let Some(f) = f {
-        f.lock().unwrap_or_else(|e| e.into_inner()).release();
+        let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
+        f.fds = f.fds.saturating_sub(1);
+        if f.fds == 0 {
+            f.release();
+        }
     }
 }
 
@@ -344,8 +377,9 @@ mod tests {
     fn legacy_and_extended_command_tables() {
         assert_eq!(legacy_sizes(cmd::GET_CONTEXT), Some((8, Some(8))));
         assert_eq!(legacy_sizes(cmd::MODIFY_QP), Some((112, None)));
-        assert_eq!(legacy_sizes(cmd::ALLOC_MW), None);
-        assert!(known_legacy(cmd::ALLOC_MW) && known_legacy(cmd::OPEN_QP));
+        assert_eq!(legacy_sizes(cmd::ALLOC_MW), Some((16, Some(8))));
+        assert_eq!(legacy_sizes(cmd::OPEN_XRCD), None);
+        assert!(known_legacy(cmd::OPEN_XRCD) && known_legacy(cmd::OPEN_QP));
         assert!(!known_legacy(6) && !known_legacy(41) && !known_legacy(200));
         assert_eq!(ex_sizes(cmd::QUERY_DEVICE), Some((8, 304)));
         assert_eq!(ex_sizes(50), None);

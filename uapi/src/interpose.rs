@@ -225,6 +225,95 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     unsafe { real::close(fd) }
 }
 
+/// Records `new` as another descriptor of `old`'s uverbs file after a successful
+/// duplication; `new` (what the call returned) is passed through.
+fn duplicated(old: c_int, new: c_int) -> c_int {
+    if new >= 0 && new != old && fdtab::kind(old) == Kind::Uverbs {
+        if fdtab::set(new, Kind::Uverbs) {
+            file::dup(old, new);
+        } else {
+            // SAFETY: the descriptor the call just made.
+            unsafe { real::close(new) };
+            return fail(Errno::EMFILE);
+        }
+    }
+    new
+}
+
+/// Before `dup2`/`dup3` reuse `new` (closing what it named): a uverbs file it named
+/// loses that descriptor.
+fn replaced(old: c_int, new: c_int) {
+    if new != old && fdtab::kind(new) == Kind::Uverbs {
+        file::close(new);
+        fdtab::set(new, Kind::None);
+    }
+}
+
+/// `dup(2)`: a duplicate of a uverbs file names the same file (one ucontext, its
+/// objects and UARs), as `ibv_import_device` relies on.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    // SAFETY: the caller's.
+    duplicated(fd, unsafe { real::dup(fd) })
+}
+
+/// `dup2(2)`.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
+    replaced(fd, new);
+    // SAFETY: the caller's.
+    duplicated(fd, unsafe { real::dup2(fd, new) })
+}
+
+/// `dup3(2)`.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
+    replaced(fd, new);
+    // SAFETY: the caller's.
+    duplicated(fd, unsafe { real::dup3(fd, new, flags) })
+}
+
+/// `fcntl(2)`: `F_DUPFD` and `F_DUPFD_CLOEXEC` duplicate as `dup` does (CPython's
+/// `os.dup` uses the latter). The variadic argument is read as one integer-class
+/// argument, where the x86-64 and AArch64 Linux calling conventions pass it for
+/// every `fcntl` command (an int or a pointer).
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    // SAFETY: the caller's.
+    let r = unsafe { real::fcntl(fd, cmd, arg) };
+    if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
+        return duplicated(fd, r);
+    }
+    r
+}
+
+/// `fcntl64`, glibc's name for `fcntl` with 64-bit offsets.
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    // SAFETY: the caller's.
+    unsafe { fcntl(fd, cmd, arg) }
+}
+
 /// `read(2)`: events on the channel and async files; EINVAL on a uverbs file (it has
 /// no read operation).
 ///
@@ -306,16 +395,27 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
     unsafe { real::write(fd, buf, n) }
 }
 
-/// `ioctl(2)`: every ioctl of a uverbs file is ENOTTY, so libibverbs speaks the
-/// write() ABI (`libibverbs/cmd_fallback.c`).
+/// `ioctl(2)`: `RDMA_VERBS_IOCTL` on a uverbs file runs its methods
+/// ([`crate::ioctl`]); any other request is ENOTTY, as Linux's
+/// `ib_uverbs_ioctl` answers it.
 ///
 /// # Safety
 ///
 /// As libc's.
 #[no_mangle]
+#[allow(clippy::useless_conversion)] // `c_ulong` is narrower on 32-bit targets.
 pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_int {
     if fdtab::kind(fd) == Kind::Uverbs {
-        return fail(Errno::ENOTTY);
+        if u64::from(req) != crate::abi::RDMA_VERBS_IOCTL {
+            return fail(Errno::ENOTTY);
+        }
+        return match file::get(fd) {
+            Some(f) => match crate::ioctl::ioctl(&f, arg as u64) {
+                Ok(()) => 0,
+                Err(e) => fail(e),
+            },
+            None => fail(Errno::EBADF),
+        };
     }
     // SAFETY: the caller's.
     unsafe { real::ioctl(fd, req, arg) }

@@ -9,8 +9,10 @@
 //!   socket is refused (EPROTONOSUPPORT) so libibverbs reads sysfs;
 //! * `/dev/infiniband/uverbs0`: `open` gives a descriptor of `/dev/null` (a real
 //!   character device, whose numbers the sysfs `dev` file repeats), and `write`
-//!   carries the uverbs command ABI ([`mod@file`], [`verbs`]); every `RDMA_VERBS_IOCTL` is
-//!   ENOTTY, so libibverbs uses write();
+//!   carries the uverbs command ABI ([`mod@file`], [`verbs`]); `RDMA_VERBS_IOCTL`
+//!   runs the methods libmlx5 needs that have no write() form, and CQ and QP
+//!   creation ([`mod@ioctl`]); every other method is EPROTONOSUPPORT, so libibverbs
+//!   uses its write() command;
 //! * `mmap` of the file gives the UAR pages, which a device thread watches for
 //!   libmlx5's doorbell stores ([`doorbell`]);
 //! * completion channels and the async file are eventfds with the kernel's read
@@ -27,6 +29,7 @@ pub mod fdtab;
 pub mod file;
 #[cfg(not(test))]
 mod interpose;
+pub mod ioctl;
 pub mod nic;
 pub mod rdma_cm;
 pub mod real;

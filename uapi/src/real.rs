@@ -45,6 +45,10 @@ real_fn! {
     open: fn(path: *const libc::c_char, flags: libc::c_int, mode: libc::c_uint) -> libc::c_int;
     openat: fn(dirfd: libc::c_int, path: *const libc::c_char, flags: libc::c_int, mode: libc::c_uint) -> libc::c_int;
     close: fn(fd: libc::c_int) -> libc::c_int;
+    dup: fn(fd: libc::c_int) -> libc::c_int;
+    dup2: fn(fd: libc::c_int, new: libc::c_int) -> libc::c_int;
+    dup3: fn(fd: libc::c_int, new: libc::c_int, flags: libc::c_int) -> libc::c_int;
+    fcntl: fn(fd: libc::c_int, cmd: libc::c_int, arg: libc::c_ulong) -> libc::c_int;
     read: fn(fd: libc::c_int, buf: *mut libc::c_void, n: libc::size_t) -> libc::ssize_t;
     write: fn(fd: libc::c_int, buf: *const libc::c_void, n: libc::size_t) -> libc::ssize_t;
     ioctl: fn(fd: libc::c_int, req: libc::c_ulong, arg: *mut libc::c_void) -> libc::c_int;

@@ -37,6 +37,15 @@ use crate::nic::Nic;
 use crate::user::{self, PAGE};
 use crate::{fdtab, Errno};
 
+/// `MLX5_LIB_CAP_DYN_UAR`: the library allocates its UARs (`MLX5_IB_METHOD_UAR_OBJ_ALLOC`).
+const LIB_CAP_DYN_UAR: u64 = 1 << 1;
+/// `MLX5_QP_FLAG_UAR_PAGE_INDEX`: `bfreg_index` names a dynamically allocated UAR.
+const QP_FLAG_UAR_PAGE_INDEX: u32 = 1 << 10;
+/// `MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX`.
+const CQ_FLAG_UAR_PAGE_INDEX: u16 = 1 << 1;
+/// The first mmap page offset of the entries mlx5_ib hands out
+/// (`MLX5_IB_MMAP_OFFSET_START << 16`, `rdma_user_mmap_entry_insert_range`).
+pub const MMAP_OFFSET_START: u64 = 9 << 16;
 /// `MLX5_IB_ALLOC_UCTX_DEVX`.
 const UCTX_DEVX: u32 = 1;
 /// `MLX5_MAX_BFREGS` (Linux `hw/mlx5/main.c: calc_total_bfregs`).
@@ -50,7 +59,6 @@ const ACCESS_LOCAL_WRITE: u32 = 1;
 const ACCESS_REMOTE_WRITE: u32 = 2;
 const ACCESS_REMOTE_READ: u32 = 4;
 const ACCESS_REMOTE_ATOMIC: u32 = 8;
-const ACCESS_MW_BIND: u32 = 16;
 const ACCESS_ZERO_BASED: u32 = 32;
 const ACCESS_ON_DEMAND: u32 = 64;
 const ACCESS_RELAXED_ORDERING: u32 = 1 << 20;
@@ -114,8 +122,21 @@ struct Pd {
 
 struct Mr {
     index: u32,
+    /// Its lkey and rkey.
+    key: u32,
     pd: u32,
     mem: Mapped,
+    /// What it was registered with (REREG_MR keeps what it does not change).
+    start: u64,
+    length: u64,
+    hca_va: u64,
+    access: u32,
+}
+
+/// A memory window (`mlx5_ib_alloc_mw`): a free KLM mkey that UMR WQEs bind.
+struct Mw {
+    index: u32,
+    pd: u32,
 }
 
 struct Cq {
@@ -138,6 +159,11 @@ struct Qp {
     mem: Option<Mapped>,
     db_page: u64,
     caps: [u32; 5],
+    /// The receive queue as libmlx5 laid it out (Linux `set_rq_size` from the user's
+    /// `rq_wqe_count` and `rq_wqe_shift`): WQEs and scatter entries per WQE, what
+    /// QUERY_QP reports as `max_recv_wr` and `max_recv_sge`.
+    rq_wqes: u32,
+    rq_max_gs: u32,
     sq_sig_all: u8,
     port: u8,
     pkey_index: u16,
@@ -162,16 +188,30 @@ struct Ah {
     pd: u32,
 }
 
+/// A UAR page the library allocated (`MLX5_IB_METHOD_UAR_OBJ_ALLOC`): its page id
+/// (what CREATE_QP and CREATE_CQ name) and mmap page offset. The doorbells of every
+/// UAR page of the context reach the device through the layer's own UAR (see
+/// `doorbell`), so the page id names the page among the context's.
+struct DynUar {
+    page_id: u32,
+    pgoff: u64,
+}
+
 /// A user context (`mlx5_ib_ucontext`) and its objects.
 pub struct Ucontext {
     nic: &'static Nic,
     file: u64,
     async_file: Arc<EventFile>,
     tot_bfregs: u32,
+    /// The library allocates its UAR pages (`bfregi.lib_uar_dyn`).
+    dyn_uar: bool,
+    uars: HashMap<u32, DynUar>,
+    next_uar: u32,
     cqe_version: u8,
     next_handle: u32,
     pds: HashMap<u32, Pd>,
     mrs: HashMap<u32, Mr>,
+    mws: HashMap<u32, Mw>,
     cqs: HashMap<u32, Cq>,
     qps: HashMap<u32, Qp>,
     srqs: HashMap<u32, Srq>,
@@ -182,8 +222,10 @@ pub struct Ucontext {
 }
 
 impl Ucontext {
-    /// GET_CONTEXT (Linux `mlx5_ib_alloc_ucontext`), answered as an mlx5_ib without
-    /// dynamic UARs: `tot_bfregs` static registers in `tot_bfregs / 2` UAR pages.
+    /// GET_CONTEXT (Linux `mlx5_ib_alloc_ucontext`): with `MLX5_LIB_CAP_DYN_UAR`
+    /// (libmlx5 always asks) no static UARs (`tot_bfregs` 0, the library allocates
+    /// its pages with the UAR_OBJ_ALLOC method); otherwise `tot_bfregs` static
+    /// registers in `tot_bfregs / 2` UAR pages.
     pub fn create(nic: &'static Nic, file: u64, c: &Cmd<'_>) -> Result<Ucontext, Errno> {
         use abi::alloc_ucontext_req as q;
         let u = &c.udata;
@@ -204,17 +246,26 @@ impl Ucontext {
             // No DEVX on this device: libmlx5 asks again without it.
             return Err(Errno::EOPNOTSUPP);
         }
-        let total = u.u32(q::total_num_bfregs);
-        if total == 0 {
-            return Err(Errno::EINVAL);
-        }
-        if total > MAX_BFREGS {
-            return Err(Errno::ENOMEM);
-        }
-        let total = total.next_multiple_of(2);
-        if u.u32(q::num_low_latency_bfregs) > total - 1 {
-            return Err(Errno::EINVAL);
-        }
+        let dyn_uar = c.udata_len >= abi::alloc_ucontext_req::SIZE
+            && u.u64(q::lib_caps) & LIB_CAP_DYN_UAR != 0;
+        // Linux checks the static registers only when it makes them
+        // (`calc_total_bfregs`, skipped for `lib_uar_dyn`).
+        let total = if dyn_uar {
+            0
+        } else {
+            let total = u.u32(q::total_num_bfregs);
+            if total == 0 {
+                return Err(Errno::EINVAL);
+            }
+            if total > MAX_BFREGS {
+                return Err(Errno::ENOMEM);
+            }
+            let total = total.next_multiple_of(2);
+            if u.u32(q::num_low_latency_bfregs) > total - 1 {
+                return Err(Errno::EINVAL);
+            }
+            total
+        };
         let cqe_version = nic.cqe_version.min(u.u8(q::max_cqe_version));
         let async_file = EventFile::new(abi::async_event_desc::SIZE)?;
         let afd = async_file.fd();
@@ -226,31 +277,7 @@ impl Ucontext {
         let mut r = Resp::new(abi::get_context_resp::SIZE);
         r.u32(abi::get_context_resp::async_fd, afd as u32);
         r.u32(abi::get_context_resp::num_comp_vectors, 1);
-        let mut d = Resp::new(abi::alloc_ucontext_resp::SIZE);
-        {
-            use abi::alloc_ucontext_resp as p;
-            d.u32(p::qp_tab_size, 1 << nic.cap(g::log_max_qp).min(24));
-            d.u32(p::bf_reg_size, nic.bf_reg_size());
-            d.u32(p::tot_bfregs, total);
-            d.u32(p::cache_line_size, 64);
-            d.u16(p::max_sq_desc_sz, nic.cap(g::max_wqe_sz_sq) as u16);
-            d.u16(p::max_rq_desc_sz, nic.cap(g::max_wqe_sz_rq) as u16);
-            d.u32(p::max_send_wqebb, 1 << nic.cap(g::log_max_qp_sz).min(24));
-            d.u32(p::max_recv_wr, 1 << nic.cap(g::log_max_qp_sz).min(24));
-            d.u32(p::max_srq_recv_wr, 1 << nic.cap(g::log_max_srq_sz).min(24));
-            d.u16(p::num_ports, nic.cap(g::num_ports).max(1) as u16);
-            d.u32(
-                p::response_length,
-                c.uresp.1.min(abi::alloc_ucontext_resp::SIZE) as u32,
-            );
-            d.u8(p::cqe_version, cqe_version);
-            // MLX5_USER_CMDS_SUPP_UHW_QUERY_DEVICE | _CREATE_AH.
-            d.u8(p::cmds_supp_uhw, 1 | 2);
-            // MLX5_USER_INLINE_MODE_NONE + 1 (Linux sends the mode plus one).
-            d.u8(p::eth_min_inline, 1);
-            d.u32(p::log_uar_size, 12);
-            d.u32(p::num_uars_per_page, 1);
-        }
+        let d = ucontext_resp(nic, total, cqe_version, c.uresp.1);
         c.respond(&r)?;
         c.respond_udata(&d)?;
         Ok(Ucontext {
@@ -258,16 +285,72 @@ impl Ucontext {
             file,
             async_file,
             tot_bfregs: total,
+            dyn_uar,
+            uars: HashMap::new(),
+            next_uar: 0,
             cqe_version,
             next_handle: 1,
             pds: HashMap::new(),
             mrs: HashMap::new(),
+            mws: HashMap::new(),
             cqs: HashMap::new(),
             qps: HashMap::new(),
             srqs: HashMap::new(),
             ahs: HashMap::new(),
             db_pages: HashMap::new(),
         })
+    }
+
+    /// The QUERY_CONTEXT method's driver response (what GET_CONTEXT answered), for
+    /// a caller's buffer of `room` bytes.
+    pub fn query_context(&self, room: usize) -> Resp {
+        ucontext_resp(self.nic, self.tot_bfregs, self.cqe_version, room)
+    }
+
+    /// The PD number of PD handle `h` (mlx5_ib's `MLX5_IB_METHOD_PD_QUERY`).
+    pub fn pd_number(&self, h: u32) -> Result<u32, Errno> {
+        self.pds.get(&h).map(|p| p.pdn).ok_or(Errno::ENOENT)
+    }
+
+    /// (lkey, rkey, length, iova) of MR handle `h` (`UVERBS_METHOD_QUERY_MR`).
+    pub fn mr_attrs(&self, h: u32) -> Result<(u32, u32, u64, u64), Errno> {
+        let mr = self.mrs.get(&h).ok_or(Errno::ENOENT)?;
+        let key = mr.key;
+        let iova = if mr.access & ACCESS_ZERO_BASED != 0 {
+            mr.start % PAGE
+        } else {
+            mr.hca_va
+        };
+        Ok((key, key, mr.length, iova))
+    }
+
+    /// MLX5_IB_METHOD_UAR_OBJ_ALLOC: a new UAR page of the context; (handle, mmap
+    /// offset in bytes, page id).
+    pub fn alloc_uar(&mut self) -> Result<(u32, u64, u32), Errno> {
+        let page_id = self.next_uar;
+        if page_id >= MAX_BFREGS {
+            return Err(Errno::ENOMEM);
+        }
+        self.next_uar += 1;
+        let pgoff = MMAP_OFFSET_START + u64::from(page_id);
+        let h = self.handle();
+        self.uars.insert(h, DynUar { page_id, pgoff });
+        Ok((h, pgoff * PAGE, page_id))
+    }
+
+    /// MLX5_IB_METHOD_UAR_OBJ_DESTROY: the page can no longer be mapped or named.
+    pub fn destroy_uar(&mut self, h: u32) -> Result<(), Errno> {
+        self.uars.remove(&h).map(|_| ()).ok_or(Errno::ENOENT)
+    }
+
+    /// Whether `pgoff` is the mmap page offset of a live allocated UAR.
+    pub fn uar_offset(&self, pgoff: u64) -> bool {
+        self.uars.values().any(|u| u.pgoff == pgoff)
+    }
+
+    /// Whether `page_id` names a live allocated UAR.
+    fn uar_page(&self, page_id: u32) -> bool {
+        self.uars.values().any(|u| u.page_id == page_id)
     }
 
     /// UAR pages the application may map.
@@ -290,6 +373,9 @@ impl Ucontext {
             (cmd::DEALLOC_PD, false) => self.dealloc_pd(c),
             (cmd::REG_MR, false) => self.reg_mr(c),
             (cmd::DEREG_MR, false) => self.dereg_mr(c),
+            (cmd::REREG_MR, false) => self.rereg_mr(c),
+            (cmd::ALLOC_MW, false) => self.alloc_mw(c),
+            (cmd::DEALLOC_MW, false) => self.dealloc_mw(c),
             (cmd::CREATE_COMP_CHANNEL, false) => self.create_comp_channel(c),
             (cmd::CREATE_CQ, ex) => self.create_cq(c, ex),
             (cmd::DESTROY_CQ, false) => self.destroy_cq(c),
@@ -336,8 +422,15 @@ impl Ucontext {
             r.u32(p::hw_ver, 0);
             r.u32(p::max_qp, d.max_qp);
             r.u32(p::max_qp_wr, d.max_qp_wr);
-            // IB_DEVICE_SYS_IMAGE_GUID | IB_DEVICE_RC_RNR_NAK_GEN.
-            r.u32(p::device_cap_flags, (1 << 11) | (1 << 12));
+            // IB_DEVICE_SYS_IMAGE_GUID | IB_DEVICE_RC_RNR_NAK_GEN, and the memory
+            // windows mlx5_ib reports with `imaicl` (IB_DEVICE_MEM_WINDOW |
+            // IB_DEVICE_MEM_WINDOW_TYPE_2B, `max_mw` from `log_max_mkey`): the
+            // simulated firmware executes their UMR WQEs (sim `firmware::mw`).
+            r.u32(
+                p::device_cap_flags,
+                (1 << 11) | (1 << 12) | (1 << 17) | (1 << 24),
+            );
+            r.u32(p::max_mw, d.max_mr);
             r.u32(p::max_sge, d.max_sge);
             r.u32(p::max_sge_rd, d.max_sge_rd);
             r.u32(p::max_cq, d.max_cq);
@@ -468,32 +561,49 @@ impl Ucontext {
         let hca_va = c.core.u64(q::hca_va);
         let pd_h = c.core.u32(q::pd_handle);
         let access = c.core.u32(q::access_flags);
-        let known = ACCESS_LOCAL_WRITE
-            | ACCESS_REMOTE_WRITE
-            | ACCESS_REMOTE_READ
-            | ACCESS_REMOTE_ATOMIC
-            | ACCESS_MW_BIND
-            | ACCESS_ZERO_BASED
-            | ACCESS_ON_DEMAND
-            | ACCESS_RELAXED_ORDERING;
-        if access & !known != 0 {
-            return Err(Errno::EINVAL);
-        }
-        // Linux `ib_check_mr_access`: remote write or atomic need local write.
-        if access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0
-            && access & ACCESS_LOCAL_WRITE == 0
-        {
-            return Err(Errno::EINVAL);
-        }
-        if access & (ACCESS_ON_DEMAND | ACCESS_MW_BIND) != 0 {
-            return Err(Errno::EOPNOTSUPP);
-        }
+        check_mr_access(access)?;
         if length == 0 || length > isize::MAX as u64 || start % PAGE != hca_va % PAGE {
             return Err(Errno::EINVAL);
         }
-        if !self.pds.contains_key(&pd_h) {
-            return Err(Errno::EINVAL);
+        let pdn = self.pds.get(&pd_h).ok_or(Errno::EINVAL)?.pdn;
+        let (index, key, mem) = self.create_mr_mkey(start, length, hca_va, pdn, access)?;
+        let h = self.handle();
+        self.pd_use(pd_h)?;
+        self.mrs.insert(
+            h,
+            Mr {
+                index,
+                key,
+                pd: pd_h,
+                mem,
+                start,
+                length,
+                hca_va,
+                access,
+            },
+        );
+        let mut r = Resp::new(abi::reg_mr_resp::SIZE);
+        r.u32(abi::reg_mr_resp::mr_handle, h);
+        r.u32(abi::reg_mr_resp::lkey, key);
+        r.u32(abi::reg_mr_resp::rkey, key);
+        if let Err(e) = c.respond(&r) {
+            self.dereg_mr_handle(h)?;
+            return Err(e);
         }
+        Ok(())
+    }
+
+    /// Maps `[start, start + length)` for the device and makes an MTT mkey over it in
+    /// PD `pdn` with `access` (Linux `mlx5_ib_reg_user_mr` → `reg_create`): (index,
+    /// key, mapping).
+    fn create_mr_mkey(
+        &mut self,
+        start: u64,
+        length: u64,
+        hca_va: u64,
+        pdn: u32,
+        access: u32,
+    ) -> Result<(u32, u32, Mapped), Errno> {
         let writable =
             access & (ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0;
         let perm = if writable { DmaPerm::RW } else { DmaPerm::RO };
@@ -515,7 +625,6 @@ impl Ucontext {
         m(mkc::qpn).set(&mut input, MKC_QPN_NONE.into());
         let variant = KEY_VARIANT.fetch_add(1, Ordering::Relaxed);
         m(mkc::mkey_7_0).set(&mut input, variant.into());
-        let pdn = self.pds[&pd_h].pdn;
         m(mkc::pd).set(&mut input, pdn.into());
         let va = if access & ACCESS_ZERO_BASED != 0 {
             start % PAGE
@@ -538,33 +647,146 @@ impl Ucontext {
             }
         };
         let index = create_mkey_out::mkey_index.get(&out) as u32;
-        let key = mkey::mkey(index, variant);
+        Ok((index, mkey::mkey(index, variant), mem))
+    }
+
+    fn destroy_mkey(&self, index: u32) -> Result<(), Errno> {
+        let mut input = new_input(Opcode::DestroyMkey, 0, destroy_mkey_in::SIZE);
+        destroy_mkey_in::mkey_index.set(&mut input, index.into());
+        exec(self.nic, &input, destroy_mkey_out::SIZE).map(|_| ())
+    }
+
+    /// REREG_MR (Linux `ib_uverbs_rereg_mr`, then `mlx5_ib_rereg_user_mr`'s
+    /// `create_real_mr` path): a new mkey with what changes (translation, PD,
+    /// access) and what does not, then the old one destroyed; the response carries
+    /// the new keys, which libibverbs stores in the `ibv_mr`. On an error the region
+    /// stays as it was.
+    fn rereg_mr(&mut self, c: &Cmd<'_>) -> Result<(), Errno> {
+        use abi::rereg_mr as q;
+        // IB_MR_REREG_TRANS | IB_MR_REREG_PD | IB_MR_REREG_ACCESS.
+        const TRANS: u32 = 1;
+        const PD: u32 = 2;
+        const ACCESS: u32 = 4;
+        let flags = c.core.u32(q::flags);
+        if flags & !(TRANS | PD | ACCESS) != 0 || flags == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let (start, length, hca_va) = (
+            c.core.u64(q::start),
+            c.core.u64(q::length),
+            c.core.u64(q::hca_va),
+        );
+        if flags & TRANS != 0 && start % PAGE != hca_va % PAGE {
+            return Err(Errno::EINVAL);
+        }
+        let h = c.core.u32(q::mr_handle);
+        let mr = self.mrs.get(&h).ok_or(Errno::ENOENT)?;
+        let access = if flags & ACCESS != 0 {
+            let a = c.core.u32(q::access_flags);
+            check_mr_access(a)?;
+            a
+        } else {
+            mr.access
+        };
+        let pd_h = if flags & PD != 0 {
+            c.core.u32(q::pd_handle)
+        } else {
+            mr.pd
+        };
+        let pdn = self.pds.get(&pd_h).ok_or(Errno::EINVAL)?.pdn;
+        let (start, length, hca_va) = if flags & TRANS != 0 {
+            if length == 0 || length > isize::MAX as u64 {
+                return Err(Errno::EINVAL);
+            }
+            (start, length, hca_va)
+        } else {
+            (mr.start, mr.length, mr.hca_va)
+        };
+        let (index, key, mem) = self.create_mr_mkey(start, length, hca_va, pdn, access)?;
+        let old = self.mrs.get(&h).expect("looked up").index;
+        if let Err(e) = self.destroy_mkey(old) {
+            let _ = self.destroy_mkey(index);
+            mem.unmap(self.nic);
+            return Err(e);
+        }
+        self.pd_use(pd_h)?;
+        let mr = self.mrs.get_mut(&h).expect("looked up");
+        let old_pd = std::mem::replace(&mut mr.pd, pd_h);
+        let old_mem = std::mem::replace(&mut mr.mem, mem);
+        mr.index = index;
+        mr.key = key;
+        (mr.start, mr.length, mr.hca_va, mr.access) = (start, length, hca_va, access);
+        old_mem.unmap(self.nic);
+        self.pd_unuse(old_pd);
+        let mut r = Resp::new(abi::rereg_mr_resp::SIZE);
+        r.u32(abi::rereg_mr_resp::lkey, key);
+        r.u32(abi::rereg_mr_resp::rkey, key);
+        c.respond(&r)
+    }
+
+    /// ALLOC_MW (Linux `ib_uverbs_alloc_mw`, `mlx5_ib_alloc_mw`): a free mkey in KLM
+    /// mode with `umr_en`, remote invalidation for type 2, `roundup(num_klms, 4)`
+    /// translation entries (4 when none are asked for).
+    fn alloc_mw(&mut self, c: &Cmd<'_>) -> Result<(), Errno> {
+        use abi::alloc_mw as q;
+        use abi::mlx5_alloc_mw as d;
+        let pd_h = c.core.u32(q::pd_handle);
+        let pdn = self.pds.get(&pd_h).ok_or(Errno::EINVAL)?.pdn;
+        // IB_MW_TYPE_1, IB_MW_TYPE_2.
+        let ty = c.core.u8(q::mw_type);
+        if ty != 1 && ty != 2 {
+            return Err(Errno::EINVAL);
+        }
+        let u = &c.udata;
+        if u.u32(d::comp_mask) != 0 || u.u8(d::reserved1) != 0 || u.u16(d::reserved2) != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if c.udata_len > d::SIZE && u.0[d::SIZE..c.udata_len].iter().any(|&b| b != 0) {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let klms = u64::from(u.u8(d::num_klms).max(1)).next_multiple_of(4);
+        let mut input = create_mkey_input(0);
+        let m = mkey::in_command;
+        m(mkc::free).set(&mut input, 1);
+        m(mkc::umr_en).set(&mut input, 1);
+        m(mkc::lr).set(&mut input, 1);
+        m(mkc::access_mode_1_0).set(&mut input, MkcAccessMode::Klms.value().into());
+        m(mkc::en_rinval).set(&mut input, u64::from(ty == 2));
+        m(mkc::qpn).set(&mut input, MKC_QPN_NONE.into());
+        m(mkc::pd).set(&mut input, pdn.into());
+        m(mkc::translations_octword_size).set(&mut input, klms);
+        let variant = KEY_VARIANT.fetch_add(1, Ordering::Relaxed);
+        m(mkc::mkey_7_0).set(&mut input, variant.into());
+        let out = exec(self.nic, &input, create_mkey_out::SIZE)?;
+        let index = create_mkey_out::mkey_index.get(&out) as u32;
         let h = self.handle();
         self.pd_use(pd_h)?;
-        self.mrs.insert(
-            h,
-            Mr {
-                index,
-                pd: pd_h,
-                mem,
-            },
-        );
-        let mut r = Resp::new(abi::reg_mr_resp::SIZE);
-        r.u32(abi::reg_mr_resp::mr_handle, h);
-        r.u32(abi::reg_mr_resp::lkey, key);
-        r.u32(abi::reg_mr_resp::rkey, key);
+        self.mws.insert(h, Mw { index, pd: pd_h });
+        let mut r = Resp::new(abi::alloc_mw_resp::SIZE);
+        r.u32(abi::alloc_mw_resp::mw_handle, h);
+        r.u32(abi::alloc_mw_resp::rkey, mkey::mkey(index, variant));
         if let Err(e) = c.respond(&r) {
-            self.dereg_mr_handle(h)?;
+            self.dealloc_mw_handle(h)?;
             return Err(e);
         }
         Ok(())
     }
 
+    fn dealloc_mw_handle(&mut self, h: u32) -> Result<(), Errno> {
+        let mw = self.mws.get(&h).ok_or(Errno::ENOENT)?;
+        self.destroy_mkey(mw.index)?;
+        let mw = self.mws.remove(&h).expect("looked up");
+        self.pd_unuse(mw.pd);
+        Ok(())
+    }
+
+    fn dealloc_mw(&mut self, c: &Cmd<'_>) -> Result<(), Errno> {
+        self.dealloc_mw_handle(c.core.u32(abi::dealloc_mw::mw_handle))
+    }
+
     fn dereg_mr_handle(&mut self, h: u32) -> Result<(), Errno> {
         let mr = self.mrs.get(&h).ok_or(Errno::ENOENT)?;
-        let mut input = new_input(Opcode::DestroyMkey, 0, destroy_mkey_in::SIZE);
-        destroy_mkey_in::mkey_index.set(&mut input, mr.index.into());
-        exec(self.nic, &input, destroy_mkey_out::SIZE)?;
+        self.destroy_mkey(mr.index)?;
         let mr = self.mrs.remove(&h).expect("looked up");
         mr.mem.unmap(self.nic);
         self.pd_unuse(mr.pd);
@@ -660,8 +882,18 @@ impl Ucontext {
         let buf = c.udata.u64(u::buf_addr);
         let db = c.udata.u64(u::db_addr);
         let cqe_size = c.udata.u32(u::cqe_size);
-        if c.udata.u8(u::cqe_comp_en) != 0 || c.udata.u16(u::flags) != 0 {
+        let cq_flags = c.udata.u16(u::flags);
+        if c.udata.u8(u::cqe_comp_en) != 0 || cq_flags & !CQ_FLAG_UAR_PAGE_INDEX != 0 {
             return Err(Errno::EOPNOTSUPP);
+        }
+        // Linux `create_cq_user`: the UAR page named, or with library-allocated UARs
+        // one must be named.
+        if cq_flags & CQ_FLAG_UAR_PAGE_INDEX != 0 {
+            if !self.uar_page(c.udata.u32(u::uar_page_index)) {
+                return Err(Errno::EINVAL);
+            }
+        } else if self.dyn_uar {
+            return Err(Errno::EINVAL);
         }
         if cqe_size != 64 && cqe_size != 128 {
             return Err(Errno::EINVAL);
@@ -802,12 +1034,19 @@ impl Ucontext {
         } else {
             q.u64(abi::create_qp::user_handle)
         };
+        let mut block_mc_lb = false;
         // (pd, send_cq, recv_cq, srq, caps, sq_sig_all, qp_type, is_srq)
         let (pd_h, scq_h, rcq_h, srq_h, caps, sig_all, ty, is_srq) = if ex {
             use abi::ex_create_qp as f;
-            if q.u32(f::comp_mask) != 0 || q.u32(f::create_flags) != 0 {
+            // IB_UVERBS_CREATE_QP_MASK_IND_TABLE (RSS, raw packet QPs only).
+            let mask = q.u32(f::comp_mask);
+            if mask & !1 != 0 {
+                return Err(Errno::EINVAL);
+            }
+            if mask != 0 {
                 return Err(Errno::EOPNOTSUPP);
             }
+            block_mc_lb = create_flags_supported(self.nic, q.u32(f::create_flags))?;
             (
                 q.u32(f::pd_handle),
                 q.u32(f::send_cq_handle),
@@ -870,10 +1109,26 @@ impl Ucontext {
         let rq_shift = d.u32(u::rq_wqe_shift);
         let flags = d.u32(u::flags);
         let uidx = d.u32(u::uidx);
-        if flags & !(QP_FLAG_SIGNATURE | QP_FLAG_SCATTER_CQE | QP_FLAG_BFREG_INDEX) != 0 {
+        if flags
+            & !(QP_FLAG_SIGNATURE
+                | QP_FLAG_SCATTER_CQE
+                | QP_FLAG_BFREG_INDEX
+                | QP_FLAG_UAR_PAGE_INDEX)
+            != 0
+        {
             return Err(Errno::EINVAL);
         }
-        let bfreg = if flags & QP_FLAG_BFREG_INDEX != 0 {
+        let bfreg = if flags & QP_FLAG_UAR_PAGE_INDEX != 0 {
+            // Linux `create_user_qp`: the page is the QP's; no static register
+            // (`MLX5_IB_INVALID_BFREG` in the response).
+            if !self.uar_page(d.u32(u::bfreg_index)) {
+                return Err(Errno::EINVAL);
+            }
+            1 << 31
+        } else if self.dyn_uar {
+            // `alloc_bfreg` with library-allocated UARs.
+            return Err(Errno::EINVAL);
+        } else if flags & QP_FLAG_BFREG_INDEX != 0 {
             let b = d.u32(u::bfreg_index);
             // Static registers only: 2 per UAR page, numbered 4 per page (Linux
             // `adjust_bfregn`).
@@ -929,6 +1184,7 @@ impl Ucontext {
         let s = |input: &mut Vec<u8>, f, v: u64| in_command(f).set(input, v);
         s(&mut input, qpc::st, st);
         s(&mut input, qpc::pm_state, 3);
+        s(&mut input, qpc::block_lb_mc, u64::from(block_mc_lb));
         s(&mut input, qpc::pd, pdn.into());
         s(&mut input, qpc::uar_page, self.nic.uar.into());
         match (srq, rq_cnt) {
@@ -995,6 +1251,12 @@ impl Ucontext {
                 mem: Some(mem),
                 db_page,
                 caps,
+                rq_wqes: rq_cnt,
+                rq_max_gs: if rq_cnt == 0 {
+                    0
+                } else {
+                    (1u32 << rq_shift) / 16 - u32::from(flags & QP_FLAG_SIGNATURE != 0)
+                },
                 sq_sig_all: sig_all,
                 port: 1,
                 pkey_index: 0,
@@ -1439,10 +1701,12 @@ impl Ucontext {
             r.u8(f::dest + dd::is_global, 1);
             r.u8(f::dest + dd::port_num, qp.port);
         }
-        r.u32(f::max_send_wr, qp.caps[0]);
-        r.u32(f::max_recv_wr, qp.caps[1]);
-        r.u32(f::max_send_sge, qp.caps[2]);
-        r.u32(f::max_recv_sge, qp.caps[3]);
+        // Linux `mlx5_ib_query_qp`: the receive queue's real size; the send side is
+        // the user's (0 for a user QP: libmlx5 fills in its own).
+        r.u32(f::max_send_wr, 0);
+        r.u32(f::max_recv_wr, qp.rq_wqes);
+        r.u32(f::max_send_sge, 0);
+        r.u32(f::max_recv_sge, qp.rq_max_gs);
         r.u32(f::max_inline_data, qp.caps[4]);
         r.u32(
             f::qkey,
@@ -1688,7 +1952,7 @@ impl Ucontext {
         Ok(())
     }
 
-    /// Destroys every object, in Linux's order (AH, QP, SRQ, CQ, MR, PD).
+    /// Destroys every object, in Linux's order (AH, QP, SRQ, CQ, MW, MR, PD).
     pub fn destroy_all(&mut self) {
         let hs: Vec<u32> = self.ahs.keys().copied().collect();
         for h in hs {
@@ -1708,6 +1972,10 @@ impl Ucontext {
         for h in hs {
             let _ = self.destroy_cq_handle(h);
         }
+        let hs: Vec<u32> = self.mws.keys().copied().collect();
+        for h in hs {
+            let _ = self.dealloc_mw_handle(h);
+        }
         let hs: Vec<u32> = self.mrs.keys().copied().collect();
         for h in hs {
             let _ = self.dereg_mr_handle(h);
@@ -1718,6 +1986,89 @@ impl Ucontext {
         }
         let _ = &self.async_file;
     }
+}
+
+/// mlx5_ib's ucontext response (`mlx5_ib_alloc_ucontext_resp`, Linux
+/// `set_ucontext_resp`), for GET_CONTEXT and the QUERY_CONTEXT method alike;
+/// `room` is the caller's buffer (`response_length`).
+fn ucontext_resp(nic: &Nic, total: u32, cqe_version: u8, room: usize) -> Resp {
+    let mut d = Resp::new(abi::alloc_ucontext_resp::SIZE);
+    {
+        use abi::alloc_ucontext_resp as p;
+        d.u32(p::qp_tab_size, 1 << nic.cap(g::log_max_qp).min(24));
+        d.u32(p::bf_reg_size, nic.bf_reg_size());
+        d.u32(p::tot_bfregs, total);
+        d.u32(p::cache_line_size, 64);
+        d.u16(p::max_sq_desc_sz, nic.cap(g::max_wqe_sz_sq) as u16);
+        d.u16(p::max_rq_desc_sz, nic.cap(g::max_wqe_sz_rq) as u16);
+        d.u32(p::max_send_wqebb, 1 << nic.cap(g::log_max_qp_sz).min(24));
+        d.u32(p::max_recv_wr, 1 << nic.cap(g::log_max_qp_sz).min(24));
+        d.u32(p::max_srq_recv_wr, 1 << nic.cap(g::log_max_srq_sz).min(24));
+        d.u16(p::num_ports, nic.cap(g::num_ports).max(1) as u16);
+        d.u32(
+            p::response_length,
+            room.min(abi::alloc_ucontext_resp::SIZE) as u32,
+        );
+        d.u8(p::cqe_version, cqe_version);
+        // MLX5_USER_CMDS_SUPP_UHW_QUERY_DEVICE | _CREATE_AH.
+        d.u8(p::cmds_supp_uhw, 1 | 2);
+        // MLX5_USER_INLINE_MODE_NONE + 1 (Linux sends the mode plus one).
+        d.u8(p::eth_min_inline, 1);
+        d.u32(p::log_uar_size, 12);
+        d.u32(p::num_uars_per_page, 1);
+    }
+    d
+}
+
+/// Linux `ib_check_mr_access` with mlx5_ib's support: known flags only, remote
+/// write or atomic only with local write, no on-demand paging (the device reports no
+/// ODP capabilities). `IBV_ACCESS_MW_BIND` needs nothing of an mlx5 mkey: windows
+/// bind to any region of their PD.
+fn check_mr_access(access: u32) -> Result<(), Errno> {
+    // IB_ACCESS_SUPPORTED: the flags up to IB_ACCESS_HUGETLB (1 << 7), and the
+    // optional range (IB_UVERBS_ACCESS_OPTIONAL_RANGE, bits 20..29, of which mlx5_ib
+    // honours relaxed ordering and ignores the rest), which libibverbs passes once
+    // QUERY_CONTEXT reported IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS.
+    let known = 0xff | 0x3ff0_0000 | ACCESS_RELAXED_ORDERING;
+    if access & !known != 0 {
+        return Err(Errno::EINVAL);
+    }
+    if access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0
+        && access & ACCESS_LOCAL_WRITE == 0
+    {
+        return Err(Errno::EINVAL);
+    }
+    if access & ACCESS_ON_DEMAND != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    Ok(())
+}
+
+/// The extended CREATE_QP's `create_flags`: Linux's core refuses a flag it does not
+/// know (EINVAL, `create_qp` in `uverbs_cmd.c`); mlx5_ib's `process_create_flags`
+/// one the device's capabilities do not offer (EOPNOTSUPP). This device offers none:
+/// it reports no `block_lb_mc` (the simulator has no multicast), and cross-channel,
+/// raw-packet (FCS scatter, VLAN stripping, end padding) and source-QPN QPs are not
+/// implemented.
+/// Whether multicast loopback is to be blocked.
+fn create_flags_supported(nic: &Nic, flags: u32) -> Result<bool, Errno> {
+    // IB_QP_CREATE_BLOCK_MULTICAST_LOOPBACK, _CROSS_CHANNEL, _MANAGED_SEND,
+    // _MANAGED_RECV, _SCATTER_FCS, _CVLAN_STRIPPING, _SOURCE_QPN,
+    // _PCI_WRITE_END_PADDING (Linux `ib_verbs.h`).
+    const BLOCK_MC_LB: u32 = 1 << 1;
+    const KNOWN: u32 = BLOCK_MC_LB | (1 << 2) | (1 << 3) | (1 << 4) | (0xf << 8);
+    if flags & !KNOWN != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let offered = if nic.cap(g::block_lb_mc) != 0 {
+        BLOCK_MC_LB
+    } else {
+        0
+    };
+    if flags & !offered != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    Ok(flags & BLOCK_MC_LB != 0)
 }
 
 fn ceil_log2(v: u8) -> u8 {

@@ -87,3 +87,45 @@ fn rdma_cm_abi_offsets_and_sizes_match_the_kernel_header() {
     );
     assert!(n > 150, "{n} entries");
 }
+
+#[test]
+fn ioctl_abi_layouts_and_ids_match_the_kernel_headers() {
+    if !toolchain("/usr/include/rdma/ib_user_ioctl_cmds.h") {
+        return;
+    }
+    let headers = [
+        "rdma/rdma_user_ioctl_cmds.h",
+        "rdma/ib_user_ioctl_cmds.h",
+        "rdma/ib_user_ioctl_verbs.h",
+        "rdma/mlx5_user_ioctl_cmds.h",
+        "rdma/mlx5_user_ioctl_verbs.h",
+    ];
+    let n = check("ioctl", &headers, ferroverbs_uapi::abi::ioctl::STRUCTS);
+    assert!(n >= 15, "{n} entries");
+    // The ids: a program printing each with the headers included.
+    let mut c = String::from("#include <stdio.h>\n");
+    for h in headers {
+        c += &format!("#include <{h}>\n");
+    }
+    c += "int main(void) {\n";
+    let mut want = String::new();
+    for (name, v) in ferroverbs_uapi::abi::ioctl::IDS {
+        c += &format!("printf(\"{name} %lu\\n\", (unsigned long)({name}));\n");
+        want += &format!("{name} {v}\n");
+    }
+    c += "return 0; }\n";
+    let dir = std::env::temp_dir().join(format!("ferroverbs-uapi-ids-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (src, exe) = (dir.join("i.c"), dir.join("i"));
+    std::fs::write(&src, c).unwrap();
+    let o = Command::new("gcc")
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = String::from_utf8(Command::new(&exe).output().unwrap().stdout).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(got, want);
+}

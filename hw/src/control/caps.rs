@@ -179,6 +179,8 @@ prm_layout! {
         cq_moderation: 0x222, 1;
         /// A CQ may be moved to another EQ.
         cq_eq_remap: 0x226, 1;
+        /// The QP context's `block_lb_mc` (multicast loopback blocking) is honoured.
+        block_lb_mc: 0x228, 1;
         /// Paging (ODP) supported.
         pg: 0x227, 1;
         /// Q_Key violation counter supported.

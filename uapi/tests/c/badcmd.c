@@ -74,6 +74,19 @@ struct dereg_mr {
 	struct ib_uverbs_cmd_hdr hdr;
 	struct ib_uverbs_dereg_mr core;
 };
+struct rereg_mr {
+	struct ib_uverbs_cmd_hdr hdr;
+	struct ib_uverbs_rereg_mr core;
+};
+struct alloc_mw {
+	struct ib_uverbs_cmd_hdr hdr;
+	struct ib_uverbs_alloc_mw core;
+	struct mlx5_ib_alloc_mw drv;
+};
+struct dealloc_mw {
+	struct ib_uverbs_cmd_hdr hdr;
+	struct ib_uverbs_dealloc_mw core;
+};
 struct create_cq {
 	struct ib_uverbs_cmd_hdr hdr;
 	struct ib_uverbs_create_cq core;
@@ -143,6 +156,52 @@ static int reg_mr(int fd, uint32_t pd, void *addr, uint64_t len, uint32_t access
 	c.core.access_flags = access;
 	int e = wr(fd, &c, sizeof c);
 	*handle = r.mr_handle;
+	return e;
+}
+
+/* ALLOC_MW of `type` in `pd`, with mlx5_ib's request (its comp_mask as given). */
+static int alloc_mw(int fd, uint32_t pd, uint8_t type, uint32_t comp_mask, uint32_t *handle,
+		    uint32_t *rkey)
+{
+	struct alloc_mw c = {0};
+	struct ib_uverbs_alloc_mw_resp r = {0};
+	HDR(c.hdr, IB_USER_VERBS_CMD_ALLOC_MW, sizeof c, sizeof r);
+	c.core.response = (uintptr_t)&r;
+	c.core.pd_handle = pd;
+	c.core.mw_type = type;
+	c.drv.comp_mask = comp_mask;
+	int e = wr(fd, &c, sizeof c);
+	*handle = r.mw_handle;
+	*rkey = r.rkey;
+	return e;
+}
+
+static int dealloc_mw(int fd, uint32_t handle)
+{
+	struct dealloc_mw c = {0};
+	HDR(c.hdr, IB_USER_VERBS_CMD_DEALLOC_MW, sizeof c, 0);
+	c.core.mw_handle = handle;
+	return wr(fd, &c, sizeof c);
+}
+
+/* REREG_MR of `mr`; the new keys in `keys` (lkey, rkey). */
+static int rereg_mr(int fd, uint32_t mr, uint32_t flags, void *addr, uint64_t len,
+		    uint64_t hca_va, uint32_t pd, uint32_t access, uint32_t keys[2])
+{
+	struct rereg_mr c = {0};
+	struct ib_uverbs_rereg_mr_resp r = {0};
+	HDR(c.hdr, IB_USER_VERBS_CMD_REREG_MR, sizeof c, sizeof r);
+	c.core.response = (uintptr_t)&r;
+	c.core.mr_handle = mr;
+	c.core.flags = flags;
+	c.core.start = (uintptr_t)addr;
+	c.core.length = len;
+	c.core.hca_va = hca_va;
+	c.core.pd_handle = pd;
+	c.core.access_flags = access;
+	int e = wr(fd, &c, sizeof c);
+	keys[0] = r.lkey;
+	keys[1] = r.rkey;
 	return e;
 }
 
@@ -261,7 +320,7 @@ int main(void)
 	expect("response_shorter_than_its_struct", wr(fd, &ap, sizeof ap), ENOSPC);
 	HDR(ap.hdr, 200, sizeof ap, sizeof apr);
 	expect("unknown_command", wr(fd, &ap, sizeof ap), EINVAL);
-	HDR(ap.hdr, IB_USER_VERBS_CMD_ALLOC_MW, sizeof ap, sizeof apr);
+	HDR(ap.hdr, IB_USER_VERBS_CMD_OPEN_XRCD, sizeof ap, sizeof apr);
 	expect("command_not_implemented", wr(fd, &ap, sizeof ap), EOPNOTSUPP);
 	HDR(ap.hdr, IB_USER_VERBS_CMD_ALLOC_PD | 0x40000000, sizeof ap, sizeof apr);
 	expect("unknown_flag", wr(fd, &ap, sizeof ap), EINVAL);
@@ -337,6 +396,57 @@ int main(void)
 		expect("dereg_mr_of_a_pd_handle", wr(fd, &c, sizeof c), ENOENT);
 		c.core.mr_handle = mr;
 		expect("dereg_mr", wr(fd, &c, sizeof c), 0);
+	}
+
+	/* Memory windows (Linux ib_uverbs_alloc_mw, mlx5_ib_alloc_mw). */
+	{
+		uint32_t mw1, mw2, rkey1, rkey2;
+		expect("alloc_mw_type_3", alloc_mw(fd, pd, 3, 0, &mw1, &rkey1), EINVAL);
+		expect("alloc_mw_unknown_pd", alloc_mw(fd, 0xdead, 1, 0, &mw1, &rkey1), EINVAL);
+		expect("alloc_mw_driver_comp_mask", alloc_mw(fd, pd, 1, 1, &mw1, &rkey1),
+		       EOPNOTSUPP);
+		expect("alloc_mw_type_1", alloc_mw(fd, pd, 1, 0, &mw1, &rkey1), 0);
+		expect("alloc_mw_type_2", alloc_mw(fd, pd, 2, 0, &mw2, &rkey2), 0);
+		expect("alloc_mw_distinct_keys", rkey1 != rkey2 && mw1 != mw2 ? 0 : -1, 0);
+		expect("dealloc_pd_with_a_window", dealloc_pd(fd, pd), EBUSY);
+		expect("dealloc_mw_unknown_handle", dealloc_mw(fd, 0xdead), ENOENT);
+		expect("dealloc_mw_of_a_pd_handle", dealloc_mw(fd, pd), ENOENT);
+		expect("dealloc_mw_type_1", dealloc_mw(fd, mw1), 0);
+		expect("dealloc_mw_twice", dealloc_mw(fd, mw1), ENOENT);
+		expect("dealloc_mw_type_2", dealloc_mw(fd, mw2), 0);
+	}
+
+	/* REREG_MR (Linux ib_uverbs_rereg_mr): a failed one leaves the region as it was. */
+	{
+		uint32_t k[2], k2[2];
+		expect("alloc_pd_2", alloc_pd(fd, &pd2), 0);
+		expect("reg_mr_for_rereg", reg_mr(fd, pd, buf, len, 1, &mr), 0);
+		expect("rereg_mr_no_flags", rereg_mr(fd, mr, 0, 0, 0, 0, 0, 0, k), EINVAL);
+		expect("rereg_mr_unknown_flag", rereg_mr(fd, mr, 8, 0, 0, 0, 0, 0, k), EINVAL);
+		expect("rereg_mr_unknown_handle", rereg_mr(fd, 0xdead, 4, 0, 0, 0, 0, 1, k),
+		       ENOENT);
+		expect("rereg_mr_remote_write_without_local_write",
+		       rereg_mr(fd, mr, 4, 0, 0, 0, 0, 2, k), EINVAL);
+		expect("rereg_mr_on_demand", rereg_mr(fd, mr, 4, 0, 0, 0, 0, 1 | 64, k),
+		       EOPNOTSUPP);
+		expect("rereg_mr_unknown_pd", rereg_mr(fd, mr, 2, 0, 0, 0, 0xdead, 0, k), EINVAL);
+		expect("rereg_mr_page_offsets_differ",
+		       rereg_mr(fd, mr, 1, buf, len, (uintptr_t)buf + 8, 0, 0, k), EINVAL);
+		expect("rereg_mr_unmapped_memory",
+		       rereg_mr(fd, mr, 1, hole, len, (uintptr_t)hole, 0, 0, k), EFAULT);
+		expect("rereg_mr_zero_length", rereg_mr(fd, mr, 1, buf, 0, (uintptr_t)buf, 0, 0, k),
+		       EINVAL);
+		expect("rereg_mr_access", rereg_mr(fd, mr, 4, 0, 0, 0, 0, 7, k), 0);
+		expect("rereg_mr_pd_and_translation",
+		       rereg_mr(fd, mr, 3, buf + page, page, (uintptr_t)buf + page, pd2, 0, k2), 0);
+		expect("rereg_mr_new_keys", k[0] == k[1] && k2[0] != k[0] ? 0 : -1, 0);
+		/* The region moved to pd2: pd is free, pd2 is not. */
+		expect("dealloc_pd_2_in_use", dealloc_pd(fd, pd2), EBUSY);
+		struct dereg_mr c = {0};
+		HDR(c.hdr, IB_USER_VERBS_CMD_DEREG_MR, sizeof c, 0);
+		c.core.mr_handle = mr;
+		expect("dereg_rereg_mr", wr(fd, &c, sizeof c), 0);
+		expect("dealloc_pd_2", dealloc_pd(fd, pd2), 0);
 	}
 
 	/* CQs. */
