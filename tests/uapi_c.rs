@@ -10,7 +10,12 @@
 //!   of an RDMA WRITE between two QPs of the process (poll readiness, the bytes
 //!   written, EAGAIN on an empty non-blocking channel), and a remote access error
 //!   reported as a completion at the requester and as `IBV_EVENT_QP_ACCESS_ERR` on the
-//!   async file for the responder QP.
+//!   async file for the responder QP;
+//! * `uapi/tests/c/resize.c` uses rdma-core's libibverbs + libmlx5: `ibv_resize_cq`
+//!   (libmlx5's copy of the unpolled completions up to the device's resize CQE)
+//!   growing and shrinking a CQ with completions waiting before and arriving after,
+//!   each polled once, in order, with its data; sizes out of range or below the
+//!   waiting completions are EINVAL; `cqe` is the size rounded up.
 
 mod uapi_support;
 
@@ -65,5 +70,12 @@ fn malformed_commands_get_linuxs_errnos() {
 fn completion_and_async_events_through_libmlx5() {
     if let Some((dir, exe)) = compile("events", "/usr/include/infiniband/verbs.h", &["-libverbs"]) {
         run_checker(dir, exe, 102, 23);
+    }
+}
+
+#[test]
+fn cq_resize_through_libmlx5_keeps_every_completion() {
+    if let Some((dir, exe)) = compile("resize", "/usr/include/infiniband/verbs.h", &["-libverbs"]) {
+        run_checker(dir, exe, 103, 17);
     }
 }

@@ -37,6 +37,8 @@ use crate::nic::Nic;
 use crate::user::{self, PAGE};
 use crate::{fdtab, Errno};
 
+mod resize_cq;
+
 /// `MLX5_IB_ALLOC_UCTX_DEVX`.
 const UCTX_DEVX: u32 = 1;
 /// `MLX5_MAX_BFREGS` (Linux `hw/mlx5/main.c: calc_total_bfregs`).
@@ -292,6 +294,7 @@ impl Ucontext {
             (cmd::DEREG_MR, false) => self.dereg_mr(c),
             (cmd::CREATE_COMP_CHANNEL, false) => self.create_comp_channel(c),
             (cmd::CREATE_CQ, ex) => self.create_cq(c, ex),
+            (cmd::RESIZE_CQ, false) => self.resize_cq(c),
             (cmd::DESTROY_CQ, false) => self.destroy_cq(c),
             (cmd::CREATE_QP, ex) => self.create_qp(c, ex),
             (cmd::MODIFY_QP, ex) => self.modify_qp(c, ex),
