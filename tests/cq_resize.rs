@@ -2,7 +2,8 @@
 //! `op_mod` resize): completions not yet polled survive growing and shrinking, in
 //! order, each polled exactly once with its data; the ring keeps working across its
 //! wraps afterwards; and the refusals (too small for the unpolled completions, out of
-//! range, the firmware's checks of a raw command) leave the CQ as it was.
+//! range, a full CQ, a CQ in error, the firmware's checks of a raw command) leave the
+//! CQ as it was.
 
 use std::time::Duration;
 
@@ -243,4 +244,51 @@ fn the_firmware_checks_a_raw_resize_command() {
     assert_eq!(MLX5_CQ_OPMOD_RESIZE, 1);
     // Nothing changed: the CQ still has its ring of 16.
     assert_eq!(log_size(&bed, 1, &p.b.cq), 4);
+}
+
+/// The firmware's syndrome of a refused resize.
+fn refused_with(r: Result<(), Error>) -> Option<Syndrome> {
+    match r {
+        Err(Error::Device(ferroverbs::Error::Cmd(c))) => Syndrome::from_value(c.syndrome),
+        other => panic!("not refused by the firmware: {other:?}"),
+    }
+}
+
+#[test]
+fn a_full_cq_and_a_cq_in_error_are_refused_by_the_firmware() {
+    let bed = Bed::new(14);
+    let mut p = pair(&bed, 15);
+    let bcq = p.b.cq.cqn();
+    // Sixteen completions fill the ring of 16: no entry is left for the resize CQE.
+    send(&mut p, 0..16);
+    until_produced(&bed, 1, bcq, 16);
+    assert_eq!(
+        refused_with(p.b.cq.resize(100)),
+        Some(Syndrome::CqResizeFull)
+    );
+    assert_eq!(p.b.cq.capacity(), 15);
+    // One polled: the fifteen others move.
+    assert_eq!(p.b.cq.poll_one().unwrap().wr_id, 0);
+    p.b.cq.resize(100).unwrap();
+    for i in 1..16 {
+        let w = p.b.cq.poll_one().unwrap();
+        assert_eq!((w.wr_id, w.byte_len), (i, 16));
+    }
+    assert!(p.b.cq.poll_one().is_none());
+
+    // A CQ that overran is in error: its resize is refused.
+    let mut q = pair(&bed, 3);
+    let qcq = q.b.cq.cqn();
+    send(&mut q, 0..5);
+    bed.run_until(WAIT, || {
+        bed.nic(1)
+            .sim
+            .with_engine(|e| e.cq(qcq).is_some_and(|c| c.error))
+            .then_some(())
+    })
+    .unwrap();
+    assert_eq!(
+        refused_with(q.b.cq.resize(100)),
+        Some(Syndrome::CqResizeInError)
+    );
 }
