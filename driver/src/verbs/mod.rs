@@ -38,6 +38,8 @@
 //! handle while QPs still use it therefore cannot destroy the CQ under them: the
 //! `DESTROY_CQ` happens when the last QP goes. [`CompletionQueue::destroy`] makes the
 //! same situation an error ([`Error::CqInUse`]) for code that wants to know.
+//! [`CompletionQueue::resize`] (`&mut` too, so no poll runs meanwhile) moves a CQ
+//! to a larger or smaller ring with its unpolled completions, as libmlx5 does.
 //!
 //! Object numbers are per device: a QP created with a CQ or an SRQ of another
 //! [`Context`](crate::Context) (another [`DeviceId`](crate::DeviceId)) is refused with
