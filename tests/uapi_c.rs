@@ -15,6 +15,11 @@
 //!   attribute rules, mlx5_ib's UAR objects and their mmap, QUERY_CONTEXT, PD_QUERY,
 //!   QUERY_MR, ASYNC_EVENT_ALLOC) and checks that a duplicated descriptor names the
 //!   same ucontext.
+//! * `uapi/tests/c/resize.c` uses rdma-core's libibverbs + libmlx5: `ibv_resize_cq`
+//!   (libmlx5's copy of the unpolled completions up to the device's resize CQE)
+//!   growing and shrinking a CQ with completions waiting before and arriving after,
+//!   each polled once, in order, with its data; sizes out of range or below the
+//!   waiting completions are EINVAL; `cqe` is the size rounded up.
 
 mod uapi_support;
 
@@ -76,5 +81,12 @@ fn completion_and_async_events_through_libmlx5() {
 fn ioctl_methods_and_duplicated_descriptors() {
     if let Some((dir, exe)) = compile("ioctl", "/usr/include/rdma/mlx5_user_ioctl_cmds.h", &[]) {
         run_checker(dir, exe, 103, 35);
+    }
+}
+
+#[test]
+fn cq_resize_through_libmlx5_keeps_every_completion() {
+    if let Some((dir, exe)) = compile("resize", "/usr/include/infiniband/verbs.h", &["-libverbs"]) {
+        run_checker(dir, exe, 104, 17);
     }
 }

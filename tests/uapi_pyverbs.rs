@@ -51,6 +51,7 @@ const MUST_PASS: &[&str] = &[
     "test_cq.CQAPITest.test_create_cq",
     "test_cq.CQAPITest.test_create_cq_bad_flow",
     "test_cq.CQAPITest.test_create_cq_with_comp_channel",
+    "test_cq.CQTest.test_resize_cq",
     "test_cq_events.CqEventsTestCase.test_cq_events_rc",
     "test_cq_events.CqEventsTestCase.test_cq_events_ud",
     "test_cqex.CQEXAPITest.test_create_cq_ex",
@@ -146,11 +147,6 @@ const MAY_SKIP: &[(&str, &[&str], &str)] = &[
         "test_mr.DmaBuf",
         &["Allocating dmabuf is not supported", "dmabuf"],
         "the machine has no GPU render node to export a dma-buf",
-    ),
-    (
-        "test_cq.CQTest.test_resize_cq",
-        &["Resize CQ is not supported"],
-        "pending-resize: RESIZE_CQ is not in this branch yet (EOPNOTSUPP)",
     ),
     (
         "test_cqex.CqExTestCase.test_xrc_traffic_cq_ex",

@@ -83,6 +83,27 @@ pub fn create_cq_errno(e: &VerbsError) -> i32 {
     }
 }
 
+/// The errno of a failed `ibv_resize_cq`, as Linux `mlx5_ib_resize_cq` answers: a
+/// size out of range or below the completions not yet polled is EINVAL, and so is a
+/// resize the firmware refused with a bad parameter or resource state
+/// (`mlx5_cmd_check`); the rest as [`errno_of`].
+pub fn resize_cq_errno(e: &VerbsError) -> i32 {
+    use ferroverbs::CmdStatus;
+    match e {
+        VerbsError::CapExceeded { .. } | VerbsError::CqResizeBelowUnpolled { .. } => libc::EINVAL,
+        VerbsError::Device(CtrlError::Cmd(c))
+            if matches!(
+                c.status,
+                CmdStatus::BadParam | CmdStatus::BadResState | CmdStatus::BadResource
+            ) =>
+        {
+            libc::EINVAL
+        }
+        VerbsError::CqResizeLost { .. } => libc::EIO,
+        e => errno_of(e),
+    }
+}
+
 /// The driver's access flags of `ibv_access_flags`, or EINVAL for flags this library
 /// cannot honour (zero-based, on-demand paging, ...). Optional-range hints (relaxed
 /// ordering) and `MW_BIND`/`HUGETLB` are accepted and have no effect.

@@ -1163,9 +1163,29 @@ pub(crate) unsafe extern "C" fn ack_cq_events(cq: *mut abi::ibv_cq, nevents: c_u
     })
 }
 
-pub(crate) unsafe extern "C" fn resize_cq(_cq: *mut abi::ibv_cq, _cqe: c_int) -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    libc::EOPNOTSUPP
+/// `ibv_resize_cq` as libmlx5's `mlx5_resize_cq` answers it: a negative size, or
+/// one whose ring would pass `INT_MAX` bytes, is EINVAL; the CQ's lock is held for
+/// the whole resize (no poll, `ibv_start_poll` .. `ibv_end_poll` batch or arm of
+/// another thread runs meanwhile: they wait); a size that gives the same ring does
+/// nothing; the kernel's refusals (0 or more than `max_cqe` entries, fewer than the
+/// completions not yet polled) are EINVAL. On success `cq->cqe` is the new ring's
+/// size minus one (the size asked, rounded up).
+pub(crate) unsafe extern "C" fn resize_cq(cq: *mut abi::ibv_cq, cqe: c_int) -> c_int {
+    // SAFETY: the caller's CQ.
+    int_verb(unsafe { CqObj::from_ibv(cq) }, |q| {
+        let n = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
+        if i64::from(cqe) * 64 > i64::from(i32::MAX) {
+            return Err(libc::EINVAL);
+        }
+        let mut g = q.cq.lock();
+        g.resize(n).map_err(|e| convert::resize_cq_errno(&e))?;
+        let cap = g.capacity().min(i32::MAX as u32) as c_int;
+        // SAFETY: `cq` is the application's `ibv_cq` of this live CQ (looked up
+        // above); its `cqe` field is written under the CQ's lock, as libmlx5 writes
+        // it.
+        unsafe { (*cq).cqe = cap };
+        Ok(())
+    })
 }
 
 // ---------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ extern "C" {
         mask: c_int,
         init: *mut abi::ibv_qp_init_attr,
     ) -> c_int;
+    fn ibv_resize_cq(cq: *mut abi::ibv_cq, cqe: c_int) -> c_int;
     fn ibv_fork_init() -> c_int;
     fn ibv_is_fork_initialized() -> c_int;
 }
@@ -521,5 +522,166 @@ fn fork_support_is_reported_unneeded() {
         assert_eq!(ibv_fork_init(), 0);
         // IBV_FORK_UNNEEDED, as rdma-core reports on a kernel that copies pinned pages.
         assert_eq!(ibv_is_fork_initialized(), 2);
+    }
+}
+
+/// A QP of `d` on `cq` in INIT holding receives `ids` (no SGE), then moved to ERR:
+/// the receives are flushed, one completion each on `cq` (status WR_FLUSH_ERR), all
+/// written before `ibv_modify_qp` returns. Returns the QP.
+///
+/// # Safety
+///
+/// `cq` is a live CQ of `d`'s context.
+unsafe fn flushed_receives(
+    d: &Dev,
+    cq: *mut abi::ibv_cq,
+    ids: std::ops::Range<u64>,
+) -> *mut abi::ibv_qp {
+    let mut init = qp_init(cq, QPT_RC);
+    init.cap.max_recv_wr = 32;
+    // SAFETY: the verbs API used as its contract says; the ops are the context's.
+    unsafe {
+        let post_recv: PostRecv = std::mem::transmute((*d.ctx).ops[abi::ops::POST_RECV]);
+        let qp = ibv_create_qp(d.pd, &mut init);
+        assert!(!qp.is_null());
+        let mut a = abi::ibv_qp_attr {
+            qp_state: 1,
+            port_num: 1,
+            qp_access_flags: 1,
+            ..Default::default()
+        };
+        // IBV_QP_STATE | PKEY_INDEX | PORT | ACCESS_FLAGS
+        assert_eq!(ibv_modify_qp(qp, &mut a, 0x39), 0);
+        for id in ids {
+            let mut wr = abi::ibv_recv_wr {
+                wr_id: id,
+                next: ptr::null_mut(),
+                sg_list: ptr::null_mut(),
+                num_sge: 0,
+            };
+            let mut bad = ptr::null_mut();
+            assert_eq!(post_recv(qp, &mut wr, &mut bad), 0);
+        }
+        let mut a = abi::ibv_qp_attr {
+            qp_state: 6,
+            ..Default::default()
+        };
+        assert_eq!(ibv_modify_qp(qp, &mut a, 1), 0);
+        qp
+    }
+}
+
+#[test]
+fn resize_cq_keeps_unpolled_completions_and_answers_as_libmlx5() {
+    let d = dev();
+    // SAFETY: the verbs API used as its contract says; the ops are the context's.
+    unsafe {
+        let poll_cq: PollCq = std::mem::transmute((*d.ctx).ops[abi::ops::POLL_CQ]);
+        let mut attr: abi::ibv_device_attr = std::mem::zeroed();
+        assert_eq!(ibv_query_device(d.ctx, &mut attr), 0);
+        let cq = ibv_create_cq(d.ctx, 3, ptr::null_mut(), ptr::null_mut(), 0);
+        assert!(!cq.is_null());
+        assert_eq!((*cq).cqe, 3);
+        let a = flushed_receives(d, cq, 0..3);
+        // Three completions waiting: a ring of 2 cannot take them; sizes out of range.
+        for bad in [1, 0, -1, attr.max_cqe + 1, i32::MAX / 32] {
+            set_errno(0);
+            assert_eq!(ibv_resize_cq(cq, bad), libc::EINVAL, "resize to {bad}");
+            assert_eq!(errno(), libc::EINVAL, "errno of resize to {bad}");
+            assert_eq!((*cq).cqe, 3, "a refused resize keeps the size");
+        }
+        // The ring it has: nothing to do.
+        assert_eq!(ibv_resize_cq(cq, 2), 0);
+        assert_eq!((*cq).cqe, 3);
+        let mut wc = [abi::ibv_wc::default(); 64];
+        assert_eq!(poll_cq(cq, 1, wc.as_mut_ptr()), 1);
+        assert_eq!(wc[0].wr_id, 0);
+        // Grow with two waiting; 20 more arrive in the new ring.
+        assert_eq!(ibv_resize_cq(cq, 20), 0);
+        assert_eq!((*cq).cqe, 31, "rounded up as libmlx5 reports it");
+        let b = flushed_receives(d, cq, 100..120);
+        // 22 waiting: a ring of 16 is too small, one of 64 holds them.
+        assert_eq!(ibv_resize_cq(cq, 15), libc::EINVAL);
+        assert_eq!((*cq).cqe, 31);
+        assert_eq!(ibv_resize_cq(cq, 40), 0);
+        assert_eq!((*cq).cqe, 63);
+        // Shrink back with 22 waiting (a ring of 32).
+        assert_eq!(ibv_resize_cq(cq, 22), 0);
+        assert_eq!((*cq).cqe, 31);
+        let n = poll_cq(cq, 64, wc.as_mut_ptr());
+        assert_eq!(n, 22, "every completion once");
+        let want: Vec<(u64, u32)> = (1..3)
+            .map(|i| (i, (*a).qp_num))
+            .chain((100..120).map(|i| (i, (*b).qp_num)))
+            .collect();
+        let got: Vec<(u64, u32)> = wc[..22].iter().map(|w| (w.wr_id, w.qp_num)).collect();
+        assert_eq!(got, want, "in order");
+        assert!(
+            wc[..22].iter().all(|w| w.status == 5),
+            "IBV_WC_WR_FLUSH_ERR"
+        );
+        assert_eq!(poll_cq(cq, 64, wc.as_mut_ptr()), 0);
+        assert_eq!(ibv_destroy_qp(a), 0);
+        assert_eq!(ibv_destroy_qp(b), 0);
+        assert_eq!(ibv_destroy_cq(cq), 0);
+    }
+}
+
+#[test]
+fn resize_cq_waits_for_a_concurrent_poller() {
+    let d = dev();
+    struct P(*mut abi::ibv_cq);
+    // SAFETY: the library's CQ verbs may be called from any thread.
+    unsafe impl Send for P {}
+    // SAFETY: the verbs API used as its contract says; the ops are the context's.
+    unsafe {
+        let poll_cq: PollCq = std::mem::transmute((*d.ctx).ops[abi::ops::POLL_CQ]);
+        let cq = ibv_create_cq(d.ctx, 31, ptr::null_mut(), ptr::null_mut(), 0);
+        assert!(!cq.is_null());
+        // One thread resizes back and forth (never below 32 entries, room for a
+        // batch) while this one polls 10 batches of 20 flushed receives: each
+        // completion exactly once, in order.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let resizer = {
+            let (stop, p) = (std::sync::Arc::clone(&stop), P(cq));
+            std::thread::spawn(move || {
+                let p = p;
+                let mut k = 0u32;
+                let mut done = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    k += 1;
+                    let size = [63, 200, 31][k as usize % 3];
+                    assert_eq!(ibv_resize_cq(p.0, size), 0);
+                    done += 1;
+                }
+                done
+            })
+        };
+        let mut qps = Vec::new();
+        let mut wc = [abi::ibv_wc::default(); 8];
+        for batch in 0..10u64 {
+            let ids = batch * 20..batch * 20 + 20;
+            let qp = flushed_receives(d, cq, ids.clone());
+            let mut next = ids.start;
+            let t0 = std::time::Instant::now();
+            while next < ids.end {
+                assert!(t0.elapsed().as_secs() < 30, "completions lost");
+                let n = poll_cq(cq, 8, wc.as_mut_ptr());
+                assert!(n >= 0);
+                for w in &wc[..n as usize] {
+                    assert_eq!((w.wr_id, w.qp_num, w.status), (next, (*qp).qp_num, 5));
+                    next += 1;
+                }
+            }
+            qps.push(qp);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let resized = resizer.join().unwrap();
+        assert!(resized > 0, "no resize happened");
+        assert_eq!(poll_cq(cq, 8, wc.as_mut_ptr()), 0);
+        for qp in qps {
+            assert_eq!(ibv_destroy_qp(qp), 0);
+        }
+        assert_eq!(ibv_destroy_cq(cq), 0);
     }
 }

@@ -6,6 +6,8 @@ use common::*;
 
 use std::collections::HashSet;
 
+use ferroverbs_hw::{Bus, DmaPerm};
+
 use ferroverbs_hw::control::caps::query_hca_cap_in;
 use ferroverbs_hw::control::caps::{cmd_hca_cap as g, in_command as cap_at, set_hca_cap_in};
 use ferroverbs_hw::control::cmd::{self, Opcode};
@@ -631,6 +633,94 @@ fn cq(c: &mut Check) {
     });
 }
 
+/// MODIFY_CQ resize of a CQ of 16 entries. The unpolled CQEs the firmware counts are
+/// the producer counter (0: nothing written) minus the doorbell record's consumer
+/// counter, which the host sets behind it; a resize whose resize CQE cannot be
+/// written (the old ring unmapped) fails the CQ, and the next resize finds it in
+/// error.
+fn cq_resize(c: &mut Check) {
+    let mut h = with_caps(&[]);
+    let uar = h.alloc_uar();
+    let (eqn, _) = h.create_eq(4, uar, 0, &[]);
+    let m = h.map(8192);
+    let base = h.iova(m);
+    let i = cqm::create_cq_input(4, uar, eqn, base + 4096, 0, &[base]);
+    let o = h.ok(&i, outlen(Opcode::CreateCq));
+    let cqn = get(&o, cqm::create_cq_out::cqn) as u32;
+    let new = h.map(8192);
+    let nb = h.iova(new);
+    let n = outlen(Opcode::ModifyCq);
+    let bad = |h: &mut Host, c: &mut Check, s: Syndrome, m: &dyn Fn(&mut Vec<u8>)| {
+        let mut i = cqm::resize_cq_input(cqn, 5, 64, 0, &[nb]);
+        m(&mut i);
+        c.fails(h, &i, n, s);
+    };
+    let op_mod = cmd::mbox_in::op_mod;
+    bad(&mut h, c, Syndrome::BadOpMod, &|i| set(i, op_mod, 2));
+    bad(&mut h, c, Syndrome::NotImplemented, &|i| set(i, op_mod, 0));
+    bad(&mut h, c, Syndrome::CqUnknown, &|i| {
+        set(i, cqm::modify_cq_in::cqn, 0x5555)
+    });
+    bad(&mut h, c, Syndrome::CqUnsupported, &|i| {
+        set(i, cqm::modify_cq_in::cq_umem_valid, 1)
+    });
+    bad(&mut h, c, Syndrome::CqResizeFields, &|i| {
+        set(
+            i,
+            cqm::modify_cq_in::modify_field_select_resize_field_select,
+            3,
+        )
+    });
+    bad(&mut h, c, Syndrome::CqResizeBadSize, &|i| {
+        set(i, cqm::in_command(cqc::log_cq_size), 23)
+    });
+    bad(&mut h, c, Syndrome::CqBadCqeSize, &|i| {
+        set(i, cqm::in_command(cqc::cqe_sz), 2)
+    });
+    bad(&mut h, c, Syndrome::CqResizeCqeSize, &|i| {
+        set(i, cqm::in_command(cqc::cqe_sz), 1)
+    });
+    bad(&mut h, c, Syndrome::CqPasShort, &|i| i.truncate(0x110));
+    bad(&mut h, c, Syndrome::CqPasMisaligned, &|i| {
+        i[0x110 + 7] |= 0x40
+    });
+    bad(&mut h, c, Syndrome::CqPasNotMapped, &|i| {
+        i[0x110..0x118].copy_from_slice(&0x2000u64.to_be_bytes())
+    });
+    // Eight unpolled: a ring of 8 is too small; sixteen: the ring of 16 is full.
+    let ci = |h: &mut Host, behind: u32| {
+        let v = 0x100_0000u32.wrapping_sub(behind) & 0xff_ffff;
+        h.mapped[m].mem.write(4096, &v.to_be_bytes());
+    };
+    ci(&mut h, 8);
+    bad(&mut h, c, Syndrome::CqResizeTooSmall, &|i| {
+        set(i, cqm::in_command(cqc::log_cq_size), 3)
+    });
+    ci(&mut h, 16);
+    bad(&mut h, c, Syndrome::CqResizeFull, &|_| {});
+    ci(&mut h, 0);
+    // (Any MODIFY_CQ of the CQ hands the firmware the consumer counter.)
+    bad(&mut h, c, Syndrome::CqResizeFields, &|i| {
+        set(
+            i,
+            cqm::modify_cq_in::modify_field_select_resize_field_select,
+            0,
+        )
+    });
+    // A resize to a ring that is then made read-only for the device (unmapped and
+    // mapped again without write, at the same IOVA): the next resize's CQE cannot
+    // be written there, which fails the CQ; the resize after that finds it in error.
+    let lost = h.map(8192);
+    let lb = h.iova(lost);
+    h.ok(&cqm::resize_cq_input(cqn, 5, 64, 0, &[lb]), n);
+    h.unmap(lost);
+    let ro = Mem::new(8192);
+    let again = h.bus.dma_map(ro.addr(), 8192, DmaPerm::RO).unwrap();
+    assert_eq!(again, lb, "the IOVA is reused");
+    h.ok(&cqm::resize_cq_input(cqn, 5, 64, 0, &[nb]), n);
+    bad(&mut h, c, Syndrome::CqResizeInError, &|_| {});
+}
+
 fn qp_create(c: &mut Check) {
     let mut h = with_caps(&[(g::log_max_qp, 0)]);
     let uar = h.alloc_uar();
@@ -1147,6 +1237,7 @@ fn every_error_path_gives_its_status_and_syndrome() {
     mkey(&mut c);
     eq(&mut c);
     cq(&mut c);
+    cq_resize(&mut c);
     qp_create(&mut c);
     qp_modify(&mut c);
     vport(&mut c);

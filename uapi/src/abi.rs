@@ -186,6 +186,11 @@ abi_structs! {
         flags: 22, uar_page_index: 24,
     }
     mlx5_create_cq_resp = "mlx5_ib_create_cq_resp", size 8, { cqn: 0 }
+    resize_cq = "ib_uverbs_resize_cq", size 16, { response: 0, cq_handle: 8, cqe: 12 }
+    resize_cq_resp = "ib_uverbs_resize_cq_resp", size 8, { cqe: 0, reserved: 4 }
+    mlx5_resize_cq = "mlx5_ib_resize_cq", size 16, {
+        buf_addr: 0, cqe_size: 8, reserved0: 10, reserved1: 12,
+    }
     destroy_cq = "ib_uverbs_destroy_cq", size 16, { response: 0, cq_handle: 8 }
     destroy_cq_resp = "ib_uverbs_destroy_cq_resp", size 8, {
         comp_events_reported: 0, async_events_reported: 4,

@@ -75,6 +75,7 @@ fn legacy_sizes(number: u32) -> Option<(usize, Option<usize>)> {
             Some(create_comp_channel_resp::SIZE),
         ),
         cmd::CREATE_CQ => (create_cq::SIZE, Some(create_cq_resp::SIZE)),
+        cmd::RESIZE_CQ => (resize_cq::SIZE, Some(resize_cq_resp::SIZE)),
         cmd::DESTROY_CQ => (destroy_cq::SIZE, Some(destroy_cq_resp::SIZE)),
         cmd::CREATE_QP => (create_qp::SIZE, Some(create_qp_resp::SIZE)),
         cmd::QUERY_QP => (query_qp::SIZE, Some(query_qp_resp::SIZE)),

@@ -37,6 +37,8 @@ use crate::nic::Nic;
 use crate::user::{self, PAGE};
 use crate::{fdtab, Errno};
 
+mod resize_cq;
+
 /// `MLX5_LIB_CAP_DYN_UAR`: the library allocates its UARs (`MLX5_IB_METHOD_UAR_OBJ_ALLOC`).
 const LIB_CAP_DYN_UAR: u64 = 1 << 1;
 /// `MLX5_QP_FLAG_UAR_PAGE_INDEX`: `bfreg_index` names a dynamically allocated UAR.
@@ -378,6 +380,7 @@ impl Ucontext {
             (cmd::DEALLOC_MW, false) => self.dealloc_mw(c),
             (cmd::CREATE_COMP_CHANNEL, false) => self.create_comp_channel(c),
             (cmd::CREATE_CQ, ex) => self.create_cq(c, ex),
+            (cmd::RESIZE_CQ, false) => self.resize_cq(c),
             (cmd::DESTROY_CQ, false) => self.destroy_cq(c),
             (cmd::CREATE_QP, ex) => self.create_qp(c, ex),
             (cmd::MODIFY_QP, ex) => self.modify_qp(c, ex),

@@ -206,6 +206,29 @@ impl<M: QueueMem, D: DoorbellWord> CompletionQueue<M, D> {
         );
     }
 
+    /// The ring over `buf` with `ncqe` entries (a resized CQ), keeping the doorbell
+    /// record words, the CQ number, the UAR, the entry size, the consumer index and
+    /// the arm sequence number; the old ring memory is returned.
+    pub fn replace_buffer(&mut self, buf: M, ncqe: u32) -> Result<M, GeometryError> {
+        if !ncqe.is_power_of_two() || ncqe > MAX_CQES {
+            return Err(GeometryError::BadCount {
+                what: "CQ size in entries",
+                count: ncqe,
+                max: MAX_CQES,
+            });
+        }
+        let need = ncqe as usize * self.cfg.cqe_size;
+        if buf.len() < need {
+            return Err(GeometryError::BufferTooShort {
+                len: buf.len(),
+                need,
+            });
+        }
+        self.cfg.ncqe = ncqe;
+        self.mask = ncqe - 1;
+        Ok(std::mem::replace(&mut self.buf, buf))
+    }
+
     /// Acknowledges a completion event: the arm sequence number advances
     /// (rdma-core `mlx5_cq_event`), so the next arm is distinguishable from the last.
     pub fn ack_event(&mut self) {

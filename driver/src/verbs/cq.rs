@@ -26,6 +26,8 @@ use crate::dma::{DmaBuf, PAGE_SIZE};
 use crate::ring::{self, CqConfig, QueueMem};
 use crate::Context;
 
+mod resize;
+
 /// Bytes of one CQE (64-byte CQEs only).
 const CQE_BYTES: usize = 64;
 
@@ -38,6 +40,9 @@ pub(crate) struct CqCore<'ctx, B: Bus> {
     pub(super) ctx: &'ctx Context<B>,
     cqn: u32,
     _buf: Arc<DmaBuf<B>>,
+    /// The ring a resize moved the CQ to ([`CompletionQueue::resize`]), kept until
+    /// after `DESTROY_CQ` as `_buf` is (which keeps the doorbell record).
+    resized: Mutex<Option<Arc<DmaBuf<B>>>>,
     /// Whether `DESTROY_CQ` is still due.
     live: std::sync::atomic::AtomicBool,
 }
@@ -614,6 +619,7 @@ impl<B: Bus> Context<B> {
                 ctx: self,
                 cqn,
                 _buf: buf,
+                resized: Mutex::new(None),
                 live: std::sync::atomic::AtomicBool::new(true),
             }),
         })

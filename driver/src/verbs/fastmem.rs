@@ -313,7 +313,8 @@ const CI_ONE: u32 = u32::from_ne_bytes([0, 0, 0, 1]);
 /// alive (checked in [`CqeCursor::new`]); `first` is the `k = 0` value and `end`
 /// is `base + n * 64`; `1 <= left <= chunk` and `k + left` is a multiple of
 /// `chunk`, which divides `n` (so `k + left <= n`); `rec` is a 4-byte aligned word
-/// of the same buffer outside the ring. Only [`CqeCursor::new`],
+/// outside the ring, of the same buffer or of `_rec_buf` (which the cursor keeps
+/// alive too). Only [`CqeCursor::new`],
 /// [`CqeCursor::next`] and [`CqeCursor::cross`] change `at` and `left`, and each
 /// keeps the invariant.
 pub(crate) struct CqeCursor<B: Bus> {
@@ -325,6 +326,9 @@ pub(crate) struct CqeCursor<B: Bus> {
     end: *const u8,
     rec: NonNull<AtomicU32>,
     _buf: Arc<DmaBuf<B>>,
+    /// The buffer of the doorbell record when it is not the ring's (a resized CQ,
+    /// [`CqeCursor::resumed`]).
+    _rec_buf: Option<Arc<DmaBuf<B>>>,
 }
 
 // SAFETY: as for `FastMem`: the cursor owns a reference to its allocation; it is
@@ -367,9 +371,58 @@ impl<B: Bus> CqeCursor<B> {
             end: base.wrapping_add(len),
             rec: NonNull::new(rec.cast::<AtomicU32>())?,
             _buf: Arc::clone(buf),
+            _rec_buf: None,
         };
         c.publish(0);
         Some(c)
+    }
+
+    /// A cursor over the `ncqe` (a power of two) 64-byte entries at byte 0 of `ring`,
+    /// with the doorbell record word at byte `rec_off` of another buffer `rec_buf`
+    /// (a resized CQ: its record stays where the CQ was created), at consumer index
+    /// `ci` (entry `ci mod ncqe` with the parity of pass `ci / ncqe`), which it
+    /// publishes; `None` if the ring does not fit or the record is misaligned or
+    /// outside `rec_buf`.
+    pub(crate) fn resumed(
+        ring: &Arc<DmaBuf<B>>,
+        ncqe: u32,
+        rec_buf: &Arc<DmaBuf<B>>,
+        rec_off: usize,
+        ci: u32,
+    ) -> Option<Self> {
+        if !ncqe.is_power_of_two() {
+            return None;
+        }
+        let len = (ncqe as usize).checked_mul(CQE_STRIDE)?;
+        if len > ring.len() || rec_off.checked_add(4)? > rec_buf.len() {
+            return None;
+        }
+        let base = ring.as_ptr().cast_const();
+        let rec = rec_buf.as_ptr().wrapping_add(rec_off);
+        if !(rec as usize).is_multiple_of(4) {
+            return None;
+        }
+        let chunk = ncqe.min(CHUNK_MAX);
+        let mut c = CqeCursor {
+            // Inside the ring buffer (checked above).
+            at: base.wrapping_add(CQE_STRIDE - 1),
+            left: chunk,
+            parity: 0,
+            chunk,
+            first: base.wrapping_add(CQE_STRIDE - 1),
+            end: base.wrapping_add(len),
+            rec: NonNull::new(rec.cast::<AtomicU32>())?,
+            _buf: Arc::clone(ring),
+            _rec_buf: Some(Arc::clone(rec_buf)),
+        };
+        c.seek(ci);
+        Some(c)
+    }
+
+    /// Byte offset of the doorbell record word in `buf`, if it lies there.
+    pub(crate) fn record_offset(&self, buf: &DmaBuf<B>) -> Option<usize> {
+        let off = (self.rec.as_ptr() as usize).checked_sub(buf.as_ptr() as usize)?;
+        (off.checked_add(4)? <= buf.len()).then_some(off)
     }
 
     /// The `op_own` byte of the entry at the cursor (an atomic load: the device
@@ -498,6 +551,12 @@ impl<B: Bus> CqeCursor<B> {
     /// start a CQ near the 24-bit wrap of the index.
     #[cfg(test)]
     pub(crate) fn start_at(&mut self, ci: u32) {
+        self.seek(ci);
+    }
+
+    /// Moves the cursor to consumer index `ci` and publishes it (see
+    /// [`CqeCursor::start_at`]).
+    fn seek(&mut self, ci: u32) {
         // `end - first = n * 64 - 63`.
         let n = (self.end as usize - self.first as usize).div_ceil(CQE_STRIDE) as u32;
         let k = ci & (n - 1);

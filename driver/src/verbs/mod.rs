@@ -38,6 +38,8 @@
 //! handle while QPs still use it therefore cannot destroy the CQ under them: the
 //! `DESTROY_CQ` happens when the last QP goes. [`CompletionQueue::destroy`] makes the
 //! same situation an error ([`Error::CqInUse`]) for code that wants to know.
+//! [`CompletionQueue::resize`] (`&mut` too, so no poll runs meanwhile) moves a CQ
+//! to a larger or smaller ring with its unpolled completions, as libmlx5 does.
 //!
 //! Object numbers are per device: a QP created with a CQ or an SRQ of another
 //! [`Context`](crate::Context) (another [`DeviceId`](crate::DeviceId)) is refused with
@@ -240,6 +242,25 @@ pub enum Error {
     /// An argument is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
+    /// A CQ resize to a ring that cannot hold the completions not yet polled (they
+    /// move to the new ring, and the device needs one entry more).
+    #[error(
+        "a CQ ring of {entries} entries cannot hold the {unpolled} completions not yet \
+         polled (it needs more entries than that)"
+    )]
+    CqResizeBelowUnpolled {
+        /// Completions waiting in the CQ.
+        unpolled: u32,
+        /// Entries of the ring asked for.
+        entries: u32,
+    },
+    /// The device accepted a CQ resize but wrote no resize CQE where the CQ's
+    /// completions end (the CQ is in error): the CQ keeps its old ring.
+    #[error("CQ {cqn}: the device wrote no resize CQE (the CQ is in error)")]
+    CqResizeLost {
+        /// The CQ number.
+        cqn: u32,
+    },
     /// The CQ is still used by `qps` queue pairs.
     #[error("the completion queue is still used by {qps} queue pair(s)")]
     CqInUse {

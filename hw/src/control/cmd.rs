@@ -283,6 +283,7 @@ impl Opcode {
             Opcode::CreateCq => (&cq::create_cq_in::LAYOUT, &cq::create_cq_out::LAYOUT),
             Opcode::DestroyCq => (&cq::destroy_cq_in::LAYOUT, &cq::destroy_cq_out::LAYOUT),
             Opcode::QueryCq => (&cq::query_cq_in::LAYOUT, &cq::query_cq_out::LAYOUT),
+            Opcode::ModifyCq => (&cq::modify_cq_in::LAYOUT, &cq::modify_cq_out::LAYOUT),
             Opcode::CreateQp => (&qp::create_qp_in::LAYOUT, &qp::create_qp_out::LAYOUT),
             Opcode::DestroyQp => (&qp::destroy_qp_in::LAYOUT, &qp::destroy_qp_out::LAYOUT),
             Opcode::QueryQp => (&qp::query_qp_in::LAYOUT, &qp::query_qp_out::LAYOUT),
@@ -656,7 +657,7 @@ mod tests {
             assert!(i.size() >= 16 && o.size() >= 12, "{op}");
             assert_eq!(command_input(*op, 3).len(), i.size());
         }
-        assert_eq!(n, 51);
+        assert_eq!(n, 52);
         assert_eq!(command_input(Opcode::Nop, 0).len(), 16);
         assert_eq!(
             Opcode::CreateQp.in_layout().map(|l| l.name),

@@ -149,6 +149,55 @@ prm_layout! {
         dbr_addr: 0x1c0, 0x40;
     }
 }
+prm_layout! {
+    /// MODIFY_CQ input. With `op_mod` [`MLX5_CQ_OPMOD_RESIZE`] it moves the CQ to a
+    /// new buffer: the context's `log_cq_size`, `page_offset` and `log_page_size`
+    /// (as `modify_field_select_resize_field_select` selects them) describe it, and
+    /// its page addresses follow at byte 0x110 as in CREATE_CQ (Linux `mlx5_ib`
+    /// `mlx5_ib_resize_cq`).
+    pub mod modify_cq_in = "modify_cq_in" (0x880) {
+        /// Command opcode.
+        opcode: 0, 0x10;
+        /// DEVX user context id.
+        uid: 0x10, 0x10;
+        /// Command-specific modifier (`MLX5_CQ_OPMOD_*`).
+        op_mod: 0x30, 0x10;
+        /// CQ number.
+        cqn: 0x48, 0x18;
+        /// Which context fields apply (`MLX5_MODIFY_CQ_MASK_*`).
+        modify_field_select_resize_field_select: 0x60, 0x20;
+        /// The CQ context ([`cqc`](super::cqc)).
+        cq_context: 0x80, 0x200;
+        /// The CQ buffer is a UMEM instead of the `pas` list.
+        cq_umem_valid: 0x2e0, 1;
+        /// Flexible array of 64-bit page addresses.
+        pas: 0x880, 0;
+    }
+}
+
+prm_layout! {
+    /// MODIFY_CQ output.
+    pub mod modify_cq_out = "modify_cq_out" (0x80) {
+        /// Command status (`MLX5_CMD_STAT_*`).
+        status: 0, 8;
+        /// Firmware syndrome, meaningful when `status` is not OK.
+        syndrome: 0x20, 0x20;
+    }
+}
+
+c_constants! {
+    /// MODIFY_CQ's `op_mod` and field-select bits (Linux `cq.h`).
+    pub const MODIFY_CQ_CONSTANTS;
+        /// `op_mod` of a resize.
+        Cq MLX5_CQ_OPMOD_RESIZE: u16 = 1;
+        /// Resize: `log_cq_size` applies.
+        Cq MLX5_MODIFY_CQ_MASK_LOG_SIZE: u32 = 1 << 0;
+        /// Resize: `page_offset` applies.
+        Cq MLX5_MODIFY_CQ_MASK_PG_OFFSET: u32 = 1 << 1;
+        /// Resize: `log_page_size` applies.
+        Cq MLX5_MODIFY_CQ_MASK_PG_SIZE: u32 = 1 << 2;
+}
+
 /// The layouts of this module.
 pub const LAYOUTS: &[&Layout] = &[
     &create_cq_in::LAYOUT,
@@ -157,6 +206,8 @@ pub const LAYOUTS: &[&Layout] = &[
     &destroy_cq_out::LAYOUT,
     &query_cq_in::LAYOUT,
     &query_cq_out::LAYOUT,
+    &modify_cq_in::LAYOUT,
+    &modify_cq_out::LAYOUT,
     &cqc::LAYOUT,
 ];
 
@@ -223,6 +274,40 @@ pub fn create_cq_input(
     in_command(cqc::dbr_addr).set(&mut input, dbr_addr);
     // The buffer was sized for the list above.
     let _ = cmd::set_flex64(&mut input, create_cq_in::pas, pas);
+    input
+}
+
+/// A MODIFY_CQ input that resizes CQ `cqn` to `1 << log_cq_size` CQEs of
+/// `cqe_size` bytes (64 or 128) in the pages `pas` (pages of `4096 << log_page_size`
+/// bytes, the ring starting at byte 0 of the first), with every resize field selected,
+/// as Linux `mlx5_ib_resize_cq` builds it.
+pub fn resize_cq_input(
+    cqn: u32,
+    log_cq_size: u8,
+    cqe_size: usize,
+    log_page_size: u8,
+    pas: &[u64],
+) -> Vec<u8> {
+    let len = cmd::len_with_flex64(&modify_cq_in::LAYOUT, pas.len()).unwrap_or(0);
+    let mut input = cmd::new_input(Opcode::ModifyCq, MLX5_CQ_OPMOD_RESIZE, len);
+    modify_cq_in::cqn.set(&mut input, cqn.into());
+    modify_cq_in::modify_field_select_resize_field_select.set(
+        &mut input,
+        (MLX5_MODIFY_CQ_MASK_LOG_SIZE
+            | MLX5_MODIFY_CQ_MASK_PG_OFFSET
+            | MLX5_MODIFY_CQ_MASK_PG_SIZE)
+            .into(),
+    );
+    let sz = if cqe_size == 128 {
+        CqcCqeSz::Bytes128
+    } else {
+        CqcCqeSz::Bytes64
+    };
+    in_command(cqc::cqe_sz).set(&mut input, sz.value().into());
+    in_command(cqc::log_cq_size).set(&mut input, log_cq_size.into());
+    in_command(cqc::log_page_size).set(&mut input, log_page_size.into());
+    // The buffer was sized for the list above.
+    let _ = cmd::set_flex64(&mut input, modify_cq_in::pas, pas);
     input
 }
 

@@ -214,6 +214,7 @@ const CONSTANT_PARTS: &[&[Constant]] = &[
     cq::CqcStatus::CONSTANTS,
     cq::CqcCqeSz::CONSTANTS,
     cq::CqcSt::CONSTANTS,
+    cq::MODIFY_CQ_CONSTANTS,
     qp::QpcState::CONSTANTS,
     qp::QpState::CONSTANTS,
     qp::QpcSt::CONSTANTS,

@@ -1,12 +1,13 @@
 //! What the data path hands to the firmware before a query command reports it:
-//! QUERY_CQ's producer and consumer counters, QUERY_VPORT_COUNTER's device counts.
+//! QUERY_CQ's producer and consumer counters (and MODIFY_CQ's, whose resize checks
+//! them), QUERY_VPORT_COUNTER's device counts.
 //!
 //! The counting itself is done where the events happen (one add each): the engine's
 //! [`DataPathStats`](super::DataPathStats), the QP's Q counter set
 //! ([`Firmware::q_counts`]) and the IOMMU's DMA byte totals.
 
 use ferroverbs_hw::control::cmd::{self, Opcode};
-use ferroverbs_hw::control::cq::{cqc, query_cq_in};
+use ferroverbs_hw::control::cq::{cqc, modify_cq_in, query_cq_in};
 
 use super::Engine;
 use crate::firmware::counters::DeviceCounts;
@@ -28,6 +29,24 @@ pub fn export(engine: &Engine, fw: &mut Firmware, io: &Iommu, rx: &RxQueue, inpu
         let Some(rt) = engine.cq(cqn) else { return };
         let (pi, ci) = (rt.pi, rt.consumer_index(io));
         if let Some(cq) = fw.cq_mut(cqn) {
+            let img = &mut cq.cqc;
+            if cqc::producer_counter.fits(img.len()) {
+                cqc::producer_counter.set(img, u64::from(pi));
+                if let Some(ci) = ci {
+                    cqc::consumer_counter.set(img, u64::from(ci));
+                }
+            }
+        }
+    } else if op == Opcode::ModifyCq.value() {
+        // A resize checks the unpolled CQEs: the producer counter (0 before the data
+        // path wrote any CQE) and the consumer counter of the doorbell record.
+        if !modify_cq_in::cqn.fits(input.len()) {
+            return;
+        }
+        let cqn = modify_cq_in::cqn.get(input) as u32;
+        let pi = engine.cq(cqn).map_or(0, |rt| rt.pi);
+        if let Some(cq) = fw.cq_mut(cqn) {
+            let ci = io.read_be32(cq.dbr).ok().map(|v| v & 0x00ff_ffff);
             let img = &mut cq.cqc;
             if cqc::producer_counter.fits(img.len()) {
                 cqc::producer_counter.set(img, u64::from(pi));

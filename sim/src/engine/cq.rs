@@ -21,7 +21,8 @@
 
 use ferroverbs_hw::control::cq::{cqc, CqcSt, CqcStatus};
 use ferroverbs_hw::datapath::cqe::{
-    hw_owner_bit, make_op_own, Cqe64, ErrCqe, MLX5_INLINE_SCATTER_32, MLX5_INLINE_SCATTER_64,
+    hw_owner_bit, make_op_own, Cqe64, ErrCqe, MLX5_CQE_RESIZE_CQ, MLX5_INLINE_SCATTER_32,
+    MLX5_INLINE_SCATTER_64,
 };
 use ferroverbs_hw::datapath::eqe::{MLX5_EVENT_TYPE_COMP, MLX5_EVENT_TYPE_CQ_ERROR};
 use zerocopy::byteorder::big_endian::{U16, U32, U64};
@@ -581,6 +582,56 @@ impl CqRt {
             _ => {}
         }
         Pushed::Written
+    }
+
+    /// The switch of a MODIFY_CQ resize ([`Firmware`] accepted it and holds the new
+    /// buffer, [`Cq::take_resize`](crate::firmware::Cq::take_resize)): the resize
+    /// CQE (opcode `MLX5_CQE_RESIZE_CQ`, every other byte zero, the owner bit of its
+    /// index) goes into the old buffer at the entry of the producer index, which it
+    /// consumes; the CQEs after it go into the new buffer, at their producer
+    /// indexes, with owner bits of the new size. The CQ keeps its state otherwise
+    /// (arm, sequence number, doorbell record); the resize CQE raises no event, and
+    /// no arm fires for it (it is not a completion). A resize CQE that cannot be
+    /// written fails the CQ as any CQE write does (no switch: the command was
+    /// answered, software then finds no resize CQE).
+    pub fn resize(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs) {
+        if self.error {
+            // Nothing is written to a CQ in error; the firmware refused its resize.
+            let _ = fw.cq_mut(self.cqn).and_then(|c| c.take_resize());
+            return;
+        }
+        let Some(iova) = self.cqe_iova(self.pi) else {
+            let _ = fw.cq_mut(self.cqn).and_then(|c| c.take_resize());
+            self.fail(fw, io, irqs, CqcStatus::CqWriteFail);
+            return;
+        };
+        let mut e = [0u8; 64];
+        e[63] = make_op_own(
+            MLX5_CQE_RESIZE_CQ,
+            0,
+            false,
+            hw_owner_bit(self.pi, self.ncqe()),
+        );
+        if io.write_owner_last(iova, &e).is_err() {
+            let _ = fw.cq_mut(self.cqn).and_then(|c| c.take_resize());
+            self.fail(fw, io, irqs, CqcStatus::CqWriteFail);
+            return;
+        }
+        let Some(r) = fw.cq_mut(self.cqn).and_then(|c| c.take_resize()) else {
+            return;
+        };
+        // Every CQE announced so far stays announced; the resize CQE needs no event.
+        if self.notified_pi == self.pi {
+            self.notified_pi = self.pi.wrapping_add(1) & MASK24;
+        }
+        self.pi = self.pi.wrapping_add(1) & MASK24;
+        self.pages = r.pages;
+        self.page_shift = 12 + u32::from(r.log_page_size.min(19));
+        self.offset = u64::from(r.page_offset) * 64;
+        self.log_size = r.log_size;
+        // The entries `repeat` may copy are the new buffer's only.
+        self.written = 0;
+        self.win = Window::default();
     }
 
     fn set_ctx(&self, fw: &mut Firmware, f: ferroverbs_hw::Field, v: u64) {

@@ -999,12 +999,29 @@ impl Engine {
                 DataPathEvent::CqDestroyed(cqn) => {
                     self.cqs.remove(cqn);
                 }
+                DataPathEvent::CqResized(cqn) => self.cq_resized(fw, io, irqs, cqn),
                 DataPathEvent::QpModified { qpn, from, to } => {
                     self.qp_modified(fw, io, irqs, now, qpn, from, to);
                 }
             }
         }
         self.events = events;
+    }
+
+    /// A MODIFY_CQ resize of `cqn`: the runtime (loaded if the data path never
+    /// used the CQ) writes the resize CQE and switches buffers ([`CqRt::resize`]).
+    fn cq_resized(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, cqn: u32) {
+        if self.cqs.get(cqn).is_none() {
+            let Some(rt) = CqRt::load(fw, cqn) else {
+                return;
+            };
+            if self.cqs.insert(cqn, rt).is_err() {
+                return;
+            }
+        }
+        if let Some(cq) = self.cqs.get_mut(cqn) {
+            cq.resize(fw, io, irqs);
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

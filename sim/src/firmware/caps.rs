@@ -160,6 +160,8 @@ fn general_defaults(cfg: &FwConfig) -> Vec<(Field, u64)> {
         (g::roce, 1),
         (g::atomic, 1),
         (g::cq_oi, 1),
+        // MODIFY_CQ with op_mod resize (Linux `mlx5_ib_resize_cq` checks it).
+        (g::cq_resize, 1),
         (g::vport_counters, 1),
         (g::max_qp_cnt, 255),
         (g::qkv, 1),

@@ -231,6 +231,23 @@ pub struct Cq {
     pub cqe_size: u32,
     /// Doorbell record IOVA.
     pub dbr: u64,
+    /// The buffer a MODIFY_CQ resize moves the CQ to, until the data path switches
+    /// to it ([`Cq::take_resize`]).
+    pub resize: Option<CqResize>,
+}
+
+/// The new buffer of a CQ being resized (MODIFY_CQ, `op_mod` resize), as the command
+/// described it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CqResize {
+    /// Buffer pages.
+    pub pages: Vec<u64>,
+    /// log2 of the number of CQEs.
+    pub log_size: u8,
+    /// `cqc.log_page_size`: pages of `4096 << log_page_size` bytes.
+    pub log_page_size: u8,
+    /// `cqc.page_offset`: where the ring starts in its first page, in 64-byte units.
+    pub page_offset: u8,
 }
 
 /// A queue pair.
@@ -276,6 +293,28 @@ impl Cq {
     /// context image and its page list.
     pub fn footprint(&self) -> usize {
         std::mem::size_of::<Cq>() + self.cqc.capacity() + self.pages.capacity() * 8
+    }
+
+    /// The data path switches the CQ to the buffer of its pending resize: the object
+    /// and its context (`log_cq_size`, `log_page_size`, `page_offset`, as QUERY_CQ
+    /// then reports them) describe the new buffer from now on. Returns it (`None`:
+    /// no resize is pending).
+    pub fn take_resize(&mut self) -> Option<CqResize> {
+        use ferroverbs_hw::control::cq::cqc;
+        let r = self.resize.take()?;
+        self.pages.clone_from(&r.pages);
+        self.log_size = r.log_size;
+        let img = &mut self.cqc;
+        for (f, v) in [
+            (cqc::log_cq_size, r.log_size),
+            (cqc::log_page_size, r.log_page_size),
+            (cqc::page_offset, r.page_offset),
+        ] {
+            if f.fits(img.len()) {
+                f.set(img, u64::from(v));
+            }
+        }
+        Some(r)
     }
 }
 
@@ -470,6 +509,10 @@ pub enum DataPathEvent {
     QpDestroyed(u32),
     /// CQ `cqn` was destroyed.
     CqDestroyed(u32),
+    /// A MODIFY_CQ resize of CQ `cqn` was accepted: the data path writes the resize
+    /// CQE into the old buffer and switches to the new one ([`Cq::take_resize`])
+    /// before the command completes.
+    CqResized(u32),
     /// Every object is gone (forced teardown, function disabled or reset).
     Reset,
 }
@@ -823,6 +866,7 @@ impl Firmware {
             CreateCq => self.create_cq(&c, io),
             DestroyCq => self.destroy_cq(&c),
             QueryCq => self.query_cq(&c),
+            ModifyCq => self.modify_cq(&c, io),
             CreateQp => self.create_qp(&c, io),
             DestroyQp => self.destroy_qp(&c),
             QueryQp => self.query_qp(&c),

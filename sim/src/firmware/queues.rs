@@ -5,7 +5,7 @@ use ferroverbs_hw::Field;
 
 use super::ifc::*;
 use super::resources::removed;
-use super::{Cmd, CmdResult, Cq, Eq, Fail, Firmware, Out, Syndrome};
+use super::{Cmd, CmdResult, Cq, CqResize, DataPathEvent, Eq, Fail, Firmware, Out, Syndrome};
 use crate::eq::EqRing;
 use crate::iommu::{Access, Iommu};
 
@@ -210,6 +210,7 @@ impl Firmware {
             log_size: log_size as u8,
             cqe_size,
             dbr,
+            resize: None,
         };
         let cqn = self
             .cqs
@@ -242,5 +243,107 @@ impl Firmware {
         let mut o = Out::with_pas(c.outlen, query_cq_out::SIZE, query_cq_out::pas, &cq.pages);
         o.put(query_cq_out::cq_context, &cq.cqc);
         o.done()
+    }
+
+    /// MODIFY_CQ. `op_mod` resize (`MLX5_CQ_OPMOD_RESIZE`) moves the CQ to the
+    /// buffer the context and the page list describe (Linux `mlx5_ib_resize_cq`
+    /// selects `log_cq_size`, `page_offset` and `log_page_size`, and keeps the CQE
+    /// size, the doorbell record, the EQ and the UAR). The CQ keeps its producer
+    /// index: at the switch point the device writes a resize CQE (opcode
+    /// `MLX5_CQE_RESIZE_CQ`) into the old buffer, at the entry of the next producer
+    /// index, and writes the CQEs after it into the new buffer (the data path does
+    /// both, [`DataPathEvent::CqResized`], before the command completes). Software
+    /// then copies the CQEs it had not polled, from its consumer index up to the
+    /// resize CQE, to the new buffer one entry further on and steps its consumer
+    /// index over the resize CQE (libmlx5 `mlx5_cq_resize_copy_cqes`).
+    ///
+    /// Refused: a CQ in error; new entries not more than the unpolled CQEs (the
+    /// producer counter minus the doorbell record's consumer counter, which the data
+    /// path exports into the context before the command: they move to the new
+    /// buffer, and the device needs one more entry as it sees the consumer index
+    /// until software publishes its step over the resize CQE); an old buffer with no
+    /// entry left for the resize CQE. Moderation (`op_mod` 0) is not modelled.
+    pub(super) fn modify_cq(&mut self, c: &Cmd, io: &Iommu) -> CmdResult {
+        use ferroverbs_hw::control::cq::{
+            modify_cq_in, modify_cq_out, MLX5_CQ_OPMOD_RESIZE, MLX5_MODIFY_CQ_MASK_LOG_SIZE,
+            MLX5_MODIFY_CQ_MASK_PG_OFFSET, MLX5_MODIFY_CQ_MASK_PG_SIZE,
+        };
+        match c.op_mod {
+            MLX5_CQ_OPMOD_RESIZE => {}
+            0 => return Err(Syndrome::NotImplemented.into()),
+            _ => return Err(Syndrome::BadOpMod.into()),
+        }
+        c.lengths(modify_cq_in::SIZE, modify_cq_out::SIZE)?;
+        let cqn = c.get(modify_cq_in::cqn) as u32;
+        let ctx = modify_cq_in::cq_context;
+        let q = |f: Field| c.inp.at(ctx, f);
+        let max_log = self.caps.gen(cmd_hca_cap::log_max_cq_sz);
+        let cq = self.cqs.get(cqn).ok_or(Fail::from(Syndrome::CqUnknown))?;
+        if c.get(modify_cq_in::cq_umem_valid) != 0 {
+            return Err(Syndrome::CqUnsupported.into());
+        }
+        let all = MLX5_MODIFY_CQ_MASK_LOG_SIZE
+            | MLX5_MODIFY_CQ_MASK_PG_OFFSET
+            | MLX5_MODIFY_CQ_MASK_PG_SIZE;
+        if c.get(modify_cq_in::modify_field_select_resize_field_select) != u64::from(all) {
+            return Err(Syndrome::CqResizeFields.into());
+        }
+        let log_size = q(cqc::log_cq_size);
+        if log_size > max_log || log_size > 24 {
+            return Err(Syndrome::CqResizeBadSize.into());
+        }
+        let cqe_size: u32 = match q(cqc::cqe_sz) {
+            0 => 64,
+            1 => 128,
+            _ => return Err(Syndrome::CqBadCqeSize.into()),
+        };
+        if cqe_size != cq.cqe_size {
+            return Err(Syndrome::CqResizeCqeSize.into());
+        }
+        let img = |f: Field| {
+            if f.fits(cq.cqc.len()) {
+                f.get(&cq.cqc)
+            } else {
+                0
+            }
+        };
+        if img(cqc::status) != 0 {
+            return Err(Syndrome::CqResizeInError.into());
+        }
+        let unpolled =
+            img(cqc::producer_counter).wrapping_sub(img(cqc::consumer_counter)) & 0xff_ffff;
+        if unpolled >= 1u64 << cq.log_size {
+            return Err(Syndrome::CqResizeFull.into());
+        }
+        if unpolled >= 1u64 << log_size {
+            return Err(Syndrome::CqResizeTooSmall.into());
+        }
+        let lps = q(cqc::log_page_size);
+        let page_offset = q(cqc::page_offset);
+        let pages = buffer_pages(
+            c,
+            io,
+            modify_cq_in::pas.byte_offset(),
+            lps,
+            page_offset * PAGE_OFFSET_UNIT,
+            u64::from(cqe_size) << log_size,
+            BufferErrors {
+                short: Syndrome::CqPasShort,
+                misaligned: Syndrome::CqPasMisaligned,
+                not_mapped: Syndrome::CqPasNotMapped,
+            },
+        )?;
+        let cq = self
+            .cqs
+            .get_mut(cqn)
+            .ok_or(Fail::from(Syndrome::CqUnknown))?;
+        cq.resize = Some(CqResize {
+            pages,
+            log_size: log_size as u8,
+            log_page_size: lps as u8,
+            page_offset: page_offset as u8,
+        });
+        self.datapath_events.push(DataPathEvent::CqResized(cqn));
+        Out::new(modify_cq_out::SIZE).done()
     }
 }

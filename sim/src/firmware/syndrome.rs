@@ -120,18 +120,24 @@ syndromes! {
     EqPasNotMapped = 0x5f06_000a, BadParamErr, "CREATE_EQ buffer page not mapped writable";
     // --- 7: CQ -----------------------------------------------------------------
     CqExhausted = 0x5f07_0001, LimErr, "CREATE_CQ beyond 2^log_max_cq";
-    CqUnknown = 0x5f07_0002, BadResErr, "DESTROY_CQ/QUERY_CQ of a CQ that does not exist";
+    CqUnknown = 0x5f07_0002, BadResErr, "DESTROY_CQ/QUERY_CQ/MODIFY_CQ of a CQ that does not exist";
     CqInUse = 0x5f07_0003, BadResStateErr, "DESTROY_CQ of a CQ a QP uses";
     CqBadSize = 0x5f07_0004, BadParamErr, "CREATE_CQ log_cq_size above log_max_cq_sz";
     CqBadCqeSize = 0x5f07_0005, BadParamErr, "CREATE_CQ cqe_sz other than 64 or 128 bytes";
     CqUnknownEq = 0x5f07_0006, BadResErr, "CREATE_CQ c_eqn names no EQ";
     CqUnknownUar = 0x5f07_0007, BadResErr, "CREATE_CQ uar_page not allocated";
-    CqUnsupported = 0x5f07_0008, BadParamErr, "CREATE_CQ with a feature not modelled (collapsed, compression, UMEM)";
+    CqUnsupported = 0x5f07_0008, BadParamErr, "CREATE_CQ/MODIFY_CQ with a feature not modelled (collapsed, compression, UMEM)";
     CqDbrMisaligned = 0x5f07_0009, BadParamErr, "CREATE_CQ dbr_addr not 8-byte aligned";
     CqDbrNotMapped = 0x5f07_000a, BadParamErr, "CREATE_CQ doorbell record not mapped writable";
-    CqPasShort = 0x5f07_000b, BadInpLenErr, "CREATE_CQ input shorter than the PAS list of its buffer";
-    CqPasMisaligned = 0x5f07_000c, BadParamErr, "CREATE_CQ PAS entry not aligned to the page size";
-    CqPasNotMapped = 0x5f07_000d, BadParamErr, "CREATE_CQ buffer page not mapped writable";
+    CqPasShort = 0x5f07_000b, BadInpLenErr, "CREATE_CQ/MODIFY_CQ input shorter than the PAS list of its buffer";
+    CqPasMisaligned = 0x5f07_000c, BadParamErr, "CREATE_CQ/MODIFY_CQ PAS entry not aligned to the page size";
+    CqPasNotMapped = 0x5f07_000d, BadParamErr, "CREATE_CQ/MODIFY_CQ buffer page not mapped writable";
+    CqResizeBadSize = 0x5f07_000e, BadParamErr, "MODIFY_CQ resize log_cq_size above log_max_cq_sz";
+    CqResizeTooSmall = 0x5f07_000f, BadParamErr, "MODIFY_CQ resize to no more entries than the CQ has unpolled CQEs";
+    CqResizeFull = 0x5f07_0010, BadResStateErr, "MODIFY_CQ resize of a full CQ (no entry left for the resize CQE)";
+    CqResizeInError = 0x5f07_0011, BadResStateErr, "MODIFY_CQ resize of a CQ in error (overrun or write failure)";
+    CqResizeCqeSize = 0x5f07_0012, BadParamErr, "MODIFY_CQ resize cqe_sz other than the CQ's";
+    CqResizeFields = 0x5f07_0013, BadParamErr, "MODIFY_CQ resize field select other than log_size, page_offset and log_page_size";
     // --- 8: QP -----------------------------------------------------------------
     QpExhausted = 0x5f08_0001, LimErr, "CREATE_QP beyond 2^log_max_qp";
     QpUnknown = 0x5f08_0002, BadResErr, "QP command on a QPN that does not exist";
