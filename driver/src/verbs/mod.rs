@@ -136,6 +136,7 @@ mod pd;
 pub mod pool;
 mod post;
 mod qp;
+pub(crate) mod scatter;
 mod srq;
 mod wc;
 mod wr;
