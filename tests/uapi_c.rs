@@ -10,7 +10,11 @@
 //!   of an RDMA WRITE between two QPs of the process (poll readiness, the bytes
 //!   written, EAGAIN on an empty non-blocking channel), and a remote access error
 //!   reported as a completion at the requester and as `IBV_EVENT_QP_ACCESS_ERR` on the
-//!   async file for the responder QP.
+//!   async file for the responder QP;
+//! * `uapi/tests/c/scatter.c`: responder scatter to CQE as libmlx5 asks for it (a
+//!   SEND of up to 32 bytes, 64 with `MLX5_CQE_SIZE=128`, in its CQE, the receive
+//!   buffer untouched until libmlx5's poll copies it there; none with
+//!   `MLX5_SCATTER_TO_CQE=0`).
 
 mod uapi_support;
 
@@ -42,10 +46,18 @@ fn compile(name: &str, header: &str, libs: &[&str]) -> Option<(PathBuf, PathBuf)
 /// Runs a compiled checker on the simulated NIC at host `host` of this process's
 /// loopback /24; asserts it passed at least `min` cases and failed none.
 fn run_checker(dir: PathBuf, exe: PathBuf, host: u8, min: usize) {
-    let dev = format!("sim:{}", uapi_support::net::host(host));
-    let p = uapi_support::Proc::spawn("checker", &dev, &[exe.to_str().unwrap()], &[]);
-    let (st, out, err) = p.finish(Duration::from_secs(180));
+    run_checker_with(&exe, &[], &[], host, min);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// [`run_checker`] with arguments `args` and environment `envs`, leaving the
+/// directory.
+fn run_checker_with(exe: &Path, args: &[&str], envs: &[(&str, &str)], host: u8, min: usize) {
+    let dev = format!("sim:{}", uapi_support::net::host(host));
+    let mut cmd = vec![exe.to_str().unwrap()];
+    cmd.extend_from_slice(args);
+    let p = uapi_support::Proc::spawn("checker", &dev, &cmd, envs);
+    let (st, out, err) = p.finish(Duration::from_secs(180));
     println!("{out}{err}");
     assert!(st.is_some_and(|s| s.success()), "{st:?}\n{out}\n{err}");
     let passed = out.lines().filter(|l| l.starts_with("PASS ")).count();
@@ -65,5 +77,17 @@ fn malformed_commands_get_linuxs_errnos() {
 fn completion_and_async_events_through_libmlx5() {
     if let Some((dir, exe)) = compile("events", "/usr/include/infiniband/verbs.h", &["-libverbs"]) {
         run_checker(dir, exe, 102, 23);
+    }
+}
+
+#[test]
+fn scatter_to_cqe_through_libmlx5() {
+    if let Some((dir, exe)) = compile("scatter", "/usr/include/infiniband/verbs.h", &["-libverbs"])
+    {
+        // 64-byte CQEs: up to 32 bytes in the CQE; 128-byte ones: up to 64; off: none.
+        run_checker_with(&exe, &["32"], &[], 103, 28);
+        run_checker_with(&exe, &["64"], &[("MLX5_CQE_SIZE", "128")], 103, 28);
+        run_checker_with(&exe, &["0"], &[("MLX5_SCATTER_TO_CQE", "0")], 103, 28);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
