@@ -449,6 +449,11 @@ impl WqShared {
     /// `handle_responder`: `mlx5_copy_to_recv_wqe` / `mlx5_copy_to_recv_srq`). A QP
     /// that did not ask the device to scatter to CQE gets `GeneralErr`.
     pub(crate) fn copy_scattered(&self, counter: u16, data: &[u8]) -> Result<(), WcStatus> {
+        if self.srq.get().is_some_and(|s| !s.is_posted(counter)) {
+            // A repeated completion (skipped by the retire that follows): nothing to
+            // copy, the WQE may hold another receive's list.
+            return Ok(());
+        }
         match self.scatter.get() {
             Some(s) => s.copy_to_recv(u32::from(counter), data),
             None => Err(WcStatus::GeneralErr),

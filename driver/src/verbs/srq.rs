@@ -108,6 +108,14 @@ impl SrqShared {
     /// counted, and the CQ skips it). Lock-free (any number of CQ pollers at once),
     /// no allocation.
     #[inline]
+    /// Whether SRQ WQE `index` is posted and not yet completed (a repeated
+    /// completion of a WQE not posted again finds it free; its scatter list may be
+    /// another receive's by then).
+    pub(crate) fn is_posted(&self, index: u16) -> bool {
+        let i = (u32::from(index) & self.mask) as usize;
+        self.posted[i].load(Ordering::Relaxed)
+    }
+
     pub(crate) fn retire(&self, index: u16) -> Option<u64> {
         let i = (u32::from(index) & self.mask) as usize;
         let wr_id = self.wr_id[i].load(Ordering::Relaxed);
