@@ -160,8 +160,19 @@ fn main() {
         ..QpCap::default()
     };
     let (cqa, cqb) = (ca.create_cq(64).expect("cq"), cb.create_cq(64).expect("cq"));
-    let mut qa = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, cap)).expect("qp");
-    let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap)).expect("qp");
+    // `MLX5_SCATTER_TO_CQE=0`, as libmlx5 reads it: no scatter to CQE (every
+    // received message in the buffer), for comparisons.
+    let off = std::env::var_os("MLX5_SCATTER_TO_CQE").is_some_and(|v| v == "0");
+    let attr = |cq| {
+        let a = QpInitAttr::new(cq, cq, cap);
+        if off {
+            a.without_scatter_to_cqe()
+        } else {
+            a
+        }
+    };
+    let mut qa = pa.create_qp(&attr(&cqa)).expect("qp");
+    let mut qb = pb.create_qp(&attr(&cqb)).expect("qp");
     let (na, nb) = (qa.qp_num(), qb.qp_num());
     connect_send(&mut qa, &gb, nb, (0x200, 0x100), a.qp_timeout);
     connect_send(&mut qb, &ga, na, (0x100, 0x200), a.qp_timeout);

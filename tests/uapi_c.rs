@@ -20,6 +20,10 @@
 //!   growing and shrinking a CQ with completions waiting before and arriving after,
 //!   each polled once, in order, with its data; sizes out of range or below the
 //!   waiting completions are EINVAL; `cqe` is the size rounded up.
+//! * `uapi/tests/c/scatter.c`: responder scatter to CQE as libmlx5 asks for it (a
+//!   SEND of up to 32 bytes, 64 with `MLX5_CQE_SIZE=128`, in its CQE, the receive
+//!   buffer untouched until libmlx5's poll copies it there; none with
+//!   `MLX5_SCATTER_TO_CQE=0`).
 
 mod uapi_support;
 
@@ -51,10 +55,18 @@ fn compile(name: &str, header: &str, libs: &[&str]) -> Option<(PathBuf, PathBuf)
 /// Runs a compiled checker on the simulated NIC at host `host` of this process's
 /// loopback /24; asserts it passed at least `min` cases and failed none.
 fn run_checker(dir: PathBuf, exe: PathBuf, host: u8, min: usize) {
-    let dev = format!("sim:{}", uapi_support::net::host(host));
-    let p = uapi_support::Proc::spawn("checker", &dev, &[exe.to_str().unwrap()], &[]);
-    let (st, out, err) = p.finish(Duration::from_secs(180));
+    run_checker_with(&exe, &[], &[], host, min);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// [`run_checker`] with arguments `args` and environment `envs`, leaving the
+/// directory.
+fn run_checker_with(exe: &Path, args: &[&str], envs: &[(&str, &str)], host: u8, min: usize) {
+    let dev = format!("sim:{}", uapi_support::net::host(host));
+    let mut cmd = vec![exe.to_str().unwrap()];
+    cmd.extend_from_slice(args);
+    let p = uapi_support::Proc::spawn("checker", &dev, &cmd, envs);
+    let (st, out, err) = p.finish(Duration::from_secs(180));
     println!("{out}{err}");
     assert!(st.is_some_and(|s| s.success()), "{st:?}\n{out}\n{err}");
     let passed = out.lines().filter(|l| l.starts_with("PASS ")).count();
@@ -88,5 +100,17 @@ fn ioctl_methods_and_duplicated_descriptors() {
 fn cq_resize_through_libmlx5_keeps_every_completion() {
     if let Some((dir, exe)) = compile("resize", "/usr/include/infiniband/verbs.h", &["-libverbs"]) {
         run_checker(dir, exe, 104, 17);
+    }
+}
+
+#[test]
+fn scatter_to_cqe_through_libmlx5() {
+    if let Some((dir, exe)) = compile("scatter", "/usr/include/infiniband/verbs.h", &["-libverbs"])
+    {
+        // 64-byte CQEs: up to 32 bytes in the CQE; 128-byte ones: up to 64; off: none.
+        run_checker_with(&exe, &["32"], &[], 105, 28);
+        run_checker_with(&exe, &["64"], &[("MLX5_CQE_SIZE", "128")], 105, 28);
+        run_checker_with(&exe, &["0"], &[("MLX5_SCATTER_TO_CQE", "0")], 105, 28);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

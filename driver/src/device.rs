@@ -494,6 +494,7 @@ impl Device {
             fw_ver,
             closed: false,
             events: Default::default(),
+            mrs: Default::default(),
         })
     }
 }
@@ -535,6 +536,8 @@ pub struct Context<B: Bus> {
     fw_ver: FwVersion,
     closed: bool,
     events: crate::verbs::EventState,
+    /// The memory regions by key, for the poll's copies of scattered CQEs.
+    mrs: Arc<crate::verbs::scatter::MrDir>,
 }
 
 impl<B: Bus> fmt::Debug for Context<B> {
@@ -573,6 +576,11 @@ impl<B: Bus> Context<B> {
     /// Event bookkeeping of the verbs layer (async events, completion vectors).
     pub(crate) fn event_state(&self) -> &crate::verbs::EventState {
         &self.events
+    }
+
+    /// The memory regions of the device by key ([`crate::verbs::scatter`]).
+    pub(crate) fn mrs(&self) -> &Arc<crate::verbs::scatter::MrDir> {
+        &self.mrs
     }
 
     /// The bus.

@@ -1276,6 +1276,11 @@ pub(crate) unsafe fn create_qp_with(
                 a.blueflame = false;
             }
             a.memory_windows = mw;
+            // `MLX5_SCATTER_TO_CQE=0`: no responder scatter to CQE (libmlx5
+            // `use_scatter_to_cqe`; on by default, as there).
+            if !scatter_to_cqe() {
+                a.scatter_to_cqe = false;
+            }
             // A transport the driver does not offer (yet) is "not supported".
             p.pd.create_qp(&a).map_err(|e| match ty {
                 QpType::Uc => libc::EOPNOTSUPP,
@@ -1452,6 +1457,14 @@ pub(crate) unsafe fn sges(
 fn shut_up_bf() -> bool {
     static SHUT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *SHUT.get_or_init(|| shut_up_bf_of(std::env::var_os("MLX5_SHUT_UP_BF").as_deref()))
+}
+
+/// Whether QPs let the device scatter small received messages to their CQEs: unless
+/// `MLX5_SCATTER_TO_CQE` is "0" (rdma-core mlx5 `use_scatter_to_cqe`; read once per
+/// process).
+fn scatter_to_cqe() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("MLX5_SCATTER_TO_CQE").is_none_or(|v| v != "0"))
 }
 
 /// Whether a value of `MLX5_SHUT_UP_BF` turns BlueFlame off: set, and not "0"

@@ -89,6 +89,15 @@ fn small_sends_land_in_the_cqe() {
             let (e, buf, msg) = exchange(st, 0, 64, 8, imm);
             assert_eq!(e[63] & INLINE, 0);
             assert_eq!(buf[..8], msg[..]);
+            // Nor does a 0-byte message of such a QP come as a scattered CQE.
+            let (e, _, _) = exchange(st, 0, 64, 0, imm);
+            assert_eq!(e[63] & INLINE, 0, "0 bytes without cs_res");
+            let (e, _, _) = exchange(st, 1, 64, 0, imm);
+            assert_eq!(
+                e[63] & INLINE,
+                MLX5_INLINE_SCATTER_32,
+                "0 bytes with cs_res"
+            );
         }
     }
 }

@@ -148,6 +148,8 @@ struct Cq {
     comp: Arc<AtomicU32>,
     async_reported: Arc<AtomicU32>,
     users: u32,
+    /// 64 or 128 (`mlx5_ib_create_cq.cqe_size`).
+    cqe_size: u32,
 }
 
 struct Qp {
@@ -978,6 +980,7 @@ impl Ucontext {
                 comp,
                 async_reported,
                 users: 0,
+                cqe_size,
             },
         );
         let mut r = Resp::new(if ex {
@@ -1094,7 +1097,8 @@ impl Ucontext {
         };
         let pdn = self.pds.get(&pd_h).ok_or(Errno::EINVAL)?.pdn;
         let scqn = self.cqs.get(&scq_h).ok_or(Errno::EINVAL)?.cqn;
-        let rcqn = self.cqs.get(&rcq_h).ok_or(Errno::EINVAL)?.cqn;
+        let rcq = self.cqs.get(&rcq_h).ok_or(Errno::EINVAL)?;
+        let (rcqn, rcqe_size) = (rcq.cqn, rcq.cqe_size);
         let srq = if is_srq != 0 {
             Some(self.srqs.get(&srq_h).ok_or(Errno::EINVAL)?.srqn)
         } else {
@@ -1219,6 +1223,20 @@ impl Ucontext {
         s(&mut input, qpc::dbr_addr, dbr);
         if self.cqe_version == 1 {
             s(&mut input, qpc::user_index, uidx.into());
+        }
+        // Responder scatter to CQE, as mlx5_ib (qp.c `create_qp_common`,
+        // `configure_responder_scat_cqe`): asked by `MLX5_QP_FLAG_SCATTER_CQE` (libmlx5
+        // sends it unless `MLX5_SCATTER_TO_CQE=0`), kept only on a device with
+        // `sctr_data_cqe` (dropped, not refused, otherwise: `process_vendor_flag`), for
+        // RC and UC QPs: `MLX5_RES_SCAT_DATA64_CQE` (2) when the receive CQ has 128-byte
+        // CQEs, `MLX5_RES_SCAT_DATA32_CQE` (1) otherwise. libmlx5 copies the data out
+        // (`mlx5_copy_to_recv_wqe`). Requester scatter (`cs_req`) is not modelled.
+        if flags & QP_FLAG_SCATTER_CQE != 0
+            && self.nic.cap(g::sctr_data_cqe) == 1
+            && (ty == QPT_RC || ty == QPT_UC)
+        {
+            let cs_res = if rcqe_size == 128 { 2 } else { 1 };
+            s(&mut input, qpc::cs_res, cs_res);
         }
         if set_flex64(&mut input, create_qp_in::pas, &pas).is_err() {
             mem.unmap(self.nic);

@@ -9,7 +9,8 @@ use ferroverbs_hw::control::cmd::{new_input, Opcode};
 use ferroverbs_hw::control::cq::{create_cq_input, create_cq_out, destroy_cq_in, destroy_cq_out};
 use ferroverbs_hw::datapath::cqe::{
     Cqe64, MLX5_CQE_REQ, MLX5_CQE_REQ_ERR, MLX5_CQE_RESP_ERR, MLX5_CQE_RESP_SEND,
-    MLX5_CQE_RESP_SEND_IMM, MLX5_CQE_RESP_SEND_INV, MLX5_CQE_RESP_WR_IMM,
+    MLX5_CQE_RESP_SEND_IMM, MLX5_CQE_RESP_SEND_INV, MLX5_CQE_RESP_WR_IMM, MLX5_INLINE_SCATTER_32,
+    MLX5_INLINE_SCATTER_64,
 };
 use ferroverbs_hw::datapath::dbr::{CqArmCmd, MLX5_CQ_ARM_DB, MLX5_CQ_SET_CI};
 use ferroverbs_hw::datapath::uar::uar_bar_offset;
@@ -838,6 +839,10 @@ fn decode(
     let counter = u16::from_be_bytes([t[60 - 32], t[61 - 32]]);
     let cqe_op = t[63 - 32] >> 4;
     if cqe_op != MLX5_CQE_REQ {
+        if t[63 - 32] & (MLX5_INLINE_SCATTER_32 | MLX5_INLINE_SCATTER_64) != 0 {
+            // The message is in the CQE (scatter to CQE): copied out first.
+            return decode_scattered(mem, off, qp, qpn, counter, wc).then_some(false);
+        }
         if cqe_op == MLX5_CQE_RESP_SEND || cqe_op == MLX5_CQE_RESP_SEND_IMM {
             // A received SEND: what `decode_other` reports for it, from the bytes
             // read above (`imm_inval_pkey` at 36, `byte_cnt` at 44) and `flags_rqpn`
@@ -1029,6 +1034,56 @@ const LOCAL_INV_TAIL: WcTailBits = WcTailBits::of(WcTail {
 
 /// [`Poller::owner_test`] values of an entry software owns are below this.
 const OWNED_BELOW: u8 = 0x78;
+
+/// [`decode`] of a responder CQE that carries its message (responder scatter to
+/// CQE, `qpc.cs_res`): the message copied into the scatter list of the receive WQE it
+/// completes, before the WQE is retired, then the completion as [`decode_other`]
+/// reports it, with the copy's error status if it failed (rdma-core
+/// `handle_responder`: `mlx5_copy_to_recv_wqe`/`mlx5_copy_to_recv_srq` before the
+/// opcode is decoded). `MLX5_INLINE_SCATTER_32`: `byte_cnt` bytes (at most 32) from
+/// byte 0 of the 64-byte CQE. `MLX5_INLINE_SCATTER_64` (the data in the 64 bytes
+/// before the CQE of a 128-byte entry) cannot come here: the driver's CQs have
+/// 64-byte CQEs and ask for 32 bytes (`cs_res` 1); it is reported as `GeneralErr`,
+/// as is a count above 32. The message covers `flags_rqpn`: `src_qp` is the QP's
+/// destination QPN, `sl` 0, no GRH flag.
+#[cold]
+#[inline(never)]
+fn decode_scattered(
+    mem: &FastMem<impl Bus>,
+    off: usize,
+    qp: &WqShared,
+    qpn: u32,
+    counter: u16,
+    wc: &mut WorkCompletion,
+) -> bool {
+    let mut bytes = [0u8; Cqe64::SIZE];
+    mem.read(off, &mut bytes);
+    let n = u32::from_be_bytes(bytes[44..48].try_into().expect("4 bytes")) as usize;
+    let copied = if bytes[63] & MLX5_INLINE_SCATTER_32 != 0 && n <= 32 {
+        qp.copy_scattered(counter, &bytes[..n])
+    } else {
+        Err(WcStatus::GeneralErr)
+    };
+    if !decode_other(mem, off, qp, qpn, counter, wc) {
+        return false;
+    }
+    // `flags_rqpn` (byte 24) is data here: the sender of a connected QP is its
+    // destination QP (verbs defines `src_qp` and `sl` for UD only; libmlx5 reports
+    // the data's bytes), the GRH flag absent (no GRH heads an RC or UC receive).
+    wc.src_qp = qp.dest_qpn();
+    wc.sl = 0;
+    let mut flags = WcFlags::empty();
+    for f in [WcFlags::WITH_IMM, WcFlags::WITH_INV] {
+        if wc.wc_flags.contains(f) {
+            flags = flags | f;
+        }
+    }
+    wc.wc_flags = flags;
+    if let Err(status) = copied {
+        wc.status = status;
+    }
+    true
+}
 
 /// [`decode`] of the CQEs other than successful requester completions.
 #[inline(never)]

@@ -138,6 +138,7 @@ mod pd;
 pub mod pool;
 mod post;
 mod qp;
+pub(crate) mod scatter;
 mod srq;
 mod wc;
 mod wr;

@@ -442,12 +442,22 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             .map_err(|_| Error::InvalidArgument("MTT list does not fit the command"))?;
         let out = exec(self.context(), &input, create_mkey_out::SIZE)?;
         let index = create_mkey_out::mkey_index.get(&out) as u32;
+        let key = mkey::mkey(index, variant);
+        let host = match &backing {
+            Backing::Dma(b) => NonNull::new(b.as_ptr()),
+            Backing::User(u) => NonNull::new(u.ptr.as_ptr() as *mut u8),
+        };
+        // The poll's copies of scattered CQEs translate receive scatter entries here
+        // (`scatter`); the entry goes before the key and the memory do.
+        if let Some(host) = host {
+            self.context().mrs().insert(key, addr, len, host);
+        }
         Ok(MemoryRegion {
             pd: self,
             backing: Some(backing),
             addr,
             len,
-            key: mkey::mkey(index, variant),
+            key,
             access,
         })
     }
@@ -605,6 +615,8 @@ impl<'a, B: Bus> MemoryRegion<'a, B> {
     }
 
     fn destroy_key(&self) -> Result<()> {
+        // No copy of a scattered CQE reaches the memory after this.
+        self.pd.context().mrs().remove(self.key);
         let mut input = new_input(Opcode::DestroyMkey, 0, destroy_mkey_in::SIZE);
         destroy_mkey_in::mkey_index.set(&mut input, u64::from(mkey::mkey_index(self.key)));
         exec(self.pd.context(), &input, destroy_mkey_out::SIZE).map(|_| ())

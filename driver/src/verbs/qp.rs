@@ -38,7 +38,7 @@ use super::srq::{SharedReceiveQueue, SrqShared};
 use super::{
     exec, flow_label_from_qpns, udp_sport_from_flow_label, AccessFlags, AddressVector,
     CompletionQueue, Error, Pd, QpAttr, QpInfo, QpState, RecvWr, Result, RtrAttr, RtsAttr,
-    SendFlags, SendOp, SendWr, Sge, Transition, UdInitAttr,
+    SendFlags, SendOp, SendWr, Sge, Transition, UdInitAttr, WcStatus,
 };
 use crate::dma::{DmaBuf, PAGE_SIZE};
 use crate::ring::{self, BlueFlameReg, QpType, RqConfig, SqConfig};
@@ -123,6 +123,14 @@ pub struct QpInitAttr<'q, 'ctx, B: Bus> {
     /// rdma-core's mlx5 provider sizes QPs that may post them (`_sq_overhead` with
     /// `IBV_QP_EX_WITH_BIND_MW`: 192 bytes before the data part instead of 48).
     pub memory_windows: bool,
+    /// Let the device place received messages of up to 32 bytes in their CQE instead
+    /// of the receive buffer (responder scatter to CQE, `qpc.cs_res`), the poll
+    /// copying them into the receive's scatter list: RC and UC QPs (on their own RQ
+    /// or an SRQ) of a device with `sctr_data_cqe`, as Linux's `mlx5_ib` configures
+    /// it for libmlx5, which asks by default (`MLX5_QP_FLAG_SCATTER_CQE` unless
+    /// `MLX5_SCATTER_TO_CQE=0`). On by default ([`QpInitAttr::without_scatter_to_cqe`]
+    /// turns it off); ignored for UD.
+    pub scatter_to_cqe: bool,
 }
 
 impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
@@ -142,6 +150,7 @@ impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
             srq: None,
             memory_windows: false,
             gsi: false,
+            scatter_to_cqe: true,
         }
     }
 
@@ -179,6 +188,13 @@ impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
     /// The same with transport `qp_type`.
     pub fn with_type(mut self, qp_type: QpType) -> Self {
         self.qp_type = qp_type;
+        self
+    }
+
+    /// The same, every received message in the receive buffer (no scatter to CQE,
+    /// [`QpInitAttr::scatter_to_cqe`]; `MLX5_SCATTER_TO_CQE=0` for libmlx5).
+    pub fn without_scatter_to_cqe(mut self) -> Self {
+        self.scatter_to_cqe = false;
         self
     }
 
@@ -320,6 +336,13 @@ pub(crate) struct WqShared {
     rq_ids: WrIdTable,
     /// The SRQ receive completions take their `wr_id` from, if the QP has one.
     srq: std::sync::OnceLock<Arc<SrqShared>>,
+    /// Set when the QP's responder scatters to CQE (`qpc.cs_res`): where the poll
+    /// copies a message the device placed in its CQE.
+    scatter: std::sync::OnceLock<super::scatter::RecvScatter>,
+    /// The destination QPN of the connected (RC, UC) QP, from its INIT→RTR: the
+    /// `src_qp` of a completion whose `flags_rqpn` the device overwrote with data
+    /// (scatter to CQE).
+    dest_qpn: AtomicU32,
 }
 
 #[cfg(test)]
@@ -356,9 +379,12 @@ pub(crate) const fn cqe_qpn_key(qpn: u32) -> u64 {
 }
 
 /// Keeps, of a native-endian read of a CQE's last 8 bytes, the QPN bytes of
-/// `sop_drop_qpn` and the CQE opcode (the high nibble of `op_own`); drops the send
-/// opcode byte, the counter, the signature and the owner, SE and format bits.
-pub(crate) const CQE_QPN_MASK: u64 = u64::from_ne_bytes([0, 0xff, 0xff, 0xff, 0, 0, 0, 0xf0]);
+/// `sop_drop_qpn`, the CQE opcode (the high nibble of `op_own`) and the CQE format
+/// (bits 3..2: `MLX5_INLINE_SCATTER_32`/`_64`, compressed), which the keys have 0:
+/// a CQE carrying its message (scatter to CQE) never matches, and takes the decode
+/// that copies it out. Drops the send opcode byte, the counter, the signature and
+/// the owner and SE bits.
+pub(crate) const CQE_QPN_MASK: u64 = u64::from_ne_bytes([0, 0xff, 0xff, 0xff, 0, 0, 0, 0xfc]);
 
 /// [`cqe_qpn_key`]'s counterpart for a successful responder CQE of a received SEND
 /// without immediate ([`MLX5_CQE_RESP_SEND`]) of QPN `qpn`.
@@ -417,6 +443,34 @@ impl WqShared {
         let _ = self.srq.set(srq);
     }
 
+    /// Copies `data`, the message of a responder CQE with `MLX5_INLINE_SCATTER_32`,
+    /// into the receive WQE it completes (`counter`: the CQE's `wqe_counter`, the RQ
+    /// slot or the SRQ WQE index), before the WQE is retired (rdma-core
+    /// `handle_responder`: `mlx5_copy_to_recv_wqe` / `mlx5_copy_to_recv_srq`). A QP
+    /// that did not ask the device to scatter to CQE gets `GeneralErr`.
+    pub(crate) fn copy_scattered(&self, counter: u16, data: &[u8]) -> Result<(), WcStatus> {
+        if self.srq.get().is_some_and(|s| !s.is_posted(counter)) {
+            // A repeated completion (skipped by the retire that follows): nothing to
+            // copy, the WQE may hold another receive's list.
+            return Ok(());
+        }
+        match self.scatter.get() {
+            Some(s) => s.copy_to_recv(u32::from(counter), data),
+            None => Err(WcStatus::GeneralErr),
+        }
+    }
+
+    /// The destination QPN of the connected QP (0 before INIT→RTR).
+    pub(crate) fn dest_qpn(&self) -> u32 {
+        self.dest_qpn.load(Ordering::Relaxed)
+    }
+
+    /// Where the poll copies the messages the device places in CQEs (the QP's
+    /// responder scatters to CQE).
+    pub(crate) fn set_scatter(&self, s: super::scatter::RecvScatter) {
+        let _ = self.scatter.set(s);
+    }
+
     /// A destroyed QP with no work: what a CQ compares CQEs with before it has seen a
     /// live one.
     pub(crate) fn dead() -> WqShared {
@@ -436,6 +490,8 @@ impl WqShared {
             rq_ids: WrIdTable::new(&rq_wr_id).expect("one slot"),
             rq_wr_id,
             srq: std::sync::OnceLock::new(),
+            scatter: std::sync::OnceLock::new(),
+            dest_qpn: AtomicU32::new(0),
         }
     }
 
@@ -927,6 +983,18 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         q(qpc::log_page_size).set(&mut input, 0);
         q(qpc::dbr_addr).set(&mut input, buf.iova() + dbr as u64);
         q(qpc::counter_set_id).set(&mut input, counter_set.into());
+        // Responder scatter to CQE as Linux's `mlx5_ib` sets it (qp.c
+        // `create_qp_common` / `configure_responder_scat_cqe`): RC and UC QPs whose
+        // creator asked (`MLX5_QP_FLAG_SCATTER_CQE`) on a device with `sctr_data_cqe`
+        // (without it the request is dropped, not refused: `process_vendor_flag`);
+        // `MLX5_RES_SCAT_DATA32_CQE` (1), the driver's CQs having 64-byte CQEs
+        // (DATA64, 2, is for 128-byte ones).
+        let scatter = init.scatter_to_cqe
+            && matches!(init.qp_type, QpType::Rc | QpType::Uc)
+            && ctx.cap(g::sctr_data_cqe) == 1;
+        if scatter {
+            q(qpc::cs_res).set(&mut input, 1);
+        }
         set_flex64(&mut input, create_qp_in::pas, &pas)
             .map_err(|_| Error::InvalidArgument("PAS list does not fit the command"))?;
         let out = exec(ctx, &input, create_qp_out::SIZE)?;
@@ -956,6 +1024,17 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         }
         if let Some(srq) = init.srq {
             q.shared.set_srq(Arc::clone(srq.shared()));
+        }
+        if scatter {
+            let segs = match init.srq {
+                Some(srq) => srq.recv_segs()?,
+                None => super::scatter::RingSegs::new(&q.buf, 0, geo.rq_wqes, geo.rq_shift, 0)
+                    .ok_or(Error::InvalidArgument("QP geometry"))?,
+            };
+            q.shared.set_scatter(super::scatter::RecvScatter {
+                segs,
+                mrs: Arc::clone(ctx.mrs()),
+            });
         }
         init.send_cq.attach(Arc::clone(&q.shared));
         if !Arc::ptr_eq(init.send_cq.core(), init.recv_cq.core()) {
@@ -1019,6 +1098,8 @@ impl<B: Bus> Queues<B> {
             rq_wr_id,
             rq_done: AtomicU32::new(0),
             srq: std::sync::OnceLock::new(),
+            scatter: std::sync::OnceLock::new(),
+            dest_qpn: AtomicU32::new(0),
         });
         Ok(Queues {
             sq,
@@ -1628,6 +1709,10 @@ impl<'a, B: Bus> QueuePair<'a, B> {
         }
         if let Some(v) = attr.dest_qpn {
             set(&mut input, q(qpc::remote_qpn), v.into());
+            self.q
+                .shared
+                .dest_qpn
+                .store(v & 0x00ff_ffff, Ordering::Relaxed);
         }
         if let Some(v) = attr.rq_psn {
             set(&mut input, q(qpc::next_rcv_psn), v.into());

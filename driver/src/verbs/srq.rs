@@ -108,6 +108,14 @@ impl SrqShared {
     /// counted, and the CQ skips it). Lock-free (any number of CQ pollers at once),
     /// no allocation.
     #[inline]
+    /// Whether SRQ WQE `index` is posted and not yet completed (a repeated
+    /// completion of a WQE not posted again finds it free; its scatter list may be
+    /// another receive's by then).
+    pub(crate) fn is_posted(&self, index: u16) -> bool {
+        let i = (u32::from(index) & self.mask) as usize;
+        self.posted[i].load(Ordering::Relaxed)
+    }
+
     pub(crate) fn retire(&self, index: u16) -> Option<u64> {
         let i = (u32::from(index) & self.mask) as usize;
         let wr_id = self.wr_id[i].load(Ordering::Relaxed);
@@ -187,7 +195,7 @@ impl DoneRing {
 pub struct SharedReceiveQueue<'a, B: Bus> {
     pd: &'a Pd<'a, B>,
     srqn: u32,
-    buf: DmaBuf<B>,
+    buf: Arc<DmaBuf<B>>,
     shared: Arc<SrqShared>,
     /// Software copy of each WQE's `next_wqe_index`.
     next: Box<[u16]>,
@@ -255,7 +263,7 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         }
         let ring = nwqe as usize * stride as usize;
         let dbr = ring.next_multiple_of(64);
-        let buf = DmaBuf::new(ctx.bus(), dbr + 64, DmaPerm::RW)?;
+        let buf = Arc::new(DmaBuf::new(ctx.bus(), dbr + 64, DmaPerm::RW)?);
         // The free list: i → i + 1 (the last one's link is written when it is freed).
         let next: Box<[u16]> = (0..nwqe).map(|i| ((i + 1) % nwqe) as u16).collect();
         for (i, &n) in next.iter().enumerate() {
@@ -329,6 +337,13 @@ impl<'a, B: Bus> SharedReceiveQueue<'a, B> {
     /// Scatter entries per request (at least what was asked).
     pub fn max_sge(&self) -> u32 {
         self.max_sge
+    }
+
+    /// The SRQ's WQEs as the poll reads their scatter lists back (scatter to CQE).
+    pub(crate) fn recv_segs(&self) -> Result<super::scatter::RingSegs> {
+        let shift = self.stride.trailing_zeros();
+        super::scatter::RingSegs::new(&self.buf, 0, self.nwqe, shift, NEXT_SEG)
+            .ok_or(Error::InvalidArgument("SRQ geometry"))
     }
 
     pub(crate) fn shared(&self) -> &Arc<SrqShared> {

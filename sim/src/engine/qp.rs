@@ -284,6 +284,13 @@ impl QpCfg {
         cfg
     }
 
+    /// Whether a one-packet message of `n` bytes goes in its CQE (responder scatter
+    /// to CQE; a QP without `cs_res` never scatters, a 0-byte message included).
+    #[inline]
+    pub fn in_cqe(&self, n: u64) -> bool {
+        self.scatter_cqe != 0 && n <= u64::from(self.scatter_cqe)
+    }
+
     /// The responder scatter-to-CQE limit of `qpc.cs_res` (PRM; Linux `mlx5_ib`
     /// `configure_responder_scat_cqe` sets `MLX5_RES_SCAT_DATA32_CQE` (1) for RC and UC
     /// QPs whose receive CQ has 64-byte CQEs, `MLX5_RES_SCAT_DATA64_CQE` (2) for

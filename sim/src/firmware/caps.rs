@@ -155,6 +155,7 @@ fn general_defaults(cfg: &FwConfig) -> Vec<(Field, u64)> {
         (g::log_max_msg, 30),
         (g::max_tc, 8),
         (g::cqe_version, 1),
+        (g::sctr_data_cqe, 1),
         // MLX5_CMD_HCA_CAP_CMDIF_CHECKSUM_INITIAL_STATE, what a device reports at reset.
         (g::cmdif_checksum, 1),
         (g::roce, 1),

@@ -137,7 +137,7 @@ fn fast_send_only(qp: &QpRt, one: &One) -> bool {
         && qp.resp.cur == InMsg::None
         && qp.cfg.srqn.is_none()
         && one.payload.len() <= qp.cfg.pmtu as usize
-        && one.payload.len() > qp.cfg.scatter_cqe as usize
+        && !qp.cfg.in_cqe(one.payload.len() as u64)
         && !GENERAL_ONLY.load(Ordering::Relaxed)
 }
 
@@ -453,7 +453,7 @@ fn send_data(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
     }
     // Scatter to CQE (`qpc.cs_res`): a one-packet message small enough goes in its CQE,
     // the receive buffer untouched (software copies it there).
-    let in_cqe = pos == Position::Only && n <= u64::from(qp.cfg.scatter_cqe);
+    let in_cqe = pos == Position::Only && qp.cfg.in_cqe(n);
     let win = &mut qp.resp.data_win;
     if !in_cqe && mem::scatter_cached(cx.fw, cx.io, win, &rw.sges, rw.got, pkt.payload).is_err() {
         return recv_error(

@@ -322,7 +322,7 @@ fn on_send(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt, pos: Position) {
         return recv_error(qp, cx, MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
     }
     // Scatter to CQE (`qpc.cs_res`), as on RC: a small one-packet message goes in its CQE.
-    let in_cqe = pos == Position::Only && n <= u64::from(qp.cfg.scatter_cqe);
+    let in_cqe = pos == Position::Only && qp.cfg.in_cqe(n);
     if !in_cqe && mem::scatter(cx.fw, cx.io, &rw.sges, rw.got, pkt.payload).is_err() {
         return recv_error(qp, cx, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
     }

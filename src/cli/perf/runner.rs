@@ -381,7 +381,11 @@ fn create_qp<'p, 'c, B: Bus>(
     cq: &CompletionQueue<'c, B>,
     cap: QpCap,
 ) -> ferroverbs::verbs::Result<QueuePair<'p, B>> {
-    pd.create_qp(&QpInitAttr::new(cq, cq, cap))
+    let a = QpInitAttr::new(cq, cq, cap);
+    // `MLX5_SCATTER_TO_CQE=0`, as libmlx5 reads it: received messages always in the
+    // buffer (no scatter to CQE), for comparisons.
+    let off = std::env::var_os("MLX5_SCATTER_TO_CQE").is_some_and(|v| v == "0");
+    pd.create_qp(&if off { a.without_scatter_to_cqe() } else { a })
 }
 
 /// The RDMA READ/atomic depth both sides of a connection use (`max_rd_atomic`).

@@ -1,0 +1,218 @@
+//! Responder scatter to CQE through the verbs API: RC and UC QPs (on their own RQ and
+//! on an SRQ) are created with `qpc.cs_res`, as Linux's `mlx5_ib` creates them for
+//! libmlx5, so the simulated device places a received message of up to 32 bytes in
+//! its CQE (`MLX5_INLINE_SCATTER_32`) and leaves the receive buffer alone; the poll
+//! copies it across the receive's scatter list (entries of an ordinary and of a
+//! zero-based memory region), as libmlx5's `mlx5_copy_to_recv_wqe` does. Shown by the
+//! buffer: untouched after the device completed the receive, holding the message once
+//! the completion is polled; larger messages, and QPs created without scatter to
+//! CQE, find their bytes in the buffer before the poll. The driver's CQs have 64-byte
+//! CQEs only, so `MLX5_INLINE_SCATTER_64` (128-byte CQEs) does not arise here (the
+//! simulator's side of it: `sim/tests/dp_scatter_cqe.rs`).
+
+mod verbs_support;
+use verbs_support::*;
+
+use ferroverbs::verbs::{
+    AccessFlags as A, CompletionQueue, Mtu, QpCap, QpInitAttr, QpType, RecvWr, SendWr, SrqAttr,
+    WcFlags, WcOpcode, WcStatus,
+};
+use ferroverbs_sim::SimBus;
+
+/// The sizes of the test: around the 32-byte limit, and past a second one (64).
+const SIZES: [usize; 7] = [0, 1, 31, 32, 33, 64, 65];
+
+/// What a receive buffer holds before any message.
+const FILL: u8 = 0xee;
+
+/// Waits for one completion of `cq`.
+fn one(net: &Net, cq: &mut CompletionQueue<'_, SimBus>) -> ferroverbs::verbs::WorkCompletion {
+    let w = wait(net, cq, 1);
+    w[0]
+}
+
+/// Sends every size of [`SIZES`] (with and without an immediate) over a QP pair of
+/// type `ty`, the receiver on an SRQ when `srq`, created with scatter to CQE when
+/// `scatter`; each receive has three entries: 5 bytes of an ordinary region, 7 of a
+/// zero-based one, 100 of the ordinary one.
+fn exchange(ty: QpType, srq: bool, scatter: bool) {
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let mut scq = ca.create_cq(64).unwrap();
+    let mut rcq = cb.create_cq(64).unwrap();
+    let cap = QpCap {
+        max_recv_sge: 3,
+        ..QpCap::default()
+    };
+    let mut s = pb
+        .create_srq(&SrqAttr {
+            max_wr: 16,
+            max_sge: 3,
+            srq_limit: 0,
+        })
+        .unwrap();
+    let mut ia = QpInitAttr::new(&rcq, &rcq, cap).with_type(ty);
+    if srq {
+        ia = ia.with_srq(&s);
+    }
+    if !scatter {
+        ia = ia.without_scatter_to_cqe();
+    }
+    let mut qa = pa
+        .create_qp(&QpInitAttr::new(&scq, &scq, cap).with_type(ty))
+        .unwrap();
+    let mut qb = pb.create_qp(&ia).unwrap();
+    match ty {
+        QpType::Uc => connect_uc(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024, 0x40),
+        _ => connect(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024),
+    }
+    let src = pa.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
+    let rbuf = pb.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
+    let zbuf = pb.alloc_mr_zero_based(4096, A::LOCAL_WRITE).unwrap();
+    assert_eq!(zbuf.addr(), 0);
+    let mut k = 0u64;
+    for n in SIZES {
+        for imm in [None, Some(0x1234_5678 ^ n as u32)] {
+            k += 1;
+            let what = format!("{ty:?} srq {srq} scatter {scatter} {n} bytes imm {imm:?}");
+            rbuf.fill(0, 4096, FILL);
+            zbuf.fill(0, 4096, FILL);
+            let sgl = [
+                rbuf.sge(0, 5).unwrap(),
+                zbuf.sge(100, 7).unwrap(),
+                rbuf.sge(200, 100).unwrap(),
+            ];
+            let rwr = RecvWr::new(1000 + k, &sgl);
+            if srq {
+                s.post_recv(&[rwr]).unwrap();
+            } else {
+                qb.post_recv(&[rwr]).unwrap();
+            }
+            let msg = pattern(n, k as u8);
+            src.write(0, &msg);
+            let gl = [src.sge(0, n as u32).unwrap()];
+            let gl: &[_] = if n == 0 { &[] } else { &gl };
+            let wr = match imm {
+                Some(i) => SendWr::send_with_imm(k, gl, i),
+                None => SendWr::send(k, gl),
+            };
+            qa.post_send(&[wr.signaled()]).unwrap();
+            // The sender's completion: the device has taken the message.
+            let sw = one(&net, &mut scq);
+            assert_eq!((sw.status, sw.wr_id), (WcStatus::Success, k), "{what}");
+            net.settle();
+            // Where the three entries put the message's bytes.
+            let placed = |rbuf: &[u8], zbuf: &[u8]| {
+                let mut got = Vec::new();
+                got.extend_from_slice(&rbuf[..5]);
+                got.extend_from_slice(&zbuf[100..107]);
+                got.extend_from_slice(&rbuf[200..300]);
+                got
+            };
+            let in_cqe = scatter && n <= 32;
+            let before = placed(&rbuf.to_vec(), &zbuf.to_vec());
+            if in_cqe {
+                assert!(
+                    before.iter().all(|&b| b == FILL),
+                    "{what}: the device left the buffer alone"
+                );
+            } else {
+                assert_eq!(before[..n], msg[..], "{what}: the device wrote the buffer");
+            }
+            let w = one(&net, &mut rcq);
+            assert_eq!(w.status, WcStatus::Success, "{what}: {w:?}");
+            assert_eq!(w.wr_id, 1000 + k, "{what}");
+            assert_eq!(w.opcode, WcOpcode::Recv, "{what}");
+            assert_eq!(w.byte_len as usize, n, "{what}");
+            assert_eq!(w.qp_num, qb.qp_num(), "{what}");
+            assert_eq!(w.src_qp, qa.qp_num(), "{what}");
+            assert_eq!(w.sl, 0, "{what}");
+            assert_eq!(w.imm_data, imm.unwrap_or(0), "{what}");
+            assert_eq!(w.wc_flags.contains(WcFlags::WITH_IMM), imm.is_some());
+            assert!(!w.wc_flags.contains(WcFlags::GRH), "{what}");
+            let (r, z) = (rbuf.to_vec(), zbuf.to_vec());
+            let after = placed(&r, &z);
+            assert_eq!(after[..n], msg[..], "{what}: the message in the buffer");
+            assert!(
+                after[n..].iter().all(|&b| b == FILL),
+                "{what}: nothing more"
+            );
+            // Nothing outside the three entries.
+            assert!(r[5..200].iter().chain(&r[300..]).all(|&b| b == FILL));
+            assert!(z[..100].iter().chain(&z[107..]).all(|&b| b == FILL));
+        }
+    }
+    assert_eq!(rcq.skipped(), 0);
+}
+
+#[test]
+fn rc_rq() {
+    exchange(QpType::Rc, false, true);
+}
+
+#[test]
+fn rc_srq() {
+    exchange(QpType::Rc, true, true);
+}
+
+#[test]
+fn uc_rq() {
+    exchange(QpType::Uc, false, true);
+}
+
+#[test]
+fn uc_srq() {
+    exchange(QpType::Uc, true, true);
+}
+
+#[test]
+fn turned_off_every_message_lands_in_the_buffer() {
+    exchange(QpType::Rc, false, false);
+    exchange(QpType::Uc, true, false);
+}
+
+/// A region deregistered after the device completed a receive into it, before the
+/// poll: the copy finds no live region for the entry's key, writes nothing, and the
+/// completion reports `LocProtErr` (the receive's `wr_id`, its byte count); the next
+/// receive works. A receive list too short for the message cannot get that far: the
+/// device checks the length first (`LocLenErr` from the device).
+#[test]
+fn a_region_gone_before_the_poll_is_a_protection_error() {
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let mut scq = ca.create_cq(16).unwrap();
+    let mut rcq = cb.create_cq(16).unwrap();
+    let cap = QpCap::default();
+    let mut qa = pa.create_qp(&QpInitAttr::new(&scq, &scq, cap)).unwrap();
+    let mut qb = pb.create_qp(&QpInitAttr::new(&rcq, &rcq, cap)).unwrap();
+    connect(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024);
+    let src = pa.alloc_mr(64, A::LOCAL_WRITE).unwrap();
+    src.write(0, b"sixteen bytes!!!");
+    let gone = pb
+        .reg_mr(vec![FILL; 64].into_boxed_slice(), A::LOCAL_WRITE)
+        .unwrap();
+    qb.post_recv(&[RecvWr::new(1, &[gone.sge(0, 64).unwrap()])])
+        .unwrap();
+    qa.post_send(&[SendWr::send(1, &[src.sge(0, 16).unwrap()]).signaled()])
+        .unwrap();
+    assert_eq!(one(&net, &mut scq).status, WcStatus::Success);
+    net.settle();
+    let back = gone.deregister().unwrap().unwrap();
+    assert!(back.iter().all(|&b| b == FILL), "the device left it alone");
+    let w = one(&net, &mut rcq);
+    assert_eq!(
+        (w.status, w.wr_id, w.byte_len),
+        (WcStatus::LocProtErr, 1, 16)
+    );
+    let rbuf = pb.alloc_mr(64, A::LOCAL_WRITE).unwrap();
+    qb.post_recv(&[RecvWr::new(2, &[rbuf.sge(0, 64).unwrap()])])
+        .unwrap();
+    qa.post_send(&[SendWr::send(2, &[src.sge(0, 16).unwrap()]).signaled()])
+        .unwrap();
+    assert_eq!(one(&net, &mut scq).status, WcStatus::Success);
+    let w = one(&net, &mut rcq);
+    assert_eq!((w.status, w.wr_id, w.byte_len), (WcStatus::Success, 2, 16));
+    let mut got = [0u8; 16];
+    rbuf.read(0, &mut got);
+    assert_eq!(&got, b"sixteen bytes!!!");
+}

@@ -1,0 +1,174 @@
+/* Responder scatter to CQE through rdma-core's libibverbs + libmlx5 (run under
+ * `ferroverbs run`): libmlx5 asks for it at QP creation (MLX5_QP_FLAG_SCATTER_CQE,
+ * unless MLX5_SCATTER_TO_CQE=0), the kernel side sets qpc.cs_res (32 bytes with
+ * 64-byte CQEs, 64 with 128-byte ones: MLX5_CQE_SIZE=128), the simulated device puts
+ * a small SEND in its CQE and leaves the receive buffer alone, and libmlx5's poll
+ * copies it across the receive's two scatter entries. Two RC QPs of one process; for
+ * each size the sender's completion comes first (the responder is done), then the
+ * receive buffer is checked untouched (message in the CQE) or written (in the
+ * buffer), then the receive is polled and the bytes checked. argv[1]: the largest
+ * message expected in the CQE (0: none). Prints "PASS name" / "FAIL name ..." and
+ * exits 1 on failure. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+static int failures;
+
+static void check(const char *name, int ok, const char *detail)
+{
+	if (ok) {
+		printf("PASS %s\n", name);
+	} else {
+		printf("FAIL %s: %s\n", name, detail);
+		failures++;
+	}
+}
+
+static int to_rts(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid)
+{
+	struct ibv_qp_attr a = {0};
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	if (ibv_modify_qp(qp, &a,
+			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		return 1;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dest;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = *gid;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	if (ibv_modify_qp(qp, &a,
+			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		return 2;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 23;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	if (ibv_modify_qp(qp, &a,
+			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+		return 3;
+	return 0;
+}
+
+/* Polls `cq` for one completion (at most ~60 s of tries). */
+static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
+{
+	for (long i = 0; i < 60000000L; i++) {
+		int got = ibv_poll_cq(cq, 1, wc);
+		if (got)
+			return got;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int limit = argc > 1 ? atoi(argv[1]) : 32;
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	if (!list || n < 1) {
+		perror("ibv_get_device_list");
+		return 2;
+	}
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	size_t len = 1 << 16;
+	unsigned char *buf = aligned_alloc(4096, len);
+	memset(buf, 0, len);
+	struct ibv_mr *mr = pd ? ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	struct ibv_cq *scq = ctx ? ibv_create_cq(ctx, 16, NULL, NULL, 0) : NULL;
+	struct ibv_cq *rcq = ctx ? ibv_create_cq(ctx, 16, NULL, NULL, 0) : NULL;
+	check("objects", pd && mr && scq && rcq, "creation failed");
+	if (!(pd && mr && scq && rcq))
+		return 1;
+	struct ibv_qp_init_attr ia = {0};
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 8;
+	ia.cap.max_recv_wr = 8;
+	ia.cap.max_send_sge = 1;
+	ia.cap.max_recv_sge = 2;
+	ia.send_cq = scq;
+	ia.recv_cq = scq;
+	struct ibv_qp *qa = ibv_create_qp(pd, &ia);
+	ia.recv_cq = rcq;
+	struct ibv_qp *qb = ibv_create_qp(pd, &ia);
+	union ibv_gid gid;
+	check("qps", qa && qb && !ibv_query_gid(ctx, 1, 0, &gid), "creation failed");
+	if (!qa || !qb)
+		return 1;
+	int r1 = to_rts(qa, qb->qp_num, &gid), r2 = to_rts(qb, qa->qp_num, &gid);
+	char d[160];
+	snprintf(d, sizeof d, "modify steps %d %d", r1, r2);
+	check("connect", !r1 && !r2, d);
+
+	unsigned char *src = buf, *dst = buf + 8192;
+	int sizes[] = {1, 31, 32, 33, 64, 65};
+	for (unsigned k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+		int m = sizes[k];
+		char name[64];
+		memset(dst, 0xee, 1024);
+		for (int i = 0; i < m; i++)
+			src[i] = (unsigned char)(i * 13 + k + 1);
+		/* Two entries: 5 bytes at dst, 200 at dst + 256. */
+		struct ibv_sge rs[2] = {
+			{.addr = (uintptr_t)dst, .length = 5, .lkey = mr->lkey},
+			{.addr = (uintptr_t)(dst + 256), .length = 200, .lkey = mr->lkey},
+		};
+		struct ibv_recv_wr rw = {.wr_id = 100 + k, .sg_list = rs, .num_sge = 2}, *rbad;
+		struct ibv_sge ss = {.addr = (uintptr_t)src, .length = m, .lkey = mr->lkey};
+		struct ibv_send_wr sw = {0}, *sbad;
+		sw.wr_id = 7;
+		sw.sg_list = &ss;
+		sw.num_sge = 1;
+		sw.opcode = IBV_WR_SEND;
+		sw.send_flags = IBV_SEND_SIGNALED;
+		snprintf(name, sizeof name, "post_%d", m);
+		check(name, !ibv_post_recv(qb, &rw, &rbad) && !ibv_post_send(qa, &sw, &sbad),
+		      "failed");
+		struct ibv_wc wc;
+		int got = poll_one(scq, &wc);
+		snprintf(name, sizeof name, "sent_%d", m);
+		snprintf(d, sizeof d, "got %d status %d", got, got ? wc.status : -1);
+		check(name, got == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 7, d);
+		/* The responder is done: its buffer shows where the message went. */
+		int untouched = dst[0] == 0xee;
+		snprintf(name, sizeof name, "placed_%d", m);
+		snprintf(d, sizeof d, "%s before the receive was polled (limit %d)",
+			 untouched ? "buffer untouched" : "buffer written", limit);
+		check(name, untouched == (m <= limit), d);
+		got = poll_one(rcq, &wc);
+		snprintf(name, sizeof name, "recv_%d", m);
+		snprintf(d, sizeof d, "got %d status %d len %u wr_id %lu", got,
+			 got ? wc.status : -1, got ? wc.byte_len : 0,
+			 got ? (unsigned long)wc.wr_id : 0);
+		check(name,
+		      got == 1 && wc.status == IBV_WC_SUCCESS && wc.byte_len == (unsigned)m &&
+			      wc.wr_id == 100 + k && wc.opcode == IBV_WC_RECV,
+		      d);
+		int first = m < 5 ? m : 5, rest = m - first;
+		int ok = memcmp(dst, src, first) == 0 && memcmp(dst + 256, src + 5, rest) == 0 &&
+			 dst[first] == 0xee && dst[256 + rest] == 0xee;
+		snprintf(name, sizeof name, "bytes_%d", m);
+		check(name, ok, "bytes differ");
+	}
+	check("destroy",
+	      !ibv_destroy_qp(qa) && !ibv_destroy_qp(qb) && !ibv_destroy_cq(scq) &&
+		      !ibv_destroy_cq(rcq) && !ibv_dereg_mr(mr) && !ibv_dealloc_pd(pd) &&
+		      !ibv_close_device(ctx),
+	      "failed");
+	ibv_free_device_list(list);
+	printf("%d failures\n", failures);
+	return failures ? 1 : 0;
+}
