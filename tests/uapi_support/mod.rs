@@ -61,6 +61,10 @@ impl Proc {
     /// Starts `cmd` on the simulated NIC `device` with `envs` set.
     pub fn spawn(name: &str, device: &str, cmd: &[&str], envs: &[(&str, &str)]) -> Proc {
         let mut c = Command::new(env!("CARGO_BIN_EXE_ferroverbs"));
+        // A process group of its own: `ferroverbs run` starts the program as its
+        // child, and a kill must reach both (an orphan would keep its NIC's address
+        // and the output pipes open).
+        std::os::unix::process::CommandExt::process_group(&mut c, 0);
         c.args(["run", "--device", device, "--"])
             .args(cmd)
             .env("FERROVERBS_UAPI_LIB", library())
@@ -91,8 +95,7 @@ impl Proc {
                 break Some(s);
             }
             if start.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
+                kill_group(&mut child);
                 break None;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -109,11 +112,20 @@ impl Proc {
     }
 }
 
+/// Kills `child` and its process group (the program `ferroverbs run` started).
+fn kill_group(child: &mut Child) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        // SAFETY: a signal to the process group this module made for the child.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         if let Some(c) = self.child.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
+            kill_group(c);
         }
         let _ = &self.name;
     }

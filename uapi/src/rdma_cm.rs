@@ -63,6 +63,9 @@ struct File {
     /// Events waiting: the id they are counted to (the listener's for a connection
     /// request, as Linux's `ucma_get_event` counts them) and the response bytes.
     events: VecDeque<(u32, Vec<u8>)>,
+    /// Which opening of the descriptor number this is (a GET_EVENT that waits tells
+    /// its file from a later one given the same number).
+    serial: u64,
 }
 
 /// The process's CM over the NIC.
@@ -74,6 +77,8 @@ struct Device {
     /// (port space, port) → the listening id.
     listeners: HashMap<(u16, u16), (i32, u32)>,
     next_handle: u32,
+    /// The serial of the next file opened.
+    next_serial: u64,
     /// Active connections whose RTU librdmacm asked for (ACCEPT after
     /// CONNECT_RESPONSE): librdmacm reports their ESTABLISHED itself
     /// (`ucma_process_conn_resp`), so the CM's is not queued.
@@ -109,9 +114,12 @@ fn device(nic: &'static Nic) -> Result<Arc<Mutex<Device>>, Errno> {
                 by_conn: HashMap::new(),
                 listeners: HashMap::new(),
                 next_handle: 1,
+                next_serial: 1,
                 lib_established: Default::default(),
             }));
             let w = Arc::downgrade(&d);
+            // SAFETY: registers a function of this library, which stays loaded.
+            unsafe { libc::atexit(release_at_exit) };
             std::thread::Builder::new()
                 .name("ferroverbs-rdma-cm".into())
                 .spawn(move || progress(w))
@@ -151,11 +159,15 @@ pub fn open(nic: &'static Nic, flags: i32) -> Result<i32, Errno> {
     if fd < 0 {
         return Err(Errno::last());
     }
-    d.lock().unwrap_or_else(|e| e.into_inner()).files.insert(
+    let mut d = d.lock().unwrap_or_else(|e| e.into_inner());
+    let serial = d.next_serial;
+    d.next_serial += 1;
+    d.files.insert(
         fd,
         File {
             ids: HashMap::new(),
             events: VecDeque::new(),
+            serial,
         },
     );
     Ok(fd)
@@ -164,16 +176,37 @@ pub fn open(nic: &'static Nic, flags: i32) -> Result<i32, Errno> {
 /// Closes an rdma_cm file: its ids are destroyed.
 pub fn close(fd: i32) {
     if let Some(Ok(d)) = DEVICE.get() {
-        let mut d = d.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = d.files.remove(&fd) {
-            for id in f.ids.values() {
-                if let Some(c) = id.conn {
-                    let _ = d.svc.destroy(c);
-                    d.by_conn.remove(&c);
-                }
+        d.lock().unwrap_or_else(|e| e.into_inner()).release(fd);
+    }
+}
+
+/// At process exit the files still open are released, as the kernel releases them
+/// when the process's descriptors go (`ucma_close`): a connected id sends its DREQ
+/// (Linux `cm_destroy_id`), a pending one its REJ, so the peer learns of the exit
+/// at once instead of after its own timeouts (perftest's `ib_atomic_lat -R` server
+/// returns from `main` without disconnecting; its client waits for DISCONNECTED).
+extern "C" fn release_at_exit() {
+    let Some(Ok(d)) = DEVICE.get() else {
+        return;
+    };
+    // Bounded: another thread may hold the lock while the process exits.
+    for _ in 0..200 {
+        if let Ok(mut d) = d.try_lock() {
+            let fds: Vec<i32> = d.files.keys().copied().collect();
+            for fd in fds {
+                d.release(fd);
             }
-            d.drop_listeners(fd, None);
+            // The MADs leave QP1 while the NIC still runs.
+            for _ in 0..20 {
+                d.svc.poll();
+                if d.svc.sends_done() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            return;
         }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -305,6 +338,20 @@ fn conn_param(b: &B<'_>, base: usize) -> (u32, ConnParam) {
 }
 
 impl Device {
+    /// Releases file `fd`: its ids are destroyed (DREQ or REJ for their
+    /// connections) and its listeners stopped.
+    fn release(&mut self, fd: i32) {
+        if let Some(f) = self.files.remove(&fd) {
+            for id in f.ids.values() {
+                if let Some(c) = id.conn {
+                    let _ = self.svc.destroy(c);
+                    self.by_conn.remove(&c);
+                }
+            }
+            self.drop_listeners(fd, None);
+        }
+    }
+
     fn id(&mut self, fd: i32, h: u32) -> Result<&mut Id, Errno> {
         self.files
             .get_mut(&fd)
@@ -396,7 +443,12 @@ impl Device {
                 };
                 let local = self.local();
                 let a = a.ok_or(Errno::EINVAL)?;
-                if !a.ip().is_unspecified() && *a.ip() != local {
+                // A loopback address binds to the local device and takes its GID
+                // (Linux `cma_bind_loopback`: the first active port's GID 0): rsocket
+                // datagram sockets bind to the source the kernel picks for a UDP
+                // socket connected to the peer, 127.0.0.1 on `lo`. Another address
+                // not the device's has no RDMA device (`rdma_translate_ip`).
+                if !a.ip().is_unspecified() && !a.ip().is_loopback() && *a.ip() != local {
                     return Err(Errno(libc::EADDRNOTAVAIL));
                 }
                 self.id(fd, h)?.src = Some(SocketAddrV4::new(local, a.port()));
@@ -470,10 +522,13 @@ impl Device {
                 if self.listeners.contains_key(&(ps, src.port())) {
                     return Err(Errno(libc::EADDRINUSE));
                 }
+                // The backlog bounds the requests not yet answered (Linux
+                // `ucma_listen`; 0 or too large: the maximum).
+                let backlog = b.u32(ucm_listen::backlog) as usize;
                 let r = if ps == PS_UDP {
                     self.svc.listen_ud(SocketAddr::V4(src))
                 } else {
-                    self.svc.listen(SocketAddr::V4(src))
+                    self.svc.listen_backlog(SocketAddr::V4(src), backlog)
                 };
                 r.map_err(|_| Errno(libc::EADDRINUSE))?;
                 self.listeners.insert((ps, src.port()), (fd, h));
@@ -919,13 +974,34 @@ fn ipv4_gid(ip: Ipv4Addr) -> [u8; 16] {
 
 /// GET_EVENT: the next event of file `fd` into the response buffer; blocks while none
 /// waits, unless the descriptor is non-blocking (EAGAIN), as `ucma_get_event` does.
+///
+/// A wait outlives a `close` of its descriptor by another thread: Linux's read holds
+/// the file, whose release (`ucma_close`) comes only after the read returns, and with
+/// no event to come the read stays blocked; programs rely on it (rping of rdma-core
+/// 44 closes its channel while its CM thread waits in `rdma_get_cm_event`, and exits
+/// 0 from `main`). Such a wait blocks until the process exits, never answering EBADF
+/// for a file it found open.
 fn get_event(dev: &Arc<Mutex<Device>>, fd: i32, body: &[u8]) -> Result<(), Errno> {
     let resp = B(body).u64(ucm_get_event::response);
+    let mut mine = None;
     loop {
         {
             let mut d = dev.lock().unwrap_or_else(|e| e.into_inner());
             d.pump();
-            let f = d.files.get_mut(&fd).ok_or(Errno::EBADF)?;
+            match (d.files.get_mut(&fd), mine) {
+                (Some(f), None) => mine = Some(f.serial),
+                (Some(f), Some(s)) if f.serial == s => {}
+                (None, None) => return Err(Errno::EBADF),
+                // Closed while waiting (the number maybe reused since).
+                _ => {
+                    drop(d);
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+            }
+            let Some(f) = d.files.get_mut(&fd) else {
+                continue;
+            };
             if let Some((account, ev)) = f.events.pop_front() {
                 if f.events.is_empty() {
                     readiness(fd, false);
