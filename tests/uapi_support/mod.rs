@@ -51,10 +51,24 @@ pub fn have(tool: &str) -> bool {
     found
 }
 
-/// A program running under `ferroverbs run`, killed when dropped.
+/// A program running under `ferroverbs run`, killed when dropped. Its output is
+/// read while it runs (a program that prints more than a pipe holds would otherwise
+/// block on its write, rping `-v` of 1000 pings does).
 pub struct Proc {
     name: String,
     child: Option<Child>,
+    out: Option<std::thread::JoinHandle<String>>,
+    err: Option<std::thread::JoinHandle<String>>,
+}
+
+/// A thread that reads `r` to its end.
+fn drain(r: Option<impl Read + Send + 'static>) -> Option<std::thread::JoinHandle<String>> {
+    let mut r = r?;
+    Some(std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = r.read_to_end(&mut b);
+        String::from_utf8_lossy(&b).into_owned()
+    }))
 }
 
 impl Proc {
@@ -73,10 +87,13 @@ impl Proc {
         for (k, v) in envs {
             c.env(k, v);
         }
-        let child = c.spawn().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut child = c.spawn().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
         Proc {
             name: name.to_string(),
             child: Some(child),
+            out,
+            err,
         }
     }
 
@@ -100,15 +117,12 @@ impl Proc {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let mut out = String::new();
-        let mut err = String::new();
-        if let Some(mut o) = child.stdout.take() {
-            let _ = o.read_to_string(&mut out);
-        }
-        if let Some(mut e) = child.stderr.take() {
-            let _ = e.read_to_string(&mut err);
-        }
-        (status, out, err)
+        // What the program may have left behind holds the pipes open.
+        kill_group(&mut child);
+        let take = |h: Option<std::thread::JoinHandle<String>>| {
+            h.and_then(|h| h.join().ok()).unwrap_or_default()
+        };
+        (status, take(self.out.take()), take(self.err.take()))
     }
 }
 

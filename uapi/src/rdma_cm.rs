@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use ferroverbs::verbs::{Pd, QpState};
-use ferroverbs::{GidEntry, MonotonicClock};
+use ferroverbs::{Clock, GidEntry, MonotonicClock};
 use ferroverbs_cm::engine::ConnId;
 use ferroverbs_cm::service::{CmEvent, ConnParam, QpTransitionAttr, Service};
 use ferroverbs_sim::link::udp::mac_for;
@@ -71,6 +71,8 @@ struct File {
 /// The process's CM over the NIC.
 struct Device {
     svc: Service<'static, SimBus>,
+    /// The service's clock (its time-outs' time base).
+    clock: Arc<MonotonicClock>,
     nic: &'static Nic,
     files: HashMap<i32, File>,
     by_conn: HashMap<ConnId, (i32, u32)>,
@@ -98,17 +100,25 @@ fn device(nic: &'static Nic) -> Result<Arc<Mutex<Device>>, Errno> {
                 IpAddr::V4(v4) => Some(mac_for(v4)),
                 IpAddr::V6(_) => None,
             };
-            let svc = Service::new(
+            // QP1's completions on a channel: the CM thread sleeps on its
+            // descriptor until a MAD arrives or the next time-out is due.
+            let chan: &'static ferroverbs::verbs::CompletionChannel<'static, SimBus> = Box::leak(
+                Box::new(nic.ctx.create_comp_channel().map_err(|e| e.to_string())?),
+            );
+            let clock = Arc::new(MonotonicClock::new());
+            let svc = Service::with_channel(
                 pd,
+                chan,
                 1,
                 gid,
-                Arc::new(MonotonicClock::new()),
+                clock.clone(),
                 resolve,
                 u64::from(std::process::id()),
             )
             .map_err(|e| e.to_string())?;
             let d = Arc::new(Mutex::new(Device {
                 svc,
+                clock,
                 nic,
                 files: HashMap::new(),
                 by_conn: HashMap::new(),
@@ -131,18 +141,40 @@ fn device(nic: &'static Nic) -> Result<Arc<Mutex<Device>>, Errno> {
 }
 
 /// The CM's own thread: runs the service (received MADs, time-outs) and queues its
-/// events, every millisecond while connections exist.
+/// events; between runs it waits on the QP1 channel's descriptor until a MAD arrives
+/// or the service's next time-out is due (at most 20 ms: a command of the
+/// application may have sent a MAD whose answer it waits for).
 fn progress(d: std::sync::Weak<Mutex<Device>>) {
     while let Some(d) = d.upgrade() {
-        let busy = {
+        let (fd, wait) = {
             let mut d = d.lock().unwrap_or_else(|e| e.into_inner());
             d.pump();
-            !d.by_conn.is_empty() || !d.listeners.is_empty()
+            let now = d.clock.now();
+            let wait = d
+                .svc
+                .next_deadline()
+                .map_or(MAX_WAIT, |t| t.saturating_sub(now).min(MAX_WAIT));
+            (d.svc.fd(), wait)
         };
         drop(d);
-        std::thread::sleep(Duration::from_millis(if busy { 1 } else { 20 }));
+        match fd {
+            Some(fd) => {
+                let mut p = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let ms = wait.as_millis().max(1) as i32;
+                // SAFETY: one pollfd on the stack for the channel's descriptor.
+                unsafe { libc::poll(&mut p, 1, ms) };
+            }
+            None => std::thread::sleep(Duration::from_millis(1)),
+        }
     }
 }
+
+/// The longest the CM thread sleeps.
+const MAX_WAIT: Duration = Duration::from_millis(20);
 
 /// Opens an rdma_cm file: an eventfd, marked as this layer's.
 pub fn open(nic: &'static Nic, flags: i32) -> Result<i32, Errno> {
@@ -237,6 +269,24 @@ pub fn write(fd: i32, buf: u64, len: usize) -> Result<usize, Errno> {
     }
     r?;
     Ok(len)
+}
+
+/// The errno of a CM refusal, as Linux's `rdma_cm`/`ib_cm` return them: a call in
+/// the wrong state, on an id without a connection, or with too much private data is
+/// EINVAL (`cma_*`, `ib_send_cm_*`); a port listened on already EADDRINUSE
+/// (`cma_alloc_port`); no neighbour for the destination EHOSTUNREACH
+/// (`addr_resolve`); an IPv6 or AF_IB address EAFNOSUPPORT; no MAD send buffer
+/// ENOMEM (`ib_create_send_mad`).
+fn cm_errno(e: ferroverbs_cm::service::ServiceError) -> Errno {
+    use ferroverbs_cm::engine::CmError;
+    use ferroverbs_cm::service::ServiceError as S;
+    match e {
+        S::Cm(CmError::AddrInUse(_)) => Errno(libc::EADDRINUSE),
+        S::NoRoute(_) => Errno(libc::EHOSTUNREACH),
+        S::NotIpv4(_) => Errno(libc::EAFNOSUPPORT),
+        S::Post(_) => Errno(libc::ENOMEM),
+        _ => Errno::EINVAL,
+    }
 }
 
 /// Fields of a command body (missing bytes read as zero).
@@ -387,7 +437,7 @@ impl Device {
 
     fn command(&mut self, fd: i32, cmd: u32, body: &[u8]) -> Result<(), Errno> {
         let b = B(body);
-        let cm_err = |_| Errno::EINVAL;
+        let cm_err = cm_errno;
         match cmd {
             cmd::CREATE_ID => {
                 let h = self.next_handle;
