@@ -10,7 +10,11 @@
 //!   of an RDMA WRITE between two QPs of the process (poll readiness, the bytes
 //!   written, EAGAIN on an empty non-blocking channel), and a remote access error
 //!   reported as a completion at the requester and as `IBV_EVENT_QP_ACCESS_ERR` on the
-//!   async file for the responder QP.
+//!   async file for the responder QP;
+//! * `uapi/tests/c/cmbind.c` binds rdma_cm ids with the raw write ABI: the NIC's
+//!   address, a loopback address (to this device, with its GID, as Linux's
+//!   `cma_bind_loopback`), another address (EADDRNOTAVAIL), IPv6 (EAFNOSUPPORT), a
+//!   port listened on twice (EADDRINUSE).
 
 mod uapi_support;
 
@@ -42,8 +46,15 @@ fn compile(name: &str, header: &str, libs: &[&str]) -> Option<(PathBuf, PathBuf)
 /// Runs a compiled checker on the simulated NIC at host `host` of this process's
 /// loopback /24; asserts it passed at least `min` cases and failed none.
 fn run_checker(dir: PathBuf, exe: PathBuf, host: u8, min: usize) {
+    run_checker_with(dir, exe, host, min, &[]);
+}
+
+/// [`run_checker`] with arguments for the checker.
+fn run_checker_with(dir: PathBuf, exe: PathBuf, host: u8, min: usize, args: &[&str]) {
     let dev = format!("sim:{}", uapi_support::net::host(host));
-    let p = uapi_support::Proc::spawn("checker", &dev, &[exe.to_str().unwrap()], &[]);
+    let mut cmd = vec![exe.to_str().unwrap()];
+    cmd.extend_from_slice(args);
+    let p = uapi_support::Proc::spawn("checker", &dev, &cmd, &[]);
     let (st, out, err) = p.finish(Duration::from_secs(180));
     let _ = std::fs::remove_dir_all(&dir);
     println!("{out}{err}");
@@ -65,5 +76,13 @@ fn malformed_commands_get_linuxs_errnos() {
 fn completion_and_async_events_through_libmlx5() {
     if let Some((dir, exe)) = compile("events", "/usr/include/infiniband/verbs.h", &["-libverbs"]) {
         run_checker(dir, exe, 102, 23);
+    }
+}
+
+#[test]
+fn rdma_cm_binds_the_nics_address_and_loopback_and_refuses_others() {
+    if let Some((dir, exe)) = compile("cmbind", "/usr/include/rdma/rdma_user_cm.h", &[]) {
+        let ip = uapi_support::net::host(103).to_string();
+        run_checker_with(dir, exe, 103, 8, &[&ip]);
     }
 }
