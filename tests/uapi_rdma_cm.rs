@@ -52,7 +52,7 @@ fn try_cm_pair(
     client: &[&str],
     hosts: (u8, u8),
 ) -> Result<(String, String), String> {
-    run_pair(tool, server, client, hosts, true)
+    run_pair(tool, server, client, hosts, true, None)
 }
 
 /// Runs the pair; with `server_exits` false only the client's status counts (a
@@ -63,6 +63,7 @@ fn run_pair(
     client: &[&str],
     hosts: (u8, u8),
     server_exits: bool,
+    tolerated: Option<&str>,
 ) -> Result<(String, String), String> {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // rping -C 1000 -V takes seconds on a quiet machine, minutes on a loaded one.
@@ -106,6 +107,9 @@ fn run_pair(
     for (who, st, o, e) in who {
         match st {
             Some(x) if x.success() => {}
+            Some(_) if tolerated.is_some_and(|t| e.contains(t)) => {
+                println!("{tool} {who}: a tolerated failure ({tolerated:?})");
+            }
             Some(x) => return Err(format!("{tool} {who} failed: {x}\n{o}\n{e}")),
             None => return Err(format!("{tool} {who} did not finish (killed)\n{o}\n{e}")),
         }
@@ -128,7 +132,20 @@ fn rping_connects_by_the_cm_and_verifies_a_thousand_pings() {
     let client = [
         "rping", "-c", "-a", &s, "-p", &port, "-C", "1000", "-v", "-V",
     ];
-    let (_, co) = cm_pair("rping", &server, &client, (51, 52));
+    // rping of rdma-core 44 closes its event channel while its CM thread may be on
+    // its way back into `rdma_get_cm_event` after the last event: then that read
+    // finds the descriptor closed (EBADF, as on Linux) and rping exits 255 after
+    // all its pings. A race of the program (later rping wakes the thread by an
+    // eventfd instead), likelier on a loaded machine; tolerated, the pings checked.
+    let (_, co) = run_pair(
+        "rping",
+        &server,
+        &client,
+        (51, 52),
+        true,
+        Some("rdma_get_cm_event: Bad file descriptor"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     assert!(co.contains("ping data: rdma-ping-999"), "{co}");
     let pings = co
         .lines()
@@ -296,6 +313,7 @@ fn cmtime_times_ten_connections() {
         &["cmtime", "-c", "10", "-p", &port, "-s", &s],
         (94, 95),
         false,
+        None,
     )
     .unwrap_or_else(|e| panic!("{e}"));
     for step in [
