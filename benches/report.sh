@@ -15,7 +15,9 @@
 #   run, in one process and across two processes over UDP;
 # * benches/scale.sh (SCALE_RUNS runs, default 3): write-bw and send-bw with 1 to
 #   16384 QPs against one QP, memory per idle QP and per CQ, creation and
-#   destruction times.
+#   destruction times;
+# * benches/cm_connect.sh: connection set-up by the CM (REQ to ESTABLISHED on both
+#   sides) against a TCP connect between the same two processes, and cmtime's steps.
 #
 # Wall-clock figures need a quiet machine (nothing else running); the script prints
 # the load average next to them.
@@ -134,5 +136,11 @@ pair_row() {
 }
 pair_row "send-lat -s 64 -n 20000"
 pair_row "write-bw -n 5000"
+echo
+echo "## Connection set-up: the CM against a TCP connect (benches/cm_connect.sh, load average at start $(load))"
+echo
+cargo build --release --quiet --example cm_connect --bin ferroverbs
+cargo build --release --quiet -p ferroverbs-uapi
+RUNS=$RUNS benches/cm_connect.sh "$T/release"
 echo
 benches/scale.sh "${SCALE_RUNS:-3}"

@@ -24,6 +24,10 @@
 //!   SEND of up to 32 bytes, 64 with `MLX5_CQE_SIZE=128`, in its CQE, the receive
 //!   buffer untouched until libmlx5's poll copies it there; none with
 //!   `MLX5_SCATTER_TO_CQE=0`).
+//! * `uapi/tests/c/cmbind.c` binds rdma_cm ids with the raw write ABI: the NIC's
+//!   address, a loopback address (to this device, with its GID, as Linux's
+//!   `cma_bind_loopback`), another address (EADDRNOTAVAIL), IPv6 (EAFNOSUPPORT), a
+//!   port listened on twice (EADDRINUSE).
 
 mod uapi_support;
 
@@ -111,6 +115,15 @@ fn scatter_to_cqe_through_libmlx5() {
         run_checker_with(&exe, &["32"], &[], 105, 28);
         run_checker_with(&exe, &["64"], &[("MLX5_CQE_SIZE", "128")], 105, 28);
         run_checker_with(&exe, &["0"], &[("MLX5_SCATTER_TO_CQE", "0")], 105, 28);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn rdma_cm_binds_the_nics_address_and_loopback_and_refuses_others() {
+    if let Some((dir, exe)) = compile("cmbind", "/usr/include/rdma/rdma_user_cm.h", &[]) {
+        let ip = uapi_support::net::host(106).to_string();
+        run_checker_with(&exe, &[&ip], &[], 106, 8);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -297,6 +297,10 @@ struct Conn<A> {
     rtu: Option<CmMad>,
 }
 
+/// The largest listen backlog: Linux's `ucma` default `max_backlog`
+/// (`/proc/sys/net/rdma_ucm/max_backlog`).
+pub const MAX_BACKLOG: usize = 1024;
+
 /// One device's CM: listeners, connections, timers (see the module documentation).
 pub struct Engine<A> {
     cfg: Config,
@@ -307,7 +311,10 @@ pub struct Engine<A> {
     by_remote_qpn: HashMap<(u64, u32), u32>,
     /// (peer, request ID) → local ID: duplicate SIDR_REQs.
     sidr_by_remote: HashMap<(A, u32), u32>,
-    listeners: HashMap<u64, ()>,
+    /// Listened service IDs and their backlogs.
+    listeners: HashMap<u64, usize>,
+    /// REQs dropped unanswered because their listener's backlog was full.
+    backlog_drops: u64,
     timers: BinaryHeap<Reverse<(Duration, u32, u64)>>,
     outbox: std::collections::VecDeque<Outgoing<A>>,
     events: std::collections::VecDeque<Event<A>>,
@@ -348,6 +355,7 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
             by_remote_qpn: HashMap::new(),
             sidr_by_remote: HashMap::new(),
             listeners: HashMap::new(),
+            backlog_drops: 0,
             timers: BinaryHeap::new(),
             outbox: Default::default(),
             events: Default::default(),
@@ -382,10 +390,42 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
 
     /// Starts answering REQs and SIDR_REQs for `service_id`.
     pub fn listen(&mut self, service_id: u64) -> Result<(), CmError> {
-        if self.listeners.insert(service_id, ()).is_some() {
+        self.listen_backlog(service_id, MAX_BACKLOG)
+    }
+
+    /// [`Engine::listen`] with at most `backlog` requests waiting for the
+    /// application's accept or reject (0 or more than [`MAX_BACKLOG`]: that
+    /// maximum, as Linux's `ucma_listen` clamps it). A REQ beyond it is dropped
+    /// unanswered and counted ([`Engine::backlog_drops`]), so that the peer's
+    /// retries may find room later (Linux `cm_destroy_id` on the `-ENOMEM` of a full
+    /// backlog: "do not reject to allow future retries"); it costs no state here.
+    pub fn listen_backlog(&mut self, service_id: u64, backlog: usize) -> Result<(), CmError> {
+        if self.listeners.contains_key(&service_id) {
             return Err(CmError::AddrInUse(service_id));
         }
+        let b = if backlog == 0 || backlog > MAX_BACKLOG {
+            MAX_BACKLOG
+        } else {
+            backlog
+        };
+        self.listeners.insert(service_id, b);
         Ok(())
+    }
+
+    /// REQs dropped because their listener's backlog was full.
+    pub fn backlog_drops(&self) -> u64 {
+        self.backlog_drops
+    }
+
+    /// Requests to `service_id` the application has not answered yet.
+    fn waiting(&self, service_id: u64) -> usize {
+        self.conns
+            .values()
+            .filter(|c| {
+                c.state == State::MraReqSent
+                    && matches!(&c.sent, Some(CmMad { msg: Message::Req(r), .. }) if r.service_id == service_id)
+            })
+            .count()
     }
 
     /// Stops listening on `service_id` (connections already made stay).
@@ -951,7 +991,15 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
                     self.reap(id);
                 }
                 State::DreqSent => {
-                    // No DREP: the disconnection completes anyway (DREQ_ERROR).
+                    // No DREP: the disconnection completes anyway; Linux's rdma_cm
+                    // reports the DREQ_ERROR as DISCONNECTED (`cma_ib_handler`), so
+                    // a peer that vanished is noticed after the DREQ's retries.
+                    let c = self.conns.get_mut(&id).expect("timer of a connection");
+                    let first = !c.disconnected;
+                    c.disconnected = true;
+                    if first {
+                        self.event(id, Event::Disconnected { id: ConnId(id) });
+                    }
                     self.enter_timewait(id, now);
                 }
                 _ => {}
@@ -1073,6 +1121,11 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
                     rej_reason::INVALID_SERVICE_ID,
                 )),
             );
+            return;
+        }
+        let backlog = self.listeners[&req.service_id];
+        if self.waiting(req.service_id) >= backlog {
+            self.backlog_drops += 1;
             return;
         }
         let id = self.alloc_id();

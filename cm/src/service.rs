@@ -256,10 +256,48 @@ pub struct ServiceStats {
     pub mads_in: u64,
     /// MADs sent.
     pub mads_out: u64,
-    /// MADs received that were not valid CM MADs (dropped).
+    /// MADs received that were not valid CM MADs (dropped): the sum of `dropped`.
     pub bad_mads: u64,
+    /// Those drops by reason.
+    pub dropped: DropCounts,
     /// Completions of the GSI QP in error.
     pub gsi_errors: u64,
+}
+
+/// MADs dropped, by reason (the parser's [`crate::Error`], and what comes before it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DropCounts {
+    /// Shorter than a MAD (the datagram, or a structure in it).
+    pub truncated: u64,
+    /// A MAD base version other than 1.
+    pub base_version: u64,
+    /// Another management class than the CM's.
+    pub not_cm: u64,
+    /// A CM class version other than 2.
+    pub class_version: u64,
+    /// A method other than Send.
+    pub method: u64,
+    /// An attribute that is no CM message.
+    pub unknown_attribute: u64,
+    /// A field out of its range.
+    pub field: u64,
+    /// From an address no route leads back to.
+    pub no_route: u64,
+}
+
+impl DropCounts {
+    fn count(&mut self, e: &crate::Error) {
+        use crate::Error as E;
+        *match e {
+            E::Truncated { .. } => &mut self.truncated,
+            E::BaseVersion(_) => &mut self.base_version,
+            E::NotCm(_) => &mut self.not_cm,
+            E::ClassVersion(_) => &mut self.class_version,
+            E::Method(_) => &mut self.method,
+            E::UnknownAttribute(_) => &mut self.unknown_attribute,
+            E::Field { .. } => &mut self.field,
+        } += 1;
+    }
 }
 
 /// The CM service of one port (see the module documentation).
@@ -442,6 +480,16 @@ impl<'a, B: Bus> Service<'a, B> {
         Ok(self
             .engine
             .listen(ipcm::service_id(PortSpace::Tcp, addr.port()))?)
+    }
+
+    /// [`Service::listen`] with at most `backlog` requests waiting for an accept or
+    /// reject; one beyond is dropped unanswered (the peer's CM retries) and counted
+    /// (`Engine::backlog_drops`), holding no memory.
+    pub fn listen_backlog(&mut self, addr: SocketAddr, backlog: usize) -> Result<(), ServiceError> {
+        self.check_local(addr.ip())?;
+        Ok(self
+            .engine
+            .listen_backlog(ipcm::service_id(PortSpace::Tcp, addr.port()), backlog)?)
     }
 
     /// Stops answering RC connection requests to `addr`'s port (connections made
@@ -867,7 +915,13 @@ impl<'a, B: Bus> Service<'a, B> {
                 continue;
             }
             let slot = wc.wr_id as usize;
-            if wc.is_ok() && wc.opcode == WcOpcode::Recv && wc.byte_len as usize >= GRH + MAD_LEN {
+            let short = (wc.byte_len as usize) < GRH + MAD_LEN;
+            if wc.is_ok() && wc.opcode == WcOpcode::Recv && short {
+                // A UD datagram shorter than a MAD (IBTA 13.4.1: MADs are 256 bytes).
+                self.stats.bad_mads += 1;
+                self.stats.dropped.truncated += 1;
+                work += 1;
+            } else if wc.is_ok() && wc.opcode == WcOpcode::Recv {
                 let mut b = [0u8; GRH + MAD_LEN];
                 self.bufs.read(slot * SLOT, &mut b);
                 // RoCEv2 over IPv4: the IPv4 header in the last 20 bytes of the GRH
@@ -877,11 +931,15 @@ impl<'a, B: Bus> Service<'a, B> {
                 match self.peer_of(src.into()) {
                     Ok(peer) => {
                         self.stats.mads_in += 1;
-                        if self.engine.receive(now, peer, &b[GRH..]).is_err() {
+                        if let Err(e) = self.engine.receive(now, peer, &b[GRH..]) {
                             self.stats.bad_mads += 1;
+                            self.stats.dropped.count(&e);
                         }
                     }
-                    Err(_) => self.stats.bad_mads += 1,
+                    Err(_) => {
+                        self.stats.bad_mads += 1;
+                        self.stats.dropped.no_route += 1;
+                    }
                 }
                 work += 1;
             } else if !wc.is_ok() {
@@ -892,6 +950,12 @@ impl<'a, B: Bus> Service<'a, B> {
             let _ = self.post_recv(slot);
         }
         work
+    }
+
+    /// Whether every MAD handed to QP1 has completed (none waits for a send buffer
+    /// or on the wire): a process about to exit polls until then.
+    pub fn sends_done(&self) -> bool {
+        self.backlog.is_empty() && self.free_send.len() == SEND_SLOTS
     }
 
     /// When the earliest time-out is due (on the service's clock).

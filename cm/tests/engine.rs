@@ -415,13 +415,27 @@ fn dreqs_that_match_nothing_or_another_qp() {
 }
 
 #[test]
-fn a_dreq_without_drep_ends_in_timewait_after_its_retries() {
+fn a_vanished_peer_is_disconnected_after_the_dreq_retries() {
     let mut n = Net::new();
     let (ia, _) = established(&mut n);
     n.drop = Box::new(|_, _| true);
     n.a.disconnect(n.now, ia).unwrap();
-    n.run_for(16 * 4608 * MS);
+    n.run_for(16 * 4608 * MS - MS);
+    assert!(
+        Net::events(&mut n.a).is_empty(),
+        "nothing before the last retry"
+    );
+    assert_eq!(n.a.state(ia), Some(State::DreqSent));
+    n.run_for(MS);
+    // The peer vanished: DISCONNECTED after the DREQ and its 15 retransmissions.
+    assert_eq!(Net::events(&mut n.a), [Event::Disconnected { id: ia }]);
     assert_eq!(n.a.state(ia), Some(State::TimeWait));
+    let dreqs = n
+        .sent
+        .iter()
+        .filter(|(_, m)| matches!(m.msg, Message::Dreq(_)))
+        .count();
+    assert_eq!(dreqs, 16, "the DREQ and 15 retransmissions");
     n.run_for(512 * MS);
     assert_eq!(Net::events(&mut n.a), [Event::TimewaitExit { id: ia }]);
 }

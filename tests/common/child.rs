@@ -8,13 +8,20 @@ use std::time::{Duration, Instant};
 
 /// Starts this test binary's test `child` with `env` set to `args`.
 pub fn spawn(env: &str, args: &str) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
+    spawn_with(env, args, &[])
+}
+
+/// [`spawn`] with the variables `extra` set too.
+pub fn spawn_with(env: &str, args: &str, extra: &[(&str, &str)]) -> Child {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args(["child", "--exact", "--nocapture", "--test-threads=1"])
         .env(env, args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+        .stderr(Stdio::piped());
+    for (k, v) in extra {
+        c.env(k, v);
+    }
+    c.spawn().unwrap()
 }
 
 /// Waits for `c` (killed after `limit`), prints and returns its standard output

@@ -51,16 +51,34 @@ pub fn have(tool: &str) -> bool {
     found
 }
 
-/// A program running under `ferroverbs run`, killed when dropped.
+/// A program running under `ferroverbs run`, killed when dropped. Its output is
+/// read while it runs (a program that prints more than a pipe holds would otherwise
+/// block on its write, rping `-v` of 1000 pings does).
 pub struct Proc {
     name: String,
     child: Option<Child>,
+    out: Option<std::thread::JoinHandle<String>>,
+    err: Option<std::thread::JoinHandle<String>>,
+}
+
+/// A thread that reads `r` to its end.
+fn drain(r: Option<impl Read + Send + 'static>) -> Option<std::thread::JoinHandle<String>> {
+    let mut r = r?;
+    Some(std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = r.read_to_end(&mut b);
+        String::from_utf8_lossy(&b).into_owned()
+    }))
 }
 
 impl Proc {
     /// Starts `cmd` on the simulated NIC `device` with `envs` set.
     pub fn spawn(name: &str, device: &str, cmd: &[&str], envs: &[(&str, &str)]) -> Proc {
         let mut c = Command::new(env!("CARGO_BIN_EXE_ferroverbs"));
+        // A process group of its own: `ferroverbs run` starts the program as its
+        // child, and a kill must reach both (an orphan would keep its NIC's address
+        // and the output pipes open).
+        std::os::unix::process::CommandExt::process_group(&mut c, 0);
         c.args(["run", "--device", device, "--"])
             .args(cmd)
             .env("FERROVERBS_UAPI_LIB", library())
@@ -69,10 +87,13 @@ impl Proc {
         for (k, v) in envs {
             c.env(k, v);
         }
-        let child = c.spawn().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut child = c.spawn().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
         Proc {
             name: name.to_string(),
             child: Some(child),
+            out,
+            err,
         }
     }
 
@@ -91,29 +112,34 @@ impl Proc {
                 break Some(s);
             }
             if start.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
+                kill_group(&mut child);
                 break None;
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let mut out = String::new();
-        let mut err = String::new();
-        if let Some(mut o) = child.stdout.take() {
-            let _ = o.read_to_string(&mut out);
-        }
-        if let Some(mut e) = child.stderr.take() {
-            let _ = e.read_to_string(&mut err);
-        }
-        (status, out, err)
+        // What the program may have left behind holds the pipes open.
+        kill_group(&mut child);
+        let take = |h: Option<std::thread::JoinHandle<String>>| {
+            h.and_then(|h| h.join().ok()).unwrap_or_default()
+        };
+        (status, take(self.out.take()), take(self.err.take()))
     }
+}
+
+/// Kills `child` and its process group (the program `ferroverbs run` started).
+fn kill_group(child: &mut Child) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        // SAFETY: a signal to the process group this module made for the child.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
         if let Some(c) = self.child.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
+            kill_group(c);
         }
         let _ = &self.name;
     }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use ferroverbs::verbs::{Pd, QpState};
-use ferroverbs::{GidEntry, MonotonicClock};
+use ferroverbs::{Clock, GidEntry, MonotonicClock};
 use ferroverbs_cm::engine::ConnId;
 use ferroverbs_cm::service::{CmEvent, ConnParam, QpTransitionAttr, Service};
 use ferroverbs_sim::link::udp::mac_for;
@@ -63,17 +63,24 @@ struct File {
     /// Events waiting: the id they are counted to (the listener's for a connection
     /// request, as Linux's `ucma_get_event` counts them) and the response bytes.
     events: VecDeque<(u32, Vec<u8>)>,
+    /// Which opening of the descriptor number this is (a GET_EVENT that waits tells
+    /// its file from a later one given the same number).
+    serial: u64,
 }
 
 /// The process's CM over the NIC.
 struct Device {
     svc: Service<'static, SimBus>,
+    /// The service's clock (its time-outs' time base).
+    clock: Arc<MonotonicClock>,
     nic: &'static Nic,
     files: HashMap<i32, File>,
     by_conn: HashMap<ConnId, (i32, u32)>,
     /// (port space, port) → the listening id.
     listeners: HashMap<(u16, u16), (i32, u32)>,
     next_handle: u32,
+    /// The serial of the next file opened.
+    next_serial: u64,
     /// Active connections whose RTU librdmacm asked for (ACCEPT after
     /// CONNECT_RESPONSE): librdmacm reports their ESTABLISHED itself
     /// (`ucma_process_conn_resp`), so the CM's is not queued.
@@ -93,25 +100,36 @@ fn device(nic: &'static Nic) -> Result<Arc<Mutex<Device>>, Errno> {
                 IpAddr::V4(v4) => Some(mac_for(v4)),
                 IpAddr::V6(_) => None,
             };
-            let svc = Service::new(
+            // QP1's completions on a channel: the CM thread sleeps on its
+            // descriptor until a MAD arrives or the next time-out is due.
+            let chan: &'static ferroverbs::verbs::CompletionChannel<'static, SimBus> = Box::leak(
+                Box::new(nic.ctx.create_comp_channel().map_err(|e| e.to_string())?),
+            );
+            let clock = Arc::new(MonotonicClock::new());
+            let svc = Service::with_channel(
                 pd,
+                chan,
                 1,
                 gid,
-                Arc::new(MonotonicClock::new()),
+                clock.clone(),
                 resolve,
                 u64::from(std::process::id()),
             )
             .map_err(|e| e.to_string())?;
             let d = Arc::new(Mutex::new(Device {
                 svc,
+                clock,
                 nic,
                 files: HashMap::new(),
                 by_conn: HashMap::new(),
                 listeners: HashMap::new(),
                 next_handle: 1,
+                next_serial: 1,
                 lib_established: Default::default(),
             }));
             let w = Arc::downgrade(&d);
+            // SAFETY: registers a function of this library, which stays loaded.
+            unsafe { libc::atexit(release_at_exit) };
             std::thread::Builder::new()
                 .name("ferroverbs-rdma-cm".into())
                 .spawn(move || progress(w))
@@ -123,18 +141,40 @@ fn device(nic: &'static Nic) -> Result<Arc<Mutex<Device>>, Errno> {
 }
 
 /// The CM's own thread: runs the service (received MADs, time-outs) and queues its
-/// events, every millisecond while connections exist.
+/// events; between runs it waits on the QP1 channel's descriptor until a MAD arrives
+/// or the service's next time-out is due (at most 20 ms: a command of the
+/// application may have sent a MAD whose answer it waits for).
 fn progress(d: std::sync::Weak<Mutex<Device>>) {
     while let Some(d) = d.upgrade() {
-        let busy = {
+        let (fd, wait) = {
             let mut d = d.lock().unwrap_or_else(|e| e.into_inner());
             d.pump();
-            !d.by_conn.is_empty() || !d.listeners.is_empty()
+            let now = d.clock.now();
+            let wait = d
+                .svc
+                .next_deadline()
+                .map_or(MAX_WAIT, |t| t.saturating_sub(now).min(MAX_WAIT));
+            (d.svc.fd(), wait)
         };
         drop(d);
-        std::thread::sleep(Duration::from_millis(if busy { 1 } else { 20 }));
+        match fd {
+            Some(fd) => {
+                let mut p = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let ms = wait.as_millis().max(1) as i32;
+                // SAFETY: one pollfd on the stack for the channel's descriptor.
+                unsafe { libc::poll(&mut p, 1, ms) };
+            }
+            None => std::thread::sleep(Duration::from_millis(1)),
+        }
     }
 }
+
+/// The longest the CM thread sleeps.
+const MAX_WAIT: Duration = Duration::from_millis(20);
 
 /// Opens an rdma_cm file: an eventfd, marked as this layer's.
 pub fn open(nic: &'static Nic, flags: i32) -> Result<i32, Errno> {
@@ -151,11 +191,15 @@ pub fn open(nic: &'static Nic, flags: i32) -> Result<i32, Errno> {
     if fd < 0 {
         return Err(Errno::last());
     }
-    d.lock().unwrap_or_else(|e| e.into_inner()).files.insert(
+    let mut d = d.lock().unwrap_or_else(|e| e.into_inner());
+    let serial = d.next_serial;
+    d.next_serial += 1;
+    d.files.insert(
         fd,
         File {
             ids: HashMap::new(),
             events: VecDeque::new(),
+            serial,
         },
     );
     Ok(fd)
@@ -164,16 +208,37 @@ pub fn open(nic: &'static Nic, flags: i32) -> Result<i32, Errno> {
 /// Closes an rdma_cm file: its ids are destroyed.
 pub fn close(fd: i32) {
     if let Some(Ok(d)) = DEVICE.get() {
-        let mut d = d.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = d.files.remove(&fd) {
-            for id in f.ids.values() {
-                if let Some(c) = id.conn {
-                    let _ = d.svc.destroy(c);
-                    d.by_conn.remove(&c);
-                }
+        d.lock().unwrap_or_else(|e| e.into_inner()).release(fd);
+    }
+}
+
+/// At process exit the files still open are released, as the kernel releases them
+/// when the process's descriptors go (`ucma_close`): a connected id sends its DREQ
+/// (Linux `cm_destroy_id`), a pending one its REJ, so the peer learns of the exit
+/// at once instead of after its own timeouts (perftest's `ib_atomic_lat -R` server
+/// returns from `main` without disconnecting; its client waits for DISCONNECTED).
+extern "C" fn release_at_exit() {
+    let Some(Ok(d)) = DEVICE.get() else {
+        return;
+    };
+    // Bounded: another thread may hold the lock while the process exits.
+    for _ in 0..200 {
+        if let Ok(mut d) = d.try_lock() {
+            let fds: Vec<i32> = d.files.keys().copied().collect();
+            for fd in fds {
+                d.release(fd);
             }
-            d.drop_listeners(fd, None);
+            // The MADs leave QP1 while the NIC still runs.
+            for _ in 0..20 {
+                d.svc.poll();
+                if d.svc.sends_done() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            return;
         }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -204,6 +269,24 @@ pub fn write(fd: i32, buf: u64, len: usize) -> Result<usize, Errno> {
     }
     r?;
     Ok(len)
+}
+
+/// The errno of a CM refusal, as Linux's `rdma_cm`/`ib_cm` return them: a call in
+/// the wrong state, on an id without a connection, or with too much private data is
+/// EINVAL (`cma_*`, `ib_send_cm_*`); a port listened on already EADDRINUSE
+/// (`cma_alloc_port`); no neighbour for the destination EHOSTUNREACH
+/// (`addr_resolve`); an IPv6 or AF_IB address EAFNOSUPPORT; no MAD send buffer
+/// ENOMEM (`ib_create_send_mad`).
+fn cm_errno(e: ferroverbs_cm::service::ServiceError) -> Errno {
+    use ferroverbs_cm::engine::CmError;
+    use ferroverbs_cm::service::ServiceError as S;
+    match e {
+        S::Cm(CmError::AddrInUse(_)) => Errno(libc::EADDRINUSE),
+        S::NoRoute(_) => Errno(libc::EHOSTUNREACH),
+        S::NotIpv4(_) => Errno(libc::EAFNOSUPPORT),
+        S::Post(_) => Errno(libc::ENOMEM),
+        _ => Errno::EINVAL,
+    }
 }
 
 /// Fields of a command body (missing bytes read as zero).
@@ -305,6 +388,20 @@ fn conn_param(b: &B<'_>, base: usize) -> (u32, ConnParam) {
 }
 
 impl Device {
+    /// Releases file `fd`: its ids are destroyed (DREQ or REJ for their
+    /// connections) and its listeners stopped.
+    fn release(&mut self, fd: i32) {
+        if let Some(f) = self.files.remove(&fd) {
+            for id in f.ids.values() {
+                if let Some(c) = id.conn {
+                    let _ = self.svc.destroy(c);
+                    self.by_conn.remove(&c);
+                }
+            }
+            self.drop_listeners(fd, None);
+        }
+    }
+
     fn id(&mut self, fd: i32, h: u32) -> Result<&mut Id, Errno> {
         self.files
             .get_mut(&fd)
@@ -340,7 +437,7 @@ impl Device {
 
     fn command(&mut self, fd: i32, cmd: u32, body: &[u8]) -> Result<(), Errno> {
         let b = B(body);
-        let cm_err = |_| Errno::EINVAL;
+        let cm_err = cm_errno;
         match cmd {
             cmd::CREATE_ID => {
                 let h = self.next_handle;
@@ -396,7 +493,12 @@ impl Device {
                 };
                 let local = self.local();
                 let a = a.ok_or(Errno::EINVAL)?;
-                if !a.ip().is_unspecified() && *a.ip() != local {
+                // A loopback address binds to the local device and takes its GID
+                // (Linux `cma_bind_loopback`: the first active port's GID 0): rsocket
+                // datagram sockets bind to the source the kernel picks for a UDP
+                // socket connected to the peer, 127.0.0.1 on `lo`. Another address
+                // not the device's has no RDMA device (`rdma_translate_ip`).
+                if !a.ip().is_unspecified() && !a.ip().is_loopback() && *a.ip() != local {
                     return Err(Errno(libc::EADDRNOTAVAIL));
                 }
                 self.id(fd, h)?.src = Some(SocketAddrV4::new(local, a.port()));
@@ -470,10 +572,13 @@ impl Device {
                 if self.listeners.contains_key(&(ps, src.port())) {
                     return Err(Errno(libc::EADDRINUSE));
                 }
+                // The backlog bounds the requests not yet answered (Linux
+                // `ucma_listen`; 0 or too large: the maximum).
+                let backlog = b.u32(ucm_listen::backlog) as usize;
                 let r = if ps == PS_UDP {
                     self.svc.listen_ud(SocketAddr::V4(src))
                 } else {
-                    self.svc.listen(SocketAddr::V4(src))
+                    self.svc.listen_backlog(SocketAddr::V4(src), backlog)
                 };
                 r.map_err(|_| Errno(libc::EADDRINUSE))?;
                 self.listeners.insert((ps, src.port()), (fd, h));
@@ -919,13 +1024,34 @@ fn ipv4_gid(ip: Ipv4Addr) -> [u8; 16] {
 
 /// GET_EVENT: the next event of file `fd` into the response buffer; blocks while none
 /// waits, unless the descriptor is non-blocking (EAGAIN), as `ucma_get_event` does.
+///
+/// A wait outlives a `close` of its descriptor by another thread: Linux's read holds
+/// the file, whose release (`ucma_close`) comes only after the read returns, and with
+/// no event to come the read stays blocked; programs rely on it (rping of rdma-core
+/// 44 closes its channel while its CM thread waits in `rdma_get_cm_event`, and exits
+/// 0 from `main`). Such a wait blocks until the process exits, never answering EBADF
+/// for a file it found open.
 fn get_event(dev: &Arc<Mutex<Device>>, fd: i32, body: &[u8]) -> Result<(), Errno> {
     let resp = B(body).u64(ucm_get_event::response);
+    let mut mine = None;
     loop {
         {
             let mut d = dev.lock().unwrap_or_else(|e| e.into_inner());
             d.pump();
-            let f = d.files.get_mut(&fd).ok_or(Errno::EBADF)?;
+            match (d.files.get_mut(&fd), mine) {
+                (Some(f), None) => mine = Some(f.serial),
+                (Some(f), Some(s)) if f.serial == s => {}
+                (None, None) => return Err(Errno::EBADF),
+                // Closed while waiting (the number maybe reused since).
+                _ => {
+                    drop(d);
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+            }
+            let Some(f) = d.files.get_mut(&fd) else {
+                continue;
+            };
             if let Some((account, ev)) = f.events.pop_front() {
                 if f.events.is_empty() {
                     readiness(fd, false);
