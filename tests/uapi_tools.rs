@@ -68,13 +68,24 @@ const ITERS: &str = "300";
 const LIMIT: Duration = Duration::from_secs(600);
 
 fn pingpong(tool: &str, extra: &[&str], server: u8, client: u8, slot: u16) {
+    pingpong_env(tool, extra, &[], server, client, slot)
+}
+
+fn pingpong_env(
+    tool: &str,
+    extra: &[&str],
+    envs: &[(&str, &str)],
+    server: u8,
+    client: u8,
+    slot: u16,
+) {
     if !have(tool) {
         return;
     }
     let _s = serial();
     let mut args = vec!["-g", "0", "-n", ITERS, "-c"];
     args.extend_from_slice(extra);
-    let (s, c) = uapi_support::pair(tool, &args, &[], server, client, slot, LIMIT);
+    let (s, c) = uapi_support::pair(tool, &args, envs, server, client, slot, LIMIT);
     for out in [&s, &c] {
         assert!(out.contains(&format!("{ITERS} iters in")), "{out}");
         // `-c`: the server checks the buffer it received (`invalid data in page N`).
@@ -93,6 +104,20 @@ fn pingpong(tool: &str, extra: &[&str], server: u8, client: u8, slot: u16) {
 #[test]
 fn ibv_rc_pingpong_polling() {
     pingpong("ibv_rc_pingpong", &[], 11, 12, 1);
+}
+
+/// The watcher thread instead of the trapped stores (the fallback where a store
+/// cannot be decoded, and the only way off x86-64).
+#[test]
+fn ibv_rc_pingpong_with_the_doorbell_watcher() {
+    pingpong_env(
+        "ibv_rc_pingpong",
+        &["-e"],
+        &[("FERROVERBS_DOORBELLS", "watch")],
+        88,
+        89,
+        10,
+    );
 }
 
 #[test]

@@ -11,8 +11,9 @@
 //!   character device, whose numbers the sysfs `dev` file repeats), and `write`
 //!   carries the uverbs command ABI ([`mod@file`], [`verbs`]); every `RDMA_VERBS_IOCTL` is
 //!   ENOTTY, so libibverbs uses write();
-//! * `mmap` of the file gives the UAR pages, which a device thread watches for
-//!   libmlx5's doorbell stores ([`doorbell`]);
+//! * `mmap` of the file gives the UAR pages, read-only: libmlx5's doorbell stores
+//!   fault and are decoded and forwarded to the device on the storing thread
+//!   ([`mmio_trap`]), or a device thread watches the pages ([`doorbell`]);
 //! * completion channels and the async file are eventfds with the kernel's read
 //!   semantics ([`events`]).
 //!
@@ -27,6 +28,7 @@ pub mod fdtab;
 pub mod file;
 #[cfg(not(test))]
 mod interpose;
+pub mod mmio_trap;
 pub mod nic;
 pub mod rdma_cm;
 pub mod real;
