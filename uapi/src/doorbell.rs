@@ -1,7 +1,12 @@
 //! Doorbells: libmlx5 rings them with plain stores into the UAR pages it mapped from
 //! the uverbs file (rdma-core `providers/mlx5/qp.c: post_send_db`, `cq.c:
-//! mlx5_arm_cq`), with no system call. Here those pages are anonymous shared memory,
-//! and a device thread plays the part of the ConnectX's MMIO decoder:
+//! mlx5_arm_cq`), with no system call. Here those pages are anonymous shared memory.
+//! On x86-64 they are read-only and each store is trapped and forwarded on the
+//! thread that made it ([`crate::mmio_trap`], [`forward`]); this module's thread
+//! then sleeps (one look a second). Where stores are not trapped
+//! (`FERROVERBS_DOORBELLS=watch`, another architecture, or a store the decoder does
+//! not know), the thread plays the part of the ConnectX's MMIO decoder by watching
+//! the pages:
 //!
 //! * it takes (swaps to zero) the 64-bit CQ arm doorbell at offset 0x20 of each page
 //!   and the send doorbells at the BlueFlame registers (0x800 + k · bf_reg_size, both
