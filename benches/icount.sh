@@ -14,7 +14,7 @@ BIN=${CARGO_TARGET_DIR:-target}/release/examples/fastpath_icount
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 printf '%-8s %12s %10s %s\n' case Ir iterations Ir/op
-CASES=${CASES:-inline inline_db send send_db list16 recv poll empty t_inline t_inline_db t_send t_send_db t_list16 t_poll t_empty o_inline o_inline_db o_send o_send_db c_post c_poll}
+CASES=${CASES:-inline inline_db send send_db list16 recv poll empty t_inline t_inline_db t_send t_send_db t_list16 t_poll t_empty o_inline o_inline_db o_send o_send_db c_post c_poll u_post u_poll}
 # The C entry points (c_post: ibv_post_send of one signaled 64-byte inline SEND;
 # c_poll: ibv_poll_cq of one CQE): benches/verbs_icount.c, a C program built here
 # against <infiniband/verbs.h> (libibverbs-dev) and run on the built drop-in
@@ -32,8 +32,28 @@ c_case() {
         valgrind --tool=callgrind --toggle-collect='icount_c_*' "${extra[@]}" \
         --callgrind-out-file="$OUT/$c.out" "$OUT/verbs_icount" "$c" "$N" >/dev/null 2>"$OUT/$c.log"
 }
+# The same C program on rdma-core's own libibverbs and libmlx5 under `ferroverbs run`
+# (the uAPI layer, docs/uapi.md): u_post is libmlx5's ibv_post_send of the same SEND,
+# u_poll its ibv_poll_cq of one CQE: the peer to beat. The doorbell store traps into
+# the layer (uapi/src/mmio_trap.rs), whose handler (the device's MMIO decoder and
+# work, one store on a ConnectX) is left out. U_N iterations (default 2000: every
+# message crosses the layer's device threads, which valgrind runs one at a time).
+u_case() {
+    local c=$1
+    FERROVERBS_UAPI_LIB="$ULIB" MLX5_SHUT_UP_BF=1 timeout 1800 "$UBIN" run --device sim:127.0.0.94 -- \
+        valgrind --tool=callgrind --toggle-collect='icount_c_*' --toggle-collect='*mmio_trap*on_segv*' \
+        --callgrind-out-file="$OUT/$c.out" "$OUT/verbs_icount" "c_${c#u_}" "$UN" >/dev/null 2>"$OUT/$c.log"
+}
+UN=${U_N:-2000}
 case " $CASES " in
-    *" c_"*)
+    *" u_"*)
+        cargo build --release --quiet -p ferroverbs-uapi -p ferroverbs-workspace --bin ferroverbs
+        UBIN=${CARGO_TARGET_DIR:-target}/release/ferroverbs
+        ULIB=$(realpath "${CARGO_TARGET_DIR:-target}/release/libferroverbs_uapi.so")
+        ;;
+esac
+case " $CASES " in
+    *" c_"* | *" u_"*)
         cargo build --release --quiet -p ferroverbs-ibverbs
         gcc -O2 -Wall -o "$OUT/verbs_icount" benches/verbs_icount.c -libverbs
         LIB="$OUT/lib"
@@ -53,16 +73,18 @@ for c in $CASES; do
         o_inline*) fn='*icount_post_one_inline*' ;;
         o_send*) fn='*icount_post_one_send*' ;;
     esac
+    n=$N
     case $c in
         c_*) c_case "$c" ;;
+        u_*) u_case "$c"; n=$UN ;;
         *) valgrind --tool=callgrind --toggle-collect="$fn" \
             --callgrind-out-file="$OUT/$c.out" "$BIN" "$c" "$N" >/dev/null 2>"$OUT/$c.log" ;;
     esac
     ir=$(awk '/^summary:/ {print $2}' "$OUT/$c.out")
-    per=$(awk -v a="$ir" -v b="$N" 'BEGIN { printf "%.1f", a / b }')
+    per=$(awk -v a="$ir" -v b="$n" 'BEGIN { printf "%.1f", a / b }')
     extra=""
     if [ "$c" = list16 ] || [ "$c" = t_list16 ]; then
         extra=$(awk -v a="$ir" -v b="$N" 'BEGIN { printf "  (%.1f per WR)", a / b / 16 }')
     fi
-    printf '%-8s %12s %10s %s%s\n' "$c" "$ir" "$N" "$per" "$extra"
+    printf '%-8s %12s %10s %s%s\n' "$c" "$ir" "$n" "$per" "$extra"
 done

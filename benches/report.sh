@@ -13,6 +13,9 @@
 #   against the TCP loopback ping-pong measured in the same process;
 # * `ferroverbs perf` (perftest's tests) with the baseline each measures in the same
 #   run, in one process and across two processes over UDP;
+# * benches/uapi_latency.sh --release (RUNS=`runs`): ibv_rc_pingpong and ib_send_lat
+#   round trips on rdma-core's libmlx5 under `ferroverbs run` against the drop-in,
+#   alternated, with the ratios, and an idle program's CPU on each;
 # * benches/scale.sh (SCALE_RUNS runs, default 3): write-bw and send-bw with 1 to
 #   16384 QPs against one QP, memory per idle QP and per CQ, creation and
 #   destruction times;
@@ -142,5 +145,11 @@ echo
 cargo build --release --quiet --example cm_connect --bin ferroverbs
 cargo build --release --quiet -p ferroverbs-uapi
 RUNS=$RUNS benches/cm_connect.sh "$T/release"
+
+echo "## rdma-core's libmlx5 on the uAPI layer against the drop-in (benches/uapi_latency.sh --release, $RUNS alternated runs)"
+echo
+echo '```'
+RUNS=$RUNS benches/uapi_latency.sh --release
+echo '```'
 echo
 benches/scale.sh "${SCALE_RUNS:-3}"

@@ -68,13 +68,24 @@ const ITERS: &str = "300";
 const LIMIT: Duration = Duration::from_secs(600);
 
 fn pingpong(tool: &str, extra: &[&str], server: u8, client: u8, slot: u16) {
+    pingpong_env(tool, extra, &[], server, client, slot)
+}
+
+fn pingpong_env(
+    tool: &str,
+    extra: &[&str],
+    envs: &[(&str, &str)],
+    server: u8,
+    client: u8,
+    slot: u16,
+) {
     if !have(tool) {
         return;
     }
     let _s = serial();
     let mut args = vec!["-g", "0", "-n", ITERS, "-c"];
     args.extend_from_slice(extra);
-    let (s, c) = uapi_support::pair(tool, &args, &[], server, client, slot, LIMIT);
+    let (s, c) = uapi_support::pair(tool, &args, envs, server, client, slot, LIMIT);
     for out in [&s, &c] {
         assert!(out.contains(&format!("{ITERS} iters in")), "{out}");
         // `-c`: the server checks the buffer it received (`invalid data in page N`).
@@ -93,6 +104,20 @@ fn pingpong(tool: &str, extra: &[&str], server: u8, client: u8, slot: u16) {
 #[test]
 fn ibv_rc_pingpong_polling() {
     pingpong("ibv_rc_pingpong", &[], 11, 12, 1);
+}
+
+/// The watcher thread instead of the trapped stores (the fallback where a store
+/// cannot be decoded, and the only way off x86-64).
+#[test]
+fn ibv_rc_pingpong_with_the_doorbell_watcher() {
+    pingpong_env(
+        "ibv_rc_pingpong",
+        &["-e"],
+        &[("FERROVERBS_DOORBELLS", "watch")],
+        88,
+        89,
+        10,
+    );
 }
 
 #[test]
@@ -309,11 +334,11 @@ fn perftest_bandwidth_with_completion_events() {
 /// perftest's latency tests with `-e` wait for one event, re-arm, poll once and post
 /// with a TX depth of 1: the re-arm names a consumer index behind the CQE just
 /// announced, so it raises a second, stale event (PRM CQ arming, rdma-core
-/// `mlx5_arm_cq`), and the next single poll finds nothing unless the WR in flight has
-/// completed; a ConnectX wins that race, two simulator processes lose it and perftest
-/// prints an uninitialized work completion (the drop-in library shows the same).
+/// `mlx5_arm_cq`), and the next single poll must find the completion of the SEND in
+/// flight. It does when the ACK of that SEND reaches the sender before the peer's
+/// answer, as on a ConnectX: the simulated device holds the ACK it owes for the
+/// answer's doorbell, which sends it first, in the same burst.
 #[test]
-#[ignore = "perftest -e latency loses the stale-event race on the simulator"]
 fn ib_send_lat_with_completion_events() {
     perftest("ib_send_lat", &["-e", "-n", "200"], &[2], 200, 15, (86, 87));
 }

@@ -43,6 +43,12 @@ use crate::mode::{Doorbells, Ingress, Mode, Runner, Service};
 /// The health counter advances once per this much device time.
 pub const HEALTH_TICK: Duration = Duration::from_millis(100);
 
+/// Threaded mode with an ingress: how long a device may hold the ACKs it owes for a
+/// send doorbell to carry them (ACK coalescing, IBTA vol. 1 §9.7.5.1.1: one ACK
+/// acknowledges every packet before it). Far below the shortest local ACK timeout a
+/// QP may ask for (4.096 µs · 2^timeout, RC QPs' floor on the UDP link is 2^18).
+pub const ACK_DELAY: Duration = Duration::from_micros(50);
+
 /// Configuration of a simulated device.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -238,10 +244,15 @@ struct Shared {
     /// instead of its end (after the application could see the step's completions).
     /// Set while ACKs are owed, so that an otherwise idle step still sends them.
     acks_owed: AtomicBool,
-    /// Threaded mode: ACKs are not deferred (the device thread's `sendto` does not
-    /// delay the application, which sees the completion meanwhile; a deferred ACK
-    /// there would only wait for the thread's next turn on a busy CPU).
+    /// Threaded mode: owed ACKs leave with the next send doorbell or command, or
+    /// once they have been owed for [`ACK_DELAY`] (the device thread's wait in the
+    /// ingress ends then), not at the start of the next service: a ping-pong's answer
+    /// carries the ACK of the request in the same burst of datagrams, and the peer's
+    /// device thread wakes once per message instead of twice.
     threaded: bool,
+    /// Threaded mode: device time since which ACKs are owed (meaningful while
+    /// `acks_owed` is set).
+    acks_owed_ns: AtomicU64,
     /// Some thread is in [`Shared::try_service`] (the device thread, or an application
     /// thread assisting it from an empty poll): another one returns at once.
     servicing: AtomicBool,
@@ -339,6 +350,7 @@ impl Sim {
             ingress: RwLock::new(None),
             has_ingress: AtomicBool::new(false),
             acks_owed: AtomicBool::new(false),
+            acks_owed_ns: AtomicU64::new(0),
             threaded: mode == Mode::Threaded,
             servicing: AtomicBool::new(false),
             assisted_ns: AtomicU64::new(0),
@@ -766,6 +778,15 @@ impl Shared {
         }
     }
 
+    /// Whether owed ACKs are to leave at the start of a service at device time `now`:
+    /// at once in deterministic mode, after [`ACK_DELAY`] in threaded mode.
+    fn acks_due(&self, now: u64) -> bool {
+        self.acks_owed.load(Ordering::Acquire)
+            && (!self.threaded
+                || now.saturating_sub(self.acks_owed_ns.load(Ordering::Relaxed))
+                    >= ACK_DELAY.as_nanos() as u64)
+    }
+
     /// Sends the ACKs the previous service deferred, if any.
     fn flush_owed_acks(&self, d: &mut Device) {
         if self.acks_owed.swap(false, Ordering::AcqRel) {
@@ -779,7 +800,7 @@ impl Shared {
     fn service_data_path(&self) -> usize {
         let mut work = 0;
         let now = self.clock.now_ns();
-        let defer_acks = !self.threaded && self.has_ingress.load(Ordering::Acquire);
+        let defer_acks = self.has_ingress.load(Ordering::Acquire);
         let mut d = self.lock();
         let Device {
             fw,
@@ -788,8 +809,9 @@ impl Shared {
             rx_spent,
             ..
         } = &mut *d;
-        // The ACKs the previous step owes (ingress: deferred by one step).
-        if self.acks_owed.load(Ordering::Acquire) {
+        // The ACKs the previous step owes (ingress: deferred by one step; threaded:
+        // until they are due).
+        if self.acks_due(now) {
             engine.flush_acks(fw, &self.iommu, &self.irqs, now);
             self.acks_owed.store(false, Ordering::Release);
             work += 1;
@@ -806,7 +828,8 @@ impl Shared {
         }
         if !defer_acks {
             engine.flush_acks(fw, &self.iommu, &self.irqs, now);
-        } else if engine.acks_owed() {
+        } else if engine.acks_owed() && !self.acks_owed.load(Ordering::Acquire) {
+            self.acks_owed_ns.store(now, Ordering::Relaxed);
             self.acks_owed.store(true, Ordering::Release);
         }
         work += engine.poll(fw, &self.iommu, &self.irqs, now);
@@ -986,7 +1009,7 @@ impl Shared {
         // An idle device takes no lock: spinning threads leave it to the application.
         // A running timer (ACK timeout, RNR back-off) is work only once it is due.
         if self.rx.is_empty()
-            && !self.acks_owed.load(Ordering::Acquire)
+            && !self.acks_due(self.clock.now_ns())
             && !self.periodic.load(Ordering::Acquire)
             && self.deadline.load(Ordering::Acquire) > self.clock.now_ns()
         {
@@ -1005,7 +1028,11 @@ impl Service for Shared {
     }
 
     fn due_in(&self) -> Option<Duration> {
-        let t = self.deadline.load(Ordering::Acquire);
+        let mut t = self.deadline.load(Ordering::Acquire);
+        if self.threaded && self.acks_owed.load(Ordering::Acquire) {
+            let acks = self.acks_owed_ns.load(Ordering::Relaxed) + ACK_DELAY.as_nanos() as u64;
+            t = t.min(acks);
+        }
         (t != u64::MAX).then(|| Duration::from_nanos(t.saturating_sub(self.clock.now_ns())))
     }
 
@@ -1017,6 +1044,19 @@ impl Service for Shared {
             Duration::ZERO
         } else {
             crate::mode::SPIN_TIME
+        }
+    }
+
+    fn yield_time(&self) -> Duration {
+        // Nor does it yield: on a machine whose CPUs other processes keep busy, a
+        // yielding thread is given the CPU back after their time slices (measured:
+        // a datagram that arrives while the device thread yields waits up to 3 ms,
+        // where one that wakes it from the ingress's `ppoll` is read within tens of
+        // microseconds, the scheduler running the woken thread first).
+        if self.has_ingress.load(Ordering::Acquire) {
+            Duration::ZERO
+        } else {
+            crate::mode::YIELD_TIME
         }
     }
 

@@ -13,8 +13,8 @@
 //! device's thread), and the data of a large message keeps flowing from the device
 //! threads as ACKs open the window.
 //!
-//! The device thread backs off when idle: it spins for [`SPIN_TIME`] (not at all with
-//! an [`Ingress`]), yields for [`YIELD_TIME`], then parks until a packet arrives or
+//! The device thread backs off when idle: it spins for [`SPIN_TIME`] and yields for
+//! [`YIELD_TIME`] (neither with an [`Ingress`]), then parks until a packet arrives or
 //! [`MAX_PARK`] passes (sooner if a timer is due). It holds only a weak reference to the device and stops
 //! (joined) when the last handle to the device is dropped.
 //!
@@ -80,6 +80,11 @@ pub trait Service: Send + Sync + 'static {
     fn spin_time(&self) -> Duration {
         SPIN_TIME
     }
+    /// How long an idle thread yields after spinning, before it blocks (default
+    /// [`YIELD_TIME`]).
+    fn yield_time(&self) -> Duration {
+        YIELD_TIME
+    }
     /// The ingress an idle thread blocks in instead of parking (default: none; a
     /// queued frame unparks the thread).
     fn idle_ingress(&self) -> Option<Arc<dyn Ingress>> {
@@ -143,8 +148,14 @@ impl Runner {
 fn run<T: Service>(target: Weak<T>, stop: Arc<AtomicBool>) {
     let mut idle_since: Option<Instant> = None;
     while !stop.load(Ordering::Acquire) {
-        let (work, due, spin, assisted) = match target.upgrade() {
-            Some(t) => (t.service(), t.due_in(), t.spin_time(), t.assisted()),
+        let (work, due, spin, yields, assisted) = match target.upgrade() {
+            Some(t) => (
+                t.service(),
+                t.due_in(),
+                t.spin_time(),
+                t.yield_time(),
+                t.assisted(),
+            ),
             None => break,
         };
         if work > 0 {
@@ -160,7 +171,7 @@ fn run<T: Service>(target: Weak<T>, stop: Arc<AtomicBool>) {
         let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
         if idle < spin {
             std::hint::spin_loop();
-        } else if idle < spin + YIELD_TIME {
+        } else if idle < spin + yields {
             thread::yield_now();
         } else {
             let timeout = due.map_or(MAX_PARK, |d| d.min(MAX_PARK));

@@ -1,7 +1,12 @@
 //! Doorbells: libmlx5 rings them with plain stores into the UAR pages it mapped from
 //! the uverbs file (rdma-core `providers/mlx5/qp.c: post_send_db`, `cq.c:
-//! mlx5_arm_cq`), with no system call. Here those pages are anonymous shared memory,
-//! and a device thread plays the part of the ConnectX's MMIO decoder:
+//! mlx5_arm_cq`), with no system call. Here those pages are anonymous shared memory.
+//! On x86-64 they are read-only and each store is trapped and forwarded on the
+//! thread that made it ([`crate::mmio_trap`], [`forward`]); this module's thread
+//! then sleeps (one look a second). Where stores are not trapped
+//! (`FERROVERBS_DOORBELLS=watch`, another architecture, or a store the decoder does
+//! not know), the thread plays the part of the ConnectX's MMIO decoder by watching
+//! the pages:
 //!
 //! * it takes (swaps to zero) the 64-bit CQ arm doorbell at offset 0x20 of each page
 //!   and the send doorbells at the BlueFlame registers (0x800 + k · bf_reg_size, both
@@ -104,14 +109,82 @@ fn lock() -> std::sync::MutexGuard<'static, Watch> {
     WATCH.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Watches the UAR page mapped at `addr` for context `file`.
+/// The environment variable that chooses how doorbells reach the device: `trap`
+/// (the default on x86-64, [`crate::mmio_trap`]) or `watch` (this thread).
+pub const MODE_ENV: &str = "FERROVERBS_DOORBELLS";
+
+static NIC: std::sync::OnceLock<&'static Nic> = std::sync::OnceLock::new();
+
+/// Watches the UAR page mapped at `addr` for context `file` (trapping its stores
+/// where it can, [`crate::mmio_trap::add_page`]).
 pub fn add_page(file: u64, addr: usize) {
+    crate::mmio_trap::add_page(addr);
     lock().pages.push(Page { file, addr });
+}
+
+/// Forwards the doorbell store of `width` bytes of `raw` (the register's value as
+/// the CPU held it: the big-endian bytes libmlx5 stores) at offset `off` of a UAR
+/// page to the device's UAR, as the MMIO write it is. Widths other than 8 and 4 are
+/// dropped, as a ConnectX drops them. Called by the trap handler, on the thread that
+/// stored.
+pub fn forward(off: usize, width: usize, raw: u64) {
+    let Some(nic) = NIC.get() else {
+        return;
+    };
+    let bus = nic.ctx.bus();
+    let at = uar_bar_offset(nic.uar) + off;
+    match width {
+        8 => bus.write64(at, u64::from_be(raw)),
+        4 => bus.write32(at, u32::from_be(raw as u32)),
+        _ => return,
+    }
+    FORWARDED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The futex word the watcher thread sleeps on while doorbells are trapped.
+static WAKE: AtomicU32 = AtomicU32::new(0);
+
+/// Wakes the watcher thread (async-signal-safe: one atomic store and a futex wake).
+pub fn wake_watcher() {
+    WAKE.store(1, Ordering::Release);
+    // SAFETY: FUTEX_WAKE on a static word; no other memory is touched.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            WAKE.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        )
+    };
+}
+
+/// Sleeps (at most 1 s) while doorbells are trapped and nobody called
+/// [`wake_watcher`].
+fn wait_while_trapped() {
+    let ts = libc::timespec {
+        tv_sec: 1,
+        tv_nsec: 0,
+    };
+    // SAFETY: FUTEX_WAIT on a static word with a valid timeout.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            WAKE.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            0u32,
+            &ts as *const libc::timespec,
+        )
+    };
 }
 
 /// Stops watching whatever page lies in `[addr, addr + len)`; true if one did.
 pub fn remove_pages(addr: usize, len: usize) -> bool {
     let mut w = lock();
+    for p in w.pages.iter() {
+        if p.addr >= addr && p.addr < addr.saturating_add(len) {
+            crate::mmio_trap::remove_page(p.addr);
+        }
+    }
     let before = w.pages.len();
     w.pages
         .retain(|p| !(p.addr >= addr && p.addr < addr.saturating_add(len)));
@@ -160,6 +233,9 @@ pub fn remove_qp(qpn: u32) {
 /// Stops watching everything of `file`.
 pub fn remove_file(file: u64) {
     let mut w = lock();
+    for p in w.pages.iter().filter(|p| p.file == file) {
+        crate::mmio_trap::remove_page(p.addr);
+    }
     w.pages.retain(|p| p.file != file);
     w.qps.retain(|q| q.file != file);
     w.cqs.retain(|c| c.file != file);
@@ -245,6 +321,7 @@ fn scan(nic: &Nic) -> bool {
 
 /// Starts the doorbell thread.
 pub fn start(nic: &'static Nic) {
+    let _ = NIC.set(nic);
     let spawned = std::thread::Builder::new()
         .name("uapi-doorbells".into())
         .spawn(move || {
@@ -256,6 +333,11 @@ pub fn start(nic: &'static Nic) {
                 .map_or(TICK, Duration::from_micros);
             let mut active = Instant::now();
             loop {
+                if crate::mmio_trap::enabled() {
+                    wait_while_trapped();
+                    active = Instant::now();
+                    continue;
+                }
                 if scan(nic) {
                     active = Instant::now();
                     continue;

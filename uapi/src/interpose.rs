@@ -478,6 +478,29 @@ pub unsafe extern "C" fn mmap64(
     unsafe { mmap(addr, len, prot, flags, fd, off) }
 }
 
+/// `sigaction(2)`: once the doorbell trap's SIGSEGV handler is installed, the
+/// program's SIGSEGV handler is kept as the one faults outside the UAR pages go to
+/// ([`crate::mmio_trap::app_sigaction`]).
+///
+/// # Safety
+///
+/// As libc's.
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    if sig == libc::SIGSEGV {
+        // SAFETY: the caller's pointers.
+        if let Some(r) = unsafe { crate::mmio_trap::app_sigaction(act, old) } {
+            return r;
+        }
+    }
+    // SAFETY: the caller's.
+    unsafe { real::sigaction(sig, act, old) }
+}
+
 /// `munmap(2)`: a UAR page stops being watched before it goes.
 ///
 /// # Safety

@@ -13,8 +13,9 @@
 //!   runs the methods libmlx5 needs that have no write() form, and CQ and QP
 //!   creation ([`mod@ioctl`]); every other method is EPROTONOSUPPORT, so libibverbs
 //!   uses its write() command;
-//! * `mmap` of the file gives the UAR pages, which a device thread watches for
-//!   libmlx5's doorbell stores ([`doorbell`]);
+//! * `mmap` of the file gives the UAR pages, read-only: libmlx5's doorbell stores
+//!   fault and are decoded and forwarded to the device on the storing thread
+//!   ([`mmio_trap`]), or a device thread watches the pages ([`doorbell`]);
 //! * completion channels and the async file are eventfds with the kernel's read
 //!   semantics ([`events`]).
 //!
@@ -30,6 +31,7 @@ pub mod file;
 #[cfg(not(test))]
 mod interpose;
 pub mod ioctl;
+pub mod mmio_trap;
 pub mod nic;
 pub mod rdma_cm;
 pub mod real;

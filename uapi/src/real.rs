@@ -59,4 +59,5 @@ real_fn! {
     fstat: fn(fd: libc::c_int, st: *mut libc::stat) -> libc::c_int;
     access: fn(path: *const libc::c_char, mode: libc::c_int) -> libc::c_int;
     socket: fn(domain: libc::c_int, ty: libc::c_int, proto: libc::c_int) -> libc::c_int;
+    sigaction: fn(sig: libc::c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> libc::c_int;
 }

@@ -48,11 +48,12 @@
 //!   ([`Sim::step`]): an application that busy-polls its CQ and steps while it finds
 //!   nothing receives each datagram on its own thread, as a busy-polling application
 //!   on a real NIC does, with no thread hand-off (`docs/performance.md`). In
-//!   threaded mode, the device thread: it reads the socket on every iteration, yields
-//!   for [`crate::mode::YIELD_TIME`] after its last work (it does not spin: each
-//!   iteration is a system call anyway, and spinning threads starve the application's
-//!   on a machine with few CPUs), then blocks in `ppoll` on the socket until a datagram
-//!   arrives, a timer is due, or it is woken. The application thread only posts and
+//!   threaded mode, the device thread: it reads the socket on every iteration and,
+//!   once it finds nothing, blocks in `ppoll` on the socket until a datagram arrives,
+//!   a timer is due, or it is woken (it neither spins nor yields: each iteration is a
+//!   system call anyway, spinning threads starve the application's on a machine with
+//!   few CPUs, and a yielding one gets the CPU back only after the other runnable
+//!   threads' time slices, where a woken one runs at once). The application thread only posts and
 //!   polls. One reader at a time (a lock taken with `try_lock`) keeps the datagrams in
 //!   their order.
 //! * **ACKs off the critical path.** With the link attached, the ACKs a service of the

@@ -1,0 +1,514 @@
+//! Doorbell stores trapped as a hypervisor traps the MMIO writes of an emulated
+//! device: the UAR pages are mapped read-only, so libmlx5's doorbell store (a plain
+//! `mov` to the page, rdma-core `util/mmio.h: mmio_write64_be`) faults; the SIGSEGV
+//! handler decodes the faulting instruction ([`decode`]), takes the value from the
+//! register file of the interrupted thread, hands it to the simulated device's UAR as
+//! the MMIO write it is ([`crate::doorbell::forward`]), and resumes after the
+//! instruction. The doorbell is serviced on the thread that rang it, as the drop-in
+//! services its doorbells in `ibv_post_send`: no thread hand-off, and no thread
+//! watching the pages while the program is idle.
+//!
+//! What the handler cannot decode (a store other than `mov` from a general register
+//! or an immediate: a BlueFlame copy with vector stores) makes every trapped page
+//! writable again and wakes the watcher thread ([`crate::doorbell`]), which then
+//! observes the pages by reading them, as it does where this module is not built
+//! (architectures other than x86-64) or when `FERROVERBS_DOORBELLS=watch` asks for
+//! it. A fault on any other address goes to the handler the program had installed
+//! before (or installs later, through [`app_sigaction`]), or to the default action.
+//!
+//! The handler runs on a thread stopped at a store in libmlx5's post or arm path: it
+//! holds none of this library's or the simulator's locks, so the device's doorbell
+//! work (which takes them) may run there; errno is preserved.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// Most pages trapped at once (further pages are watched by the thread instead).
+pub const MAX_PAGES: usize = 1024;
+
+const PAGE: usize = 4096;
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: AtomicUsize = AtomicUsize::new(0);
+/// Trapped page addresses (0: free slot); read lock-free by the handler.
+static PAGES: [AtomicUsize; MAX_PAGES] = [EMPTY; MAX_PAGES];
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// Set once a store could not be decoded: the pages are writable and watched.
+static GAVE_UP: AtomicBool = AtomicBool::new(false);
+/// Stores the handler decoded and forwarded.
+pub static TRAPPED: AtomicUsize = AtomicUsize::new(0);
+/// The page offset and value of the last store forwarded (for tests).
+pub static LAST: [std::sync::atomic::AtomicU64; 2] = [
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
+];
+
+/// The program's own SIGSEGV disposition, to which faults outside the UAR pages go.
+struct Chained(std::cell::UnsafeCell<libc::sigaction>);
+// SAFETY: written only under `CHAIN_LOCK` by `install` and `app_sigaction` before
+// (or while) the handler may read it; a torn read is impossible for the handler's use
+// (it copies the struct once and a program changing its SIGSEGV handler while
+// faulting is already racing with itself).
+unsafe impl Sync for Chained {}
+// SAFETY: an all-zero sigaction is SIG_DFL with an empty mask.
+static CHAIN: Chained = Chained(std::cell::UnsafeCell::new(unsafe { std::mem::zeroed() }));
+static CHAIN_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Whether doorbells are trapped (x86-64, not asked otherwise, no store seen that
+/// the decoder does not know).
+pub fn enabled() -> bool {
+    static MODE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *MODE.get_or_init(|| {
+        cfg!(target_arch = "x86_64")
+            && std::env::var(crate::doorbell::MODE_ENV).as_deref() != Ok("watch")
+    });
+    on && !GAVE_UP.load(Ordering::Acquire)
+}
+
+/// Traps stores to the page at `addr` (mapped read-write by this layer); false if it
+/// cannot (the table is full, the handler cannot be installed, or trapping is off),
+/// and the page is then left to the watcher thread.
+pub fn add_page(addr: usize) -> bool {
+    if !enabled() || !install() {
+        return false;
+    }
+    for slot in PAGES.iter() {
+        if slot
+            .compare_exchange(0, addr, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            // SAFETY: the page is this layer's own anonymous mapping of one page.
+            if unsafe { libc::mprotect(addr as *mut libc::c_void, PAGE, libc::PROT_READ) } != 0 {
+                slot.store(0, Ordering::Release);
+                return false;
+            }
+            return true;
+        }
+    }
+    false
+}
+
+/// Stops trapping the page at `addr` (before it is unmapped).
+pub fn remove_page(addr: usize) {
+    for slot in PAGES.iter() {
+        if slot.load(Ordering::Acquire) == addr {
+            slot.store(0, Ordering::Release);
+        }
+    }
+}
+
+fn trapped(page: usize) -> bool {
+    page != 0 && PAGES.iter().any(|s| s.load(Ordering::Acquire) == page)
+}
+
+/// Installs the SIGSEGV handler once; true if it is in place.
+fn install() -> bool {
+    if INSTALLED.load(Ordering::Acquire) {
+        return true;
+    }
+    let _g = CHAIN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if INSTALLED.load(Ordering::Acquire) {
+        return true;
+    }
+    // SAFETY: sigaction with a handler of the SA_SIGINFO signature; the old action is
+    // written to CHAIN, which the handler reads only once INSTALLED is set.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_segv as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if crate::real::sigaction(libc::SIGSEGV, &sa, CHAIN.0.get()) != 0 {
+            return false;
+        }
+    }
+    INSTALLED.store(true, Ordering::Release);
+    true
+}
+
+/// `sigaction(SIGSEGV, ...)` of the program once the handler is installed: the
+/// program's handler becomes the one faults outside the UAR pages go to, and ours
+/// stays in place. Returns `None` when the handler is not installed (the call goes to
+/// libc).
+///
+/// # Safety
+///
+/// `act` and `old` as sigaction(2)'s (null or valid).
+pub unsafe fn app_sigaction(
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> Option<libc::c_int> {
+    if !INSTALLED.load(Ordering::Acquire) {
+        return None;
+    }
+    let _g = CHAIN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: the caller's pointers; CHAIN is written under the lock.
+    unsafe {
+        if !old.is_null() {
+            *old = *CHAIN.0.get();
+        }
+        if !act.is_null() {
+            *CHAIN.0.get() = *act;
+        }
+    }
+    Some(0)
+}
+
+/// A decoded store: its length in bytes, its width and where its value comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Store {
+    /// Instruction length.
+    pub len: usize,
+    /// Bytes stored (1, 2, 4 or 8).
+    pub width: usize,
+    /// The value's source.
+    pub src: Src,
+}
+
+/// Where a decoded store's value comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Src {
+    /// A general register, in the x86 encoding (0 = rax ... 15 = r15); a byte store
+    /// names its low byte (no REX prefix and 4..7: ah, ch, dh, bh, which [`decode`]
+    /// refuses).
+    Reg(u8),
+    /// An immediate, sign-extended to the store's width.
+    Imm(u64),
+}
+
+/// Decodes the x86-64 `mov` to memory at the start of `code` (Intel SDM vol. 2:
+/// `MOV r/m, r` 88/89 and `MOV r/m, imm` C6/C7 /0, with operand-size, segment and REX
+/// prefixes): the forms a compiler emits for a volatile or relaxed atomic store.
+/// `None` for anything else.
+pub fn decode(code: &[u8]) -> Option<Store> {
+    let mut i = 0;
+    let mut opsize = false;
+    loop {
+        match *code.get(i)? {
+            0x66 => opsize = true,
+            0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65 => {}
+            _ => break,
+        }
+        i += 1;
+        if i > 4 {
+            return None;
+        }
+    }
+    let mut rex = 0u8;
+    if let b @ 0x40..=0x4f = *code.get(i)? {
+        rex = b;
+        i += 1;
+    }
+    let w = rex & 8 != 0;
+    let op = *code.get(i)?;
+    i += 1;
+    let modrm = *code.get(i)?;
+    i += 1;
+    let (md, reg, rm) = (modrm >> 6, (modrm >> 3) & 7, modrm & 7);
+    if md == 3 {
+        return None;
+    }
+    if rm == 4 {
+        let sib = *code.get(i)?;
+        i += 1;
+        if md == 0 && sib & 7 == 5 {
+            i += 4;
+        }
+    } else if md == 0 && rm == 5 {
+        i += 4;
+    }
+    i += match md {
+        1 => 1,
+        2 => 4,
+        _ => 0,
+    };
+    let wide = if w {
+        8
+    } else if opsize {
+        2
+    } else {
+        4
+    };
+    let imm = |i: usize, n: usize| -> Option<u64> {
+        let b = code.get(i..i + n)?;
+        Some(match n {
+            1 => b[0] as i8 as i64 as u64,
+            2 => i16::from_le_bytes([b[0], b[1]]) as i64 as u64,
+            _ => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64 as u64,
+        })
+    };
+    let s = match op {
+        0x88 => {
+            if rex == 0 && (4..8).contains(&reg) {
+                return None;
+            }
+            Store {
+                len: i,
+                width: 1,
+                src: Src::Reg(reg | ((rex & 4) << 1)),
+            }
+        }
+        0x89 => Store {
+            len: i,
+            width: wide,
+            src: Src::Reg(reg | ((rex & 4) << 1)),
+        },
+        0xc6 if reg == 0 => Store {
+            len: i + 1,
+            width: 1,
+            src: Src::Imm(imm(i, 1)?),
+        },
+        0xc7 if reg == 0 => {
+            let n = if wide == 2 { 2 } else { 4 };
+            Store {
+                len: i + n,
+                width: wide,
+                src: Src::Imm(imm(i, n)?),
+            }
+        }
+        _ => return None,
+    };
+    (s.len <= code.len()).then_some(s)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn greg(uc: &libc::ucontext_t, reg: u8) -> u64 {
+    // The x86 register number to glibc's `gregs` index (sys/ucontext.h REG_*).
+    let idx = match reg {
+        0 => libc::REG_RAX,
+        1 => libc::REG_RCX,
+        2 => libc::REG_RDX,
+        3 => libc::REG_RBX,
+        4 => libc::REG_RSP,
+        5 => libc::REG_RBP,
+        6 => libc::REG_RSI,
+        7 => libc::REG_RDI,
+        r => libc::REG_R8 + i32::from(r - 8),
+    };
+    uc.uc_mcontext.gregs[idx as usize] as u64
+}
+
+extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SIGSEGV.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    let page = addr & !(PAGE - 1);
+    if trapped(page) {
+        // SAFETY: errno is thread-local; restored before returning.
+        let errno = unsafe { *libc::__errno_location() };
+        // SAFETY: `ctx` is the interrupted thread's ucontext (SA_SIGINFO).
+        let done = unsafe { emulate(page, addr, &mut *(ctx as *mut libc::ucontext_t)) };
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+        if done {
+            return;
+        }
+        // Unknown store: every page back to read-write for the watcher; the store
+        // runs again when the handler returns.
+        GAVE_UP.store(true, Ordering::Release);
+        for s in PAGES.iter() {
+            let p = s.swap(0, Ordering::AcqRel);
+            if p != 0 {
+                // SAFETY: a page of this layer that is still mapped (unmapping removes
+                // it from the table first).
+                unsafe {
+                    libc::mprotect(
+                        p as *mut libc::c_void,
+                        PAGE,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                    )
+                };
+            }
+        }
+        crate::doorbell::wake_watcher();
+        return;
+    }
+    // Not ours: the program's handler, or the default action (reset and return: the
+    // instruction faults again and the kernel takes the default action).
+    // SAFETY: CHAIN holds a sigaction copied from the kernel or the program.
+    let chained = unsafe { *CHAIN.0.get() };
+    let h = chained.sa_sigaction;
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        // SAFETY: resetting the disposition with a zeroed (SIG_DFL) action.
+        unsafe {
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            crate::real::sigaction(libc::SIGSEGV, &dfl, std::ptr::null_mut());
+        }
+    } else if chained.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the program installed a handler of this signature.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(h) };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: the program installed a handler of this signature.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
+        f(sig);
+    }
+}
+
+/// Forwards the store at `addr` in trapped page `page` and steps over it; false if
+/// the instruction is not one [`decode`] knows.
+///
+/// # Safety
+///
+/// `uc` is the context of the thread that faulted on `addr`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn emulate(page: usize, addr: usize, uc: &mut libc::ucontext_t) -> bool {
+    let rip = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as usize;
+    // The bytes of the instruction's page from RIP, at most 15 (the longest x86
+    // instruction): an instruction that does not fit there continues on the next
+    // page, which is then mapped, and only then are 15 bytes read.
+    let in_page = (PAGE - rip % PAGE).min(15);
+    // SAFETY: the faulting instruction's page is mapped and readable (x86-64 user
+    // pages that execute are readable).
+    let mut s = decode(unsafe { std::slice::from_raw_parts(rip as *const u8, in_page) });
+    if s.is_none() && in_page < 15 {
+        // SAFETY: as above, the instruction crosses into the next page.
+        s = decode(unsafe { std::slice::from_raw_parts(rip as *const u8, 15) });
+    }
+    let Some(s) = s else {
+        return false;
+    };
+    let value = match s.src {
+        Src::Reg(r) => greg(uc, r),
+        Src::Imm(v) => v,
+    };
+    let value = match s.width {
+        8 => value,
+        4 => value & 0xffff_ffff,
+        2 => value & 0xffff,
+        _ => value & 0xff,
+    };
+    crate::doorbell::forward(addr - page, s.width, value);
+    LAST[0].store((addr - page) as u64, Ordering::Relaxed);
+    LAST[1].store(value, Ordering::Relaxed);
+    TRAPPED.fetch_add(1, Ordering::Release);
+    uc.uc_mcontext.gregs[libc::REG_RIP as usize] = (rip + s.len) as i64;
+    true
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn emulate(_page: usize, _addr: usize, _uc: &mut libc::ucontext_t) -> bool {
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_the_stores_a_compiler_emits() {
+        // mov %rax,(%rdx)
+        assert_eq!(
+            decode(&[0x48, 0x89, 0x02]),
+            Some(Store {
+                len: 3,
+                width: 8,
+                src: Src::Reg(0)
+            })
+        );
+        // mov %r9,0x20(%r8)
+        assert_eq!(
+            decode(&[0x4d, 0x89, 0x48, 0x20]),
+            Some(Store {
+                len: 4,
+                width: 8,
+                src: Src::Reg(9)
+            })
+        );
+        // mov %rcx,0x800(%rax,%rdx,1)
+        assert_eq!(
+            decode(&[0x48, 0x89, 0x8c, 0x10, 0x00, 0x08, 0x00, 0x00]),
+            Some(Store {
+                len: 8,
+                width: 8,
+                src: Src::Reg(1)
+            })
+        );
+        // mov %esi,(%rdi)
+        assert_eq!(
+            decode(&[0x89, 0x37]),
+            Some(Store {
+                len: 2,
+                width: 4,
+                src: Src::Reg(6)
+            })
+        );
+        // movq $-1,0x8(%rsp)
+        assert_eq!(
+            decode(&[0x48, 0xc7, 0x44, 0x24, 0x08, 0xff, 0xff, 0xff, 0xff]),
+            Some(Store {
+                len: 9,
+                width: 8,
+                src: Src::Imm(u64::MAX)
+            })
+        );
+        // movw $0x1234,(%rax)
+        assert_eq!(
+            decode(&[0x66, 0xc7, 0x00, 0x34, 0x12]),
+            Some(Store {
+                len: 5,
+                width: 2,
+                src: Src::Imm(0x1234)
+            })
+        );
+        // mov %r12b,(%rbx)  /  mov %ah,(%rbx): refused
+        assert_eq!(
+            decode(&[0x44, 0x88, 0x23]),
+            Some(Store {
+                len: 3,
+                width: 1,
+                src: Src::Reg(12)
+            })
+        );
+        assert_eq!(decode(&[0x88, 0x23]), None);
+    }
+
+    /// A store to a trapped page reaches the handler, which forwards it (no device
+    /// here: nothing is rung) and steps over it: the page keeps its zeros and the
+    /// program goes on.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn a_store_to_a_trapped_page_is_taken_and_stepped_over() {
+        // SAFETY: a new anonymous shared page, unmapped at the end.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let p = p as usize;
+        assert!(add_page(p));
+        let before = TRAPPED.load(Ordering::Acquire);
+        // SAFETY: an aligned word of the page (read-only now: the store traps).
+        unsafe { std::ptr::write_volatile((p + 0x900) as *mut u64, 0x1122_3344_5566_7788) };
+        assert_eq!(TRAPPED.load(Ordering::Acquire), before + 1);
+        assert_eq!(LAST[0].load(Ordering::Relaxed), 0x900);
+        assert_eq!(LAST[1].load(Ordering::Relaxed), 0x1122_3344_5566_7788);
+        // SAFETY: as above, read.
+        assert_eq!(
+            unsafe { std::ptr::read_volatile((p + 0x900) as *const u64) },
+            0
+        );
+        remove_page(p);
+        // SAFETY: the page mapped above.
+        unsafe { libc::munmap(p as *mut libc::c_void, PAGE) };
+    }
+
+    #[test]
+    fn refuses_what_is_not_a_mov_to_memory() {
+        // mov %rax,%rdx (register form)
+        assert_eq!(decode(&[0x48, 0x89, 0xc2]), None);
+        // movdqa %xmm0,(%rax)
+        assert_eq!(decode(&[0x66, 0x0f, 0x7f, 0x00]), None);
+        // add %rax,(%rdx)
+        assert_eq!(decode(&[0x48, 0x01, 0x02]), None);
+        // truncated
+        assert_eq!(decode(&[0x48, 0x89]), None);
+        assert_eq!(decode(&[0x48, 0xc7, 0x00, 0x01]), None);
+        assert_eq!(decode(&[]), None);
+    }
+}
