@@ -69,7 +69,8 @@ extern "C" {
     fn ibv_is_fork_initialized() -> c_int;
 }
 
-/// Tests that change the shared NIC's link or need it up take this lock.
+/// Tests that change the shared NIC's link or need it up, or that make QPs and
+/// completions the async-event test must not see, take this lock.
 static LINK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn link_lock() -> std::sync::MutexGuard<'static, ()> {
@@ -574,6 +575,7 @@ unsafe fn flushed_receives(
 #[test]
 fn resize_cq_keeps_unpolled_completions_and_answers_as_libmlx5() {
     let d = dev();
+    let _g = link_lock();
     // SAFETY: the verbs API used as its contract says; the ops are the context's.
     unsafe {
         let poll_cq: PollCq = std::mem::transmute((*d.ctx).ops[abi::ops::POLL_CQ]);
@@ -630,6 +632,7 @@ fn resize_cq_keeps_unpolled_completions_and_answers_as_libmlx5() {
 #[test]
 fn resize_cq_waits_for_a_concurrent_poller() {
     let d = dev();
+    let _g = link_lock();
     struct P(*mut abi::ibv_cq);
     // SAFETY: the library's CQ verbs may be called from any thread.
     unsafe impl Send for P {}
@@ -642,19 +645,23 @@ fn resize_cq_waits_for_a_concurrent_poller() {
         // batch) while this one polls 10 batches of 20 flushed receives: each
         // completion exactly once, in order.
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
         let resizer = {
-            let (stop, p) = (std::sync::Arc::clone(&stop), P(cq));
+            let (stop, count, p) = (
+                std::sync::Arc::clone(&stop),
+                std::sync::Arc::clone(&count),
+                P(cq),
+            );
             std::thread::spawn(move || {
                 let p = p;
                 let mut k = 0u32;
-                let mut done = 0;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     k += 1;
                     let size = [63, 200, 31][k as usize % 3];
                     assert_eq!(ibv_resize_cq(p.0, size), 0);
-                    done += 1;
+                    count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
-                done
+                k
             })
         };
         let mut qps = Vec::new();
@@ -674,6 +681,12 @@ fn resize_cq_waits_for_a_concurrent_poller() {
                 }
             }
             qps.push(qp);
+        }
+        // On a loaded machine the resizer may not have run yet: it must have resized
+        // at least once (bounded wait) for the test to show anything.
+        let t0 = std::time::Instant::now();
+        while count.load(std::sync::atomic::Ordering::Relaxed) == 0 && t0.elapsed().as_secs() < 30 {
+            std::thread::yield_now();
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let resized = resizer.join().unwrap();
