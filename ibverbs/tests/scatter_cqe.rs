@@ -16,6 +16,9 @@ use ibverbs::abi;
 #[path = "../../tests/common/net.rs"]
 mod net;
 
+mod loopback;
+use loopback::connect;
+
 extern "C" {
     fn ibv_get_device_list(num: *mut c_int) -> *mut *mut abi::ibv_device;
     fn ibv_open_device(dev: *mut abi::ibv_device) -> *mut abi::ibv_context;
@@ -34,7 +37,6 @@ extern "C" {
         vec: c_int,
     ) -> *mut abi::ibv_cq;
     fn ibv_create_qp(pd: *mut abi::ibv_pd, init: *mut abi::ibv_qp_init_attr) -> *mut abi::ibv_qp;
-    fn ibv_modify_qp(qp: *mut abi::ibv_qp, attr: *mut abi::ibv_qp_attr, mask: c_int) -> c_int;
     fn ibv_destroy_qp(qp: *mut abi::ibv_qp) -> c_int;
 }
 
@@ -46,53 +48,6 @@ type PostSend = unsafe extern "C" fn(
     *mut *mut abi::ibv_send_wr,
 ) -> c_int;
 type PollCq = unsafe extern "C" fn(*mut abi::ibv_cq, c_int, *mut abi::ibv_wc) -> c_int;
-
-/// RESET -> INIT -> RTR -> RTS towards `dest` on this NIC (loopback).
-///
-/// # Safety
-///
-/// `qp` is a live QP of the library.
-unsafe fn connect(qp: *mut abi::ibv_qp, dest: u32, gid: [u8; 16]) {
-    let mut a = abi::ibv_qp_attr {
-        qp_state: 1,
-        port_num: 1,
-        qp_access_flags: 1,
-        ..Default::default()
-    };
-    // SAFETY: `qp` is live (the caller's promise); `a` is a valid attribute block.
-    assert_eq!(unsafe { ibv_modify_qp(qp, &mut a, 0x39) }, 0);
-    let mut a = abi::ibv_qp_attr {
-        qp_state: 2,
-        path_mtu: 3,
-        dest_qp_num: dest,
-        rq_psn: 0,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ..Default::default()
-    };
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = gid;
-    a.ah_attr.grh.hop_limit = 1;
-    a.ah_attr.port_num = 1;
-    // SAFETY: as above.
-    assert_eq!(unsafe { ibv_modify_qp(qp, &mut a, 0x129181) }, 0);
-    // The ACK timeout: 23 (34 s). The timer runs on real time while the NIC's device
-    // thread may wait for a CPU; at 14 (the library raises it to 18, 1.07 s) eight
-    // expiries in a row, 8.6 s without that thread, would fail a WR although the
-    // loopback link lost nothing; were one of the three one-packet SENDs lost, its
-    // expiry would still come within the 120 s the test waits for them.
-    let mut a = abi::ibv_qp_attr {
-        qp_state: 3,
-        timeout: 23,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        sq_psn: 0,
-        max_rd_atomic: 1,
-        ..Default::default()
-    };
-    // SAFETY: as above.
-    assert_eq!(unsafe { ibv_modify_qp(qp, &mut a, 0x12e01) }, 0);
-}
 
 /// Polls `cq` through `poll` until one completion arrives (at most 120 s).
 ///
@@ -161,8 +116,8 @@ fn ibv_poll_cq_copies_a_scattered_message_into_the_receive() {
         qi.recv_cq = rcq;
         let receiver = ibv_create_qp(pd, &mut qi);
         assert!(!sender.is_null() && !receiver.is_null());
-        connect(sender, (*receiver).qp_num, gid);
-        connect(receiver, (*sender).qp_num, gid);
+        connect(sender, (*receiver).qp_num, gid, 1, 1);
+        connect(receiver, (*sender).qp_num, gid, 1, 1);
 
         let (src, dst) = (0usize, 8192usize);
         for (k, m) in [1usize, 17, 32, 33].into_iter().enumerate() {

@@ -16,6 +16,9 @@ use ibverbs::abi;
 #[path = "../../tests/common/net.rs"]
 mod net;
 
+mod loopback;
+use loopback::connect;
+
 extern "C" {
     fn ibv_get_device_list(num: *mut c_int) -> *mut *mut abi::ibv_device;
     fn ibv_open_device(dev: *mut abi::ibv_device) -> *mut abi::ibv_context;
@@ -39,7 +42,6 @@ extern "C" {
     fn ibv_query_srq(srq: *mut abi::ibv_srq, attr: *mut abi::ibv_srq_attr) -> c_int;
     fn ibv_destroy_srq(srq: *mut abi::ibv_srq) -> c_int;
     fn ibv_create_qp(pd: *mut abi::ibv_pd, init: *mut abi::ibv_qp_init_attr) -> *mut abi::ibv_qp;
-    fn ibv_modify_qp(qp: *mut abi::ibv_qp, attr: *mut abi::ibv_qp_attr, mask: c_int) -> c_int;
     fn ibv_destroy_qp(qp: *mut abi::ibv_qp) -> c_int;
     fn ibv_get_async_event(ctx: *mut abi::ibv_context, ev: *mut abi::ibv_async_event) -> c_int;
     fn ibv_ack_async_event(ev: *mut abi::ibv_async_event);
@@ -57,53 +59,6 @@ type PollCq = unsafe extern "C" fn(*mut abi::ibv_cq, c_int, *mut abi::ibv_wc) ->
 struct Ctx(*mut abi::ibv_context);
 // SAFETY: the library's verbs may be called from any thread.
 unsafe impl Send for Ctx {}
-
-/// RESET -> INIT -> RTR -> RTS towards `dest` on this NIC (loopback).
-///
-/// # Safety
-///
-/// `qp` is a live QP of the library.
-unsafe fn connect(qp: *mut abi::ibv_qp, dest: u32, gid: [u8; 16]) {
-    let mut a = abi::ibv_qp_attr {
-        qp_state: 1,
-        port_num: 1,
-        qp_access_flags: 1,
-        ..Default::default()
-    };
-    // SAFETY: `qp` is live (the caller's promise); `a` is a valid attribute block.
-    assert_eq!(unsafe { ibv_modify_qp(qp, &mut a, 0x39) }, 0);
-    let mut a = abi::ibv_qp_attr {
-        qp_state: 2,
-        path_mtu: 3,
-        dest_qp_num: dest,
-        rq_psn: 0,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ..Default::default()
-    };
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = gid;
-    a.ah_attr.grh.hop_limit = 1;
-    a.ah_attr.port_num = 1;
-    // SAFETY: as above.
-    assert_eq!(unsafe { ibv_modify_qp(qp, &mut a, 0x129181) }, 0);
-    // The ACK timeout: 23 (34 s). The timer runs on real time while the NIC's device
-    // thread may wait for a CPU; at 14 (the library raises it to 18, 1.07 s) eight
-    // expiries in a row, 8.6 s without that thread, would fail a WR although the
-    // loopback link lost nothing; were one of the three one-packet SENDs lost, its
-    // expiry would still come within the 120 s the test waits for them.
-    let mut a = abi::ibv_qp_attr {
-        qp_state: 3,
-        timeout: 23,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        sq_psn: 0,
-        max_rd_atomic: 1,
-        ..Default::default()
-    };
-    // SAFETY: as above.
-    assert_eq!(unsafe { ibv_modify_qp(qp, &mut a, 0x12e01) }, 0);
-}
 
 #[test]
 fn srq_verbs_through_the_c_abi() {
@@ -185,8 +140,8 @@ fn srq_verbs_through_the_c_abi() {
         assert!(!receiver.is_null());
         assert_eq!((*receiver).srq, srq);
         assert_eq!(qi.cap.max_recv_wr, 0);
-        connect(sender, (*receiver).qp_num, gid);
-        connect(receiver, (*sender).qp_num, gid);
+        connect(sender, (*receiver).qp_num, gid, 1, 1);
+        connect(receiver, (*sender).qp_num, gid, 1, 1);
 
         // The QP takes no receive of its own.
         let mut sge = abi::ibv_sge {

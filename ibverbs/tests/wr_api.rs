@@ -19,6 +19,9 @@ use ibverbs::abi_ex::{self, c as cx};
 #[path = "../../tests/common/net.rs"]
 mod net;
 
+mod loopback;
+use loopback::connect;
+
 extern "C" {
     fn ibv_get_device_list(num: *mut c_int) -> *mut *mut abi::ibv_device;
     fn ibv_open_device(dev: *mut abi::ibv_device) -> *mut abi::ibv_context;
@@ -29,7 +32,6 @@ extern "C" {
         len: usize,
         acc: c_int,
     ) -> *mut abi::ibv_mr;
-    fn ibv_modify_qp(qp: *mut abi::ibv_qp, attr: *mut abi::ibv_qp_attr, mask: c_int) -> c_int;
     fn ibv_qp_to_qp_ex(qp: *mut abi::ibv_qp) -> *mut abi_ex::ibv_qp_ex;
 }
 
@@ -140,49 +142,6 @@ unsafe fn poll(cq: Cx, n: usize, limit: Duration) -> Vec<Wc> {
         }
     }
     out
-}
-
-/// RESET -> INIT -> RTR -> RTS towards `dest` on this NIC (loopback), with remote
-/// read, write and atomic access.
-///
-/// # Safety
-/// `qp` is a live QP of the library.
-unsafe fn connect(qp: *mut abi::ibv_qp, dest: u32, gid: [u8; 16]) {
-    let mut a = abi::ibv_qp_attr {
-        qp_state: 1,
-        port_num: 1,
-        qp_access_flags: 0xf,
-        ..Default::default()
-    };
-    // SAFETY: `qp` is live; `a` is a valid attribute block.
-    assert_eq!(unsafe { ibv_modify_qp(qp, &mut a, 0x39) }, 0);
-    let mut a = abi::ibv_qp_attr {
-        qp_state: 2,
-        path_mtu: 3,
-        dest_qp_num: dest,
-        rq_psn: 0,
-        max_dest_rd_atomic: 4,
-        min_rnr_timer: 12,
-        ..Default::default()
-    };
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = gid;
-    a.ah_attr.grh.hop_limit = 1;
-    a.ah_attr.port_num = 1;
-    // SAFETY: as above.
-    assert_eq!(unsafe { ibv_modify_qp(qp, &mut a, 0x129181) }, 0);
-    // A long ACK timeout (34 s): the device thread may wait for a CPU.
-    let mut a = abi::ibv_qp_attr {
-        qp_state: 3,
-        timeout: 23,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        sq_psn: 0,
-        max_rd_atomic: 4,
-        ..Default::default()
-    };
-    // SAFETY: as above.
-    assert_eq!(unsafe { ibv_modify_qp(qp, &mut a, 0x12e01) }, 0);
 }
 
 const T: Duration = Duration::from_secs(120);
@@ -298,8 +257,8 @@ fn the_wr_and_cq_ex_interfaces_and_memory_windows_through_the_c_abi() {
         assert!(qa.cap.max_inline_data >= 64 && qa.cap.max_send_sge >= 2);
         let b = create_qp_ex(ctx, &mut qa);
         assert!(!b.is_null());
-        connect(a, (*b).qp_num, gid);
-        connect(b, (*a).qp_num, gid);
+        connect(a, (*b).qp_num, gid, 0xf, 4);
+        connect(b, (*a).qp_num, gid, 0xf, 4);
         let xa = ibv_qp_to_qp_ex(a);
         let xb = ibv_qp_to_qp_ex(b);
         assert_eq!(xa as *mut abi::ibv_qp, a);
