@@ -237,6 +237,45 @@ fn threaded_nic_assisted_by_its_polling_thread() {
 }
 
 #[test]
+fn a_threaded_nic_wakes_for_its_own_loopback_frames() {
+    // Two QPs of one threaded NIC with a UDP ingress: a SEND's frames go to the NIC's
+    // own receive queue, not to the socket its idle device thread waits in. The
+    // doorbell must end that wait; before it did, every frame waited for the wait's
+    // timeout (10 ms), which the device counts as a late frame.
+    let a = nic(UdpConfig::new(addr(29, 1)), true);
+    assert!(a.sim.threaded());
+    let ctx = open(&a);
+    let pd = ctx.alloc_pd().unwrap();
+    let mut cqa = ctx.create_cq(64).unwrap();
+    let mut cqb = ctx.create_cq(64).unwrap();
+    let mut qa = pd.create_qp(&QpInitAttr::new(&cqa, &cqa, cap())).unwrap();
+    let mut qb = pd.create_qp(&QpInitAttr::new(&cqb, &cqb, cap())).unwrap();
+    connect_timeout(&mut qa, &a.gid, &mut qb, &a.gid, Mtu::Mtu1024, PATIENT);
+    let mr = pd.alloc_mr(1 << 16, A::LOCAL_WRITE).unwrap();
+    for i in 0..40u8 {
+        let data = pattern(100, i);
+        mr.write(0, &data);
+        qb.post_recv(&[RecvWr::new(u64::from(i), &[mr.sge(4096, 4096).unwrap()])])
+            .unwrap();
+        qa.post_send(&[SendWr::send(1, &[mr.sge(0, 100).unwrap()]).signaled()])
+            .unwrap();
+        // No assisting poll: the device thread alone carries the traffic.
+        wait(&[&a], false, &mut cqa, 1);
+        let c = wait(&[&a], false, &mut cqb, 1)[0];
+        assert_eq!((c.wr_id, c.byte_len), (u64::from(i), 100));
+        let mut got = vec![0; 100];
+        mr.read(4096, &mut got);
+        assert_eq!(got, data);
+    }
+    assert_eq!(
+        a.link.stats().tx_datagrams,
+        0,
+        "loopback frames stay in the NIC"
+    );
+    assert_eq!(a.sim.stats().late_frames, 0, "{:?}", a.sim.stats());
+}
+
+#[test]
 fn deterministic_nics_stepped_by_the_test() {
     let a = nic(UdpConfig::new(addr(22, 1)), false);
     let b = nic(UdpConfig::new(addr(22, 2)), false);

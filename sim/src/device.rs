@@ -190,6 +190,10 @@ pub struct SimStats {
     pub rx_queued: usize,
     /// Frames dropped because the receive queue was full.
     pub rx_queue_full: u64,
+    /// Times the device thread's longest wait in its ingress (the UDP socket) ended by
+    /// its timeout with frames already queued: a frame that waited for the timeout
+    /// instead of waking the thread (a missed wake-up; 0 in a correct run).
+    pub late_frames: u64,
 }
 
 /// A command slot held by a delay fault.
@@ -258,6 +262,9 @@ struct Shared {
     servicing: AtomicBool,
     /// Device time of the last [`Sim::try_service`] that got to service (0: never).
     assisted_ns: AtomicU64,
+    /// Longest ingress waits of the device thread that timed out with frames queued
+    /// ([`SimStats::late_frames`]).
+    late_frames: AtomicU64,
 }
 
 impl Drop for Shared {
@@ -354,6 +361,7 @@ impl Sim {
             threaded: mode == Mode::Threaded,
             servicing: AtomicBool::new(false),
             assisted_ns: AtomicU64::new(0),
+            late_frames: AtomicU64::new(0),
         });
         if mode == Mode::Threaded {
             let runner = Runner::spawn(
@@ -539,6 +547,7 @@ impl Sim {
             data_path: d.engine.stats(),
             rx_queued: self.shared.rx.len(),
             rx_queue_full: self.shared.rx.dropped(),
+            late_frames: self.shared.late_frames.load(Ordering::Relaxed),
         }
     }
 
@@ -747,6 +756,12 @@ impl Shared {
         let Device { fw, engine, .. } = d;
         engine.send_doorbell(fw, &self.iommu, &self.irqs, now, uar, qpn);
         self.publish(engine);
+        // A frame to one of this device's own ports (two QPs of one NIC) went to its
+        // receive queue, whose push unparks a parked device thread but cannot end its
+        // wait in the ingress: end it, or the frame waits for the wait's timeout.
+        if self.threaded && !self.rx.is_empty() {
+            self.wake_ingress();
+        }
     }
 
     /// Records, for an idle device thread, whether the engine has periodic work and
@@ -1063,6 +1078,12 @@ impl Service for Shared {
     fn assisted(&self) -> bool {
         let t = self.assisted_ns.load(Ordering::Relaxed);
         t != 0 && self.clock.now_ns().saturating_sub(t) < crate::mode::ASSIST_NAP.as_nanos() as u64
+    }
+
+    fn parked_past_frames(&self) {
+        if !self.rx.is_empty() {
+            self.late_frames.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn idle_ingress(&self) -> Option<Arc<dyn Ingress>> {

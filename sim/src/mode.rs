@@ -96,6 +96,10 @@ pub trait Service: Send + Sync + 'static {
     fn assisted(&self) -> bool {
         false
     }
+    /// Called when the thread's longest wait in the ingress ([`MAX_PARK`]) ended by
+    /// its timeout: frames found queued then waited for it (a missed wake-up; the
+    /// target counts them). Default: nothing.
+    fn parked_past_frames(&self) {}
 }
 
 /// A source of received frames that the device reads when it is serviced (instead of
@@ -105,8 +109,8 @@ pub trait Ingress: Send + Sync {
     /// blocking; returns how many.
     fn poll(&self) -> usize;
     /// Blocks until a frame may have arrived, [`Ingress::wake`] is called, or `timeout`
-    /// passes.
-    fn wait(&self, timeout: Duration);
+    /// passes; returns false when the wait ended by its timeout alone.
+    fn wait(&self, timeout: Duration) -> bool;
     /// Ends a [`Ingress::wait`] in progress (or the next one) early.
     fn wake(&self);
 }
@@ -181,7 +185,14 @@ fn run<T: Service>(target: Weak<T>, stop: Arc<AtomicBool>) {
                 None => break,
             };
             match ingress {
-                Some(i) => i.wait(timeout),
+                Some(i) => {
+                    if !i.wait(timeout) && timeout == MAX_PARK {
+                        match target.upgrade() {
+                            Some(t) => t.parked_past_frames(),
+                            None => break,
+                        }
+                    }
+                }
                 None => thread::park_timeout(timeout),
             }
             // Woken by a frame (or a timer): spin again before the next park.

@@ -622,7 +622,7 @@ impl Ingress for Inner {
     }
 
     #[allow(unsafe_code)]
-    fn wait(&self, timeout: Duration) {
+    fn wait(&self, timeout: Duration) -> bool {
         self.waiting.store(true, Ordering::SeqCst);
         let mut fds = [
             libc::pollfd {
@@ -644,14 +644,14 @@ impl Ingress for Inner {
         // SAFETY: `fds` is a live array of 2 `pollfd`s on open descriptors (the socket
         // and the wake socket this link owns); `ts` is a live `timespec`; no signal
         // mask.
-        unsafe {
-            libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null());
-        }
+        let ready = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
         self.waiting.store(false, Ordering::SeqCst);
         if fds[1].revents != 0 {
             let mut b = [0u8; 64];
             while self.wake_rx.recv(&mut b).is_ok() {}
         }
+        // 0: the timeout; -1 (a signal): treated as a wake.
+        ready != 0
     }
 
     fn wake(&self) {
