@@ -34,9 +34,10 @@ c_case() {
 }
 # The same C program on rdma-core's own libibverbs and libmlx5 under `ferroverbs run`
 # (the uAPI layer, docs/uapi.md): u_post is libmlx5's ibv_post_send of the same SEND,
-# u_poll its ibv_poll_cq of one CQE: the peer to beat. The doorbell store traps into
-# the layer (uapi/src/mmio_trap.rs), whose handler (the device's MMIO decoder and
-# work, one store on a ConnectX) is left out. U_N iterations (default 2000: every
+# u_poll its ibv_poll_cq of one CQE (through the layer's busy-poll wrapper of the
+# context's poll_cq entry, uapi/src/poll_assist.rs): the peer to beat. The doorbell
+# store traps into the layer (uapi/src/mmio_trap.rs), whose handler (the device's
+# MMIO decoder and work, one store on a ConnectX) is left out. U_N iterations (default 2000: every
 # message crosses the layer's device threads, which valgrind runs one at a time).
 u_case() {
     local c=$1

@@ -19,7 +19,8 @@
 //!   (libmlx5's copy of the unpolled completions up to the device's resize CQE)
 //!   growing and shrinking a CQ with completions waiting before and arriving after,
 //!   each polled once, in order, with its data; sizes out of range or below the
-//!   waiting completions are EINVAL; `cqe` is the size rounded up.
+//!   waiting completions are EINVAL; `cqe` is the size rounded up; run with the
+//!   layer's busy-poll assistance (the context's `poll_cq` entry wrapped) and without.
 //! * `uapi/tests/c/scatter.c`: responder scatter to CQE as libmlx5 asks for it (a
 //!   SEND of up to 32 bytes, 64 with `MLX5_CQE_SIZE=128`, in its CQE, the receive
 //!   buffer untouched until libmlx5's poll copies it there; none with
@@ -103,7 +104,10 @@ fn ioctl_methods_and_duplicated_descriptors() {
 #[test]
 fn cq_resize_through_libmlx5_keeps_every_completion() {
     if let Some((dir, exe)) = compile("resize", "/usr/include/infiniband/verbs.h", &["-libverbs"]) {
-        run_checker(dir, exe, 104, 17);
+        // With the layer's busy-poll assistance (the default) and without it.
+        run_checker_with(&exe, &[], &[], 104, 18);
+        run_checker_with(&exe, &[], &[("FERROVERBS_POLL_ASSIST", "0")], 104, 18);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 

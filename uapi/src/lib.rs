@@ -33,6 +33,7 @@ mod interpose;
 pub mod ioctl;
 pub mod mmio_trap;
 pub mod nic;
+pub mod poll_assist;
 pub mod rdma_cm;
 pub mod real;
 pub mod user;

@@ -949,6 +949,7 @@ impl Ucontext {
         };
         let cqn = create_cq_out::cqn.get(&out) as u32;
         crate::doorbell::add_cq(self.file, cqn, db);
+        crate::poll_assist::install(self.nic, user_handle);
         let comp = Arc::new(AtomicU32::new(0));
         if let Some(ch) = chan {
             events::route(

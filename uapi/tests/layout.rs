@@ -129,3 +129,26 @@ fn ioctl_abi_layouts_and_ids_match_the_kernel_headers() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(got, want);
 }
+
+#[test]
+fn poll_assist_offsets_match_libibverbs_header() {
+    // The busy-poll assistance writes `ibv_context.ops.poll_cq` of the context it
+    // reads from `ibv_cq.context` (rdma-core's public ABI, `infiniband/verbs.h`).
+    if !toolchain("/usr/include/infiniband/verbs.h") {
+        return;
+    }
+    use ferroverbs_uapi::poll_assist::{CONTEXT_OPS_POLL_CQ, CQ_CONTEXT};
+    let n = check(
+        "libibverbs",
+        &["infiniband/verbs.h"],
+        &[
+            (
+                "ibv_context",
+                328,
+                &[("ops.poll_cq", CONTEXT_OPS_POLL_CQ as usize)],
+            ),
+            ("ibv_cq", 128, &[("context", CQ_CONTEXT as usize)]),
+        ],
+    );
+    assert_eq!(n, 4);
+}

@@ -158,12 +158,22 @@ int main(void)
 	char *buf = aligned_alloc(4096, len);
 	memset(buf, 0, len);
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE);
+	int (*provider_poll)(struct ibv_cq *, int, struct ibv_wc *) = ctx->ops.poll_cq;
 	struct ibv_cq *cq = ibv_create_cq(ctx, 3, NULL, NULL, 0);
 	struct ibv_cq *cq2 = ibv_create_cq(ctx, 63, NULL, NULL, 0);
 	int ok = pd && mr && cq && cq2 && !ibv_query_device(ctx, &attr);
 	check("objects", ok, "creation failed");
 	if (!ok)
 		return 1;
+	/* The layer's busy-poll assistance wraps the context's poll entry when a CQ is
+	 * created, unless FERROVERBS_POLL_ASSIST=0; every completion below goes through it
+	 * (or through libmlx5's entry alone). */
+	const char *assist = getenv("FERROVERBS_POLL_ASSIST");
+	int want_wrapped = !(assist && !strcmp(assist, "0"));
+	snprintf(d, sizeof d, "poll_cq entry %s (assistance %s)",
+		 ctx->ops.poll_cq == provider_poll ? "libmlx5's" : "wrapped",
+		 want_wrapped ? "on" : "off");
+	check("poll_assist", (ctx->ops.poll_cq != provider_poll) == want_wrapped, d);
 	check("created_cqe", cq->cqe == 3, "cqe of a CQ of 3");
 
 	struct ibv_qp_init_attr ia = {0};
