@@ -339,6 +339,9 @@ pub(crate) struct WqShared {
     /// Set when the QP's responder scatters to CQE (`qpc.cs_res`): where the poll
     /// copies a message the device placed in its CQE.
     scatter: std::sync::OnceLock<super::scatter::RecvScatter>,
+    /// Set when the QP's requester scatters to CQE (`qpc.cs_req`): where the poll
+    /// copies a READ response or an atomic result the device placed in its CQE.
+    send_scatter: std::sync::OnceLock<super::scatter::SendScatter>,
     /// The destination QPN of the connected (RC, UC) QP, from its INIT→RTR: the
     /// `src_qp` of a completion whose `flags_rqpn` the device overwrote with data
     /// (scatter to CQE).
@@ -460,6 +463,24 @@ impl WqShared {
         }
     }
 
+    /// Copies `data`, the READ response or atomic result of a requester CQE with
+    /// `MLX5_INLINE_SCATTER_32`, into the local list of the send WQE it completes
+    /// (`counter`: the CQE's `wqe_counter`), before the WQE is retired (rdma-core
+    /// `mlx5_parse_cqe`: `mlx5_copy_to_send_wqe`). A QP that did not ask the device
+    /// to scatter to CQE gets `GeneralErr`.
+    pub(crate) fn copy_scattered_send(&self, counter: u16, data: &[u8]) -> Result<(), WcStatus> {
+        match self.send_scatter.get() {
+            Some(s) => s.copy_to_send(counter, data),
+            None => Err(WcStatus::GeneralErr),
+        }
+    }
+
+    /// Where the poll copies the READ responses and atomic results the device places
+    /// in CQEs (the QP's requester scatters to CQE).
+    pub(crate) fn set_send_scatter(&self, s: super::scatter::SendScatter) {
+        let _ = self.send_scatter.set(s);
+    }
+
     /// The destination QPN of the connected QP (0 before INIT→RTR).
     pub(crate) fn dest_qpn(&self) -> u32 {
         self.dest_qpn.load(Ordering::Relaxed)
@@ -491,6 +512,7 @@ impl WqShared {
             rq_wr_id,
             srq: std::sync::OnceLock::new(),
             scatter: std::sync::OnceLock::new(),
+            send_scatter: std::sync::OnceLock::new(),
             dest_qpn: AtomicU32::new(0),
         }
     }
@@ -995,6 +1017,17 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         if scatter {
             q(qpc::cs_res).set(&mut input, 1);
         }
+        // Requester scatter to CQE as `mlx5_ib` sets it (qp.c
+        // `configure_requester_scat_cqe`, for RC QPs asking for scatter to CQE): only
+        // when every WQE is signaled (`sq_sig_all`; the device places a READ response
+        // or an atomic result in the CQE of a signaled WQE only, and `mlx5_ib` takes
+        // no chance on the others), `MLX5_REQ_SCAT_DATA32_CQE` (0x11) for the
+        // driver's 64-byte CQEs. The poll copies the data into the WQE's local list
+        // (as libmlx5's `mlx5_copy_to_send_wqe`).
+        let req_scatter = scatter && init.qp_type == QpType::Rc && init.sq_sig_all;
+        if req_scatter {
+            q(qpc::cs_req).set(&mut input, 0x11);
+        }
         set_flex64(&mut input, create_qp_in::pas, &pas)
             .map_err(|_| Error::InvalidArgument("PAS list does not fit the command"))?;
         let out = exec(ctx, &input, create_qp_out::SIZE)?;
@@ -1033,6 +1066,14 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             };
             q.shared.set_scatter(super::scatter::RecvScatter {
                 segs,
+                mrs: Arc::clone(ctx.mrs()),
+            });
+        }
+        if req_scatter {
+            let segs = super::scatter::RingSegs::new(&q.buf, geo.rq_bytes(), geo.sq_wqebbs, 6, 0)
+                .ok_or(Error::InvalidArgument("QP geometry"))?;
+            q.shared.set_send_scatter(super::scatter::SendScatter {
+                sq: segs,
                 mrs: Arc::clone(ctx.mrs()),
             });
         }
@@ -1099,6 +1140,7 @@ impl<B: Bus> Queues<B> {
             rq_done: AtomicU32::new(0),
             srq: std::sync::OnceLock::new(),
             scatter: std::sync::OnceLock::new(),
+            send_scatter: std::sync::OnceLock::new(),
             dest_qpn: AtomicU32::new(0),
         });
         Ok(Queues {
