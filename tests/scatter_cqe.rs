@@ -1,6 +1,7 @@
 //! Responder scatter to CQE through the verbs API: RC and UC QPs (on their own RQ and
-//! on an SRQ) are created with `qpc.cs_res`, as Linux's `mlx5_ib` creates them for
-//! libmlx5, so the simulated device places a received message of up to 32 bytes in
+//! on an SRQ) created with scatter to CQE (`QpInitAttr::with_scatter_to_cqe`: the
+//! simulator bus's default is off) get `qpc.cs_res`, as Linux's `mlx5_ib` creates them
+//! for libmlx5, so the simulated device places a received message of up to 32 bytes in
 //! its CQE (`MLX5_INLINE_SCATTER_32`) and leaves the receive buffer alone; the poll
 //! copies it across the receive's scatter list (entries of an ordinary and of a
 //! zero-based memory region), as libmlx5's `mlx5_copy_to_recv_wqe` does. Shown by the
@@ -40,7 +41,7 @@ fn one(net: &Net, cq: &mut CompletionQueue<'_, SimBus>) -> ferroverbs::verbs::Wo
 /// type `ty`, the receiver on an SRQ when `srq`, created with scatter to CQE when
 /// `scatter`; each receive has three entries: 5 bytes of an ordinary region, 7 of a
 /// zero-based one, 100 of the ordinary one.
-fn exchange(ty: QpType, srq: bool, scatter: bool) {
+fn exchange(ty: QpType, srq: bool, scatter: Option<bool>) {
     let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut scq = ca.create_cq(64).unwrap();
@@ -60,9 +61,9 @@ fn exchange(ty: QpType, srq: bool, scatter: bool) {
     if srq {
         ia = ia.with_srq(&s);
     }
-    if !scatter {
-        ia = ia.without_scatter_to_cqe();
-    }
+    ia.scatter_to_cqe = scatter;
+    // `None`: the simulator bus's default, off (`Bus::scatter_to_cqe_pays`).
+    let scatter = scatter == Some(true);
     let mut qa = pa
         .create_qp(&QpInitAttr::new(&scq, &scq, cap).with_type(ty))
         .unwrap();
@@ -152,28 +153,31 @@ fn exchange(ty: QpType, srq: bool, scatter: bool) {
 
 #[test]
 fn rc_rq() {
-    exchange(QpType::Rc, false, true);
+    exchange(QpType::Rc, false, Some(true));
 }
 
 #[test]
 fn rc_srq() {
-    exchange(QpType::Rc, true, true);
+    exchange(QpType::Rc, true, Some(true));
 }
 
 #[test]
 fn uc_rq() {
-    exchange(QpType::Uc, false, true);
+    exchange(QpType::Uc, false, Some(true));
 }
 
 #[test]
 fn uc_srq() {
-    exchange(QpType::Uc, true, true);
+    exchange(QpType::Uc, true, Some(true));
 }
 
 #[test]
-fn turned_off_every_message_lands_in_the_buffer() {
-    exchange(QpType::Rc, false, false);
-    exchange(QpType::Uc, true, false);
+fn turned_off_or_by_default_every_message_lands_in_the_buffer() {
+    exchange(QpType::Rc, false, Some(false));
+    exchange(QpType::Uc, true, Some(false));
+    // The simulator's default: off.
+    exchange(QpType::Rc, false, None);
+    exchange(QpType::Uc, true, None);
 }
 
 /// A region deregistered after the device completed a receive into it, before the
@@ -189,7 +193,9 @@ fn a_region_gone_before_the_poll_is_a_protection_error() {
     let mut rcq = cb.create_cq(16).unwrap();
     let cap = QpCap::default();
     let mut qa = pa.create_qp(&QpInitAttr::new(&scq, &scq, cap)).unwrap();
-    let mut qb = pb.create_qp(&QpInitAttr::new(&rcq, &rcq, cap)).unwrap();
+    let mut qb = pb
+        .create_qp(&QpInitAttr::new(&rcq, &rcq, cap).with_scatter_to_cqe())
+        .unwrap();
     connect(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024);
     let src = pa.alloc_mr(64, A::LOCAL_WRITE).unwrap();
     src.write(0, b"sixteen bytes!!!");
@@ -232,7 +238,7 @@ fn a_region_gone_before_the_poll_is_a_protection_error() {
 /// Each size is read into one entry and into up to three, three times over, so that
 /// the WQEs (one and two WQEBBs) take many positions in the send queue of 8 WQEBBs
 /// and an in-CQE READ's list crosses its end.
-fn reads(sig_all: bool, scatter: bool) {
+fn reads(sig_all: bool, scatter: Option<bool>) {
     let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut scq = ca.create_cq(64).unwrap();
@@ -244,9 +250,8 @@ fn reads(sig_all: bool, scatter: bool) {
     };
     let mut ia = QpInitAttr::new(&scq, &scq, cap);
     ia.sq_sig_all = sig_all;
-    if !scatter {
-        ia = ia.without_scatter_to_cqe();
-    }
+    ia.scatter_to_cqe = scatter;
+    let scatter = scatter == Some(true);
     let mut qa = pa.create_qp(&ia).unwrap();
     // Four WQEs of two WQEBBs (up to three entries after the control and remote
     // address segments, rounded up as libmlx5 does): 8 WQEBBs.
@@ -384,14 +389,16 @@ fn reads(sig_all: bool, scatter: bool) {
 
 #[test]
 fn reads_and_atomics_of_a_qp_signalling_every_wqe_land_in_the_cqe() {
-    reads(true, true);
+    reads(true, Some(true));
 }
 
 #[test]
 fn reads_and_atomics_of_other_qps_land_in_the_buffer() {
-    // Not every WQE signaled: no requester scatter (as mlx5_ib); scatter to CQE off.
-    reads(false, true);
-    reads(true, false);
+    // Not every WQE signaled: no requester scatter (as mlx5_ib); scatter to CQE off,
+    // or left to the simulator bus (off).
+    reads(false, Some(true));
+    reads(true, Some(false));
+    reads(true, None);
 }
 
 /// A region deregistered after the device completed a READ whose data is in the CQE,
@@ -404,7 +411,7 @@ fn a_read_buffer_gone_before_the_poll_is_a_protection_error() {
     let mut scq = ca.create_cq(16).unwrap();
     let rcq = cb.create_cq(16).unwrap();
     let cap = QpCap::default();
-    let mut ia = QpInitAttr::new(&scq, &scq, cap);
+    let mut ia = QpInitAttr::new(&scq, &scq, cap).with_scatter_to_cqe();
     ia.sq_sig_all = true;
     let mut qa = pa.create_qp(&ia).unwrap();
     let mut qb = pb.create_qp(&QpInitAttr::new(&rcq, &rcq, cap)).unwrap();

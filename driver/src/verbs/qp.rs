@@ -123,14 +123,19 @@ pub struct QpInitAttr<'q, 'ctx, B: Bus> {
     /// rdma-core's mlx5 provider sizes QPs that may post them (`_sq_overhead` with
     /// `IBV_QP_EX_WITH_BIND_MW`: 192 bytes before the data part instead of 48).
     pub memory_windows: bool,
-    /// Let the device place received messages of up to 32 bytes in their CQE instead
-    /// of the receive buffer (responder scatter to CQE, `qpc.cs_res`), the poll
-    /// copying them into the receive's scatter list: RC and UC QPs (on their own RQ
-    /// or an SRQ) of a device with `sctr_data_cqe`, as Linux's `mlx5_ib` configures
-    /// it for libmlx5, which asks by default (`MLX5_QP_FLAG_SCATTER_CQE` unless
-    /// `MLX5_SCATTER_TO_CQE=0`). On by default ([`QpInitAttr::without_scatter_to_cqe`]
-    /// turns it off); ignored for UD.
-    pub scatter_to_cqe: bool,
+    /// Let the device place small messages in their CQE instead of memory (scatter
+    /// to CQE), the poll copying them where the work request said: received messages
+    /// of up to 32 bytes (responder, `qpc.cs_res`: RC and UC QPs, on their own RQ or
+    /// an SRQ) into the receive's scatter list, and on an RC QP that signals every
+    /// WQE (`sq_sig_all`) RDMA READ responses of up to 32 bytes and atomic results
+    /// (requester, `qpc.cs_req`) into the WQE's local list; on a device with
+    /// `sctr_data_cqe`, as Linux's `mlx5_ib` configures it for libmlx5, which asks
+    /// by default (`MLX5_QP_FLAG_SCATTER_CQE` unless `MLX5_SCATTER_TO_CQE=0`).
+    /// `None` (the default): as the bus says ([`Bus::scatter_to_cqe_pays`]: on for a
+    /// ConnectX over VFIO, off on the simulator, where it measurably adds latency);
+    /// `Some(true)` ([`QpInitAttr::with_scatter_to_cqe`]) or `Some(false)`
+    /// ([`QpInitAttr::without_scatter_to_cqe`]) decide. Ignored for UD.
+    pub scatter_to_cqe: Option<bool>,
 }
 
 impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
@@ -150,7 +155,7 @@ impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
             srq: None,
             memory_windows: false,
             gsi: false,
-            scatter_to_cqe: true,
+            scatter_to_cqe: None,
         }
     }
 
@@ -194,7 +199,14 @@ impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
     /// The same, every received message in the receive buffer (no scatter to CQE,
     /// [`QpInitAttr::scatter_to_cqe`]; `MLX5_SCATTER_TO_CQE=0` for libmlx5).
     pub fn without_scatter_to_cqe(mut self) -> Self {
-        self.scatter_to_cqe = false;
+        self.scatter_to_cqe = Some(false);
+        self
+    }
+
+    /// The same, small messages in their CQEs whatever the bus's default
+    /// ([`QpInitAttr::scatter_to_cqe`]).
+    pub fn with_scatter_to_cqe(mut self) -> Self {
+        self.scatter_to_cqe = Some(true);
         self
     }
 
@@ -1011,7 +1023,10 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         // (without it the request is dropped, not refused: `process_vendor_flag`);
         // `MLX5_RES_SCAT_DATA32_CQE` (1), the driver's CQs having 64-byte CQEs
         // (DATA64, 2, is for 128-byte ones).
-        let scatter = init.scatter_to_cqe
+        let asked = init
+            .scatter_to_cqe
+            .unwrap_or_else(|| ctx.bus().scatter_to_cqe_pays());
+        let scatter = asked
             && matches!(init.qp_type, QpType::Rc | QpType::Uc)
             && ctx.cap(g::sctr_data_cqe) == 1;
         if scatter {
