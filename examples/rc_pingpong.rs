@@ -160,15 +160,16 @@ fn main() {
         ..QpCap::default()
     };
     let (cqa, cqb) = (ca.create_cq(64).expect("cq"), cb.create_cq(64).expect("cq"));
-    // `MLX5_SCATTER_TO_CQE=0`, as libmlx5 reads it: no scatter to CQE (every
-    // received message in the buffer), for comparisons.
-    let off = std::env::var_os("MLX5_SCATTER_TO_CQE").is_some_and(|v| v == "0");
+    // `MLX5_SCATTER_TO_CQE`, for comparisons: "0" as libmlx5 reads it (no scatter to
+    // CQE: every received message in the buffer), any other value scatter to CQE
+    // whatever the bus's default (off on the simulator); unset, the default.
+    let env = std::env::var_os("MLX5_SCATTER_TO_CQE");
     let attr = |cq| {
         let a = QpInitAttr::new(cq, cq, cap);
-        if off {
-            a.without_scatter_to_cqe()
-        } else {
-            a
+        match &env {
+            Some(v) if v == "0" => a.without_scatter_to_cqe(),
+            Some(_) => a.with_scatter_to_cqe(),
+            None => a,
         }
     };
     let mut qa = pa.create_qp(&attr(&cqa)).expect("qp");

@@ -1,6 +1,7 @@
 //! Responder scatter to CQE through the verbs API: RC and UC QPs (on their own RQ and
-//! on an SRQ) are created with `qpc.cs_res`, as Linux's `mlx5_ib` creates them for
-//! libmlx5, so the simulated device places a received message of up to 32 bytes in
+//! on an SRQ) created with scatter to CQE (`QpInitAttr::with_scatter_to_cqe`: the
+//! simulator bus's default is off) get `qpc.cs_res`, as Linux's `mlx5_ib` creates them
+//! for libmlx5, so the simulated device places a received message of up to 32 bytes in
 //! its CQE (`MLX5_INLINE_SCATTER_32`) and leaves the receive buffer alone; the poll
 //! copies it across the receive's scatter list (entries of an ordinary and of a
 //! zero-based memory region), as libmlx5's `mlx5_copy_to_recv_wqe` does. Shown by the
@@ -9,6 +10,11 @@
 //! CQE, find their bytes in the buffer before the poll. The driver's CQs have 64-byte
 //! CQEs only, so `MLX5_INLINE_SCATTER_64` (128-byte CQEs) does not arise here (the
 //! simulator's side of it: `sim/tests/dp_scatter_cqe.rs`).
+//!
+//! Requester scatter to CQE (`qpc.cs_req`) the same way: an RC QP that signals every
+//! WQE gets it, as `mlx5_ib` gives it; its RDMA READs of up to 32 bytes and its
+//! atomics find their data in the local buffer only once polled (libmlx5's
+//! `mlx5_copy_to_send_wqe`), other QPs' before.
 
 mod verbs_support;
 use verbs_support::*;
@@ -35,7 +41,7 @@ fn one(net: &Net, cq: &mut CompletionQueue<'_, SimBus>) -> ferroverbs::verbs::Wo
 /// type `ty`, the receiver on an SRQ when `srq`, created with scatter to CQE when
 /// `scatter`; each receive has three entries: 5 bytes of an ordinary region, 7 of a
 /// zero-based one, 100 of the ordinary one.
-fn exchange(ty: QpType, srq: bool, scatter: bool) {
+fn exchange(ty: QpType, srq: bool, scatter: Option<bool>) {
     let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let mut scq = ca.create_cq(64).unwrap();
@@ -55,9 +61,9 @@ fn exchange(ty: QpType, srq: bool, scatter: bool) {
     if srq {
         ia = ia.with_srq(&s);
     }
-    if !scatter {
-        ia = ia.without_scatter_to_cqe();
-    }
+    ia.scatter_to_cqe = scatter;
+    // `None`: the simulator bus's default, off (`Bus::scatter_to_cqe_pays`).
+    let scatter = scatter == Some(true);
     let mut qa = pa
         .create_qp(&QpInitAttr::new(&scq, &scq, cap).with_type(ty))
         .unwrap();
@@ -147,28 +153,31 @@ fn exchange(ty: QpType, srq: bool, scatter: bool) {
 
 #[test]
 fn rc_rq() {
-    exchange(QpType::Rc, false, true);
+    exchange(QpType::Rc, false, Some(true));
 }
 
 #[test]
 fn rc_srq() {
-    exchange(QpType::Rc, true, true);
+    exchange(QpType::Rc, true, Some(true));
 }
 
 #[test]
 fn uc_rq() {
-    exchange(QpType::Uc, false, true);
+    exchange(QpType::Uc, false, Some(true));
 }
 
 #[test]
 fn uc_srq() {
-    exchange(QpType::Uc, true, true);
+    exchange(QpType::Uc, true, Some(true));
 }
 
 #[test]
-fn turned_off_every_message_lands_in_the_buffer() {
-    exchange(QpType::Rc, false, false);
-    exchange(QpType::Uc, true, false);
+fn turned_off_or_by_default_every_message_lands_in_the_buffer() {
+    exchange(QpType::Rc, false, Some(false));
+    exchange(QpType::Uc, true, Some(false));
+    // The simulator's default: off.
+    exchange(QpType::Rc, false, None);
+    exchange(QpType::Uc, true, None);
 }
 
 /// A region deregistered after the device completed a receive into it, before the
@@ -184,7 +193,9 @@ fn a_region_gone_before_the_poll_is_a_protection_error() {
     let mut rcq = cb.create_cq(16).unwrap();
     let cap = QpCap::default();
     let mut qa = pa.create_qp(&QpInitAttr::new(&scq, &scq, cap)).unwrap();
-    let mut qb = pb.create_qp(&QpInitAttr::new(&rcq, &rcq, cap)).unwrap();
+    let mut qb = pb
+        .create_qp(&QpInitAttr::new(&rcq, &rcq, cap).with_scatter_to_cqe())
+        .unwrap();
     connect(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024);
     let src = pa.alloc_mr(64, A::LOCAL_WRITE).unwrap();
     src.write(0, b"sixteen bytes!!!");
@@ -215,4 +226,213 @@ fn a_region_gone_before_the_poll_is_a_protection_error() {
     let mut got = [0u8; 16];
     rbuf.read(0, &mut got);
     assert_eq!(&got, b"sixteen bytes!!!");
+}
+
+/// RDMA READs of every size of [`SIZES`] and atomics from an RC QP created with
+/// `sq_sig_all` when `sig_all` (and scatter to CQE unless `scatter` is false): with
+/// both, the QP asks for requester scatter to CQE (`qpc.cs_req`, as `mlx5_ib` sets it
+/// for QPs that signal every WQE), the device places a READ response of up to 32
+/// bytes, or an atomic's original value, in the CQE and leaves the local buffer
+/// alone, and the poll copies it across the send WQE's local list (entries of an
+/// ordinary and of a zero-based region), as libmlx5's `mlx5_copy_to_send_wqe` does.
+/// Each size is read into one entry and into up to three, three times over, so that
+/// the WQEs (one and two WQEBBs) take many positions in the send queue of 8 WQEBBs
+/// and an in-CQE READ's list crosses its end.
+fn reads(sig_all: bool, scatter: Option<bool>) {
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let mut scq = ca.create_cq(64).unwrap();
+    let rcq = cb.create_cq(64).unwrap();
+    let cap = QpCap {
+        max_send_wr: 4,
+        max_send_sge: 3,
+        ..QpCap::default()
+    };
+    let mut ia = QpInitAttr::new(&scq, &scq, cap);
+    ia.sq_sig_all = sig_all;
+    ia.scatter_to_cqe = scatter;
+    let scatter = scatter == Some(true);
+    let mut qa = pa.create_qp(&ia).unwrap();
+    // Four WQEs of two WQEBBs (up to three entries after the control and remote
+    // address segments, rounded up as libmlx5 does): 8 WQEBBs.
+    assert_eq!(qa.cap().max_send_wr, 4);
+    let mut qb = pb.create_qp(&QpInitAttr::new(&rcq, &rcq, cap)).unwrap();
+    connect(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024);
+    let remote = pb
+        .alloc_mr(4096, A::LOCAL_WRITE | A::REMOTE_READ | A::REMOTE_ATOMIC)
+        .unwrap();
+    let data = pattern(4096, 0x3c);
+    remote.write(0, &data);
+    let lbuf = pa.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
+    let zbuf = pa.alloc_mr_zero_based(4096, A::LOCAL_WRITE).unwrap();
+    let in_cqe = |n: usize| sig_all && scatter && n <= 32;
+    let mut k = 0u64;
+    // Three passes of 17 WQEBBs through the queue of 8: the third one's 31-byte READ
+    // into three entries (two WQEBBs) starts in the last WQEBB.
+    for (pass, n) in (0..3).flat_map(|p| SIZES.map(|n| (p, n))) {
+        for three in [false, true] {
+            k += 1;
+            let what = format!(
+                "sig_all {sig_all} scatter {scatter} pass {pass} {n} bytes, 3 entries {three}"
+            );
+            lbuf.fill(0, 4096, FILL);
+            zbuf.fill(0, 4096, FILL);
+            // One entry, or up to three: 5 bytes of the ordinary region, 7 of the
+            // zero-based one, the rest of the ordinary one (a READ reads what its
+            // list holds).
+            let (a, b) = (n.min(5), n.saturating_sub(5).min(7));
+            let c = n - a - b;
+            let mut gl = Vec::new();
+            if three {
+                for (mr, off, len) in [(&lbuf, 0, a), (&zbuf, 100, b), (&lbuf, 200, c)] {
+                    if len > 0 {
+                        gl.push(mr.sge(off, len as u32).unwrap());
+                    }
+                }
+            } else if n > 0 {
+                gl.push(lbuf.sge(0, n as u32).unwrap());
+            }
+            let at = 8 * k as usize;
+            let wr = SendWr::rdma_read(k, &gl, remote.remote(at));
+            qa.post_send(&[if sig_all { wr } else { wr.signaled() }])
+                .unwrap();
+            net.settle();
+            let placed = |l: &[u8], z: &[u8]| {
+                let mut got = Vec::new();
+                if three {
+                    got.extend_from_slice(&l[..5]);
+                    got.extend_from_slice(&z[100..107]);
+                    got.extend_from_slice(&l[200..300]);
+                } else {
+                    got.extend_from_slice(&l[..n + 8]);
+                }
+                got
+            };
+            let want = &data[at..at + n];
+            let before = placed(&lbuf.to_vec(), &zbuf.to_vec());
+            if in_cqe(n) {
+                assert!(
+                    before.iter().all(|&b| b == FILL),
+                    "{what}: the device left the buffer alone"
+                );
+            } else {
+                assert_eq!(before[..n], want[..], "{what}: the device wrote the buffer");
+            }
+            let w = one(&net, &mut scq);
+            assert_eq!(
+                (w.status, w.wr_id, w.opcode, w.byte_len as usize),
+                (WcStatus::Success, k, WcOpcode::RdmaRead, n),
+                "{what}: {w:?}"
+            );
+            let (l, z) = (lbuf.to_vec(), zbuf.to_vec());
+            let after = placed(&l, &z);
+            assert_eq!(after[..n], want[..], "{what}: the data in the buffer");
+            assert!(
+                after[n..].iter().all(|&b| b == FILL),
+                "{what}: nothing more"
+            );
+            if three {
+                assert!(l[5..200].iter().chain(&l[300..]).all(|&b| b == FILL));
+                assert!(z[..100].iter().chain(&z[107..]).all(|&b| b == FILL));
+            }
+        }
+    }
+    // Atomics: the original value, in host order, lands in the result buffer at the
+    // poll.
+    remote.write(8, &100u64.to_le_bytes());
+    let ops = [
+        (None, 5u64, 100u64, 105u64),
+        (Some(7u64), 9, 105, 105),
+        (Some(105), 9, 105, 9),
+    ];
+    for (i, (compare, swap_add, orig, after)) in ops.into_iter().enumerate() {
+        let id = 100 + i as u64;
+        lbuf.fill(0, 64, FILL);
+        let res = [lbuf.sge(16, 8).unwrap()];
+        let wr = match compare {
+            Some(c) => SendWr::atomic_cmp_swp(id, &res, remote.remote(8), c, swap_add),
+            None => SendWr::atomic_fetch_add(id, &res, remote.remote(8), swap_add),
+        };
+        qa.post_send(&[if sig_all { wr } else { wr.signaled() }])
+            .unwrap();
+        net.settle();
+        let mut v = [0u8; 8];
+        lbuf.read(16, &mut v);
+        if in_cqe(8) {
+            assert_eq!(v, [FILL; 8], "atomic {i}: the device left the buffer alone");
+        } else {
+            assert_eq!(v, orig.to_ne_bytes(), "atomic {i}: the device wrote it");
+        }
+        let w = one(&net, &mut scq);
+        let op = if compare.is_some() {
+            WcOpcode::CompSwap
+        } else {
+            WcOpcode::FetchAdd
+        };
+        assert_eq!(
+            (w.status, w.wr_id, w.opcode, w.byte_len),
+            (WcStatus::Success, id, op, 8),
+            "atomic {i}: {w:?}"
+        );
+        lbuf.read(16, &mut v);
+        assert_eq!(v, orig.to_ne_bytes(), "atomic {i}");
+        remote.read(8, &mut v);
+        assert_eq!(u64::from_le_bytes(v), after, "atomic {i}");
+        let around = lbuf.to_vec();
+        assert!(around[..16]
+            .iter()
+            .chain(&around[24..64])
+            .all(|&b| b == FILL));
+    }
+    assert_eq!(scq.skipped(), 0);
+}
+
+#[test]
+fn reads_and_atomics_of_a_qp_signalling_every_wqe_land_in_the_cqe() {
+    reads(true, Some(true));
+}
+
+#[test]
+fn reads_and_atomics_of_other_qps_land_in_the_buffer() {
+    // Not every WQE signaled: no requester scatter (as mlx5_ib); scatter to CQE off,
+    // or left to the simulator bus (off).
+    reads(false, Some(true));
+    reads(true, Some(false));
+    reads(true, None);
+}
+
+/// A region deregistered after the device completed a READ whose data is in the CQE,
+/// before the poll: the copy writes nothing and the completion reports `LocProtErr`
+/// (with the READ's `wr_id` and byte count).
+#[test]
+fn a_read_buffer_gone_before_the_poll_is_a_protection_error() {
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let mut scq = ca.create_cq(16).unwrap();
+    let rcq = cb.create_cq(16).unwrap();
+    let cap = QpCap::default();
+    let mut ia = QpInitAttr::new(&scq, &scq, cap).with_scatter_to_cqe();
+    ia.sq_sig_all = true;
+    let mut qa = pa.create_qp(&ia).unwrap();
+    let mut qb = pb.create_qp(&QpInitAttr::new(&rcq, &rcq, cap)).unwrap();
+    connect(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024);
+    let remote = pb.alloc_mr(64, A::LOCAL_WRITE | A::REMOTE_READ).unwrap();
+    remote.write(0, b"sixteen bytes!!!");
+    let gone = pa
+        .reg_mr(vec![FILL; 64].into_boxed_slice(), A::LOCAL_WRITE)
+        .unwrap();
+    qa.post_send(&[SendWr::rdma_read(
+        1,
+        &[gone.sge(0, 16).unwrap()],
+        remote.remote(0),
+    )])
+    .unwrap();
+    net.settle();
+    let back = gone.deregister().unwrap().unwrap();
+    assert!(back.iter().all(|&b| b == FILL), "the device left it alone");
+    let w = one(&net, &mut scq);
+    assert_eq!(
+        (w.status, w.wr_id, w.byte_len, w.opcode),
+        (WcStatus::LocProtErr, 1, 16, WcOpcode::RdmaRead)
+    );
 }

@@ -166,6 +166,18 @@ pub trait Bus: Send + Sync {
         true
     }
 
+    /// Whether the driver's RC and UC QPs let the device place small messages in
+    /// their CQEs (scatter to CQE, `qpc.cs_res` and `cs_req`) unless the creator
+    /// chose (`QpInitAttr::scatter_to_cqe` in the driver). On a ConnectX it saves
+    /// the payload's DMA write and the poller's cache miss on it, which is why
+    /// Linux's `mlx5_ib` and libmlx5 enable it by default: the default, `true` (VFIO,
+    /// [`MemBus`]). A device that has neither cost (the simulator, where the poll's
+    /// copy out of the CQE only adds work) says `false`.
+    #[inline(always)]
+    fn scatter_to_cqe_pays(&self) -> bool {
+        true
+    }
+
     /// Orders earlier stores to DMA memory before the following MMIO write.
     #[inline(always)]
     fn wmb(&self) {

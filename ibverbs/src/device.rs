@@ -130,6 +130,9 @@ impl Bus for AnyBus {
     fn blueflame(&self) -> bool {
         each!(self, b => b.blueflame())
     }
+    fn scatter_to_cqe_pays(&self) -> bool {
+        each!(self, b => b.scatter_to_cqe_pays())
+    }
     fn wmb(&self) {
         each!(self, b => b.wmb())
     }

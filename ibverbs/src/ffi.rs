@@ -1276,11 +1276,11 @@ pub(crate) unsafe fn create_qp_with(
                 a.blueflame = false;
             }
             a.memory_windows = mw;
-            // `MLX5_SCATTER_TO_CQE=0`: no responder scatter to CQE (libmlx5
-            // `use_scatter_to_cqe`; on by default, as there).
-            if !scatter_to_cqe() {
-                a.scatter_to_cqe = false;
-            }
+            // Scatter to CQE as libmlx5 asks for it (`use_scatter_to_cqe`): on
+            // unless `MLX5_SCATTER_TO_CQE=0`, on every bus (the library behaves as
+            // libmlx5 for the programs it runs; the driver's own default, off on the
+            // simulator, is for its latency).
+            a.scatter_to_cqe = Some(scatter_to_cqe());
             // A transport the driver does not offer (yet) is "not supported".
             p.pd.create_qp(&a).map_err(|e| match ty {
                 QpType::Uc => libc::EOPNOTSUPP,

@@ -16,6 +16,10 @@
 //! SENDs (receive WQE read fault), the whole QP buffer with its doorbell record
 //! unmapped (RNR), a CQ overrun, and armed CQs (completion events, compared too).
 //!
+//! Each scenario runs on a receive QP without scatter to CQE and on one with it
+//! (`qpc.cs_res`: messages of up to 32 bytes in their CQE), with small SENDs of their
+//! own (0 to 40 bytes; a length error, a bad key and a CQE write fault among them).
+//!
 //! One test function: the switch is process-wide (this binary runs nothing else).
 
 mod common;
@@ -55,14 +59,15 @@ struct Scenario {
     run: fn(&mut Pair, &mut Qp, &mut Qp, &[Mr; 2], &[Mr; 4], &mut Cqes),
 }
 
-fn run(s: &Scenario, general: bool) -> Outcome {
+fn run(s: &Scenario, general: bool, cs_res: u8) -> Outcome {
     set_general_path_only(general);
     let mut p = Pair::deterministic(Conn::default());
     p.fabric.capture(Some(1 << 20));
     // A fresh QP pair with the scenario's receive stride (the pair's own QPs stay
     // idle); CQs of 256 entries, an RQ of 16 WQEs so that the counters wrap.
     let mut qa = p.a.create_qp(&p.acq.0, &p.acq.1, 8, 4, 2);
-    let mut qb = p.b.create_qp(&p.bcq.0, &p.bcq.1, 8, 4, s.stride);
+    let mut qb =
+        p.b.create_qp_cs(0, &p.bcq.0, &p.bcq.1, 8, 4, s.stride, cs_res);
     let c = Conn::default();
     p.connect_qps(&qa, &qb, &c, 0x500);
     let src = [p.a.reg_mr(4096, ALL), p.a.reg_mr(4096, ALL)];
@@ -248,6 +253,47 @@ fn scenarios() -> Vec<Scenario> {
             },
         },
         Scenario {
+            name: "small SENDs (0..=40 bytes: up to 32 in the CQE with scatter to CQE)",
+            stride: 2,
+            fast: true,
+            clean: true,
+            run: |p, qa, qb, src, dst, out| {
+                let lens: Vec<u32> = (0..123u32).map(|i| (i * 7) % 41).collect();
+                let d = dst[3];
+                let recv = |n: usize| vec![sge(&d, (n % 7) * 1024, 1024)];
+                traffic(p, qa, qb, src, &lens[..60], true, recv, out);
+                traffic(p, qa, qb, src, &lens[60..], false, recv, out);
+            },
+        },
+        Scenario {
+            name: "small SEND: local length error",
+            stride: 2,
+            fast: true,
+            clean: false,
+            run: |p, qa, qb, src, dst, _| one(p, qa, qb, src, 20, &[sge(&dst[0], 0, 19)]),
+        },
+        Scenario {
+            name: "small SEND: bad lkey",
+            stride: 2,
+            fast: true,
+            clean: false,
+            run: |p, qa, qb, src, dst, _| {
+                let (addr, len, key) = sge(&dst[0], 0, 64);
+                one(p, qa, qb, src, 16, &[(addr, len, key ^ 0x0012_3400)])
+            },
+        },
+        Scenario {
+            name: "small SEND: receive CQ unmapped (CQE write fault)",
+            stride: 2,
+            fast: true,
+            clean: false,
+            run: |p, qa, qb, src, dst, _| {
+                one(p, qa, qb, src, 8, &[sge(&dst[0], 0, 64)]);
+                p.b.h.unmap(p.bcq.1.m);
+                one(p, qa, qb, src, 8, &[sge(&dst[0], 64, 64)]);
+            },
+        },
+        Scenario {
             name: "local length error",
             stride: 2,
             fast: true,
@@ -418,11 +464,15 @@ fn scenarios() -> Vec<Scenario> {
 
 #[test]
 fn the_one_packet_send_path_does_what_the_general_path_does() {
-    for s in scenarios() {
-        let fast = run(&s, false);
-        let general = run(&s, true);
-        assert_eq!(fast, general, "{}", s.name);
-        assert!(!fast.frames.is_empty(), "{}", s.name);
+    // Every scenario without scatter to CQE, and with it (`cs_res` 1: the messages
+    // of up to 32 bytes in their 64-byte CQE, which the one-packet path writes too).
+    for cs_res in [0u8, 1] {
+        for s in scenarios() {
+            let fast = run(&s, false, cs_res);
+            let general = run(&s, true, cs_res);
+            assert_eq!(fast, general, "{} (cs_res {cs_res})", s.name);
+            assert!(!fast.frames.is_empty(), "{}", s.name);
+        }
     }
     set_general_path_only(false);
 }

@@ -56,6 +56,8 @@ const MAX_BFREGS: u32 = 512;
 const QP_FLAG_SIGNATURE: u32 = 1 << 0;
 const QP_FLAG_SCATTER_CQE: u32 = 1 << 1;
 const QP_FLAG_BFREG_INDEX: u32 = 1 << 3;
+/// `MLX5_QP_FLAG_ALLOW_SCATTER_CQE` (requester scatter to CQE without `sq_sig_all`).
+const QP_FLAG_ALLOW_SCATTER_CQE: u32 = 1 << 8;
 /// `ibv_access_flags`.
 const ACCESS_LOCAL_WRITE: u32 = 1;
 const ACCESS_REMOTE_WRITE: u32 = 2;
@@ -1097,7 +1099,8 @@ impl Ucontext {
             _ => return Err(Errno::EOPNOTSUPP),
         };
         let pdn = self.pds.get(&pd_h).ok_or(Errno::EINVAL)?.pdn;
-        let scqn = self.cqs.get(&scq_h).ok_or(Errno::EINVAL)?.cqn;
+        let scq = self.cqs.get(&scq_h).ok_or(Errno::EINVAL)?;
+        let (scqn, scqe_size) = (scq.cqn, scq.cqe_size);
         let rcq = self.cqs.get(&rcq_h).ok_or(Errno::EINVAL)?;
         let (rcqn, rcqe_size) = (rcq.cqn, rcq.cqe_size);
         let srq = if is_srq != 0 {
@@ -1120,6 +1123,7 @@ impl Ucontext {
         if flags
             & !(QP_FLAG_SIGNATURE
                 | QP_FLAG_SCATTER_CQE
+                | QP_FLAG_ALLOW_SCATTER_CQE
                 | QP_FLAG_BFREG_INDEX
                 | QP_FLAG_UAR_PAGE_INDEX)
             != 0
@@ -1231,13 +1235,20 @@ impl Ucontext {
         // `sctr_data_cqe` (dropped, not refused, otherwise: `process_vendor_flag`), for
         // RC and UC QPs: `MLX5_RES_SCAT_DATA64_CQE` (2) when the receive CQ has 128-byte
         // CQEs, `MLX5_RES_SCAT_DATA32_CQE` (1) otherwise. libmlx5 copies the data out
-        // (`mlx5_copy_to_recv_wqe`). Requester scatter (`cs_req`) is not modelled.
-        if flags & QP_FLAG_SCATTER_CQE != 0
-            && self.nic.cap(g::sctr_data_cqe) == 1
-            && (ty == QPT_RC || ty == QPT_UC)
-        {
+        // (`mlx5_copy_to_recv_wqe`). Requester scatter likewise (`mlx5_ib`
+        // `configure_requester_scat_cqe`): RC QPs that signal every WQE or allow it
+        // (`MLX5_QP_FLAG_ALLOW_SCATTER_CQE`) get `cs_req` `MLX5_REQ_SCAT_DATA64_CQE`
+        // (0x22) when the send CQ has 128-byte CQEs, `MLX5_REQ_SCAT_DATA32_CQE`
+        // (0x11) otherwise; libmlx5 copies READ responses and atomic results out
+        // (`mlx5_copy_to_send_wqe`).
+        let scatter = flags & QP_FLAG_SCATTER_CQE != 0 && self.nic.cap(g::sctr_data_cqe) == 1;
+        if scatter && (ty == QPT_RC || ty == QPT_UC) {
             let cs_res = if rcqe_size == 128 { 2 } else { 1 };
             s(&mut input, qpc::cs_res, cs_res);
+        }
+        if scatter && ty == QPT_RC && (sig_all != 0 || flags & QP_FLAG_ALLOW_SCATTER_CQE != 0) {
+            let cs_req = if scqe_size == 128 { 0x22 } else { 0x11 };
+            s(&mut input, qpc::cs_req, cs_req);
         }
         if set_flex64(&mut input, create_qp_in::pas, &pas).is_err() {
             mem.unmap(self.nic);

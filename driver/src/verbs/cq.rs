@@ -879,6 +879,11 @@ fn decode(
         }
         return decode_other(mem, off, qp, qpn, counter, wc).then_some(false);
     }
+    if t[63 - 32] & (MLX5_INLINE_SCATTER_32 | MLX5_INLINE_SCATTER_64) != 0 {
+        // A READ response or an atomic result in the CQE (requester scatter to CQE):
+        // copied out first.
+        return decode_req_scattered(mem, off, qp, qpn, counter, wc).then_some(true);
+    }
     let op = (sop_drop_qpn >> 24) as u8;
     *wc = WorkCompletion {
         wr_id: qp.sq_retire(counter),
@@ -1079,6 +1084,57 @@ fn decode_scattered(
         }
     }
     wc.wc_flags = flags;
+    if let Err(status) = copied {
+        wc.status = status;
+    }
+    true
+}
+
+/// [`decode`] of a successful requester CQE that carries the data of its RDMA READ
+/// response or atomic result (requester scatter to CQE, `qpc.cs_req`): the data
+/// copied into the send WQE's local list before the WQE is retired, then the
+/// completion as `decode` reports it, with the copy's error status if it failed
+/// (rdma-core `mlx5_parse_cqe`: `handle_good_req`, then `mlx5_copy_to_send_wqe` of
+/// the completion's byte length: a READ's `byte_cnt`, 8 for an atomic).
+/// `MLX5_INLINE_SCATTER_32`: from byte 0 of the 64-byte CQE (at most 32 bytes);
+/// `MLX5_INLINE_SCATTER_64` cannot come here (the driver's CQEs are 64 bytes and it
+/// asks for 32, `cs_req` 0x11) and is `GeneralErr`, as is a count above 32.
+#[cold]
+#[inline(never)]
+fn decode_req_scattered(
+    mem: &FastMem<impl Bus>,
+    off: usize,
+    qp: &WqShared,
+    qpn: u32,
+    counter: u16,
+    wc: &mut WorkCompletion,
+) -> bool {
+    let mut bytes = [0u8; Cqe64::SIZE];
+    mem.read(off, &mut bytes);
+    let op = bytes[56];
+    let byte_cnt = u32::from_be_bytes(bytes[44..48].try_into().expect("4 bytes"));
+    let n = match op {
+        MLX5_OPCODE_RDMA_READ => byte_cnt as usize,
+        MLX5_OPCODE_ATOMIC_CS | MLX5_OPCODE_ATOMIC_FA => 8,
+        _ => 0,
+    };
+    let copied = if bytes[63] & MLX5_INLINE_SCATTER_32 != 0 && n <= 32 {
+        qp.copy_scattered_send(counter, &bytes[..n])
+    } else {
+        Err(WcStatus::GeneralErr)
+    };
+    *wc = WorkCompletion {
+        wr_id: qp.sq_retire(counter),
+        qp_num: qpn,
+        ..WorkCompletion::default()
+    };
+    let mut t = REQ_TAIL[usize::from(op)];
+    if op == MLX5_OPCODE_RDMA_READ {
+        t = t.with_byte_len(byte_cnt);
+    } else if op == MLX5_OPCODE_UMR && qp.umr_is_local_inv(u32::from(counter)) {
+        t = LOCAL_INV_TAIL;
+    }
+    put_tail(wc, t);
     if let Err(status) = copied {
         wc.status = status;
     }

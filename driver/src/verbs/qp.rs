@@ -123,14 +123,19 @@ pub struct QpInitAttr<'q, 'ctx, B: Bus> {
     /// rdma-core's mlx5 provider sizes QPs that may post them (`_sq_overhead` with
     /// `IBV_QP_EX_WITH_BIND_MW`: 192 bytes before the data part instead of 48).
     pub memory_windows: bool,
-    /// Let the device place received messages of up to 32 bytes in their CQE instead
-    /// of the receive buffer (responder scatter to CQE, `qpc.cs_res`), the poll
-    /// copying them into the receive's scatter list: RC and UC QPs (on their own RQ
-    /// or an SRQ) of a device with `sctr_data_cqe`, as Linux's `mlx5_ib` configures
-    /// it for libmlx5, which asks by default (`MLX5_QP_FLAG_SCATTER_CQE` unless
-    /// `MLX5_SCATTER_TO_CQE=0`). On by default ([`QpInitAttr::without_scatter_to_cqe`]
-    /// turns it off); ignored for UD.
-    pub scatter_to_cqe: bool,
+    /// Let the device place small messages in their CQE instead of memory (scatter
+    /// to CQE), the poll copying them where the work request said: received messages
+    /// of up to 32 bytes (responder, `qpc.cs_res`: RC and UC QPs, on their own RQ or
+    /// an SRQ) into the receive's scatter list, and on an RC QP that signals every
+    /// WQE (`sq_sig_all`) RDMA READ responses of up to 32 bytes and atomic results
+    /// (requester, `qpc.cs_req`) into the WQE's local list; on a device with
+    /// `sctr_data_cqe`, as Linux's `mlx5_ib` configures it for libmlx5, which asks
+    /// by default (`MLX5_QP_FLAG_SCATTER_CQE` unless `MLX5_SCATTER_TO_CQE=0`).
+    /// `None` (the default): as the bus says ([`Bus::scatter_to_cqe_pays`]: on for a
+    /// ConnectX over VFIO, off on the simulator, where it measurably adds latency);
+    /// `Some(true)` ([`QpInitAttr::with_scatter_to_cqe`]) or `Some(false)`
+    /// ([`QpInitAttr::without_scatter_to_cqe`]) decide. Ignored for UD.
+    pub scatter_to_cqe: Option<bool>,
 }
 
 impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
@@ -150,7 +155,7 @@ impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
             srq: None,
             memory_windows: false,
             gsi: false,
-            scatter_to_cqe: true,
+            scatter_to_cqe: None,
         }
     }
 
@@ -194,7 +199,14 @@ impl<'q, 'ctx, B: Bus> QpInitAttr<'q, 'ctx, B> {
     /// The same, every received message in the receive buffer (no scatter to CQE,
     /// [`QpInitAttr::scatter_to_cqe`]; `MLX5_SCATTER_TO_CQE=0` for libmlx5).
     pub fn without_scatter_to_cqe(mut self) -> Self {
-        self.scatter_to_cqe = false;
+        self.scatter_to_cqe = Some(false);
+        self
+    }
+
+    /// The same, small messages in their CQEs whatever the bus's default
+    /// ([`QpInitAttr::scatter_to_cqe`]).
+    pub fn with_scatter_to_cqe(mut self) -> Self {
+        self.scatter_to_cqe = Some(true);
         self
     }
 
@@ -339,6 +351,9 @@ pub(crate) struct WqShared {
     /// Set when the QP's responder scatters to CQE (`qpc.cs_res`): where the poll
     /// copies a message the device placed in its CQE.
     scatter: std::sync::OnceLock<super::scatter::RecvScatter>,
+    /// Set when the QP's requester scatters to CQE (`qpc.cs_req`): where the poll
+    /// copies a READ response or an atomic result the device placed in its CQE.
+    send_scatter: std::sync::OnceLock<super::scatter::SendScatter>,
     /// The destination QPN of the connected (RC, UC) QP, from its INIT→RTR: the
     /// `src_qp` of a completion whose `flags_rqpn` the device overwrote with data
     /// (scatter to CQE).
@@ -460,6 +475,24 @@ impl WqShared {
         }
     }
 
+    /// Copies `data`, the READ response or atomic result of a requester CQE with
+    /// `MLX5_INLINE_SCATTER_32`, into the local list of the send WQE it completes
+    /// (`counter`: the CQE's `wqe_counter`), before the WQE is retired (rdma-core
+    /// `mlx5_parse_cqe`: `mlx5_copy_to_send_wqe`). A QP that did not ask the device
+    /// to scatter to CQE gets `GeneralErr`.
+    pub(crate) fn copy_scattered_send(&self, counter: u16, data: &[u8]) -> Result<(), WcStatus> {
+        match self.send_scatter.get() {
+            Some(s) => s.copy_to_send(counter, data),
+            None => Err(WcStatus::GeneralErr),
+        }
+    }
+
+    /// Where the poll copies the READ responses and atomic results the device places
+    /// in CQEs (the QP's requester scatters to CQE).
+    pub(crate) fn set_send_scatter(&self, s: super::scatter::SendScatter) {
+        let _ = self.send_scatter.set(s);
+    }
+
     /// The destination QPN of the connected QP (0 before INIT→RTR).
     pub(crate) fn dest_qpn(&self) -> u32 {
         self.dest_qpn.load(Ordering::Relaxed)
@@ -491,6 +524,7 @@ impl WqShared {
             rq_wr_id,
             srq: std::sync::OnceLock::new(),
             scatter: std::sync::OnceLock::new(),
+            send_scatter: std::sync::OnceLock::new(),
             dest_qpn: AtomicU32::new(0),
         }
     }
@@ -989,11 +1023,25 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         // (without it the request is dropped, not refused: `process_vendor_flag`);
         // `MLX5_RES_SCAT_DATA32_CQE` (1), the driver's CQs having 64-byte CQEs
         // (DATA64, 2, is for 128-byte ones).
-        let scatter = init.scatter_to_cqe
+        let asked = init
+            .scatter_to_cqe
+            .unwrap_or_else(|| ctx.bus().scatter_to_cqe_pays());
+        let scatter = asked
             && matches!(init.qp_type, QpType::Rc | QpType::Uc)
             && ctx.cap(g::sctr_data_cqe) == 1;
         if scatter {
             q(qpc::cs_res).set(&mut input, 1);
+        }
+        // Requester scatter to CQE as `mlx5_ib` sets it (qp.c
+        // `configure_requester_scat_cqe`, for RC QPs asking for scatter to CQE): only
+        // when every WQE is signaled (`sq_sig_all`; the device places a READ response
+        // or an atomic result in the CQE of a signaled WQE only, and `mlx5_ib` takes
+        // no chance on the others), `MLX5_REQ_SCAT_DATA32_CQE` (0x11) for the
+        // driver's 64-byte CQEs. The poll copies the data into the WQE's local list
+        // (as libmlx5's `mlx5_copy_to_send_wqe`).
+        let req_scatter = scatter && init.qp_type == QpType::Rc && init.sq_sig_all;
+        if req_scatter {
+            q(qpc::cs_req).set(&mut input, 0x11);
         }
         set_flex64(&mut input, create_qp_in::pas, &pas)
             .map_err(|_| Error::InvalidArgument("PAS list does not fit the command"))?;
@@ -1033,6 +1081,14 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             };
             q.shared.set_scatter(super::scatter::RecvScatter {
                 segs,
+                mrs: Arc::clone(ctx.mrs()),
+            });
+        }
+        if req_scatter {
+            let segs = super::scatter::RingSegs::new(&q.buf, geo.rq_bytes(), geo.sq_wqebbs, 6, 0)
+                .ok_or(Error::InvalidArgument("QP geometry"))?;
+            q.shared.set_send_scatter(super::scatter::SendScatter {
+                sq: segs,
                 mrs: Arc::clone(ctx.mrs()),
             });
         }
@@ -1099,6 +1155,7 @@ impl<B: Bus> Queues<B> {
             rq_done: AtomicU32::new(0),
             srq: std::sync::OnceLock::new(),
             scatter: std::sync::OnceLock::new(),
+            send_scatter: std::sync::OnceLock::new(),
             dest_qpn: AtomicU32::new(0),
         });
         Ok(Queues {

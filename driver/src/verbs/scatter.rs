@@ -1,7 +1,10 @@
 //! The memory regions of a device by key, for the one place software writes received
-//! data itself: a receive the device completed with its message in the CQE (scatter to
-//! CQE, `qpc.cs_res`), which the poll copies into the receive's scatter list as
-//! rdma-core's libmlx5 does (`cq.c` `handle_responder`, `mlx5_copy_to_recv_wqe`).
+//! data itself: a completion whose data the device placed in the CQE (scatter to CQE),
+//! which the poll copies where the work request said, as rdma-core's libmlx5 does: a
+//! receive's message (`qpc.cs_res`) into the receive's scatter list (`cq.c`
+//! `handle_responder`, `mlx5_copy_to_recv_wqe`), an RDMA READ response or an atomic
+//! result (`qpc.cs_req`) into the send WQE's local list (`mlx5_parse_cqe`,
+//! `mlx5_copy_to_send_wqe`).
 //!
 //! libmlx5 takes a scatter entry's address as a pointer, which holds only for memory
 //! regions whose key translates host addresses (`ibv_reg_mr`); a zero-based region
@@ -126,6 +129,77 @@ impl RingSegs {
         // `struct mlx5_wqe_data_seg`: byte_count, lkey, addr (big-endian).
         let addr = (u64::from(word(2)) << 32) | u64::from(word(3));
         Some((word(0) & 0x7fff_ffff, word(1), addr))
+    }
+}
+
+impl RingSegs {
+    /// The big-endian word at byte `byte` of the ring, taken modulo the ring's size
+    /// (a multiple of 4: the ring's size is a power of two of at least 16 bytes).
+    fn ring_word(&self, byte: usize) -> u32 {
+        let off = byte & ((((self.mask as usize) + 1) << self.shift) - 1) & !3;
+        // SAFETY: `off + 4 <= (mask + 1) << shift` (masked to the ring, a multiple
+        // of 4), inside the ring that `new` checked against the buffer, which
+        // `_keep` keeps alive; 4-byte aligned from a page-aligned base. DMA memory is
+        // accessed only atomically or by the rings, which do not write a WQE before
+        // it is retired.
+        let w = unsafe { AtomicU32::from_ptr(self.ptr.add(off) as *mut u32) };
+        u32::from_be(w.load(Ordering::Relaxed))
+    }
+}
+
+/// What an RC QP whose requester scatters to CQE (`qpc.cs_req`) needs to copy a READ
+/// response or an atomic result out of a CQE: its send queue (64-byte WQEBBs) and
+/// the device's regions.
+pub(crate) struct SendScatter {
+    pub(crate) sq: RingSegs,
+    pub(crate) mrs: Arc<MrDir>,
+}
+
+impl SendScatter {
+    /// Copies `data` (a READ response or an atomic result the device placed in the
+    /// CQE of the send WQE at `index`) across that WQE's local scatter list, as
+    /// libmlx5's `mlx5_copy_to_send_wqe` does: the data segments after the control
+    /// and remote address segments (READ) or those and the atomic segment (compare
+    /// and swap, fetch and add), up to the control segment's DS count, wrapping at the
+    /// end of the send queue; each takes up to its byte count, in order. Another
+    /// opcode is `RemInvReqErr` (libmlx5's answer); an entry outside its region
+    /// `LocProtErr`; data left when the list ends `LocLenErr`.
+    pub(crate) fn copy_to_send(&self, index: u16, data: &[u8]) -> Result<(), WcStatus> {
+        use ferroverbs_hw::datapath::wqe::{
+            MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ,
+        };
+        let base = (usize::from(index) & self.sq.mask as usize) << self.sq.shift;
+        // `struct mlx5_wqe_ctrl_seg`: opmod_idx_opcode (opcode in the low byte),
+        // qpn_ds (DS, in 16-byte units, in the low 6 bits).
+        let opcode = self.sq.ring_word(base) as u8;
+        let ds = (self.sq.ring_word(base + 4) & 0x3f) as usize;
+        let first = match opcode {
+            MLX5_OPCODE_RDMA_READ => 2,
+            MLX5_OPCODE_ATOMIC_CS | MLX5_OPCODE_ATOMIC_FA => 3,
+            _ => return Err(WcStatus::RemInvReqErr),
+        };
+        let mut rest = data;
+        for k in first..ds.max(first) {
+            if rest.is_empty() {
+                break;
+            }
+            let at = base + 16 * k;
+            // `struct mlx5_wqe_data_seg`: byte_count, lkey, addr (big-endian).
+            let len = self.sq.ring_word(at) & 0x7fff_ffff;
+            let lkey = self.sq.ring_word(at + 4);
+            let addr = (u64::from(self.sq.ring_word(at + 8)) << 32)
+                | u64::from(self.sq.ring_word(at + 12));
+            let n = rest.len().min(len as usize);
+            if !self.mrs.copy_to(lkey, addr, &rest[..n]) {
+                return Err(WcStatus::LocProtErr);
+            }
+            rest = &rest[n..];
+        }
+        if rest.is_empty() {
+            Ok(())
+        } else {
+            Err(WcStatus::LocLenErr)
+        }
     }
 }
 

@@ -261,6 +261,26 @@ impl CqeTemplate {
     }
 }
 
+/// Puts `data` (at most 32 bytes) over the first bytes of the CQE held as eight
+/// native-endian words `w` ([`CqeTemplate::words`]) and sets `MLX5_INLINE_SCATTER_32`
+/// in its `op_own`: what [`CqRt::push_scattered`] does to an encoded CQE.
+#[inline]
+fn scatter_32_words(w: &mut [u64; 8], data: &[u8]) {
+    let n = data.len().min(32);
+    let mut b = [0u8; 32];
+    for (k, w) in w[..4].iter().enumerate() {
+        b[8 * k..8 * k + 8].copy_from_slice(&w.to_ne_bytes());
+    }
+    b[..n].copy_from_slice(&data[..n]);
+    for (k, w) in w[..4].iter_mut().enumerate() {
+        let mut x = [0u8; 8];
+        x.copy_from_slice(&b[8 * k..8 * k + 8]);
+        *w = u64::from_ne_bytes(x);
+    }
+    // `op_own` is byte 63: the last byte of word 7.
+    w[7] |= u64::from_ne_bytes([0, 0, 0, 0, 0, 0, 0, MLX5_INLINE_SCATTER_32]);
+}
+
 /// How a CQ is armed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arm {
@@ -515,6 +535,51 @@ impl CqRt {
         imm: u32,
         timestamp: u64,
     ) -> bool {
+        self.try_push_words(held, se, |owner| {
+            tpl.words(opcode, se, owner, wqe_counter, byte_cnt, imm, timestamp)
+        })
+    }
+
+    /// [`CqRt::try_push_resp`] of a responder CQE that carries the received message
+    /// `data` of at most 32 bytes (scatter to CQE): the template's entry with `data`
+    /// over its first bytes and `MLX5_INLINE_SCATTER_32` in `op_own`, the bytes
+    /// [`CqRt::push_scattered`] writes for it (tested byte for byte). `false` (nothing
+    /// done) as `try_push_resp`, and for more than 32 bytes (a 128-byte entry's lower
+    /// half, which `push_scattered` writes).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn try_push_resp_scattered(
+        &mut self,
+        held: &Held,
+        tpl: &CqeTemplate,
+        opcode: u8,
+        se: bool,
+        wqe_counter: u16,
+        imm: u32,
+        timestamp: u64,
+        data: &[u8],
+    ) -> bool {
+        if data.len() > 32 {
+            return false;
+        }
+        self.try_push_words(held, se, |owner| {
+            let byte_cnt = data.len() as u32;
+            let mut w = tpl.words(opcode, se, owner, wqe_counter, byte_cnt, imm, timestamp);
+            scatter_32_words(&mut w, data);
+            w
+        })
+    }
+
+    /// The common part of [`CqRt::try_push_resp`] and
+    /// [`CqRt::try_push_resp_scattered`]: the entry `words(owner)` written straight
+    /// into its slot when nothing else is needed.
+    #[inline(always)]
+    fn try_push_words(
+        &mut self,
+        held: &Held,
+        se: bool,
+        words: impl FnOnce(u8) -> [u64; 8],
+    ) -> bool {
         if self.error || self.arm.is_some() {
             return false;
         }
@@ -525,7 +590,7 @@ impl CqRt {
             return false;
         };
         let owner = hw_owner_bit(self.pi, self.ncqe());
-        let words = tpl.words(opcode, se, owner, wqe_counter, byte_cnt, imm, timestamp);
+        let words = words(owner);
         if !held.try_write_entry64(&mut self.win, iova, &words) {
             return false;
         }
@@ -782,6 +847,63 @@ mod tests {
                 comp.timestamp,
             );
             assert_eq!(filled, comp.encode(owner), "{comp:?} owner {owner}");
+        }
+    }
+
+    /// A scattered responder CQE from the template ([`scatter_32_words`], the fast
+    /// path's) has the bytes `push_scattered` writes for it (the encoded CQE, the
+    /// message over its first bytes, `MLX5_INLINE_SCATTER_32`): every length from 0
+    /// to 32, random fields.
+    #[test]
+    fn the_scattered_template_writes_the_bytes_of_push_scattered() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..4_000usize {
+            let (a, b, c) = (next(), next(), next());
+            let n = i % 33;
+            let data: Vec<u8> = (0..n).map(|_| next() as u8).collect();
+            let opcode = if i % 2 == 0 {
+                MLX5_CQE_RESP_SEND
+            } else {
+                ferroverbs_hw::datapath::cqe::MLX5_CQE_RESP_SEND_IMM
+            };
+            let comp = Completion {
+                kind: CqeKind::Resp { opcode },
+                qpn: a as u32,
+                wqe_counter: (a >> 32) as u16,
+                byte_cnt: n as u32,
+                imm: (b >> 32) as u32,
+                rqpn: c as u32,
+                uidx: (c >> 32) as u32,
+                se: a & (1 << 50) != 0,
+                timestamp: next(),
+                grh: false,
+            };
+            let owner = ((a >> 51) & 1) as u8;
+            let t = CqeTemplate::resp(comp.qpn, comp.rqpn, comp.uidx, false);
+            let mut w = t.words(
+                opcode,
+                comp.se,
+                owner,
+                comp.wqe_counter,
+                comp.byte_cnt,
+                comp.imm,
+                comp.timestamp,
+            );
+            scatter_32_words(&mut w, &data);
+            let mut got = [0u8; 64];
+            for (k, w) in w.iter().enumerate() {
+                got[8 * k..8 * k + 8].copy_from_slice(&w.to_ne_bytes());
+            }
+            let mut want = comp.encode(owner);
+            want[..n].copy_from_slice(&data);
+            want[63] |= MLX5_INLINE_SCATTER_32;
+            assert_eq!(got, want, "{comp:?} owner {owner} data {data:?}");
         }
     }
 

@@ -313,8 +313,9 @@ impl Ctx<'_> {
         self.post_cqe_with(cqn, c, None)
     }
 
-    /// [`Ctx::post_cqe`] of a responder CQE carrying the message `data` (scatter to
-    /// CQE, [`CqRt::push_scattered`]).
+    /// [`Ctx::post_cqe`] of a CQE carrying the data `data`: a responder CQE with its
+    /// message, or a requester CQE with its READ response or atomic result (scatter
+    /// to CQE, [`CqRt::push_scattered`]).
     pub fn post_cqe_scattered(&mut self, cqn: Option<u32>, c: &Completion, data: &[u8]) -> bool {
         self.post_cqe_with(cqn, c, Some(data))
     }
@@ -487,6 +488,30 @@ pub struct Sq {
     pub txd: WqeData,
     /// Data of the READ/atomic being completed.
     pub rxd: WqeData,
+    /// The data of a completed READ/atomic that goes in its CQE (requester scatter
+    /// to CQE, `qpc.cs_req`), until the WQE's CQE is written.
+    pub req_scat: Option<ReqScat>,
+}
+
+/// The data of an RDMA READ response or an atomic result that goes in the
+/// requester's CQE ([`qp::QpCfg::req_in_cqe`]), held from its arrival
+/// until the WQE completes (at once in the common case: the responses arrive in
+/// order, after everything before them was acknowledged).
+#[derive(Clone, Copy, Debug)]
+pub struct ReqScat {
+    /// The WQE index of the READ/atomic (its CQE's `wqe_counter`).
+    pub index: u16,
+    /// Bytes of `data` used (at most 64).
+    pub len: u8,
+    /// The data.
+    pub data: [u8; 64],
+}
+
+impl ReqScat {
+    /// The data.
+    pub fn bytes(&self) -> &[u8] {
+        &self.data[..usize::from(self.len).min(64)]
+    }
 }
 
 /// A message being received.
@@ -693,6 +718,7 @@ impl QpRt {
         self.sq.retry_psn = None;
         self.sq.txd.pos = None;
         self.sq.rxd.pos = None;
+        self.sq.req_scat = None;
         self.flush_sq_ring(cx);
         if self.resp.rwqe.active {
             self.resp.rwqe.active = false;

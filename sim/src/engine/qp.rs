@@ -115,6 +115,10 @@ pub struct QpCfg {
     /// The largest received SEND placed in its CQE instead of the receive buffer
     /// (responder scatter to CQE, `qpc.cs_res`; 0: none).
     pub scatter_cqe: u32,
+    /// The largest RDMA READ response or atomic result placed in the requester's
+    /// CQE instead of the local buffer (requester scatter to CQE, `qpc.cs_req`; 0:
+    /// none).
+    pub req_scatter_cqe: u32,
     /// The Q counter set its events count into (`qpc.counter_set_id`; 0: none).
     pub counter_set: u8,
     /// UAR page of the QP's doorbells.
@@ -243,6 +247,7 @@ impl QpCfg {
                 _ => g(qpc::user_index) as u32,
             },
             scatter_cqe: Self::scatter_cqe(fw, qp, g(qpc::cs_res)),
+            req_scatter_cqe: Self::req_scatter_cqe(fw, qp, g(qpc::cs_req)),
             counter_set: g(qpc::counter_set_id) as u8,
             uar: qp.uar,
             buf: QueueBuf {
@@ -310,6 +315,40 @@ impl QpCfg {
             1 => 32,
             2 if cqe128 => 64,
             2 => 32,
+            _ => 0,
+        }
+    }
+
+    /// Whether the `n` bytes of a READ response or atomic result of a signaled WQE go
+    /// in its CQE (requester scatter to CQE).
+    #[inline]
+    pub fn req_in_cqe(&self, n: u64) -> bool {
+        self.req_scatter_cqe != 0 && n <= u64::from(self.req_scatter_cqe)
+    }
+
+    /// The requester scatter-to-CQE limit of `qpc.cs_req` (PRM; Linux
+    /// `include/linux/mlx5/qp.h` `MLX5_REQ_SCAT_DATA32_CQE` 0x11 and
+    /// `MLX5_REQ_SCAT_DATA64_CQE` 0x22, which `mlx5_ib`'s
+    /// `configure_requester_scat_cqe` sets for RC QPs created with
+    /// `MLX5_QP_FLAG_SCATTER_CQE` that signal every WQE (`sq_sig_all`) or allow it
+    /// (`MLX5_QP_FLAG_ALLOW_SCATTER_CQE`): DATA64 when the send CQ has 128-byte
+    /// CQEs, DATA32 otherwise): the data of an RDMA READ response or an atomic
+    /// response of up to 32 bytes goes in the 64-byte CQE, of up to 64 in the first
+    /// half of a 128-byte entry; libmlx5 copies it into the send WQE's scatter list
+    /// (`cq.c` `mlx5_parse_cqe`, `qp.c` `mlx5_copy_to_send_wqe`, RC only). DATA64 on
+    /// a CQ of 64-byte CQEs gives 32; other values, and other transports, none.
+    fn req_scatter_cqe(fw: &Firmware, qp: &Qp, cs_req: u64) -> u32 {
+        if qp.st != ServiceType::Rc {
+            return 0;
+        }
+        let cqe128 = qp
+            .cqn_snd
+            .and_then(|c| fw.cq(c))
+            .is_some_and(|c| c.cqe_size == 128);
+        match cs_req {
+            0x11 => 32,
+            0x22 if cqe128 => 64,
+            0x22 => 32,
             _ => 0,
         }
     }

@@ -19,6 +19,10 @@
 //!   goes to the error state and every later WQE is flushed.
 //!
 //! Unsignaled WQEs complete silently on success; errors are always reported.
+//!
+//! * Requester scatter to CQE (`qpc.cs_req`): the data of a READ response or an
+//!   atomic ACK of a signaled WQE small enough goes in the WQE's CQE
+//!   (`MLX5_INLINE_SCATTER_32`/`_64`) instead of its local buffer.
 
 use ferroverbs_hw::datapath::cqe::{
     MLX5_CQE_SYNDROME_BAD_RESP_ERR, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
@@ -29,7 +33,7 @@ use ferroverbs_hw::datapath::cqe::{
 
 use crate::engine::cq::CqeKind;
 use crate::engine::wqe::{self, Op};
-use crate::engine::{mem, Ctx, Pkt, QpRt, Synd};
+use crate::engine::{mem, Ctx, Pkt, QpRt, ReqScat, Synd};
 use crate::wire::aeth::{self, NakCode, Syndrome};
 use crate::wire::opcode::{Operation, Position};
 use crate::wire::Psn;
@@ -153,10 +157,23 @@ pub fn complete_head(qp: &mut QpRt, cx: &mut Ctx) {
         let c =
             f.w.signaled
                 .then(|| qp.req_completion(f, CqeKind::Req { sop: f.w.opcode }, cx.now));
+        // The READ response or atomic result that goes in this CQE (requester scatter
+        // to CQE), kept since it arrived.
+        let scat = match qp.sq.req_scat {
+            Some(s) if c.is_some() && s.index == f.w.index && f.w.op.is_some_and(Op::scatters) => {
+                qp.sq.req_scat = None;
+                Some(s)
+            }
+            _ => None,
+        };
         qp.sq.wqes.pop_front();
         qp.sq.tx = qp.sq.tx.saturating_sub(1);
         if let Some(c) = c {
-            if !cx.post_cqe(qp.cfg.cqn_snd, &c) {
+            let written = match &scat {
+                Some(s) => cx.post_cqe_scattered(qp.cfg.cqn_snd, &c, s.bytes()),
+                None => cx.post_cqe(qp.cfg.cqn_snd, &c),
+            };
+            if !written {
                 qp.to_error(cx);
                 return;
             }
@@ -165,6 +182,9 @@ pub fn complete_head(qp: &mut QpRt, cx: &mut Ctx) {
 }
 
 fn report_error(qp: &mut QpRt, cx: &mut Ctx, f: &crate::engine::Flight, s: Synd) {
+    if qp.sq.req_scat.is_some_and(|r| r.index == f.w.index) {
+        qp.sq.req_scat = None;
+    }
     if f.counted {
         qp.sq.reads_out = qp.sq.reads_out.saturating_sub(1);
     }
@@ -407,6 +427,30 @@ fn progress(qp: &mut QpRt, now: u64) {
     rearm(qp, now);
 }
 
+/// Whether the `n` bytes a READ response or an atomic ACK brought for flight `f` go
+/// in its CQE instead of its local buffer (requester scatter to CQE, `qpc.cs_req`:
+/// [`QpCfg::req_in_cqe`](crate::engine::qp::QpCfg::req_in_cqe)). Only a signaled
+/// WQE has a CQE to carry them: Linux's `mlx5_ib` enables `cs_req` only for QPs that
+/// signal every WQE (`configure_requester_scat_cqe`: `sq_sig_all`, unless the
+/// creator allowed it explicitly), and an unsignaled READ's data goes to its buffer
+/// here (the PRM places it in the CQE only when the WQE generates one). One READ
+/// response packet at most (`n` is at most 64, below every path MTU), and one held
+/// at a time ([`ReqScat`]): a second before the first's CQE goes to memory.
+fn req_in_cqe(qp: &QpRt, f: &crate::engine::Flight, n: u64) -> bool {
+    f.w.signaled && f.npsn <= 1 && qp.cfg.req_in_cqe(n) && qp.sq.req_scat.is_none()
+}
+
+/// Keeps `data` for the CQE of flight `f` ([`req_in_cqe`] held).
+fn hold_for_cqe(qp: &mut QpRt, f: &crate::engine::Flight, data: &[u8]) {
+    let mut s = ReqScat {
+        index: f.w.index,
+        len: data.len().min(64) as u8,
+        data: [0; 64],
+    };
+    s.data[..usize::from(s.len)].copy_from_slice(&data[..usize::from(s.len)]);
+    qp.sq.req_scat = Some(s);
+}
+
 fn on_read_response(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     let psn = pkt.repr.bth.psn;
     let Some(i) = oldest_read(qp) else {
@@ -456,8 +500,11 @@ fn on_read_response(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
         );
         return;
     }
+    // Requester scatter to CQE: the response's data kept for the READ's CQE, the
+    // local buffer untouched (software copies it there); its list still checked.
+    let in_cqe = want == Position::Only && req_in_cqe(qp, &f, n);
     let ok = wqe::reload(cx.fw, cx.io, &qp.cfg, &f.w, &mut qp.sq.rxd)
-        && mem::scatter(cx.fw, cx.io, &qp.sq.rxd.sges, f.got, pkt.payload).is_ok();
+        && (in_cqe || mem::scatter(cx.fw, cx.io, &qp.sq.rxd.sges, f.got, pkt.payload).is_ok());
     if !ok {
         fail_at(
             qp,
@@ -466,6 +513,9 @@ fn on_read_response(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
             Synd::of(MLX5_CQE_SYNDROME_LOCAL_PROT_ERR),
         );
         return;
+    }
+    if in_cqe {
+        hold_for_cqe(qp, &f, pkt.payload);
     }
     let fl = &mut qp.sq.wqes[i];
     fl.got += n;
@@ -513,11 +563,17 @@ fn on_atomic_ack(qp: &mut QpRt, cx: &mut Ctx, pkt: &Pkt) {
     ack_to(qp, psn.sub(1));
     let f = qp.sq.wqes[i];
     let bytes = cx.fw.atomic_result_bytes(orig.original);
+    // Requester scatter to CQE: the result (in the byte order it would have in
+    // memory) kept for the atomic's CQE, the local buffer untouched.
+    let in_cqe = req_in_cqe(qp, &f, bytes.len() as u64);
     let ok = wqe::reload(cx.fw, cx.io, &qp.cfg, &f.w, &mut qp.sq.rxd)
-        && mem::scatter(cx.fw, cx.io, &qp.sq.rxd.sges, 0, &bytes).is_ok();
+        && (in_cqe || mem::scatter(cx.fw, cx.io, &qp.sq.rxd.sges, 0, &bytes).is_ok());
     if !ok {
         fail_at(qp, cx, psn, Synd::of(MLX5_CQE_SYNDROME_LOCAL_PROT_ERR));
         return;
+    }
+    if in_cqe {
+        hold_for_cqe(qp, &f, &bytes);
     }
     let fl = &mut qp.sq.wqes[i];
     fl.resp_pkts = 1;

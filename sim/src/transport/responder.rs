@@ -129,7 +129,8 @@ impl One<'_> {
 /// Whether a one-packet SEND to `qp` (an RC QP) takes [`send_only`]: the QP receives
 /// (RTR, RTS or SQD), the PSN is the expected one, no message is in progress, the QP
 /// has its own RQ (not an SRQ), the payload is within the path MTU (the opcode's
-/// payload rule), and the test hook does not force the general path.
+/// payload rule) and, if it goes in its CQE (scatter to CQE), within the 32 bytes of
+/// a 64-byte CQE, and the test hook does not force the general path.
 #[inline(always)]
 fn fast_send_only(qp: &QpRt, one: &One) -> bool {
     matches!(qp.state, QpcState::Rtr | QpcState::Rts | QpcState::Sqd)
@@ -137,7 +138,7 @@ fn fast_send_only(qp: &QpRt, one: &One) -> bool {
         && qp.resp.cur == InMsg::None
         && qp.cfg.srqn.is_none()
         && one.payload.len() <= qp.cfg.pmtu as usize
-        && !qp.cfg.in_cqe(one.payload.len() as u64)
+        && (one.payload.len() <= 32 || !qp.cfg.in_cqe(one.payload.len() as u64))
         && !GENERAL_ONLY.load(Ordering::Relaxed)
 }
 
@@ -384,10 +385,13 @@ fn send_only(qp: &mut QpRt, cx: &mut Ctx, one: &One) {
             NakCode::InvalidRequest,
         );
     }
+    // Scatter to CQE (`qpc.cs_res`), as `send_data`: the message goes in its CQE, the
+    // receive buffer untouched (its entry was checked all the same).
+    let in_cqe = qp.cfg.in_cqe(n as u64);
     // `mem::scatter_cached` of a one-entry list at offset 0: the whole payload at the
     // entry's address (nothing for an empty payload).
     let win = &mut qp.resp.data_win;
-    if mem::write_key_cached(k, &held, win, sge.addr, one.payload).is_err() {
+    if !in_cqe && mem::write_key_cached(k, &held, win, sge.addr, one.payload).is_err() {
         drop(held);
         return recv_error(
             qp,
@@ -410,13 +414,29 @@ fn send_only(qp: &mut QpRt, cx: &mut Ctx, one: &One) {
     let se = one.bth.solicited;
     let cfg = &qp.cfg;
     let len = byte_cnt(n as u64);
+    let tpl = &cfg.resp_cqe;
     let written = match cfg.cqn_rcv.and_then(|cqn| cx.cqs.get_mut(cqn)) {
-        Some(cq) => cq.try_push_resp(&held, &cfg.resp_cqe, opcode, se, counter, len, imm, cx.now),
+        Some(cq) if in_cqe => {
+            cq.try_push_resp_scattered(&held, tpl, opcode, se, counter, imm, cx.now, one.payload)
+        }
+        Some(cq) => cq.try_push_resp(&held, tpl, opcode, se, counter, len, imm, cx.now),
         None => false,
     };
     drop(held);
     if written {
         cx.stats.cqes += 1;
+    } else if in_cqe {
+        // What `send_data` writes: the general push, with the message.
+        let c = qp.resp_completion(
+            CqeKind::Resp { opcode },
+            u32::from(counter),
+            n as u64,
+            cx.now,
+        );
+        let c = Completion { imm, se, ..c };
+        if !cx.post_cqe_scattered(qp.cfg.cqn_rcv, &c, one.payload) {
+            return qp.to_error(cx);
+        }
     } else if !cx.post_resp_cqe(cfg, opcode, se, counter, len, imm) {
         return qp.to_error(cx);
     }

@@ -367,6 +367,23 @@ impl Node {
         stride: u8,
         cs_res: u8,
     ) -> Qp {
+        self.create_qp_scat(st, scq, rcq, log_sq, log_rq, stride, cs_res, 0)
+    }
+
+    /// [`Node::create_qp_cs`] with requester scatter to CQE `cs_req` too
+    /// (`qpc.cs_req`: 0 none, 0x11 up to 32 bytes, 0x22 up to 64).
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_qp_scat(
+        &mut self,
+        st: u8,
+        scq: &Cq,
+        rcq: &Cq,
+        log_sq: u8,
+        log_rq: u8,
+        stride: u8,
+        cs_res: u8,
+        cs_req: u8,
+    ) -> Qp {
         let rq_stride = 16usize << stride;
         let rq = rq_stride << log_rq;
         let sq = 64usize << log_sq;
@@ -379,6 +396,7 @@ impl Node {
         let uidx = 0x1000 + self.h.mapped.len() as u32;
         set(&mut i, f(qpc::st), st.into());
         set(&mut i, f(qpc::cs_res), cs_res.into());
+        set(&mut i, f(qpc::cs_req), cs_req.into());
         set(&mut i, f(qpc::pm_state), 3);
         set(&mut i, f(qpc::pd), self.pd.into());
         set(&mut i, f(qpc::uar_page), self.up.uar.into());

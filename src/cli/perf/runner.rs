@@ -382,10 +382,15 @@ fn create_qp<'p, 'c, B: Bus>(
     cap: QpCap,
 ) -> ferroverbs::verbs::Result<QueuePair<'p, B>> {
     let a = QpInitAttr::new(cq, cq, cap);
-    // `MLX5_SCATTER_TO_CQE=0`, as libmlx5 reads it: received messages always in the
-    // buffer (no scatter to CQE), for comparisons.
-    let off = std::env::var_os("MLX5_SCATTER_TO_CQE").is_some_and(|v| v == "0");
-    pd.create_qp(&if off { a.without_scatter_to_cqe() } else { a })
+    // `MLX5_SCATTER_TO_CQE`, for comparisons: "0" as libmlx5 reads it (no scatter to
+    // CQE), any other value scatter to CQE whatever the bus's default (off on the
+    // simulator, on over VFIO: `Bus::scatter_to_cqe_pays`); unset, the default.
+    let a = match std::env::var_os("MLX5_SCATTER_TO_CQE") {
+        Some(v) if v == "0" => a.without_scatter_to_cqe(),
+        Some(_) => a.with_scatter_to_cqe(),
+        None => a,
+    };
+    pd.create_qp(&a)
 }
 
 /// The RDMA READ/atomic depth both sides of a connection use (`max_rd_atomic`).
