@@ -71,6 +71,7 @@ const MUST_PASS: &[&str] = &[
     "test_device.DeviceTest.test_query_pkey",
     "test_device.DeviceTest.test_query_port",
     "test_device.DeviceTest.test_query_port_bad_flow",
+    "test_mr.MRTest.test_mr_rereg_access",
     "test_mr.MRTest.test_mr_rereg_access_bad_flow",
     "test_mr.MRTest.test_mr_rereg_addr",
     "test_mr.MRTest.test_mr_rereg_pd",
@@ -203,11 +204,7 @@ const MAY_SKIP: &[(&str, &[&str], &str)] = &[
 ];
 
 /// Tests that fail today, and why (each may pass, which the test reports).
-const PENDING: &[(&str, &str)] = &[(
-    "test_mr.MRTest.test_mr_rereg_access",
-    "REREG_MR gives new keys (a new mkey); the test keeps the old rkey, which \
-         mlx5_ib's in-place UMR rereg keeps valid",
-)];
+const PENDING: &[(&str, &str)] = &[];
 
 /// Copies the installed suite into `dst`, unpacking the gzipped files.
 fn unpack(dst: &Path) {
