@@ -945,9 +945,7 @@ impl Ucontext {
             return Err(Errno::EINVAL);
         }
         let entries = (cqe + 1).next_power_of_two();
-        if !buf.is_multiple_of(PAGE) {
-            return Err(Errno::EINVAL);
-        }
+        let page_offset = buf_page_offset(buf)?;
         let len = entries as usize * cqe_size as usize;
         let mem = Mapped::new(self.nic, buf, len, DmaPerm::RW)?;
         let dbr = match self.map_db(db) {
@@ -972,9 +970,12 @@ impl Ucontext {
             0,
             &mem.pas(),
         );
-        if cqe_size == 128 {
+        {
             use ferroverbs_hw::control::cq::{cqc, in_command, CqcCqeSz};
-            in_command(cqc::cqe_sz).set(&mut input, CqcCqeSz::Bytes128.value().into());
+            if cqe_size == 128 {
+                in_command(cqc::cqe_sz).set(&mut input, CqcCqeSz::Bytes128.value().into());
+            }
+            in_command(cqc::page_offset).set(&mut input, page_offset);
         }
         let out = match exec(self.nic, &input, create_cq_out::SIZE) {
             Ok(o) => o,
@@ -1206,9 +1207,10 @@ impl Ucontext {
             u64::from(rq_cnt) << rq_shift
         };
         let len = rq_bytes + u64::from(sq_cnt) * 64;
-        if len == 0 || !buf.is_multiple_of(PAGE) {
+        if len == 0 {
             return Err(Errno::EINVAL);
         }
+        let page_offset = buf_page_offset(buf)?;
         let mem = Mapped::new(self.nic, buf, len as usize, DmaPerm::RW)?;
         let dbr = match self.map_db(db) {
             Ok(v) => v,
@@ -1257,6 +1259,7 @@ impl Ucontext {
         s(&mut input, qpc::cqn_snd, scqn.into());
         s(&mut input, qpc::cqn_rcv, rcqn.into());
         s(&mut input, qpc::log_page_size, 0);
+        s(&mut input, qpc::page_offset, page_offset);
         s(&mut input, qpc::dbr_addr, dbr);
         if self.cqe_version == 1 {
             s(&mut input, qpc::user_index, uidx.into());
@@ -1825,7 +1828,11 @@ impl Ucontext {
         let limit = q.u32(f::srq_limit);
         let pdn = self.pds.get(&pd_h).ok_or(Errno::EINVAL)?.pdn;
         let max_srq_wr = self.nic.dev.max_srq_wr;
-        if max_wr == 0 || max_wr > max_srq_wr || max_sge > self.nic.dev.max_srq_sge + 1 {
+        // Linux `mlx5_ib_create_srq` refuses `max_wr >= 1 << log_max_srq_sz` (one
+        // above the reported `max_srq_wr`) and takes 0: the ring gets
+        // `roundup_pow_of_two(max_wr + 1)` entries (rdma-core's `SrqInitAttr()`
+        // asks for 0).
+        if max_wr > max_srq_wr || max_sge > self.nic.dev.max_srq_sge + 1 {
             return Err(Errno::EINVAL);
         }
         if limit > max_wr {
@@ -1847,9 +1854,7 @@ impl Ucontext {
         let shift = desc.trailing_zeros();
         let entries = (max_wr + 1).next_power_of_two();
         let len = (entries as usize) << shift;
-        if !buf.is_multiple_of(PAGE) {
-            return Err(Errno::EINVAL);
-        }
+        let page_offset = buf_page_offset(buf)?;
         let mem = Mapped::new(self.nic, buf, len, DmaPerm::RW)?;
         let dbr = match self.map_db(db) {
             Ok(d) => d,
@@ -1867,7 +1872,9 @@ impl Ucontext {
             dbr_addr: dbr,
             log_page_size: 0,
         };
-        let input = create_srq_input(&params, &mem.pas());
+        let mut input = create_srq_input(&params, &mem.pas());
+        ferroverbs_hw::control::srq::in_command(ferroverbs_hw::control::srq::srqc::page_offset)
+            .set(&mut input, page_offset);
         let out = match exec(self.nic, &input, create_srq_out::SIZE) {
             Ok(o) => o,
             Err(e) => {
@@ -2076,6 +2083,19 @@ fn ucontext_resp(nic: &Nic, total: u32, cqe_version: u8, room: usize) -> Resp {
         d.u32(p::num_uars_per_page, 1);
     }
     d
+}
+
+/// `page_offset` of a queue buffer at `buf` (QP, CQ and SRQ contexts: where the
+/// ring starts in its first 4 KiB page, in 64-byte units): Linux `mlx5_ib` takes
+/// any buffer whose offset that field can express
+/// (`mlx5_umem_find_best_quantized_pgoff` with a 64-byte quantum, as libmlx5's
+/// parent-domain allocators may place a QP buffer on a 512-byte boundary) and
+/// refuses the others with EINVAL.
+fn buf_page_offset(buf: u64) -> Result<u64, Errno> {
+    if !buf.is_multiple_of(64) {
+        return Err(Errno::EINVAL);
+    }
+    Ok((buf % PAGE) / 64)
 }
 
 /// Whether `access` lets the device write the region (Linux `ib_access_writable`).
