@@ -34,6 +34,8 @@ const MODULES: &[&str] = &[
     "test_addr",
     "test_shared_pd",
     "test_relaxed_ordering",
+    "test_parent_domain",
+    "test_mlx5_huge_page",
 ];
 
 /// The tests that must pass (`module.Class.test`).
@@ -71,6 +73,7 @@ const MUST_PASS: &[&str] = &[
     "test_device.DeviceTest.test_query_pkey",
     "test_device.DeviceTest.test_query_port",
     "test_device.DeviceTest.test_query_port_bad_flow",
+    "test_mr.MRTest.test_mr_rereg_access",
     "test_mr.MRTest.test_mr_rereg_access_bad_flow",
     "test_mr.MRTest.test_mr_rereg_addr",
     "test_mr.MRTest.test_mr_rereg_pd",
@@ -120,6 +123,13 @@ const MUST_PASS: &[&str] = &[
     "test_qpex.QpExTestCase.test_qp_ex_ud_send_imm",
     "test_qpex.QpExTestCase.test_qp_ex_ud_zero_size",
     "test_qpex.QpExTestCase.test_rq_with_larger_sgl_bad_flow",
+    "test_mlx5_huge_page.ResourcesOnHugePageTest.test_obj_on_huge",
+    "test_mlx5_huge_page.ResourcesOnHugePageTest.test_prefer_obj_on_huge",
+    "test_parent_domain.ParentDomainTrafficTest.test_default_allocators_rc_traffic",
+    "test_parent_domain.ParentDomainTrafficTest.test_mem_align_rc_traffic",
+    "test_parent_domain.ParentDomainTrafficTest.test_mem_align_srq_excq_rc_traffic",
+    "test_parent_domain.ParentDomainTrafficTest.test_mem_align_ud_traffic",
+    "test_parent_domain.ParentDomainTrafficTest.test_without_allocators_rc_traffic",
     "test_relaxed_ordering.RoTestCase.test_ro_rc_traffic",
     "test_shared_pd.SharedPDTestCase.test_imported_rc_ex_rdma_write",
     "test_relaxed_ordering.RoTestCase.test_ro_ud_traffic",
@@ -128,6 +138,11 @@ const MUST_PASS: &[&str] = &[
 /// Tests that may be skipped, by name prefix, with the reason the suite prints
 /// (any of them) and why that is right.
 const MAY_SKIP: &[(&str, &[&str], &str)] = &[
+    (
+        "test_parent_domain.ParentDomainTrafficTest.test_huge_page_traffic",
+        &["There are no huge pages"],
+        "the machine has no 2 MiB huge pages allocated (the environment's, not the device's)",
+    ),
     (
         "test_device.DMTest.",
         &["Device memory is not supported"],
@@ -203,11 +218,7 @@ const MAY_SKIP: &[(&str, &[&str], &str)] = &[
 ];
 
 /// Tests that fail today, and why (each may pass, which the test reports).
-const PENDING: &[(&str, &str)] = &[(
-    "test_mr.MRTest.test_mr_rereg_access",
-    "REREG_MR gives new keys (a new mkey); the test keeps the old rkey, which \
-         mlx5_ib's in-place UMR rereg keeps valid",
-)];
+const PENDING: &[(&str, &str)] = &[];
 
 /// Copies the installed suite into `dst`, unpacking the gzipped files.
 fn unpack(dst: &Path) {

@@ -81,6 +81,7 @@ fn bind_wqe(
         access,
         qpn: if type2 && len > 0 { qpn } else { UMR_QPN_NONE },
         variant: new_key as u8,
+        pd: 0,
         start: addr,
         len,
         klm: (len > 0).then_some((mr.key, addr)),

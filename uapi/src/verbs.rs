@@ -38,6 +38,7 @@ use crate::user::{self, PAGE};
 use crate::{fdtab, Errno};
 
 mod resize_cq;
+mod umr;
 
 /// `MLX5_LIB_CAP_DYN_UAR`: the library allocates its UARs (`MLX5_IB_METHOD_UAR_OBJ_ALLOC`).
 const LIB_CAP_DYN_UAR: u64 = 1 << 1;
@@ -94,6 +95,8 @@ fn exec(nic: &Nic, input: &[u8], out_len: usize) -> Result<Vec<u8>, Errno> {
 struct Mapped {
     iova: u64,
     len: usize,
+    /// Mapped for device writes too (`DmaPerm::RW`).
+    writable: bool,
 }
 
 impl Mapped {
@@ -104,7 +107,11 @@ impl Mapped {
             .bus()
             .dma_map(addr as usize, len, perm)
             .map_err(|_| Errno::ENOMEM)?;
-        Ok(Mapped { iova, len })
+        Ok(Mapped {
+            iova,
+            len,
+            writable: perm == DmaPerm::RW,
+        })
     }
 
     /// The page addresses of `[iova, iova + len)` (the mapping keeps the page offset).
@@ -611,8 +618,7 @@ impl Ucontext {
         pdn: u32,
         access: u32,
     ) -> Result<(u32, u32, Mapped), Errno> {
-        let writable =
-            access & (ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0;
+        let writable = writable_access(access);
         let perm = if writable { DmaPerm::RW } else { DmaPerm::RO };
         let mem = Mapped::new(self.nic, start, length as usize, perm)?;
         let pas = mem.pas();
@@ -630,6 +636,9 @@ impl Ucontext {
         m(mkc::rw).set(&mut input, u64::from(access & ACCESS_REMOTE_WRITE != 0));
         m(mkc::a).set(&mut input, u64::from(access & ACCESS_REMOTE_ATOMIC != 0));
         m(mkc::qpn).set(&mut input, MKC_QPN_NONE.into());
+        // UMR may change the region in place (Linux 6.x `reg_create` sets `umr_en`
+        // on every user region; REREG_MR's PD and access changes rely on it).
+        m(mkc::umr_en).set(&mut input, 1);
         let variant = KEY_VARIANT.fetch_add(1, Ordering::Relaxed);
         m(mkc::mkey_7_0).set(&mut input, variant.into());
         m(mkc::pd).set(&mut input, pdn.into());
@@ -663,11 +672,23 @@ impl Ucontext {
         exec(self.nic, &input, destroy_mkey_out::SIZE).map(|_| ())
     }
 
-    /// REREG_MR (Linux `ib_uverbs_rereg_mr`, then `mlx5_ib_rereg_user_mr`'s
-    /// `create_real_mr` path): a new mkey with what changes (translation, PD,
-    /// access) and what does not, then the old one destroyed; the response carries
-    /// the new keys, which libibverbs stores in the `ibv_mr`. On an error the region
-    /// stays as it was.
+    /// REREG_MR (Linux `ib_uverbs_rereg_mr`, then `mlx5_ib_rereg_user_mr`).
+    ///
+    /// Without `IB_MR_REREG_TRANS`, a PD and/or access change that a UMR can make
+    /// (`can_use_umr_rereg_access`: only local write, remote write, remote read and
+    /// relaxed ordering differ) is made in place on the region's mkey by a UMR on
+    /// the layer's UMR QP (`mlx5r_umr_rereg_pd_access`, [`umr`]): lkey and rkey stay.
+    /// One more condition is the simulator's: the region's device mapping must
+    /// already allow the writes the new rights need (a region registered without
+    /// any write right is mapped read-only, since the process may have mapped its
+    /// pages so).
+    ///
+    /// Everything else takes the `create_real_mr` path: a new mkey with what
+    /// changes (translation, PD, access) and what does not, then the old one
+    /// destroyed; the response carries the new keys, which libibverbs stores in the
+    /// `ibv_mr`. Linux changes a translation in place only for regions from its mkey
+    /// cache (`can_use_umr_rereg_pas` needs `mr->mmkey.cache_ent`); this layer has no
+    /// cache. On an error the region stays as it was.
     fn rereg_mr(&mut self, c: &Cmd<'_>) -> Result<(), Errno> {
         use abi::rereg_mr as q;
         // IB_MR_REREG_TRANS | IB_MR_REREG_PD | IB_MR_REREG_ACCESS.
@@ -701,6 +722,22 @@ impl Ucontext {
             mr.pd
         };
         let pdn = self.pds.get(&pd_h).ok_or(Errno::EINVAL)?.pdn;
+        let in_place = flags & TRANS == 0
+            && umr_can_rereg_access(mr.access, access)
+            && (mr.mem.writable || !writable_access(access));
+        if in_place {
+            let key = mr.key;
+            umr::rereg_pd_access(self.nic, key, pdn, access)?;
+            self.pd_use(pd_h)?;
+            let mr = self.mrs.get_mut(&h).expect("looked up");
+            let old_pd = std::mem::replace(&mut mr.pd, pd_h);
+            mr.access = access;
+            self.pd_unuse(old_pd);
+            let mut r = Resp::new(abi::rereg_mr_resp::SIZE);
+            r.u32(abi::rereg_mr_resp::lkey, key);
+            r.u32(abi::rereg_mr_resp::rkey, key);
+            return c.respond(&r);
+        }
         let (start, length, hca_va) = if flags & TRANS != 0 {
             if length == 0 || length > isize::MAX as u64 {
                 return Err(Errno::EINVAL);
@@ -910,9 +947,7 @@ impl Ucontext {
             return Err(Errno::EINVAL);
         }
         let entries = (cqe + 1).next_power_of_two();
-        if !buf.is_multiple_of(PAGE) {
-            return Err(Errno::EINVAL);
-        }
+        let page_offset = buf_page_offset(buf)?;
         let len = entries as usize * cqe_size as usize;
         let mem = Mapped::new(self.nic, buf, len, DmaPerm::RW)?;
         let dbr = match self.map_db(db) {
@@ -937,9 +972,12 @@ impl Ucontext {
             0,
             &mem.pas(),
         );
-        if cqe_size == 128 {
+        {
             use ferroverbs_hw::control::cq::{cqc, in_command, CqcCqeSz};
-            in_command(cqc::cqe_sz).set(&mut input, CqcCqeSz::Bytes128.value().into());
+            if cqe_size == 128 {
+                in_command(cqc::cqe_sz).set(&mut input, CqcCqeSz::Bytes128.value().into());
+            }
+            in_command(cqc::page_offset).set(&mut input, page_offset);
         }
         let out = match exec(self.nic, &input, create_cq_out::SIZE) {
             Ok(o) => o,
@@ -1174,9 +1212,10 @@ impl Ucontext {
             u64::from(rq_cnt) << rq_shift
         };
         let len = rq_bytes + u64::from(sq_cnt) * 64;
-        if len == 0 || !buf.is_multiple_of(PAGE) {
+        if len == 0 {
             return Err(Errno::EINVAL);
         }
+        let page_offset = buf_page_offset(buf)?;
         let mem = Mapped::new(self.nic, buf, len as usize, DmaPerm::RW)?;
         let dbr = match self.map_db(db) {
             Ok(v) => v,
@@ -1225,6 +1264,7 @@ impl Ucontext {
         s(&mut input, qpc::cqn_snd, scqn.into());
         s(&mut input, qpc::cqn_rcv, rcqn.into());
         s(&mut input, qpc::log_page_size, 0);
+        s(&mut input, qpc::page_offset, page_offset);
         s(&mut input, qpc::dbr_addr, dbr);
         if self.cqe_version == 1 {
             s(&mut input, qpc::user_index, uidx.into());
@@ -1800,7 +1840,11 @@ impl Ucontext {
         let limit = q.u32(f::srq_limit);
         let pdn = self.pds.get(&pd_h).ok_or(Errno::EINVAL)?.pdn;
         let max_srq_wr = self.nic.dev.max_srq_wr;
-        if max_wr == 0 || max_wr > max_srq_wr || max_sge > self.nic.dev.max_srq_sge + 1 {
+        // Linux `mlx5_ib_create_srq` refuses `max_wr >= 1 << log_max_srq_sz` (one
+        // above the reported `max_srq_wr`) and takes 0: the ring gets
+        // `roundup_pow_of_two(max_wr + 1)` entries (rdma-core's `SrqInitAttr()`
+        // asks for 0).
+        if max_wr > max_srq_wr || max_sge > self.nic.dev.max_srq_sge + 1 {
             return Err(Errno::EINVAL);
         }
         if limit > max_wr {
@@ -1822,9 +1866,7 @@ impl Ucontext {
         let shift = desc.trailing_zeros();
         let entries = (max_wr + 1).next_power_of_two();
         let len = (entries as usize) << shift;
-        if !buf.is_multiple_of(PAGE) {
-            return Err(Errno::EINVAL);
-        }
+        let page_offset = buf_page_offset(buf)?;
         let mem = Mapped::new(self.nic, buf, len, DmaPerm::RW)?;
         let dbr = match self.map_db(db) {
             Ok(d) => d,
@@ -1842,7 +1884,9 @@ impl Ucontext {
             dbr_addr: dbr,
             log_page_size: 0,
         };
-        let input = create_srq_input(&params, &mem.pas());
+        let mut input = create_srq_input(&params, &mem.pas());
+        ferroverbs_hw::control::srq::in_command(ferroverbs_hw::control::srq::srqc::page_offset)
+            .set(&mut input, page_offset);
         let out = match exec(self.nic, &input, create_srq_out::SIZE) {
             Ok(o) => o,
             Err(e) => {
@@ -2051,6 +2095,41 @@ fn ucontext_resp(nic: &Nic, total: u32, cqe_version: u8, room: usize) -> Resp {
         d.u32(p::num_uars_per_page, 1);
     }
     d
+}
+
+/// `page_offset` of a queue buffer at `buf` (QP, CQ and SRQ contexts: where the
+/// ring starts in its first 4 KiB page, in 64-byte units): Linux `mlx5_ib` takes
+/// any buffer whose offset that field can express
+/// (`mlx5_umem_find_best_quantized_pgoff` with a 64-byte quantum, as libmlx5's
+/// parent-domain allocators may place a QP buffer on a 512-byte boundary) and
+/// refuses the others with EINVAL.
+fn buf_page_offset(buf: u64) -> Result<u64, Errno> {
+    if !buf.is_multiple_of(64) {
+        return Err(Errno::EINVAL);
+    }
+    Ok((buf % PAGE) / 64)
+}
+
+/// Whether `access` lets the device write the region (Linux `ib_access_writable`).
+fn writable_access(access: u32) -> bool {
+    access & (ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0
+}
+
+/// Whether a UMR can take a region from rights `current` to `target` (Linux
+/// `can_use_umr_rereg_access`: only local write, remote write, remote read and
+/// relaxed ordering may differ; `mlx5r_umr_can_reconfig`'s relaxed ordering
+/// conditions need capabilities this device does not report, so they hold).
+fn umr_can_rereg_access(current: u32, target: u32) -> bool {
+    let diffs = current ^ target;
+    diffs
+        & !(ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_RELAXED_ORDERING)
+        == 0
+}
+
+/// Whether the device has atomics (`MLX5_CAP_GEN(atomic)`: a UMR's access mask then
+/// includes remote atomic, `get_umr_update_access_mask`).
+fn caps_atomic(nic: &Nic) -> bool {
+    nic.cap(g::atomic) != 0
 }
 
 /// Linux `ib_check_mr_access` with mlx5_ib's support: known flags only, remote

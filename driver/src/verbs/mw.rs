@@ -273,6 +273,8 @@ impl MwBind {
                 UMR_QPN_NONE
             },
             variant: new_key as u8,
+            // rdma-core's `set_umr_mkey_seg` leaves `flags_pd` zero (the mask has no PD).
+            pd: 0,
             start: self.addr,
             len: self.len,
             klm: (self.len > 0).then_some((self.lkey, self.addr)),

@@ -1,5 +1,7 @@
-//! User-mode memory registration (UMR) WQEs: how a memory window is bound and how a
-//! key is invalidated on the send queue.
+//! User-mode memory registration (UMR) WQEs: how a memory window is bound, how a
+//! key is invalidated on the send queue, and how a driver changes a memory region's
+//! PD and access rights in place (Linux `mlx5r_umr_rereg_pd_access`, posted on its
+//! own `MLX5_QPC_ST_REG_UMR` QP).
 //!
 //! A UMR WQE (`MLX5_OPCODE_UMR`) is the control segment (whose `imm` names the mkey
 //! the WQE modifies), a UMR control segment ([`UmrCtrlSeg`], 48 bytes: flags, the
@@ -10,7 +12,8 @@
 //! (`providers/mlx5/qp.c` `set_bind_wr`, `set_umr_control_seg`, `set_umr_mkey_seg`,
 //! `set_umr_data_seg`): 8 DS without a translation, 12 with one.
 //!
-//! Layouts: rdma-core 44 `infiniband/mlx5dv.h`.
+//! Layouts: rdma-core 44 `infiniband/mlx5dv.h`; the mkey mask bits and check flags
+//! that only the kernel uses: Linux 6.1 `include/linux/mlx5/device.h`.
 
 use crate::conformance::{CStruct, Header};
 use zerocopy::byteorder::big_endian::{U16, U32, U64};
@@ -60,7 +63,21 @@ c_constants! {
     Mlx5Dv MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_WRITE: u8 = 1 << 3;
     /// Mkey context access: local read.
     Mlx5Dv MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ: u8 = 1 << 2;
+    /// Mkey mask: the PD (`flags_pd` bits 23..0).
+    Device MLX5_MKEY_MASK_PD: u64 = 1 << 7;
+    /// Mkey mask: local read access.
+    Device MLX5_MKEY_MASK_LR: u64 = 1 << 17;
+    /// UMR control flags, the two-bit free-state check (bits 6..5) = 1: the mkey
+    /// must be free (rdma-core calls the same value
+    /// [`MLX5_WQE_UMR_CTRL_FLAG_CHECK_FREE`]).
+    Device MLX5_UMR_CHECK_NOT_FREE: u8 = 1 << 5;
+    /// UMR control flags, free-state check = 2: the mkey must be in use (not free),
+    /// what `mlx5r_umr_rereg_pd_access` asks of a live region.
+    Device MLX5_UMR_CHECK_FREE: u8 = 2 << 5;
 }
+
+/// The free-state check bits (6..5) of the UMR control flags.
+pub const UMR_CHECK_STATE_MASK: u8 = 3 << 5;
 
 /// UMR control segment (`struct mlx5_wqe_umr_ctrl_seg`, 48 bytes).
 #[derive(
@@ -215,6 +232,8 @@ pub struct MwUmr {
     pub qpn: u32,
     /// The key's new variant byte.
     pub variant: u8,
+    /// The PD (`flags_pd` bits 23..0: the new PD under [`MLX5_MKEY_MASK_PD`]).
+    pub pd: u32,
     /// Start address.
     pub start: u64,
     /// Length in bytes.
@@ -261,7 +280,7 @@ impl MwUmr {
             sf: 0,
             qpn_mkey: U32::new((self.qpn << 8) | u32::from(self.variant)),
             reserved2: U32::ZERO,
-            flags_pd: U32::ZERO,
+            flags_pd: U32::new(self.pd & 0xff_ffff),
             start_addr: U64::new(self.start),
             len: U64::new(self.len),
             bsf_octword_size: U32::ZERO,
@@ -305,6 +324,7 @@ impl MwUmr {
             access: mk.access_flags,
             qpn: qpn_mkey >> 8,
             variant: qpn_mkey as u8,
+            pd: mk.flags_pd.get() & 0xff_ffff,
             start: mk.start_addr.get(),
             len: mk.len.get(),
             klm,
@@ -326,6 +346,7 @@ mod tests {
             access: MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE,
             qpn: 0x42,
             variant: 2,
+            pd: 0x12,
             start: 0x7000_1000,
             len: 0x800,
             klm: Some((0x300, 0x7000_0800)),
@@ -335,6 +356,7 @@ mod tests {
         assert_eq!(b[0], 0xa0);
         assert_eq!(&b[4..6], &[0, 4]);
         assert_eq!(&b[48 + 4..48 + 8], &[0, 0, 0x42, 2]);
+        assert_eq!(&b[48 + 12..48 + 16], &[0, 0, 0, 0x12]);
         assert_eq!(&b[48 + 24..48 + 32], &0x800u64.to_be_bytes());
         assert_eq!(&b[112..116], &0x800u32.to_be_bytes());
         assert_eq!(&b[116..120], &0x300u32.to_be_bytes());

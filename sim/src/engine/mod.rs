@@ -1143,7 +1143,7 @@ impl Engine {
         if qp.cfg.uar != uar
             || !matches!(
                 qp.cfg.st,
-                ServiceType::Rc | ServiceType::Uc | ServiceType::Ud
+                ServiceType::Rc | ServiceType::Uc | ServiceType::Ud | ServiceType::RegUmr
             )
         {
             cx.stats.stray_doorbells += 1;

@@ -206,8 +206,11 @@ pub struct SendWqe {
 /// Where a UMR WQE's fields are kept in a [`SendWqe`] (so that the common WQE stays
 /// small): `imm` = the key it modifies, `raddr` = start, `len` = the window's length
 /// (no packet is sent for it), `rkey` = `qpn << 8 | variant`, `swap_add` = the KLM
-/// address, `compare` = the KLM key (bits 31..0), the UMR flags (39..32), the access
-/// flags (47..40), `free` (bit 48) and whether there is a KLM (bit 49).
+/// address (with a KLM) or the mkey mask (without one), `compare` = the KLM key or,
+/// without a KLM, the PD (bits 31..0), the UMR flags (39..32), the access flags
+/// (47..40), `free` (bit 48) and whether there is a KLM (bit 49). A window bind (the
+/// only UMR with a KLM) needs no mask and no PD: its checks are the window's
+/// (`Firmware::umr`); a UMR on a memory region has no KLM and needs both.
 const UMR_FREE: u64 = 1 << 48;
 const UMR_HAS_KLM: u64 = 1 << 49;
 
@@ -215,7 +218,7 @@ impl SendWqe {
     fn set_umr(&mut self, u: &MwUmr) {
         self.raddr = u.start;
         self.rkey = (u.qpn << 8) | u32::from(u.variant);
-        let (mkey, addr) = u.klm.unwrap_or((0, 0));
+        let (mkey, addr) = u.klm.unwrap_or((u.pd & 0xff_ffff, u.mkey_mask));
         self.swap_add = addr;
         self.compare = u64::from(mkey)
             | (u64::from(u.flags) << 32)
@@ -225,20 +228,22 @@ impl SendWqe {
         self.len = u.len;
     }
 
-    /// The memory-window UMR of a WQE whose operation is [`Op::Umr`].
+    /// The UMR of a WQE whose operation is [`Op::Umr`].
     pub fn umr(&self) -> MwUmr {
         let c = self.compare;
+        let klm = c & UMR_HAS_KLM != 0;
         MwUmr {
             key: self.imm,
             flags: (c >> 32) as u8,
-            mkey_mask: 0,
+            mkey_mask: if klm { 0 } else { self.swap_add },
+            pd: if klm { 0 } else { c as u32 & 0xff_ffff },
             free: c & UMR_FREE != 0,
             access: (c >> 40) as u8,
             qpn: self.rkey >> 8,
             variant: self.rkey as u8,
             start: self.raddr,
             len: self.len,
-            klm: (c & UMR_HAS_KLM != 0).then_some((c as u32, self.swap_add)),
+            klm: klm.then_some((c as u32, self.swap_add)),
         }
     }
 }

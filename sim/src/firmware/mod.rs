@@ -28,6 +28,7 @@ mod resources;
 pub mod srq;
 pub mod syndrome;
 pub mod table;
+mod umr;
 mod vport;
 
 use ferroverbs_hw::control::cmd::{self, Opcode};

@@ -37,10 +37,19 @@ use super::Firmware;
 const MAX_KLM_LEN: u64 = 1 << 31;
 
 impl Firmware {
-    /// Executes the memory-window UMR `u` posted on QP `qpn` of protection domain
-    /// `pd`; `Err` carries the CQE syndrome of the failed request (see the module
-    /// documentation). Nothing changes on an error.
-    pub fn umr(&mut self, pd: u32, qpn: u32, u: &MwUmr) -> Result<(), u8> {
+    /// Executes the UMR `u` posted on QP `qpn` of protection domain `pd` (`reg_umr`:
+    /// the QP is a `MLX5_QPC_ST_REG_UMR` QP): on a memory window, the bind or
+    /// invalidation of this module; on any other key, the change of a memory
+    /// region's mkey of [`super::umr`]. `Err` carries the CQE syndrome of the failed
+    /// request. Nothing changes on an error.
+    pub fn umr(&mut self, pd: u32, qpn: u32, reg_umr: bool, u: &MwUmr) -> Result<(), u8> {
+        if self
+            .mkey_objs
+            .get(u.key >> 8)
+            .is_some_and(|k| !k.view.is_window())
+        {
+            return self.region_umr(pd, reg_umr, u);
+        }
         let bind = !u.free && u.klm.is_some();
         let fail = if bind {
             MLX5_CQE_SYNDROME_MW_BIND_ERR

@@ -279,7 +279,7 @@ impl Firmware {
                     }
                 }
             };
-            let connected = st != ServiceType::Ud;
+            let connected = !matches!(st, ServiceType::Ud | ServiceType::RegUmr);
             // Mandatory parameters of the transition.
             match t {
                 QpTransition::Rst2Init => {

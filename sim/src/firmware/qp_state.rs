@@ -22,16 +22,21 @@ pub enum ServiceType {
     Uc,
     /// Unreliable datagram (0x2).
     Ud,
+    /// The driver's UMR QP (`MLX5_QPC_ST_REG_UMR`, 0xc; Linux `MLX5_IB_QPT_REG_UMR`,
+    /// made by `mlx5r_umr_resource_init`): a send queue of UMR WQEs that may modify
+    /// the mkeys of every PD, no transport, no packets.
+    RegUmr,
 }
 
 impl ServiceType {
     /// Decodes qpc `st`; `None` for types the simulator does not model (XRC, DC,
-    /// QP0/QP1, raw packet, UMR).
+    /// QP0/QP1, raw packet, the synchronous UMR QP).
     pub fn from_st(st: u64) -> Option<Self> {
         match st {
             0x0 => Some(ServiceType::Rc),
             0x1 => Some(ServiceType::Uc),
             0x2 => Some(ServiceType::Ud),
+            0xc => Some(ServiceType::RegUmr),
             _ => None,
         }
     }
@@ -42,6 +47,7 @@ impl ServiceType {
             ServiceType::Rc => 0,
             ServiceType::Uc => 1,
             ServiceType::Ud => 2,
+            ServiceType::RegUmr => 0xc,
         }
     }
 }
@@ -79,6 +85,9 @@ impl ServiceType {
         use ServiceType::*;
         match (t, self) {
             (T::Rst2Init, _) => 0,
+            // Linux brings its UMR QP to RTS with no optional parameter
+            // (`mlx5r_umr_qp_rst2rts`).
+            (_, RegUmr) => 0,
             (T::Init2Init, Rc) => RRE | RAE | RWE | PKEY_INDEX | PRI_PORT | LAG_TX_AFF,
             (T::Init2Init, Uc) => RWE | PKEY_INDEX | PRI_PORT | LAG_TX_AFF,
             (T::Init2Init, Ud) => PKEY_INDEX | Q_KEY | PRI_PORT | LAG_TX_AFF,

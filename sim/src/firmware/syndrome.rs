@@ -141,7 +141,7 @@ syndromes! {
     // --- 8: QP -----------------------------------------------------------------
     QpExhausted = 0x5f08_0001, LimErr, "CREATE_QP beyond 2^log_max_qp";
     QpUnknown = 0x5f08_0002, BadResErr, "QP command on a QPN that does not exist";
-    QpBadServiceType = 0x5f08_0003, BadParamErr, "CREATE_QP service type other than RC, UC, UD or QP1";
+    QpBadServiceType = 0x5f08_0003, BadParamErr, "CREATE_QP service type other than RC, UC, UD, QP1 or REG_UMR";
     QpUnknownPd = 0x5f08_0004, BadResErr, "CREATE_QP in a PD not allocated";
     QpUnknownCqSnd = 0x5f08_0005, BadResErr, "CREATE_QP cqn_snd names no CQ";
     QpUnknownCqRcv = 0x5f08_0006, BadResErr, "CREATE_QP cqn_rcv names no CQ";

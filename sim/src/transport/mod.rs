@@ -42,6 +42,7 @@ pub mod requester;
 pub mod responder;
 pub mod uc;
 pub mod ud;
+pub mod umr;
 
 use crate::engine::mem::KeyError;
 use crate::engine::qp::Path;
@@ -148,11 +149,13 @@ pub fn send_frame(
 }
 
 /// Fetches and transmits what QP `qp` may send now: the RC requester, the UC one
-/// ([`uc::pump`]) or the UD one ([`ud::pump`]).
+/// ([`uc::pump`]) or the UD one ([`ud::pump`]); or executes the WQEs of a UMR QP
+/// ([`umr::pump`]).
 pub fn pump(qp: &mut crate::engine::QpRt, cx: &mut Ctx) {
     match qp.cfg.st {
         crate::firmware::ServiceType::Ud => ud::pump(qp, cx),
         crate::firmware::ServiceType::Uc => uc::pump(qp, cx),
+        crate::firmware::ServiceType::RegUmr => umr::pump(qp, cx),
         _ => requester::pump(qp, cx),
     }
 }

@@ -107,7 +107,7 @@ pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
             // A memory window bind or local invalidation: executed on the MKEY table
             // in send queue order, with no packet (`Firmware::umr`).
             let u = qp.sq.wqes[i].w.umr();
-            match cx.fw.umr(qp.cfg.pd, qp.cfg.qpn, &u) {
+            match cx.fw.umr(qp.cfg.pd, qp.cfg.qpn, false, &u) {
                 Ok(()) => {
                     qp.sq.wqes[i].done = true;
                     qp.sq.tx += 1;

@@ -79,7 +79,7 @@ pub fn pump(qp: &mut QpRt, cx: &mut Ctx) {
                 // A memory window bind or local invalidation, executed in send-queue
                 // order (`Firmware::umr`), as on RC.
                 Some(Op::Umr) => {
-                    if let Err(s) = cx.fw.umr(qp.cfg.pd, qp.cfg.qpn, &w.umr()) {
+                    if let Err(s) = cx.fw.umr(qp.cfg.pd, qp.cfg.qpn, false, &w.umr()) {
                         err = Some(WqeError::QpOp);
                         umr_err = Some(s);
                     }

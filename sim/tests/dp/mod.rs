@@ -36,6 +36,8 @@ pub const RA: u8 = 16;
 pub const ALL: u8 = LR | LW | RR | RW | RA;
 /// Not an access right: remote invalidation enabled (`mkc.en_rinval`).
 pub const RINV: u8 = 32;
+/// Not an access right: UMR WQEs may modify the key (`mkc.umr_en`).
+pub const UMR_EN: u8 = 64;
 
 /// A memory region: a mapped buffer and its MKEY (VA = host address).
 #[derive(Clone, Copy, Debug)]
@@ -204,6 +206,7 @@ impl Node {
             (RW, mkc::rw),
             (RA, mkc::a),
             (RINV, mkc::en_rinval),
+            (UMR_EN, mkc::umr_en),
         ] {
             set(&mut i, f(field), u64::from(access & bit != 0));
         }
