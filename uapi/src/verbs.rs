@@ -51,11 +51,16 @@ pub const MMAP_OFFSET_START: u64 = 9 << 16;
 /// `MLX5_IB_ALLOC_UCTX_DEVX`.
 const UCTX_DEVX: u32 = 1;
 /// `MLX5_MAX_BFREGS` (Linux `hw/mlx5/main.c: calc_total_bfregs`).
-const MAX_BFREGS: u32 = 512;
+pub const MAX_BFREGS: u32 = 512;
 /// `MLX5_QP_FLAG_SIGNATURE`, `_SCATTER_CQE`, `_BFREG_INDEX`, `_UAR_PAGE_INDEX`.
 const QP_FLAG_SIGNATURE: u32 = 1 << 0;
 const QP_FLAG_SCATTER_CQE: u32 = 1 << 1;
 const QP_FLAG_BFREG_INDEX: u32 = 1 << 3;
+/// `MLX5_QP_FLAG_ALLOW_SCATTER_CQE` (`mlx5dv_create_qp`'s
+/// `MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE`, which UCX's rc_mlx5 asks for): accepted
+/// as `mlx5_ib`'s `process_vendor_flag` accepts it; requester scatter (`cs_req`) is
+/// not set here.
+const QP_FLAG_ALLOW_SCATTER_CQE: u32 = 1 << 8;
 /// `ibv_access_flags`.
 const ACCESS_LOCAL_WRITE: u32 = 1;
 const ACCESS_REMOTE_WRITE: u32 = 2;
@@ -350,6 +355,11 @@ impl Ucontext {
     /// Whether `pgoff` is the mmap page offset of a live allocated UAR.
     pub fn uar_offset(&self, pgoff: u64) -> bool {
         self.uars.values().any(|u| u.pgoff == pgoff)
+    }
+
+    /// The mmap page offsets of the live allocated UARs.
+    pub fn uar_pgoffs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.uars.values().map(|u| u.pgoff)
     }
 
     /// Whether `page_id` names a live allocated UAR.
@@ -1119,6 +1129,7 @@ impl Ucontext {
         if flags
             & !(QP_FLAG_SIGNATURE
                 | QP_FLAG_SCATTER_CQE
+                | QP_FLAG_ALLOW_SCATTER_CQE
                 | QP_FLAG_BFREG_INDEX
                 | QP_FLAG_UAR_PAGE_INDEX)
             != 0
