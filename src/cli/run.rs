@@ -70,14 +70,28 @@ fn put(root: &Path, rel: &str, text: &str) -> io::Result<()> {
     fs::write(p, format!("{text}\n"))
 }
 
+/// The PCI function of the simulated device in the sysfs tree.
+pub const PCI_DEVICE: &str = "devices/pci0000:00/0000:00:05.0";
+
 /// Writes the sysfs tree of a simulated ConnectX-5 at `ip` under `root` (Linux's
 /// layout, `rdma-core libibverbs/sysfs.c, init.c`; the PCI id 15b3:1017 in the
 /// modalias is what libmlx5's table matches). `dev` is the `major:minor` of the
 /// character device that stands in for `/dev/infiniband/uverbs0` (`/dev/null`).
+///
+/// As on Linux, `class/infiniband/mlx5_0` is a link to the device's directory below
+/// its PCI function ([`PCI_DEVICE`]), whose `vendor` and `device` files give the PCI
+/// id: UCX finds the function from the link's target (`realpath`, two components
+/// up, `uct_ib_device_get_sysfs_path`) and offers its mlx5 transports only for the
+/// ids of its ConnectX table.
 pub fn write_sysfs(root: &Path, ip: Ipv4Addr, dev: (u32, u32)) -> io::Result<()> {
     let mac = mac_for(ip);
     let guid = ferroverbs_hw::control::roce::eui64(mac);
-    let ib = format!("class/infiniband/{IBDEV}");
+    let ib = format!("{PCI_DEVICE}/infiniband/{IBDEV}");
+    fs::create_dir_all(root.join(&ib))?;
+    fs::create_dir_all(root.join("class/infiniband"))?;
+    let class = root.join(format!("class/infiniband/{IBDEV}"));
+    let _ = fs::remove_file(&class);
+    std::os::unix::fs::symlink(format!("../../{ib}"), class)?;
     put(root, "class/infiniband_verbs/abi_version", "6")?;
     put(root, "class/infiniband_verbs/uverbs0/ibdev", IBDEV)?;
     put(
@@ -86,7 +100,7 @@ pub fn write_sysfs(root: &Path, ip: Ipv4Addr, dev: (u32, u32)) -> io::Result<()>
         &format!("{}:{}", dev.0, dev.1),
     )?;
     put(root, "class/infiniband_verbs/uverbs0/abi_version", "1")?;
-    let device = format!("{ib}/device");
+    let device = PCI_DEVICE;
     put(
         root,
         &format!("{device}/modalias"),
@@ -94,6 +108,18 @@ pub fn write_sysfs(root: &Path, ip: Ipv4Addr, dev: (u32, u32)) -> io::Result<()>
     )?;
     put(root, &format!("{device}/vendor"), "0x15b3")?;
     put(root, &format!("{device}/device"), "0x1017")?;
+    put(root, &format!("{device}/subsystem_vendor"), "0x15b3")?;
+    put(root, &format!("{device}/subsystem_device"), "0x0008")?;
+    // A ConnectX-5's PCIe Gen3 x16.
+    put(
+        root,
+        &format!("{device}/current_link_speed"),
+        "8.0 GT/s PCIe",
+    )?;
+    put(root, &format!("{device}/current_link_width"), "16")?;
+    let ibdevice = root.join(format!("{ib}/device"));
+    let _ = fs::remove_file(&ibdevice);
+    std::os::unix::fs::symlink("../../../0000:00:05.0", ibdevice)?;
     let link = root.join("class/infiniband_verbs/uverbs0/device");
     let _ = fs::remove_file(&link);
     std::os::unix::fs::symlink(format!("../../infiniband/{IBDEV}/device"), link)?;
@@ -152,6 +178,8 @@ pub fn run(a: &RunArgs) -> Result<ExitCode, CliError> {
     let dir = std::env::temp_dir().join(format!("ferroverbs-run-{}", std::process::id()));
     let sys = dir.join("sys");
     let dev = null_dev().map_err(|e| CliError::setup("stat /dev/null", e))?;
+    // What a killed run of an earlier process with this PID left behind.
+    let _ = fs::remove_dir_all(&dir);
     write_sysfs(&sys, ip, dev)
         .map_err(|e| CliError::setup(format!("writing the sysfs tree in {}", sys.display()), e))?;
     let mut preload = OsString::from(lib.as_os_str());

@@ -1,12 +1,20 @@
 //! Doorbells: libmlx5 rings them with plain stores into the UAR pages it mapped from
 //! the uverbs file (rdma-core `providers/mlx5/qp.c: post_send_db`, `cq.c:
-//! mlx5_arm_cq`), with no system call. Here those pages are anonymous shared memory.
-//! On x86-64 they are read-only and each store is trapped and forwarded on the
-//! thread that made it ([`crate::mmio_trap`], [`forward`]); this module's thread
-//! then sleeps (one look a second). Where stores are not trapped
-//! (`FERROVERBS_DOORBELLS=watch`, another architecture, or a store the decoder does
-//! not know), the thread plays the part of the ConnectX's MMIO decoder by watching
-//! the pages:
+//! mlx5_arm_cq`), with no system call. Here those pages are pages of the memfd that
+//! backs the uverbs descriptor, at the file offsets `mlx5_ib` gives them. On x86-64
+//! a page mapped through the interposed `mmap` is read-only and each store is
+//! trapped and forwarded on the thread that made it ([`crate::mmio_trap`],
+//! [`forward`]); this module's thread then sleeps (one look a second).
+//!
+//! The layer also maps every UAR page of a context itself (a *shadow* page,
+//! [`add_shadow`]). A program whose `mmap` does not reach this library (UCX's UCM
+//! patches `mmap` and calls the system call itself) maps the memfd at the same
+//! offset and so stores into the same memory, unseen by the trap: while a UAR page
+//! has no mapping made through the interposed `mmap`, the thread watches its shadow.
+//!
+//! Where stores are not trapped (`FERROVERBS_DOORBELLS=watch`, another
+//! architecture, a store the decoder does not know, or a shadow page as above), the
+//! thread plays the part of the ConnectX's MMIO decoder by watching the pages:
 //!
 //! * it takes (swaps to zero) the 64-bit CQ arm doorbell at offset 0x20 of each page
 //!   and the send doorbells at the BlueFlame registers (0x800 + k · bf_reg_size, both
@@ -69,6 +77,10 @@ const BF_OFFSET: usize = 0x800;
 struct Page {
     file: u64,
     addr: usize,
+    /// Which UAR page of the context it maps ([`uar_key`]).
+    key: u64,
+    /// The layer's own mapping ([`add_shadow`]), not the application's.
+    shadow: bool,
 }
 
 /// The arm doorbell record word of a CQ that was never armed.
@@ -115,11 +127,67 @@ pub const MODE_ENV: &str = "FERROVERBS_DOORBELLS";
 
 static NIC: std::sync::OnceLock<&'static Nic> = std::sync::OnceLock::new();
 
-/// Watches the UAR page mapped at `addr` for context `file` (trapping its stores
-/// where it can, [`crate::mmio_trap::add_page`]).
-pub fn add_page(file: u64, addr: usize) {
+/// Which UAR page of a context the mmap page offset `pgoff` names: a static page's
+/// index (its regular, WC and NC offsets name one page, `mlx5_ib_mmap`), or the
+/// offset itself for a page the library allocated (at
+/// [`crate::verbs::MMAP_OFFSET_START`] and above).
+pub fn uar_key(pgoff: u64) -> u64 {
+    if pgoff >= crate::verbs::MMAP_OFFSET_START {
+        pgoff
+    } else {
+        crate::file::mmap_command(pgoff).1
+    }
+}
+
+/// Watches the UAR page `key` of context `file`, mapped by the application at
+/// `addr` through the interposed `mmap` (trapping its stores where it can,
+/// [`crate::mmio_trap::add_page`]).
+pub fn add_page(file: u64, addr: usize, key: u64) {
     crate::mmio_trap::add_page(addr);
-    lock().pages.push(Page { file, addr });
+    lock().pages.push(Page {
+        file,
+        addr,
+        key,
+        shadow: false,
+    });
+}
+
+/// Adds the layer's own read-write mapping at `addr` of UAR page `key` of context
+/// `file`: watched while the application has no mapping of that page made through
+/// the interposed `mmap` (then its stores land in this memory, not in a trap).
+pub fn add_shadow(file: u64, addr: usize, key: u64) {
+    lock().pages.push(Page {
+        file,
+        addr,
+        key,
+        shadow: true,
+    });
+    // A trapping watcher sleeps; it looks again (and, while the page stays
+    // unclaimed, watches it).
+    wake_watcher();
+}
+
+/// Stops watching the shadow mapping at `addr` (before the layer unmaps it).
+pub fn remove_shadow(addr: usize) {
+    lock().pages.retain(|p| !(p.shadow && p.addr == addr));
+}
+
+/// Whether shadow page `p` has an application mapping made through the interposed
+/// `mmap`.
+fn claimed(pages: &[Page], p: &Page) -> bool {
+    pages
+        .iter()
+        .any(|q| !q.shadow && q.file == p.file && q.key == p.key)
+}
+
+/// Whether some UAR page is mapped only behind this library's back (its shadow
+/// must be watched even while stores are trapped).
+pub fn unclaimed_shadows() -> usize {
+    let w = lock();
+    w.pages
+        .iter()
+        .filter(|p| p.shadow && !claimed(&w.pages, p))
+        .count()
 }
 
 /// Forwards the doorbell store of `width` bytes of `raw` (the register's value as
@@ -177,17 +245,16 @@ fn wait_while_trapped() {
     };
 }
 
-/// Stops watching whatever page lies in `[addr, addr + len)`; true if one did.
+/// Stops watching whatever application page lies in `[addr, addr + len)`; true if
+/// one did.
 pub fn remove_pages(addr: usize, len: usize) -> bool {
     let mut w = lock();
-    for p in w.pages.iter() {
-        if p.addr >= addr && p.addr < addr.saturating_add(len) {
-            crate::mmio_trap::remove_page(p.addr);
-        }
+    let inside = |p: &Page| !p.shadow && p.addr >= addr && p.addr < addr.saturating_add(len);
+    for p in w.pages.iter().filter(|p| inside(p)) {
+        crate::mmio_trap::remove_page(p.addr);
     }
     let before = w.pages.len();
-    w.pages
-        .retain(|p| !(p.addr >= addr && p.addr < addr.saturating_add(len)));
+    w.pages.retain(|p| !inside(p));
     w.pages.len() != before
 }
 
@@ -257,8 +324,11 @@ unsafe fn take(addr: usize) -> u64 {
     u64::from_be(w.swap(0, Ordering::AcqRel))
 }
 
-/// One look at every watched register; true if a doorbell was forwarded.
-fn scan(nic: &Nic) -> bool {
+/// One look at every watched register; true if a doorbell was forwarded. With
+/// `trapped`, the application's pages are the trap's and only the shadows of pages
+/// mapped behind the library's back are looked at; otherwise the application's
+/// pages and the shadows of pages it has not mapped through the interposed `mmap`.
+fn scan(nic: &Nic, trapped: bool) -> bool {
     let bus = nic.ctx.bus();
     let uar = uar_bar_offset(nic.uar);
     let bf = nic.bf_reg_size() as usize;
@@ -266,6 +336,14 @@ fn scan(nic: &Nic) -> bool {
     let Watch { pages, qps, cqs } = &mut *w;
     let mut work = false;
     for p in pages.iter() {
+        let look = if p.shadow {
+            !claimed(pages, p)
+        } else {
+            !trapped
+        };
+        if !look {
+            continue;
+        }
         // SAFETY: offset 0x20 of a watched page.
         if unsafe { take(p.addr + CQ_DOORBELL) } != 0 {
             work = true;
@@ -333,12 +411,18 @@ pub fn start(nic: &'static Nic) {
                 .map_or(TICK, Duration::from_micros);
             let mut active = Instant::now();
             loop {
-                if crate::mmio_trap::enabled() {
-                    wait_while_trapped();
-                    active = Instant::now();
-                    continue;
+                let trapped = crate::mmio_trap::enabled();
+                if trapped {
+                    // Reset before looking, so a shadow added meanwhile wakes the
+                    // wait below at once.
+                    WAKE.store(0, Ordering::Release);
+                    if unclaimed_shadows() == 0 {
+                        wait_while_trapped();
+                        active = Instant::now();
+                        continue;
+                    }
                 }
-                if scan(nic) {
+                if scan(nic, trapped) {
                     active = Instant::now();
                     continue;
                 }

@@ -13,7 +13,8 @@ pub const MAX_FD: usize = 1 << 16;
 pub enum Kind {
     /// Not ours.
     None = 0,
-    /// `/dev/infiniband/uverbsN` (backed by `/dev/null`, a character device).
+    /// `/dev/infiniband/uverbsN` (a memfd holding the UAR pages; `fstat` answers for
+    /// `/dev/null`, a character device).
     Uverbs = 1,
     /// A completion channel (an eventfd for readiness).
     CompChannel = 2,

@@ -109,6 +109,42 @@ fn known_legacy(number: u32) -> bool {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// The size of the memfd behind a uverbs descriptor: every page offset `mlx5_ib`
+/// hands out, the static encodings (`command << 8 | index`, commands below 256) and
+/// the allocated UAR pages from [`crate::verbs::MMAP_OFFSET_START`] on. Sparse: only
+/// the pages mapped and touched take memory.
+pub const BACKING_SIZE: u64 =
+    (crate::verbs::MMAP_OFFSET_START + crate::verbs::MAX_BFREGS as u64) * user::PAGE;
+
+/// Creates the memfd that backs a uverbs descriptor ([`BACKING_SIZE`] long), with
+/// `O_CLOEXEC` if `flags` has it.
+pub fn create_backing(flags: i32) -> Result<i32, Errno> {
+    let mfd = if flags & libc::O_CLOEXEC != 0 {
+        libc::MFD_CLOEXEC
+    } else {
+        0
+    };
+    // SAFETY: a NUL-terminated name; no memory is passed otherwise.
+    let fd = unsafe { libc::memfd_create(c"ferroverbs-uverbs0".as_ptr(), mfd) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: the descriptor just made.
+    if unsafe { libc::ftruncate(fd, BACKING_SIZE as libc::off_t) } != 0 {
+        let e = Errno::last();
+        // SAFETY: as above.
+        unsafe { crate::real::close(fd) };
+        return Err(e);
+    }
+    Ok(fd)
+}
+
+/// A shadow mapping: the layer's own view of one UAR page file offset.
+struct Shadow {
+    pgoff: u64,
+    addr: usize,
+}
+
 /// An open uverbs file.
 pub struct UFile {
     /// Unique in the process (the doorbell watch's key).
@@ -118,6 +154,8 @@ pub struct UFile {
     /// Descriptors naming the file (`dup` gives another: Linux's `struct file`
     /// reference count); the last close releases it.
     fds: u32,
+    /// The layer's own mappings of the context's UAR pages ([`UFile::sync_uars`]).
+    shadows: Vec<Shadow>,
 }
 
 impl UFile {
@@ -126,6 +164,71 @@ impl UFile {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             ctx: None,
             fds: 1,
+            shadows: Vec::new(),
+        }
+    }
+
+    /// The page offsets of the context's UAR pages: each static page at its
+    /// regular, WC and NC offsets (`mlx5_ib_mmap`), and each allocated one.
+    fn uar_pgoffs(&self) -> Vec<u64> {
+        let Some(ctx) = self.ctx.as_ref() else {
+            return Vec::new();
+        };
+        let mut v: Vec<u64> = (0..u64::from(ctx.uar_pages()))
+            .flat_map(|i| [0u64, 2, 3].map(|c| (c << 8) | i))
+            .collect();
+        v.extend(ctx.uar_pgoffs());
+        v
+    }
+
+    /// Maps, through descriptor `fd` of this file, every UAR page of the context
+    /// that has no shadow yet, and unmaps the shadows of pages that are gone, after
+    /// a command that may have made or destroyed one (GET_CONTEXT, UAR_OBJ_ALLOC,
+    /// UAR_OBJ_DESTROY). A program whose `mmap` bypasses this library maps the same
+    /// memfd pages; the watcher reads them through these ([`crate::doorbell`]).
+    pub fn sync_uars(&mut self, fd: i32) {
+        let want = self.uar_pgoffs();
+        let gone: Vec<usize> = self
+            .shadows
+            .iter()
+            .filter(|s| !want.contains(&s.pgoff))
+            .map(|s| s.addr)
+            .collect();
+        for addr in gone {
+            crate::doorbell::remove_shadow(addr);
+            // SAFETY: the layer's own one-page mapping, no longer watched.
+            unsafe { libc::syscall(libc::SYS_munmap, addr, user::PAGE as usize) };
+            self.shadows.retain(|s| s.addr != addr);
+        }
+        for pgoff in want {
+            if self.shadows.iter().any(|s| s.pgoff == pgoff) {
+                continue;
+            }
+            // SAFETY: a new shared mapping of the memfd (the raw system call: the
+            // layer's private view need not pass through anyone's mmap hooks).
+            let p = unsafe {
+                libc::syscall(
+                    libc::SYS_mmap,
+                    std::ptr::null_mut::<libc::c_void>(),
+                    user::PAGE as usize,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd,
+                    (pgoff * user::PAGE) as libc::off_t,
+                )
+            };
+            if p < 0 {
+                if crate::trace() {
+                    eprintln!(
+                        "uapi: no shadow of UAR offset {pgoff:#x}: {:?}",
+                        Errno::last()
+                    );
+                }
+                continue;
+            }
+            let addr = p as usize;
+            self.shadows.push(Shadow { pgoff, addr });
+            crate::doorbell::add_shadow(self.id, addr, crate::doorbell::uar_key(pgoff));
         }
     }
 
@@ -249,8 +352,9 @@ impl UFile {
         r.map(|()| count)
     }
 
-    /// `mmap(2)` of the file at `offset` (UAR pages).
-    pub fn mmap(&mut self, len: usize, prot: i32, offset: i64) -> Result<usize, Errno> {
+    /// `mmap(2)` of the file (descriptor `fd`) at `offset` (UAR pages): the memfd's
+    /// page at that offset, which the layer's shadow of the UAR page shares.
+    pub fn mmap(&mut self, fd: i32, len: usize, prot: i32, offset: i64) -> Result<usize, Errno> {
         let ctx = self.ctx.as_ref().ok_or(Errno::EINVAL)?;
         let page = user::PAGE as i64;
         if offset < 0 || offset % page != 0 {
@@ -277,28 +381,33 @@ impl UFile {
         if prot & libc::PROT_EXEC != 0 {
             return Err(Errno::EPERM);
         }
-        // SAFETY: a new anonymous shared page; no existing memory is touched.
+        // SAFETY: a new shared mapping of the memfd page; no existing memory is
+        // touched.
         let p = unsafe {
-            libc::mmap(
+            crate::real::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
+                libc::MAP_SHARED,
+                fd,
+                offset as libc::off_t,
             )
         };
         if p == libc::MAP_FAILED {
             return Err(Errno::last());
         }
-        crate::doorbell::add_page(self.id, p as usize);
+        crate::doorbell::add_page(self.id, p as usize, crate::doorbell::uar_key(pgoff));
         Ok(p as usize)
     }
 
     /// The file's last close: every object is destroyed (Linux
-    /// `ib_uverbs_cleanup_ucontext`).
+    /// `ib_uverbs_cleanup_ucontext`) and the shadows unmapped.
     pub fn release(&mut self) {
         crate::doorbell::remove_file(self.id);
+        for s in self.shadows.drain(..) {
+            // SAFETY: the layer's own one-page mapping, no longer watched.
+            unsafe { libc::syscall(libc::SYS_munmap, s.addr, user::PAGE as usize) };
+        }
         if let Some(mut c) = self.ctx.take() {
             c.destroy_all();
         }

@@ -18,8 +18,11 @@ use crate::{events, file, nic, real, Errno};
 const UVERBS: &[u8] = b"/dev/infiniband/uverbs0";
 /// librdmacm's event channel device.
 const RDMA_CM: &[u8] = b"/dev/infiniband/rdma_cm";
-/// What stands in for it: a real character device whose numbers the sysfs `dev`
-/// file repeats (libibverbs `open_cdev` compares `st_rdev` with it).
+/// The character device it answers `stat` and `fstat` for: a real one, whose
+/// numbers the sysfs `dev` file repeats (libibverbs `open_cdev` compares `st_rdev`
+/// with it). The descriptor itself is a memfd ([`file::create_backing`]), so that a
+/// mapping made behind this library's back (the raw system call) gets the UAR pages
+/// the layer watches.
 const BACKING: &[u8] = b"/dev/null\0";
 /// `NETLINK_RDMA`.
 const NETLINK_RDMA: c_int = 20;
@@ -79,17 +82,10 @@ fn open_uverbs(flags: c_int) -> c_int {
         Err(_) => return fail(Errno::ENODEV),
     };
     let _ = nic;
-    // SAFETY: a NUL-terminated path.
-    let fd = unsafe {
-        real::open(
-            BACKING.as_ptr().cast(),
-            libc::O_RDWR | (flags & libc::O_CLOEXEC),
-            0,
-        )
+    let fd = match file::create_backing(flags) {
+        Ok(fd) => fd,
+        Err(e) => return fail(e),
     };
-    if fd < 0 {
-        return fd;
-    }
     if !fdtab::set(fd, Kind::Uverbs) {
         // SAFETY: the descriptor just opened.
         unsafe { real::close(fd) };
@@ -375,7 +371,11 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
             return match file::get(fd) {
                 Some(f) => {
                     let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
-                    match f.write(nic, buf as u64, n) {
+                    let r = f.write(nic, buf as u64, n);
+                    if r.is_ok() {
+                        f.sync_uars(fd);
+                    }
+                    match r {
                         Ok(n) => n as ssize_t,
                         Err(e) => fail(e),
                     }
@@ -410,10 +410,16 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
             return fail(Errno::ENOTTY);
         }
         return match file::get(fd) {
-            Some(f) => match crate::ioctl::ioctl(&f, arg as u64) {
-                Ok(()) => 0,
-                Err(e) => fail(e),
-            },
+            Some(f) => {
+                let r = crate::ioctl::ioctl(&f, arg as u64);
+                if r.is_ok() {
+                    f.lock().unwrap_or_else(|e| e.into_inner()).sync_uars(fd);
+                }
+                match r {
+                    Ok(()) => 0,
+                    Err(e) => fail(e),
+                }
+            }
             None => fail(Errno::EBADF),
         };
     }
@@ -448,7 +454,7 @@ pub unsafe extern "C" fn mmap(
             Some(f) => match f
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .mmap(len, prot, off)
+                .mmap(fd, len, prot, off)
             {
                 Ok(p) => p as *mut c_void,
                 Err(e) => err(e),
@@ -513,15 +519,16 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     unsafe { libc::syscall(libc::SYS_munmap, addr, len) as c_int }
 }
 
-/// `fstat(2)`: an rdma_cm file is a character device (librdmacm's `open_cdev` checks
-/// `S_ISCHR`), the one that backs the uverbs device.
+/// `fstat(2)`: a uverbs file (a memfd) and an rdma_cm file are the character
+/// device the uverbs device stands for (libibverbs's and librdmacm's `open_cdev`
+/// check `S_ISCHR` and `st_rdev`).
 ///
 /// # Safety
 ///
 /// As libc's.
 #[no_mangle]
 pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
-    if fdtab::kind(fd) == Kind::RdmaCm {
+    if matches!(fdtab::kind(fd), Kind::RdmaCm | Kind::Uverbs) {
         // SAFETY: a NUL-terminated path; the caller's buffer.
         return unsafe { real::stat(BACKING.as_ptr().cast(), st) };
     }
@@ -597,6 +604,16 @@ pub unsafe extern "C" fn fstatat(
     st: *mut libc::stat,
     flags: c_int,
 ) -> c_int {
+    // `fstatat(fd, "", st, AT_EMPTY_PATH)` is `fstat(fd)`.
+    // SAFETY: the caller's NUL-terminated path.
+    if flags & libc::AT_EMPTY_PATH != 0
+        && !path.is_null()
+        && unsafe { *path } == 0
+        && matches!(fdtab::kind(dirfd), Kind::RdmaCm | Kind::Uverbs)
+    {
+        // SAFETY: the caller's buffer.
+        return unsafe { fstat(dirfd, st) };
+    }
     // SAFETY: the caller's.
     let p = if unsafe { is_uverbs(path) } {
         BACKING.as_ptr().cast()

@@ -7,15 +7,18 @@
 //! * discovery: a sysfs tree under `$SYSFS_PATH` (written by `ferroverbs run`) names
 //!   `uverbs0` with a ConnectX-5's PCI id, so libmlx5 claims it; the RDMA netlink
 //!   socket is refused (EPROTONOSUPPORT) so libibverbs reads sysfs;
-//! * `/dev/infiniband/uverbs0`: `open` gives a descriptor of `/dev/null` (a real
-//!   character device, whose numbers the sysfs `dev` file repeats), and `write`
+//! * `/dev/infiniband/uverbs0`: `open` gives a memfd that `stat` and `fstat` show
+//!   as `/dev/null` (a real character device, whose numbers the sysfs `dev` file
+//!   repeats), and `write`
 //!   carries the uverbs command ABI ([`mod@file`], [`verbs`]); `RDMA_VERBS_IOCTL`
 //!   runs the methods libmlx5 needs that have no write() form, and CQ and QP
 //!   creation ([`mod@ioctl`]); every other method is EPROTONOSUPPORT, so libibverbs
 //!   uses its write() command;
-//! * `mmap` of the file gives the UAR pages, read-only: libmlx5's doorbell stores
-//!   fault and are decoded and forwarded to the device on the storing thread
-//!   ([`mmio_trap`]), or a device thread watches the pages ([`doorbell`]);
+//! * `mmap` of the file gives the UAR pages (the memfd's pages at `mlx5_ib`'s
+//!   offsets), read-only: libmlx5's doorbell stores fault and are decoded and
+//!   forwarded to the device on the storing thread ([`mmio_trap`]), or a device
+//!   thread watches the pages ([`doorbell`]), as it does the pages a program maps
+//!   with the raw system call (UCX);
 //! * completion channels and the async file are eventfds with the kernel's read
 //!   semantics ([`events`]).
 //!

@@ -52,12 +52,14 @@ pub const MMAP_OFFSET_START: u64 = 9 << 16;
 /// `MLX5_IB_ALLOC_UCTX_DEVX`.
 const UCTX_DEVX: u32 = 1;
 /// `MLX5_MAX_BFREGS` (Linux `hw/mlx5/main.c: calc_total_bfregs`).
-const MAX_BFREGS: u32 = 512;
+pub const MAX_BFREGS: u32 = 512;
 /// `MLX5_QP_FLAG_SIGNATURE`, `_SCATTER_CQE`, `_BFREG_INDEX`, `_UAR_PAGE_INDEX`.
 const QP_FLAG_SIGNATURE: u32 = 1 << 0;
 const QP_FLAG_SCATTER_CQE: u32 = 1 << 1;
 const QP_FLAG_BFREG_INDEX: u32 = 1 << 3;
-/// `MLX5_QP_FLAG_ALLOW_SCATTER_CQE` (requester scatter to CQE without `sq_sig_all`).
+/// `MLX5_QP_FLAG_ALLOW_SCATTER_CQE` (`mlx5dv_create_qp`'s
+/// `MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE`, which UCX's rc_mlx5 asks for): requester
+/// scatter to CQE without `sq_sig_all`, as `mlx5_ib`'s `process_vendor_flag` takes it.
 const QP_FLAG_ALLOW_SCATTER_CQE: u32 = 1 << 8;
 /// `ibv_access_flags`.
 const ACCESS_LOCAL_WRITE: u32 = 1;
@@ -359,6 +361,11 @@ impl Ucontext {
     /// Whether `pgoff` is the mmap page offset of a live allocated UAR.
     pub fn uar_offset(&self, pgoff: u64) -> bool {
         self.uars.values().any(|u| u.pgoff == pgoff)
+    }
+
+    /// The mmap page offsets of the live allocated UARs.
+    pub fn uar_pgoffs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.uars.values().map(|u| u.pgoff)
     }
 
     /// Whether `page_id` names a live allocated UAR.

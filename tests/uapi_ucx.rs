@@ -1,0 +1,190 @@
+//! UCX 1.13 (Debian 12's `ucx-utils`, unmodified) on rdma-core's own libibverbs and
+//! libmlx5 through the userspace RDMA interface (`ferroverbs run`): `ucx_info -d`
+//! lists the simulated ConnectX-5 `mlx5_0` with the verbs transports and the
+//! accelerated `rc_mlx5` and `ud_mlx5` (UCX writes the WQEs and rings the doorbells
+//! itself, through `mlx5dv`), and `ucx_perftest` runs between two processes, each on
+//! its own simulated NIC.
+//!
+//! UCX's UCM patches `mmap` and maps the UAR pages with the system call itself,
+//! behind the preload library: the uverbs descriptor is a memfd whose pages the layer
+//! also maps and watches, so those mappings ring the device as libmlx5's own do.
+//! `dc_mlx5` is not offered: the device has no DC (`mlx5dv_create_qp` of a DCT is
+//! EOPNOTSUPP), and no DEVX (`mlx5dv_open_device` with DEVX is EOPNOTSUPP).
+
+mod uapi_support;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use uapi_support::{have, net, pair, run_ok};
+
+/// The pairs run one at a time (each is two busy processes).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Time limit of a pair.
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// The device as UCX names it.
+const DEV: &str = "mlx5_0:1";
+
+fn ucx() -> bool {
+    have("ucx_info") && have("ucx_perftest")
+}
+
+/// The transports `ucx_info -d` lists on `mlx5_0:1`.
+fn transports(out: &str) -> Vec<String> {
+    let Some(md) = out
+        .split("# Memory domain: ")
+        .find(|s| s.starts_with("mlx5_0\n"))
+    else {
+        return Vec::new();
+    };
+    md.lines()
+        .zip(md.lines().skip(1))
+        .filter(|(_, d)| d.trim_start_matches('#').trim() == format!("Device: {DEV}"))
+        .filter_map(|(t, _)| {
+            t.trim_start_matches('#')
+                .trim()
+                .strip_prefix("Transport: ")
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+#[test]
+fn ucx_info_lists_mlx5_0_with_verbs_and_mlx5_transports() {
+    if !ucx() {
+        return;
+    }
+    let dev = format!("sim:{}", net::host(131));
+    let out = run_ok(&dev, &["ucx_info", "-d"], Duration::from_secs(120));
+    let tls = transports(&out);
+    for want in ["rc_verbs", "ud_verbs", "rc_mlx5", "ud_mlx5"] {
+        assert!(
+            tls.iter().any(|t| t == want),
+            "{want} not listed on {DEV} (listed: {tls:?}) in:\n{out}"
+        );
+    }
+    // No DC on this device (and no DEVX): UCX does not offer dc_mlx5.
+    assert!(!tls.iter().any(|t| t == "dc_mlx5"), "{tls:?}");
+}
+
+/// Runs `ucx_perftest args -n n` as a server on host `s` and a client on host
+/// `s + 1` with `UCX_TLS=tls` on `mlx5_0:1`, and checks that both exit 0 and the
+/// client reports all `n` iterations.
+fn perftest(tls: &str, args: &[&str], n: u64, s: u8, slot: u16) {
+    if !ucx() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let envs = [("UCX_TLS", tls), ("UCX_NET_DEVICES", DEV)];
+    let ns = n.to_string();
+    let mut all = args.to_vec();
+    all.extend(["-n", &ns]);
+    let (_, c) = pair("ucx_perftest", &all, &envs, s, s + 1, slot, LIMIT);
+    let fin = c
+        .lines()
+        .find(|l| l.starts_with("Final:"))
+        .unwrap_or_else(|| panic!("{tls} {args:?}: no final report in:\n{c}"));
+    let iters: Option<u64> = fin.split_whitespace().nth(1).and_then(|x| x.parse().ok());
+    assert_eq!(iters, Some(n), "{fin}");
+}
+
+// Over UCP an RC transport needs a UD one beside it for the wire-up of its
+// endpoints, as on a real ConnectX.
+
+#[test]
+fn tag_lat_over_rc_verbs() {
+    perftest("rc_verbs,ud_verbs", &["-t", "tag_lat"], 500, 133, 0);
+}
+
+#[test]
+fn tag_bw_over_rc_verbs() {
+    perftest("rc_verbs,ud_verbs", &["-t", "tag_bw"], 500, 135, 1);
+}
+
+#[test]
+fn tag_lat_and_bw_over_ud_verbs() {
+    perftest("ud_verbs", &["-t", "tag_lat"], 500, 137, 2);
+    perftest("ud_verbs", &["-t", "tag_bw"], 500, 139, 3);
+}
+
+#[test]
+fn tag_lat_over_rc_mlx5() {
+    perftest("rc_mlx5,ud_mlx5", &["-t", "tag_lat"], 500, 141, 4);
+}
+
+#[test]
+fn tag_bw_over_rc_mlx5() {
+    perftest("rc_mlx5,ud_mlx5", &["-t", "tag_bw"], 500, 143, 5);
+}
+
+#[test]
+fn tag_lat_and_bw_over_ud_mlx5() {
+    perftest("ud_mlx5", &["-t", "tag_lat"], 500, 145, 6);
+    perftest("ud_mlx5", &["-t", "tag_bw"], 500, 147, 7);
+}
+
+/// A 256 KiB tag message goes by UCX's rendezvous protocol: RDMA READ of the
+/// registered buffer, with UCX's own WQEs.
+#[test]
+fn rendezvous_tag_bw_over_rc_mlx5() {
+    let args = ["-t", "tag_bw", "-s", "262144"];
+    perftest("rc_mlx5,ud_mlx5", &args, 10, 149, 8);
+}
+
+// UCT tests: the transport and device are named on the command line.
+
+#[test]
+fn am_lat_over_each_transport() {
+    for (k, tl) in ["rc_verbs", "ud_verbs", "rc_mlx5", "ud_mlx5"]
+        .into_iter()
+        .enumerate()
+    {
+        let args = ["-t", "am_lat", "-x", tl, "-d", DEV];
+        perftest(tl, &args, 500, 151 + 2 * k as u8, 9 + k as u16);
+    }
+}
+
+/// RDMA WRITE latency (the receiver polls its buffer for the iteration's sequence
+/// number: the data must land) and atomic add latency, with rc_mlx5's own WQEs.
+#[test]
+fn put_and_add_lat_over_rc_mlx5() {
+    for (k, t) in ["put_lat", "add_lat"].into_iter().enumerate() {
+        let args = ["-t", t, "-x", "rc_mlx5", "-d", DEV];
+        perftest("rc_mlx5", &args, 200, 161 + 2 * k as u8, 13 + k as u16);
+    }
+}
+
+/// Zero-copy active messages: UCX's WQE carries the AM header inline and the payload
+/// by a data segment pointing at the registered buffer (RC: a SEND, UD: with UCX's
+/// own address vector).
+#[test]
+fn zcopy_am_lat_over_rc_mlx5_and_ud_mlx5() {
+    let rc = [
+        "-t", "am_lat", "-x", "rc_mlx5", "-d", DEV, "-s", "3000", "-D", "zcopy",
+    ];
+    perftest("rc_mlx5", &rc, 200, 171, 0);
+    let ud = [
+        "-t", "am_lat", "-x", "ud_mlx5", "-d", DEV, "-s", "900", "-D", "zcopy",
+    ];
+    perftest("ud_mlx5", &ud, 200, 173, 1);
+}
+
+/// RDMA READ (zero-copy 64 KiB and a 16-byte buffered copy) and the standard 64-bit
+/// atomics UCX issues with its own WQEs. (UCX's `swap` needs the extended atomics,
+/// which it uses only through DEVX: not offered, as on a ConnectX without it.)
+#[test]
+fn get_fadd_and_cswap_over_rc_mlx5() {
+    let tests: [&[&str]; 4] = [
+        &["-t", "get", "-s", "65536", "-D", "zcopy"],
+        &["-t", "get", "-s", "16", "-D", "bcopy"],
+        &["-t", "fadd"],
+        &["-t", "cswap"],
+    ];
+    for (k, t) in tests.into_iter().enumerate() {
+        let mut args = t.to_vec();
+        args.extend(["-x", "rc_mlx5", "-d", DEV]);
+        perftest("rc_mlx5", &args, 100, 175 + 2 * k as u8, 2 + k as u16);
+    }
+}
