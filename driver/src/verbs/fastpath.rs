@@ -626,7 +626,7 @@ mod tests {
             length: 8,
             lkey: 5,
         }];
-        let mut post = |a: &mut DetachedQp<MemBus>, cq: &mut DetachedCq<MemBus>, wr_id, op| {
+        let post = |a: &mut DetachedQp<MemBus>, cq: &mut DetachedCq<MemBus>, wr_id, op| {
             let idx = a.next_send_index();
             a.post_send(&[SendWr::send(wr_id, &sge).signaled()])
                 .unwrap();
