@@ -457,16 +457,21 @@ impl<B: Bus> Poller<B> {
     /// [`Poller::take_entry`] (and [`Poller::decode_taken`] for what it does not
     /// decode), each published as soon as it is read (the doorbell record is never
     /// behind the entries taken).
+    ///
+    /// The slots are walked by an iterator (a pointer compare per slot); an entry
+    /// that is skipped leaves its slot to the next one.
     #[inline(never)]
     fn poll_owned(&mut self, wc: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
-        while let Some(out) = wc.get_mut(n) {
-            if self.take_into(out, Self::decode_into) {
-                n += 1;
-                if n == wc.len() {
-                    break;
+        for out in wc.iter_mut() {
+            // The entry at the cursor is software's (tested before the call, after
+            // the previous slot, or after a skipped entry).
+            while !self.take_into(out, Self::decode_into) {
+                if self.owner_test() >= OWNED_BELOW {
+                    return n;
                 }
             }
+            n += 1;
             if self.owner_test() >= OWNED_BELOW {
                 break;
             }
@@ -508,11 +513,11 @@ impl<B: Bus> Poller<B> {
             self.cur.advance();
             return slow(self, out);
         }
-        // As in `take_entry`.
-        let (wc, counter) = Self::req_completion(qp, e);
-        *out = wc;
+        // As in `take_entry` (the slot written once, `wr_id` included).
+        let (mut wc, counter) = Self::req_completion(qp, e);
         self.cur.advance_publish();
-        out.wr_id = qp.sq_retire_word(counter);
+        wc.wr_id = qp.sq_retire_word(counter);
+        *out = wc;
         true
     }
 
