@@ -16,6 +16,7 @@
 //! * `list16`: `post_send` of a list of 16 one-SGE SENDs with one doorbell;
 //! * `recv`: `post_recv` of one one-SGE receive request (doorbell record only);
 //! * `poll`: `poll` of one CQE into a one-entry array;
+//! * `poll16`: `poll` of 16 CQEs (of 16 signaled SENDs) into a 16-entry array;
 //! * `empty`: `poll` of an empty CQ.
 //!
 //! The typed entries ([`SendBatch`](ferroverbs::verbs::SendBatch) and
@@ -229,6 +230,19 @@ fn main() {
                 assert_eq!(n, 1);
             }
         }
+        "poll16" => {
+            let list: Vec<SendWr<'_>> = (0..16).map(|i| SendWr::send(i, &sge).signaled()).collect();
+            for _ in 0..iters {
+                let first = qp.next_send_index();
+                qp.post_send(&list).expect("post");
+                for k in 0..16 {
+                    cq.produce_send(0x77, first.wrapping_add(k), MLX5_OPCODE_SEND);
+                }
+                let n = icount_poll(&mut cq, black_box(&mut wc));
+                assert_eq!(n, 16);
+                assert_eq!(wc[15].wr_id, 15);
+            }
+        }
         "empty" => {
             for _ in 0..iters {
                 assert_eq!(icount_poll(&mut cq, black_box(&mut wc)), 0);
@@ -292,7 +306,7 @@ fn main() {
         other => {
             eprintln!(
                 "unknown case {other}: inline, inline_db, send, send_db, list16, recv, poll, \
-                 empty, t_inline, t_inline_db, t_send, t_send_db, t_list16, t_poll, t_empty, o_inline, \
+                 poll16, empty, t_inline, t_inline_db, t_send, t_send_db, t_list16, t_poll, t_empty, o_inline, \
                  o_inline_db, o_send, o_send_db"
             );
             std::process::exit(2);

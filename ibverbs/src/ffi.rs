@@ -18,7 +18,7 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use ferroverbs::verbs::requester_completion;
+use ferroverbs::verbs::{requester_completion, HotReq};
 use ferroverbs::verbs::{
     AddressHandle, AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap,
     QpInitAttr, QpType, QueuePair, RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge,
@@ -994,32 +994,26 @@ pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut abi::ibv_cq) -> c_int {
 /// `ops.poll_cq`. One entry asked of a CQ whose next entry the driver's inline
 /// reader hands out (the latency case: a successful requester completion of a SEND
 /// or RDMA WRITE of the QP seen last, [`CompletionQueue::poll_hot_req`]): taken
-/// under the CQ's lock and written into the caller's `ibv_wc` from [`REQ_WC`], with
-/// no call. Everything else (more entries, any
-/// other entry, an empty CQ, which the polling thread services on a simulated NIC,
-/// a lock held by another thread, bad arguments) goes to [`poll_cq_list`], in tail
-/// position (an `extern "C"` callee does not unwind: no landing pad), with the same
-/// results.
+/// under the CQ's lock, which is released before the caller's `ibv_wc` is written
+/// ([`write_req_wc`]), with no call. Everything else (more entries, any other entry,
+/// an empty CQ, which the polling thread services on a simulated NIC, a lock held by
+/// another thread, bad arguments) goes to [`poll_cq_list`], in tail position (an
+/// `extern "C"` callee does not unwind: no landing pad), with the same results.
 unsafe extern "C" fn poll_cq(cq: *mut abi::ibv_cq, n: c_int, wc: *mut abi::ibv_wc) -> c_int {
     if n == 1 && !wc.is_null() {
         // SAFETY: the caller's CQ.
         if let Ok(q) = unsafe { CqObj::from_ibv(cq) } {
             if let Some(mut g) = q.cq.try_lock() {
-                // The `ibv_wc` from the table of its send opcode, with its `wr_id`
-                // and QP number.
-                let got = g.poll_hot_req(|r| {
-                    let mut out = REQ_WC[usize::from(r.send_op)].0;
-                    out.wr_id = r.wr_id;
-                    // 0 in every row: a store instead of a copy.
-                    out.imm_data = 0;
-                    out.qp_num = r.qp_num;
+                let got = g.poll_hot_req(|r| r);
+                // The CQ's state is done with: the lock goes before the `ibv_wc` is
+                // written (the caller's memory).
+                drop(g);
+                if let Some(r) = got {
                     // SAFETY: `wc` has room for one entry (`n` is 1; not NULL).
-                    unsafe { wc.write(out) };
-                });
-                if got.is_some() {
+                    unsafe { write_req_wc(wc, r) };
                     return 1;
                 }
-                // Nothing taken: the lock goes, and the general path polls.
+                // Nothing taken (the lock released): the general path polls.
             }
         }
     }
@@ -1027,44 +1021,100 @@ unsafe extern "C" fn poll_cq(cq: *mut abi::ibv_cq, n: c_int, wc: *mut abi::ibv_w
     unsafe { poll_cq_list(cq, n, wc) }
 }
 
-/// The `ibv_wc` of a successful requester completion of each send opcode byte that
-/// [`CompletionQueue::poll_hot_req`] hands out (`wr_id` and `qp_num` 0): what
-/// [`convert::wc_to_ibv`] makes of the driver's [`requester_completion`], built at
-/// compile time (entries of the other opcodes are never read). Rows of 64 bytes: the
-/// index is one shift.
-static REQ_WC: [WcRow; 256] = {
-    const NONE: abi::ibv_wc = abi::ibv_wc {
-        wr_id: 0,
-        status: 0,
-        opcode: 0,
-        vendor_err: 0,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: 0,
-        pkey_index: 0,
-        slid: 0,
-        sl: 0,
-        dlid_path_bits: 0,
-    };
-    let mut t = [WcRow(NONE); 256];
+/// Writes the `ibv_wc` of the successful requester completion `r` (what
+/// [`convert::wc_to_ibv`] makes of the driver's [`requester_completion`] of its send
+/// opcode, with its `wr_id` and QP number) into `wc`: the `wr_id`, the two 16-byte
+/// halves whose first words come from [`REQ_WC`] (the rest of each is 0), and
+/// `imm_data` (0) with `qp_num`. Four stores and two table loads, with no shift of
+/// the index.
+///
+/// # Safety
+/// `wc` is valid for the write of one `ibv_wc`.
+#[inline(always)]
+unsafe fn write_req_wc(wc: *mut abi::ibv_wc, r: HotReq) {
+    let op = usize::from(r.send_op);
+    let p = wc.cast::<u8>();
+    // SAFETY: the offsets are those of the fields named (asserted below), inside
+    // the `ibv_wc` the caller lets us write; unaligned writes.
+    unsafe {
+        p.cast::<u64>().write_unaligned(r.wr_id);
+        p.add(WC_IMM)
+            .cast::<[u32; 2]>()
+            .write_unaligned([0, r.qp_num]);
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadl_epi64, _mm_storeu_si128};
+        // Each half one `movq` (which clears the upper 8 bytes) and one 16-byte
+        // store: the compiler would store its two words separately.
+        // SAFETY: SSE2 is part of x86-64; the loads read 8 bytes of `REQ_WC`'s
+        // rows (`op < 256`), the stores write 16 bytes at `WC_LO` and `WC_HI`,
+        // inside the `ibv_wc` (asserted below); both unaligned.
+        unsafe {
+            let lo = _mm_loadl_epi64(std::ptr::from_ref(&REQ_WC[0][op]).cast::<__m128i>());
+            let hi = _mm_loadl_epi64(std::ptr::from_ref(&REQ_WC[1][op]).cast::<__m128i>());
+            _mm_storeu_si128(p.add(WC_LO).cast::<__m128i>(), lo);
+            _mm_storeu_si128(p.add(WC_HI).cast::<__m128i>(), hi);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: as above.
+    unsafe {
+        p.add(WC_LO)
+            .cast::<[u64; 2]>()
+            .write_unaligned([REQ_WC[0][op], 0]);
+        p.add(WC_HI)
+            .cast::<[u64; 2]>()
+            .write_unaligned([REQ_WC[1][op], 0]);
+    }
+}
+
+/// Where [`write_req_wc`]'s pieces of an `ibv_wc` start: `status` (with `opcode`,
+/// `vendor_err`, `byte_len` after it), `imm_data` (with `qp_num`), `src_qp` (with
+/// `wc_flags`, `pkey_index`, `slid`, `sl`, `dlid_path_bits` and the padding to 48).
+const WC_LO: usize = std::mem::offset_of!(abi::ibv_wc, status);
+const WC_IMM: usize = std::mem::offset_of!(abi::ibv_wc, imm_data);
+const WC_HI: usize = std::mem::offset_of!(abi::ibv_wc, src_qp);
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(offset_of!(abi::ibv_wc, wr_id) == 0 && WC_LO == 8);
+    assert!(offset_of!(abi::ibv_wc, opcode) == WC_LO + 4);
+    assert!(offset_of!(abi::ibv_wc, vendor_err) == WC_LO + 8);
+    assert!(offset_of!(abi::ibv_wc, byte_len) == WC_LO + 12);
+    assert!(WC_IMM == WC_LO + 16 && offset_of!(abi::ibv_wc, qp_num) == WC_IMM + 4);
+    assert!(WC_HI == WC_IMM + 8 && offset_of!(abi::ibv_wc, wc_flags) == WC_HI + 4);
+    assert!(size_of::<abi::ibv_wc>() == WC_HI + 16);
+};
+
+/// The words of the `ibv_wc` of a successful requester completion of each send
+/// opcode byte that [`CompletionQueue::poll_hot_req`] hands out, which
+/// [`write_req_wc`] copies: `[0]` the 8 bytes at `status` (`status`, `opcode`),
+/// `[1]` the 8 at `src_qp` (`src_qp`, `wc_flags`), in memory order; built at compile
+/// time from what [`convert::wc_to_ibv`] makes of the driver's
+/// [`requester_completion`], every other field of which is asserted 0 (`wr_id` and
+/// `qp_num` are the completion's). Entries of the other opcodes are never read.
+static REQ_WC: [[u64; 256]; 2] = {
+    const fn word(a: u32, b: u32) -> u64 {
+        let (a, b) = (a.to_ne_bytes(), b.to_ne_bytes());
+        u64::from_ne_bytes([a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]])
+    }
+    let mut t = [[0u64; 256]; 2];
     let mut op = 0;
     while op < 256 {
         if let Some(w) = requester_completion(op as u8) {
             let row = convert::wc_to_ibv(&w);
-            assert!(row.imm_data == 0, "the poll path stores imm_data 0");
-            t[op] = WcRow(row);
+            assert!(row.wr_id == 0 && row.qp_num == 0, "the completion's own");
+            assert!(row.vendor_err == 0 && row.byte_len == 0, "stored as 0");
+            assert!(row.imm_data == 0, "stored as 0");
+            assert!(row.pkey_index == 0 && row.slid == 0, "stored as 0");
+            assert!(row.sl == 0 && row.dlid_path_bits == 0, "stored as 0");
+            t[0][op] = word(row.status, row.opcode);
+            t[1][op] = word(row.src_qp, row.wc_flags);
         }
         op += 1;
     }
     t
 };
-
-/// A row of [`REQ_WC`].
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct WcRow(abi::ibv_wc);
 
 /// [`poll_cq`] of up to `n` entries under the CQ's lock, each written straight into
 /// the caller's array; on an empty CQ of a simulated NIC, the device serviced.
@@ -2322,15 +2372,40 @@ mod tests {
             (MLX5_OPCODE_RDMA_WRITE, 1, 0),
             (MLX5_OPCODE_RDMA_WRITE_IMM, 1, 2),
         ] {
-            let w = REQ_WC[usize::from(op)].0;
-            let got = (w.status, w.opcode, w.vendor_err, w.byte_len, w.imm_data);
-            assert_eq!(got, (0, opcode, 0, 0, 0), "send opcode {op:#x}");
+            // Written over bytes of 0xa5, as the poll path writes it.
+            let mut w = std::mem::MaybeUninit::<abi::ibv_wc>::uninit();
+            // SAFETY: the bytes of `w`, all of which the call below writes.
+            unsafe {
+                w.as_mut_ptr()
+                    .cast::<u8>()
+                    .write_bytes(0xa5, size_of_val(&w))
+            };
+            let r = HotReq {
+                wr_id: 0x0123_4567_89ab_cdef,
+                qp_num: 0x12_3456,
+                send_op: op,
+            };
+            // SAFETY: room for one `ibv_wc`; every field written (an integer each).
+            let w = unsafe {
+                write_req_wc(w.as_mut_ptr(), r);
+                w.assume_init()
+            };
+            let got = (w.wr_id, w.status, w.opcode, w.vendor_err, w.byte_len);
+            let want = (0x0123_4567_89ab_cdef, 0, opcode, 0, 0);
+            assert_eq!(got, want, "send opcode {op:#x}");
+            let got = (w.imm_data, w.qp_num, w.src_qp, w.wc_flags);
+            assert_eq!(got, (0, 0x12_3456, 0, flags), "send opcode {op:#x}");
+            let got = (w.pkey_index, w.slid, w.sl, w.dlid_path_bits);
+            assert_eq!(got, (0, 0, 0, 0), "send opcode {op:#x}");
+            // What the general path writes for the same completion.
+            let mut c = requester_completion(op).expect("in the table");
+            c.wr_id = r.wr_id;
+            c.qp_num = r.qp_num;
+            let g = convert::wc_to_ibv(&c);
             assert_eq!(
-                (w.wc_flags, w.src_qp, w.sl),
-                (flags, 0, 0),
-                "send opcode {op:#x}"
+                (g.wr_id, g.status, g.opcode, g.qp_num, g.wc_flags),
+                (w.wr_id, w.status, w.opcode, w.qp_num, w.wc_flags)
             );
-            assert!(requester_completion(op).is_some());
         }
         for op in [
             MLX5_OPCODE_RDMA_READ,

@@ -20,7 +20,7 @@ use ferroverbs_hw::datapath::wqe::{
 use ferroverbs_hw::{Bus, DmaPerm};
 
 use super::fastmem::{put_tail, CqeAt, CqeCursor, FastMem, FastWord};
-use super::qp::WqShared;
+use super::qp::{WqShared, CQE_QPN_MASK};
 use super::wc::{WcTail, WcTailBits};
 use super::{exec, Error, Result, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::dma::{DmaBuf, PAGE_SIZE};
@@ -102,6 +102,10 @@ pub(crate) struct Poller<B: Bus> {
     /// it inline, matching the CQE's raw QPN word against its receive key
     /// ([`WqShared::matches_recv`]). Always a clone of an entry of `qps`, as `hot`.
     hot_rx: Arc<WqShared>,
+    /// [`HOT_REQ_MASK`], as data: the compare in [`Poller::poll_hot_req`] then takes
+    /// it as a memory operand instead of materialising the 64-bit constant. Never
+    /// changes.
+    hot_mask: u64,
     /// CQEs of QPs this CQ does not know (destroyed QPs), skipped.
     pub(crate) unknown: u64,
     /// Entries in the ring.
@@ -136,6 +140,7 @@ impl<B: Bus> Poller<B> {
             last: 0,
             hot_rx: Arc::clone(&hot),
             hot,
+            hot_mask: HOT_REQ_MASK,
             unknown: 0,
             ncqe,
             buf,
@@ -223,8 +228,8 @@ impl<B: Bus> Poller<B> {
     /// See [`CompletionQueue::poll_one`]: the empty test, then a successful
     /// requester CQE of the QP seen last taken inline (no register saves, no call,
     /// [`Poller::take_entry`]); everything else (other CQE kinds, another or unknown
-    /// QP, the last entry of a cursor chunk) out of line by [`Poller::take_slow`],
-    /// with the same results as [`Poller::poll`].
+    /// QP) out of line by [`Poller::take_slow`], with the same results as
+    /// [`Poller::poll`].
     #[inline(always)]
     pub(crate) fn poll_one(&mut self) -> Option<WorkCompletion> {
         if self.owner_test() >= OWNED_BELOW {
@@ -234,14 +239,15 @@ impl<B: Bus> Poller<B> {
     }
 
     /// Takes the entry at the cursor, which software owns (its owner test passed):
-    /// the cursor moved on, the read barrier (before any other byte of the entry);
-    /// then, if the entry is not the last of its cursor chunk and is a successful
-    /// requester CQE of the hot QP, its completion: the CQE's last 8 bytes compared
-    /// with the QP's key (QPN, CQE opcode and liveness), the fields read, the
-    /// consumer index published (the device may have the entry back), the `wr_id`
-    /// read and the slot released at the QP, the rest from the send opcode's
-    /// [`REQ_TAIL`]. Any other entry (taken, neither decoded nor published) goes to
-    /// `slow` ([`Poller::take_slow`] or [`Poller::decode_taken`]), whose result is
+    /// the read barrier (before any other byte of the entry); then, if the entry is
+    /// a successful requester CQE of the hot QP, its completion: the CQE's last 8
+    /// bytes compared with the QP's key (QPN, CQE opcode and liveness), the fields
+    /// read, the cursor moved on and the consumer index published (the device may
+    /// have the entry back; the last entry of a cursor chunk out of line, without
+    /// leaving this path), the `wr_id` read and the slot released at the QP, the
+    /// rest from the send opcode's [`REQ_TAIL`]. Any other entry goes, the cursor
+    /// moved past it (taken, neither decoded nor published), to `slow`
+    /// ([`Poller::take_slow`] or [`Poller::decode_taken`]), whose result is
     /// returned. (A continuation rather than a `Result`: the completion's status is
     /// loaded from the table, so testing a `Result` or `Option` built from it would
     /// cost a compare with the niche value.)
@@ -250,23 +256,24 @@ impl<B: Bus> Poller<B> {
         &mut self,
         slow: impl FnOnce(&mut Self) -> Option<WorkCompletion>,
     ) -> Option<WorkCompletion> {
-        let e = self.cur.next();
+        let e = self.cur.entry();
         self.bus.rmb();
-        let Some(e) = e else {
-            return slow(self);
-        };
         // `struct mlx5_cqe64` from byte 56 (7 before op_own): sop_drop_qpn,
         // wqe_counter (its 2 bytes end the 4 from 58, 5 before), signature, op_own;
         // byte_cnt at 44 (19 before). The owner test passed: the QPN, the CQE opcode
         // (requester) and the QP's liveness are one masked compare with its key.
         let last8 = e.raw64::<7>();
-        if !self.hot.matches(last8) {
+        // The QP, in a register across the cursor's move (whose compiler barrier
+        // would otherwise load it again).
+        let hot: &WqShared = &self.hot;
+        if !hot.matches(last8) {
+            self.cur.advance();
             return slow(self);
         }
-        let (mut wc, counter) = Self::req_completion(&self.hot, e);
+        let (mut wc, counter) = Self::req_completion(hot, e);
         // Every byte of the entry read: the device may have it back.
-        self.cur.publish_next();
-        wc.wr_id = self.hot.sq_retire_word(counter);
+        self.cur.advance_publish();
+        wc.wr_id = hot.sq_retire_word(counter);
         Some(wc)
     }
 
@@ -300,32 +307,30 @@ impl<B: Bus> Poller<B> {
         (wc, counter)
     }
 
-    /// See [`CompletionQueue::poll_hot_req`]: the owner test, the entry at the
-    /// cursor peeked (not the last of its chunk), the read barrier, the key compare
-    /// and the send opcode's test; then the entry taken as [`Poller::take_entry`]
-    /// takes it (moved past, published, its `wr_id` retired). Nothing is taken
-    /// otherwise.
+    /// See [`CompletionQueue::poll_hot_req`]: the owner test and the hot QP's key
+    /// compare in one, on one load of the entry's last 8 bytes
+    /// ([`CqeAt::tail_atomic`]: the owner bit against the pass's parity, the CQE
+    /// opcode requester (so not INVALID) and not scattered, the QPN and liveness of
+    /// the hot QP, the send opcode's [`REQ_SPECIAL`] bits clear, [`HOT_REQ_MASK`]);
+    /// then the read barrier, the send opcode and the counter read, and the entry
+    /// taken as [`Poller::take_entry`] takes it (moved past and published, its
+    /// `wr_id` retired). Nothing is taken otherwise: an empty CQ, any other entry.
     #[inline(always)]
     pub(crate) fn poll_hot_req<R>(&mut self, f: impl FnOnce(HotReq) -> R) -> Option<R> {
-        if self.owner_test() >= OWNED_BELOW {
-            return None;
-        }
-        let e = self.cur.peek()?;
-        self.bus.rmb();
         // The QP, in a register across the cursor's move (whose compiler barrier
         // would otherwise load it again).
         let hot: &WqShared = &self.hot;
-        if !hot.matches(e.raw64::<7>()) {
+        let e = self.cur.entry();
+        if (e.tail_atomic() ^ self.cur.owner64() ^ hot.key()) & self.hot_mask != 0 {
             return None;
         }
+        // The entry is software's (its owner bit, in the load above): the rest of it
+        // is read after the barrier.
+        self.bus.rmb();
         let send_op = e.byte::<7>();
-        if send_op & REQ_SPECIAL != 0 {
-            return None;
-        }
         let counter = u32::from_be(e.raw32::<5>());
-        self.cur.step();
         // Every byte of the entry read: the device may have it back.
-        self.cur.publish_next();
+        self.cur.advance_publish();
         let qp_num = hot.qpn;
         let wr_id = hot.sq_retire_word(counter);
         Some(f(HotReq {
@@ -342,23 +347,20 @@ impl<B: Bus> Poller<B> {
     pub(crate) fn poll_each(&mut self, max: usize, mut f: impl FnMut(&WorkCompletion)) -> usize {
         let mut n = 0;
         while n < max && self.owner_test() < OWNED_BELOW {
-            let e = self.cur.next();
+            let e = self.cur.entry();
             self.bus.rmb();
-            let hot = match e {
-                Some(e) if self.hot.matches(e.raw64::<7>()) => Some(e),
-                _ => None,
-            };
-            match hot {
-                Some(e) => {
-                    let (mut wc, counter) = Self::req_completion(&self.hot, e);
-                    self.cur.publish_next();
-                    wc.wr_id = self.hot.sq_retire_word(counter);
-                    f(&wc)
-                }
-                None => match self.take_slow() {
+            let hot: &WqShared = &self.hot;
+            if hot.matches(e.raw64::<7>()) {
+                let (mut wc, counter) = Self::req_completion(hot, e);
+                self.cur.advance_publish();
+                wc.wr_id = hot.sq_retire_word(counter);
+                f(&wc)
+            } else {
+                self.cur.advance();
+                match self.take_slow() {
                     Some(w) => f(&w),
                     None => break,
-                },
+                }
             }
             n += 1;
         }
@@ -455,16 +457,21 @@ impl<B: Bus> Poller<B> {
     /// [`Poller::take_entry`] (and [`Poller::decode_taken`] for what it does not
     /// decode), each published as soon as it is read (the doorbell record is never
     /// behind the entries taken).
+    ///
+    /// The slots are walked by an iterator (a pointer compare per slot); an entry
+    /// that is skipped leaves its slot to the next one.
     #[inline(never)]
     fn poll_owned(&mut self, wc: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
-        while let Some(out) = wc.get_mut(n) {
-            if self.take_into(out, Self::decode_into) {
-                n += 1;
-                if n == wc.len() {
-                    break;
+        for out in wc.iter_mut() {
+            // The entry at the cursor is software's (tested before the call, after
+            // the previous slot, or after a skipped entry).
+            while !self.take_into(out, Self::decode_into) {
+                if self.owner_test() >= OWNED_BELOW {
+                    return n;
                 }
             }
+            n += 1;
             if self.owner_test() >= OWNED_BELOW {
                 break;
             }
@@ -491,27 +498,26 @@ impl<B: Bus> Poller<B> {
         out: &mut WorkCompletion,
         slow: impl FnOnce(&mut Self, &mut WorkCompletion) -> bool,
     ) -> bool {
-        let e = self.cur.next();
+        let e = self.cur.entry();
         self.bus.rmb();
-        let Some(e) = e else {
-            return slow(self, out);
-        };
         let last8 = e.raw64::<7>();
-        let qp = &*self.hot;
+        let qp: &WqShared = &self.hot;
         if !qp.matches(last8) {
-            if self.hot_rx.matches_recv(last8) {
-                *out = Self::recv_completion(&self.hot_rx, e);
+            let rx: &WqShared = &self.hot_rx;
+            if rx.matches_recv(last8) {
+                *out = Self::recv_completion(rx, e);
                 // Every byte of the entry read: the device may have it back.
-                self.cur.publish_next();
+                self.cur.advance_publish();
                 return true;
             }
+            self.cur.advance();
             return slow(self, out);
         }
-        // As in `take_entry`.
-        let (wc, counter) = Self::req_completion(qp, e);
+        // As in `take_entry` (the slot written once, `wr_id` included).
+        let (mut wc, counter) = Self::req_completion(qp, e);
+        self.cur.advance_publish();
+        wc.wr_id = qp.sq_retire_word(counter);
         *out = wc;
-        self.cur.publish_next();
-        out.wr_id = qp.sq_retire_word(counter);
         true
     }
 
@@ -707,8 +713,8 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
 
     /// Takes the completion at the head of the CQ when it is a successful requester
     /// completion of a SEND or an RDMA WRITE (with or without immediate or
-    /// invalidation) of the QP whose requester completion was taken last, not at the
-    /// end of the reader's chunk of entries, and hands it to `f` as a [`HotReq`];
+    /// invalidation) of the QP whose requester completion was taken last, and hands
+    /// it to `f` as a [`HotReq`];
     /// otherwise takes nothing and returns `None` (the CQ may be empty or not: the
     /// caller then polls with [`CompletionQueue::poll`],
     /// [`CompletionQueue::poll_one`] or [`CompletionQueue::poll_each`], which take
@@ -716,7 +722,9 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
     /// [`requester_completion`] of its `send_op`, with its `wr_id` and `qp_num`. For
     /// callers that write completions in a layout of their own from a table built
     /// with [`requester_completion`] (the C `ibv_poll_cq`): nothing on this path is a
-    /// call.
+    /// call (but, once per chunk of up to 256 entries, the cursor's move to the next
+    /// chunk). The empty test is the owner bit compared together with the entry's
+    /// QP and kind, in one load: an empty CQ costs what a full one does.
     ///
     /// Never blocks, allocates, locks or makes a system call.
     #[inline(always)]
@@ -1039,6 +1047,24 @@ const LOCAL_INV_TAIL: WcTailBits = WcTailBits::of(WcTail {
 
 /// [`Poller::owner_test`] values of an entry software owns are below this.
 const OWNED_BELOW: u8 = 0x78;
+
+/// The bits of a native-endian read of a CQE's last 8 bytes that
+/// [`Poller::poll_hot_req`] compares with the hot QP's key and the pass's owner bit
+/// ([`CqeCursor::owner64`]) in one: those of [`CQE_QPN_MASK`] (QPN, CQE opcode,
+/// CQE format), the owner bit (bit 0 of `op_own`), and the send opcode's
+/// [`REQ_SPECIAL`] bits (byte 56, `sop_drop_qpn`'s top byte; the keys have them 0).
+/// An entry matches when software owns it (its owner bit is the pass's, and its
+/// opcode is requester, not INVALID: `sw_owned`), it is a successful requester CQE
+/// of the live hot QP that carries no data, and its completion is one table entry.
+const HOT_REQ_MASK: u64 = CQE_QPN_MASK | u64::from_ne_bytes([REQ_SPECIAL, 0, 0, 0, 0, 0, 0, 0x01]);
+const _: () = {
+    // The owner bit is the one `CqeCursor::owner64` places, and no key of a live QP
+    // has a bit of the send opcode's byte.
+    assert!(HOT_REQ_MASK & CQE_QPN_MASK == CQE_QPN_MASK);
+    assert!(
+        super::qp::cqe_qpn_key(0x00ff_ffff) & u64::from_ne_bytes([0xff, 0, 0, 0, 0, 0, 0, 0]) == 0
+    );
+};
 
 /// [`decode`] of a responder CQE that carries its message (responder scatter to
 /// CQE, `qpc.cs_res`): the message copied into the scatter list of the receive WQE it

@@ -288,6 +288,12 @@ const CHUNK_MAX: u32 = 256;
 /// (no carry), the add is exactly one more consumed entry.
 const CI_ONE: u32 = u32::from_ne_bytes([0, 0, 0, 1]);
 
+/// Owner bit `parity` (0 or 1) where it lies in a native-endian read of a CQE's last
+/// 8 bytes: bit 0 of byte 7, `op_own` (`struct mlx5_cqe64`, byte 63).
+const fn owner64(parity: u8) -> u64 {
+    u64::from_ne_bytes([0, 0, 0, 0, 0, 0, 0, parity & 1])
+}
+
 /// Where the next CQE of a ring of 64-byte entries is, and the consumer index the
 /// device sees.
 ///
@@ -310,17 +316,20 @@ const CI_ONE: u32 = u32::from_ne_bytes([0, 0, 0, 1]);
 ///
 /// Invariant (the proof of every access below): `at = base + k * 64 + 63` for some
 /// `k < n`, where `base..base + n * 64` lies inside the DMA buffer the cursor keeps
-/// alive (checked in [`CqeCursor::new`]); `first` is the `k = 0` value and `end`
+/// alive and `base` is 8-byte aligned (checked in [`CqeCursor::new`]); `first` is the `k = 0` value and `end`
 /// is `base + n * 64`; `1 <= left <= chunk` and `k + left` is a multiple of
 /// `chunk`, which divides `n` (so `k + left <= n`); `rec` is a 4-byte aligned word
 /// outside the ring, of the same buffer or of `_rec_buf` (which the cursor keeps
-/// alive too). Only [`CqeCursor::new`],
-/// [`CqeCursor::next`] and [`CqeCursor::cross`] change `at` and `left`, and each
-/// keeps the invariant.
+/// alive too); `owner64` is [`owner64`] of `parity`. Only the constructors,
+/// [`CqeCursor::advance`], [`CqeCursor::advance_publish`] and [`CqeCursor::cross`]
+/// change `at` and `left`, and each keeps the invariant.
 pub(crate) struct CqeCursor<B: Bus> {
     at: *const u8,
     left: u32,
     parity: u8,
+    /// `parity` where the owner bit lies in a native-endian read of an entry's last
+    /// 8 bytes ([`CqeAt::tail_atomic`]): bit 0 of their last byte, `op_own`.
+    owner64: u64,
     chunk: u32,
     first: *const u8,
     end: *const u8,
@@ -357,7 +366,7 @@ impl<B: Bus> CqeCursor<B> {
         }
         let base = buf.as_ptr().cast_const();
         let rec = buf.as_ptr().wrapping_add(rec_off);
-        if !(rec as usize).is_multiple_of(4) {
+        if !(rec as usize).is_multiple_of(4) || !(base as usize).is_multiple_of(8) {
             return None;
         }
         let chunk = ncqe.min(CHUNK_MAX);
@@ -366,6 +375,7 @@ impl<B: Bus> CqeCursor<B> {
             at: base.wrapping_add(CQE_STRIDE - 1),
             left: chunk,
             parity: 0,
+            owner64: owner64(0),
             chunk,
             first: base.wrapping_add(CQE_STRIDE - 1),
             end: base.wrapping_add(len),
@@ -399,7 +409,7 @@ impl<B: Bus> CqeCursor<B> {
         }
         let base = ring.as_ptr().cast_const();
         let rec = rec_buf.as_ptr().wrapping_add(rec_off);
-        if !(rec as usize).is_multiple_of(4) {
+        if !(rec as usize).is_multiple_of(4) || !(base as usize).is_multiple_of(8) {
             return None;
         }
         let chunk = ncqe.min(CHUNK_MAX);
@@ -408,6 +418,7 @@ impl<B: Bus> CqeCursor<B> {
             at: base.wrapping_add(CQE_STRIDE - 1),
             left: chunk,
             parity: 0,
+            owner64: owner64(0),
             chunk,
             first: base.wrapping_add(CQE_STRIDE - 1),
             end: base.wrapping_add(len),
@@ -440,71 +451,95 @@ impl<B: Bus> CqeCursor<B> {
         self.parity
     }
 
-    /// Moves to the next entry and returns the one it left, for reads after the
-    /// caller's owner test and read barrier (taken before the barrier, so the
-    /// pointer stays in a register across it); `None` when the entry left was the
-    /// last of its chunk ([`CqeCursor::cross`]: the caller takes it out of line,
-    /// reading it at [`CqeCursor::last_offset`], and publishes it with
-    /// [`CqeCursor::publish`]). After `Some`, [`CqeCursor::publish_next`] publishes
-    /// the entry.
+    /// The owner bit software expects at the cursor where it lies in a native-endian
+    /// read of the entry's last 8 bytes ([`CqeAt::tail_atomic`]): bit 0 of byte 7.
     #[inline(always)]
-    pub(crate) fn next(&mut self) -> Option<CqeAt<'_>> {
-        let at = self.at;
+    pub(crate) fn owner64(&self) -> u64 {
+        self.owner64
+    }
+
+    /// The entry at the cursor: for the owner test and, after it and the read
+    /// barrier, the reads of its body. The cursor does not move
+    /// ([`CqeCursor::advance`], [`CqeCursor::advance_publish`]).
+    #[inline(always)]
+    pub(crate) fn entry(&self) -> CqeAt<'_> {
+        CqeAt {
+            at: self.at,
+            _cur: std::marker::PhantomData,
+        }
+    }
+
+    /// Moves past the entry at the cursor, which software took, without publishing
+    /// it (for the out-of-line decoders, which read it at
+    /// [`CqeCursor::last_offset`] and publish it with [`CqeCursor::publish`]); from
+    /// the last entry of a chunk through [`CqeCursor::cross`].
+    #[inline(always)]
+    pub(crate) fn advance(&mut self) {
         // `left >= 1` (invariant).
         self.left = self.left.wrapping_sub(1);
         if self.left == 0 {
+            // Inline, with no call: a call would make every path of the poll that
+            // inlines this save registers.
+            std::hint::cold_path();
             self.cross();
-            return None;
+            return;
         }
+        self.step_inside();
+    }
+
+    /// Moves past the entry at the cursor, every byte of which software has read,
+    /// and publishes it (the device may have it back): inside a chunk one add to
+    /// `at` and one add of [`CI_ONE`] to the doorbell record's image
+    /// ([`CqeCursor::publish_next`]); from the last entry of a chunk, a branch laid
+    /// out of line ([`CqeCursor::cross_publish`]: the next chunk, the full index
+    /// published).
+    #[inline(always)]
+    pub(crate) fn advance_publish(&mut self) {
+        // `left >= 1` (invariant).
+        self.left = self.left.wrapping_sub(1);
+        if self.left == 0 {
+            // Inline, with no call, as in `advance`.
+            std::hint::cold_path();
+            self.cross_publish();
+            return;
+        }
+        self.step_inside();
+        self.publish_next();
+    }
+
+    /// The move of [`CqeCursor::advance`] inside a chunk (`left` already decremented
+    /// and not 0).
+    #[inline(always)]
+    fn step_inside(&mut self) {
         // `k + 1 < k + left' + 1 <= n` with `left' = left - 1 >= 1`, and `k + 1 +
         // left'` is the same multiple of `chunk`: the invariant holds. (The compiler
         // barrier, no instruction, makes `at` be read again, so the move is one add
         // to memory instead of an add and a store of the copy in a register.)
         std::sync::atomic::compiler_fence(Ordering::SeqCst);
         self.at = self.at.wrapping_add(CQE_STRIDE);
-        Some(CqeAt {
-            at,
-            _cur: std::marker::PhantomData,
-        })
     }
 
-    /// The entry at the cursor, without moving, when it is not the last of its chunk
-    /// (`None` for that one, which [`CqeCursor::next`] takes out of line): for reads
-    /// after the caller's owner test and read barrier, before it decides to take the
-    /// entry with [`CqeCursor::step`].
+    /// [`CqeCursor::advance_publish`] from the last entry of a chunk: the cursor
+    /// crosses ([`CqeCursor::cross`]) and the index after the entry is published in
+    /// full (its low byte may wrap here; the record holds the entry's own index,
+    /// every entry before it having been published).
     #[inline(always)]
-    pub(crate) fn peek(&self) -> Option<CqeAt<'_>> {
-        if self.left == 1 {
-            return None;
-        }
-        Some(CqeAt {
-            at: self.at,
-            _cur: std::marker::PhantomData,
-        })
+    fn cross_publish(&mut self) {
+        self.cross();
+        self.publish(self.consumer_index().wrapping_add(1));
     }
 
-    /// Moves past the entry [`CqeCursor::peek`] returned (not the last of its chunk),
-    /// as [`CqeCursor::next`] does; [`CqeCursor::publish_next`] then publishes it.
-    #[inline(always)]
-    pub(crate) fn step(&mut self) {
-        debug_assert!(self.left > 1, "step after a peek that returned an entry");
-        // `left' = left - 1 >= 1`: the invariant holds, as in `next`.
-        self.left = self.left.wrapping_sub(1);
-        std::sync::atomic::compiler_fence(Ordering::SeqCst);
-        self.at = self.at.wrapping_add(CQE_STRIDE);
-    }
-
-    /// [`CqeCursor::next`] from the last entry of a chunk (`k + 1` a multiple of
+    /// [`CqeCursor::advance`] from the last entry of a chunk (`k + 1` a multiple of
     /// `chunk`): the first entry of the next chunk, which is entry 0 of the next pass
     /// (parity flipped) at the ring's end.
-    #[cold]
-    #[inline(never)]
+    #[inline(always)]
     fn cross(&mut self) {
         let next = self.at.wrapping_add(CQE_STRIDE);
         if next >= self.end {
             // `k + 1 = n`: the `k = 0` entry, next pass.
             self.at = self.first;
             self.parity ^= 1;
+            self.owner64 = owner64(self.parity);
         } else {
             // `k + 1 < n` (a multiple of `chunk`, which divides `n`): inside.
             self.at = next;
@@ -534,6 +569,7 @@ impl<B: Bus> CqeCursor<B> {
     }
 
     /// The consumer index the device sees (24 bits, from the doorbell record).
+    #[inline(always)]
     pub(crate) fn consumer_index(&self) -> u32 {
         u32::from_be(self.rec().load(Ordering::Relaxed))
     }
@@ -541,6 +577,7 @@ impl<B: Bus> CqeCursor<B> {
     /// Publishes consumer index `ci` (its low 24 bits) to the doorbell record, with
     /// release ordering: every read of the entries before it happens before the
     /// device may reuse them.
+    #[inline(always)]
     pub(crate) fn publish(&self, ci: u32) {
         self.rec()
             .store((ci & 0x00ff_ffff).to_be(), Ordering::Release)
@@ -562,16 +599,18 @@ impl<B: Bus> CqeCursor<B> {
         let k = ci & (n - 1);
         self.at = self.first.wrapping_add(k as usize * CQE_STRIDE);
         self.parity = ((ci / n) & 1) as u8;
+        self.owner64 = owner64(self.parity);
         self.left = self.chunk - k % self.chunk;
         self.publish(ci);
     }
 
-    /// Publishes one more entry, taken by a [`CqeCursor::next`] that returned `Some`
-    /// (not the last of a chunk, so the index's low byte does not wrap and the add of
-    /// [`CI_ONE`] carries nowhere), once every byte of it was read: one add to the
-    /// record's memory image, with release ordering as [`CqeCursor::publish`].
+    /// Publishes one more entry, which [`CqeCursor::advance_publish`] moved past
+    /// inside a chunk (not the last of it, so the index's low byte does not wrap and
+    /// the add of [`CI_ONE`] carries nowhere), once every byte of it was read: one
+    /// add to the record's memory image, with release ordering as
+    /// [`CqeCursor::publish`].
     #[inline(always)]
-    pub(crate) fn publish_next(&self) {
+    fn publish_next(&self) {
         let r = self.rec();
         let v = r.load(Ordering::Relaxed);
         debug_assert_ne!(v.to_ne_bytes()[3], 0xff, "publish_next at a chunk's end");
@@ -629,6 +668,25 @@ impl CqeAt<'_> {
         // SAFETY: as in `raw32`: `at - BACK .. at - BACK + 8` is inside the entry
         // (`7 <= BACK <= 63`).
         unsafe { self.at.sub(BACK).cast::<u64>().read_unaligned() }
+    }
+
+    /// The entry's last 8 bytes (`sop_drop_qpn`, `wqe_counter`, `signature`,
+    /// `op_own`: bytes 56..=63) in one atomic load, native-endian as
+    /// [`CqeAt::raw64`], for an owner test that also reads the fields beside the
+    /// owner byte: before the owner test and the read barrier, while the device may
+    /// be writing the entry. The device writes `op_own` after the rest of the entry
+    /// (the PRM's CQE ownership; the simulator's body, a release fence, then the
+    /// byte), and an aligned 8-byte load is single-copy atomic, so a load that sees
+    /// the owner bit of this pass sees the other 7 bytes of this pass too.
+    #[inline(always)]
+    pub(crate) fn tail_atomic(self) -> u64 {
+        // SAFETY: `at - 7 = base + k * 64 + 56` is 8-byte aligned (`base` is, the
+        // cursor's invariant) and `at - 7 ..= at` lies inside the entry, inside the
+        // live buffer (the borrow keeps it alive); the driver accesses these bytes
+        // only by loads, and this one is atomic (the device writes them
+        // concurrently).
+        unsafe { AtomicU64::from_ptr(self.at.sub(7).cast_mut().cast::<u64>()) }
+            .load(Ordering::Relaxed)
     }
 
     /// The byte `BACK` bytes before the `op_own` byte. A volatile read: one load of

@@ -605,6 +605,67 @@ mod tests {
         assert_eq!(check(&mut cqs), None);
     }
 
+    /// `poll_hot_req` tests ownership in the same load as the QP and the CQE kind:
+    /// on a ring of 4 entries (one cursor chunk, so every fourth entry is a chunk's
+    /// last) over 40 passes it takes each SEND of the hot QP as it comes, the last
+    /// entry of a chunk included, with the doorbell record exact after each; it
+    /// takes nothing from the slot after the last entry, which holds the same QP's
+    /// requester CQE of the previous pass (the owner bit of that pass) or, in the
+    /// first pass, an entry software initialised; nor an RDMA READ (taken by
+    /// `poll_one` after it) nor, once the QP is destroyed, any of its CQEs (skipped
+    /// by `poll_one`).
+    #[test]
+    fn the_hot_requester_entry_tests_ownership_in_its_compare() {
+        let bus = Arc::new(MemBus::new(1 << 18));
+        let mut cq = DetachedCq::new(&bus, 3).unwrap();
+        let mut a = DetachedQp::new(&bus, 0x10, &QpCap::default(), false).unwrap();
+        cq.attach(&a);
+        a.set_state(QpState::Rts);
+        let sge = [Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 5,
+        }];
+        let post = |a: &mut DetachedQp<MemBus>, cq: &mut DetachedCq<MemBus>, wr_id, op| {
+            let idx = a.next_send_index();
+            a.post_send(&[SendWr::send(wr_id, &sge).signaled()])
+                .unwrap();
+            cq.produce_send(0x10, idx, op);
+        };
+        let take =
+            |cq: &mut DetachedCq<MemBus>| cq.poll_hot_req(|r| (r.wr_id, r.qp_num, r.send_op));
+        // Empty (initialised entries, the dead placeholder hot): nothing.
+        assert_eq!(take(&mut cq), None);
+        // The first completion makes `a` hot (through `poll_one`).
+        post(&mut a, &mut cq, 1, MLX5_OPCODE_SEND);
+        assert_eq!(take(&mut cq), None);
+        assert_eq!(cq.poll_one().map(|w| w.wr_id), Some(1));
+        assert_eq!(take(&mut cq), None);
+        for wr_id in 2..162u64 {
+            post(&mut a, &mut cq, wr_id, MLX5_OPCODE_SEND);
+            assert_eq!(take(&mut cq), Some((wr_id, 0x10, MLX5_OPCODE_SEND)));
+            assert_eq!(cq.doorbell_record(), wr_id as u32);
+            // The next slot: `a`'s CQE of the previous pass (or, before the first
+            // wrap, an initialised entry).
+            assert_eq!(take(&mut cq), None, "after {wr_id}");
+            assert_eq!(cq.doorbell_record(), wr_id as u32);
+        }
+        // An RDMA READ needs the CQE's byte count: left to the general reader.
+        post(&mut a, &mut cq, 500, MLX5_OPCODE_RDMA_READ);
+        assert_eq!(take(&mut cq), None);
+        let wc = cq.poll_one().expect("the READ");
+        assert_eq!((wc.wr_id, wc.opcode), (500, WcOpcode::RdmaRead));
+        post(&mut a, &mut cq, 501, MLX5_OPCODE_SEND);
+        assert_eq!(take(&mut cq), Some((501, 0x10, MLX5_OPCODE_SEND)));
+        // Destroyed: its CQEs are not taken, and skipped by the general reader.
+        a.q.shared.kill();
+        post(&mut a, &mut cq, 502, MLX5_OPCODE_SEND);
+        assert_eq!(take(&mut cq), None);
+        assert_eq!(cq.poll_one(), None);
+        assert_eq!(cq.skipped(), 1);
+        assert_eq!(cq.doorbell_record(), 164);
+    }
+
     /// `poll`'s inline receive path (a received SEND on the own RQ of the QP of the
     /// last responder CQE) gives what the decoder gives (`poll_one` never takes it):
     /// on two CQs fed the same CQEs, a random mix of received SENDs with and without

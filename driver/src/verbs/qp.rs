@@ -408,8 +408,12 @@ pub(crate) const fn cqe_recv_key(qpn: u32) -> u64 {
     u64::from_ne_bytes([0, q[1], q[2], q[3], 0, 0, 0, MLX5_CQE_RESP_SEND << 4])
 }
 
-/// A key no masked word equals (its send opcode byte is not zero).
-pub(crate) const DEAD_KEY: u64 = u64::from_ne_bytes([1, 0, 0, 0, 0, 0, 0, 0]);
+/// A key no CQE software owns matches: its CQE opcode is INVALID (0xf), which the
+/// owner test refuses (`sw_owned`) before [`WqShared::matches`] compares; and the
+/// CQ's compare that folds the owner test in (`HOT_REQ_MASK`) also wants the send
+/// opcode's byte to have the bits (0x30) no table opcode has, which an INVALID
+/// entry software initialised (zero there) does not.
+pub(crate) const DEAD_KEY: u64 = u64::from_ne_bytes([0x30, 0, 0, 0, 0, 0, 0, 0xf0]);
 
 impl WqShared {
     #[inline]
