@@ -432,6 +432,14 @@ impl<'a, B: Bus> Service<'a, B> {
         self.stats
     }
 
+    /// Makes `port` the source port of the next request's IP CM header (the port of
+    /// the rdma_cm id that sends it); later requests go on from the next one.
+    pub fn set_next_src_port(&mut self, port: u16) {
+        if port != 0 {
+            self.next_port = port;
+        }
+    }
+
     /// The path MTU of the port's connections (its active MTU).
     pub fn path_mtu(&self) -> Mtu {
         self.path_mtu

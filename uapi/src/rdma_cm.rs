@@ -34,6 +34,9 @@ const PS_TCP: u16 = 0x0106;
 const PS_UDP: u16 = 0x0111;
 /// `RDMA_UDP_QKEY`: the Q_Key of rdma_cm's UD QPs.
 const UDP_QKEY: u32 = 0x0123_4567;
+/// Linux's default `ip_local_port_range`: where `cma_alloc_any_port` picks the port
+/// of an id bound to port 0.
+const EPHEMERAL: (u16, u16) = (32768, 60999);
 /// `AF_INET` as a `sockaddr`'s family.
 const AF_INET: u16 = libc::AF_INET as u16;
 /// `IBV_QPS_*`.
@@ -79,6 +82,8 @@ struct Device {
     /// (port space, port) → the listening id.
     listeners: HashMap<(u16, u16), (i32, u32)>,
     next_handle: u32,
+    /// Where the search for the next ephemeral port starts.
+    next_port: u16,
     /// The serial of the next file opened.
     next_serial: u64,
     /// Active connections whose RTU librdmacm asked for (ACCEPT after
@@ -124,6 +129,7 @@ fn device(nic: &'static Nic) -> Result<Arc<Mutex<Device>>, Errno> {
                 by_conn: HashMap::new(),
                 listeners: HashMap::new(),
                 next_handle: 1,
+                next_port: EPHEMERAL.0 + (std::process::id() % 4096) as u16,
                 next_serial: 1,
                 lib_established: Default::default(),
             }));
@@ -439,6 +445,26 @@ impl Device {
         }
     }
 
+    /// A port of port space `ps` no id holds, for an id bound to port 0 (Linux
+    /// `cma_alloc_any_port`: every bound id has a port, which its address reports).
+    fn any_port(&mut self, ps: u16) -> u16 {
+        let span = EPHEMERAL.1 - EPHEMERAL.0 + 1;
+        for _ in 0..span {
+            let p = self.next_port;
+            self.next_port = if p >= EPHEMERAL.1 { EPHEMERAL.0 } else { p + 1 };
+            let taken = self.listeners.contains_key(&(ps, p))
+                || self.files.values().any(|f| {
+                    f.ids
+                        .values()
+                        .any(|i| i.ps == ps && i.src.is_some_and(|a| a.port() == p))
+                });
+            if !taken {
+                return p;
+            }
+        }
+        0
+    }
+
     fn local(&self) -> Ipv4Addr {
         self.nic.ipv4
     }
@@ -509,7 +535,12 @@ impl Device {
                 if !a.ip().is_unspecified() && !a.ip().is_loopback() && *a.ip() != local {
                     return Err(Errno(libc::EADDRNOTAVAIL));
                 }
-                self.id(fd, h)?.src = Some(SocketAddrV4::new(local, a.port()));
+                let ps = self.id(fd, h)?.ps;
+                let port = match a.port() {
+                    0 => self.any_port(ps),
+                    p => p,
+                };
+                self.id(fd, h)?.src = Some(SocketAddrV4::new(local, port));
                 Ok(())
             }
             cmd::RESOLVE_IP | cmd::RESOLVE_ADDR => {
@@ -534,10 +565,18 @@ impl Device {
                         return Err(Errno(libc::EADDRNOTAVAIL));
                     }
                 }
+                let (ps, bound) = {
+                    let id = self.id(fd, h)?;
+                    (id.ps, id.src.is_some())
+                };
+                let port = match src.map_or(0, |a| a.port()) {
+                    0 if !bound => self.any_port(ps),
+                    p => p,
+                };
                 let id = self.id(fd, h)?;
                 id.dst = Some(dst.ok_or(Errno::EINVAL)?);
                 if id.src.is_none() {
-                    id.src = Some(SocketAddrV4::new(local, src.map_or(0, |a| a.port())));
+                    id.src = Some(SocketAddrV4::new(local, port));
                 }
                 // RoCEv2 over IPv4 on the UDP link: the MAC follows from the address.
                 self.queue(fd, h, event::ADDR_RESOLVED, 0, &[]);
@@ -612,10 +651,16 @@ impl Device {
             cmd::CONNECT => {
                 let h = b.u32(ucm_connect::id);
                 let (qpn, p) = conn_param(&b, ucm_connect::conn_param);
-                let (dst, ps) = {
+                let (dst, ps, sport) = {
                     let id = self.id(fd, h)?;
-                    (id.dst.ok_or(Errno::EINVAL)?, id.ps)
+                    (
+                        id.dst.ok_or(Errno::EINVAL)?,
+                        id.ps,
+                        id.src.map_or(0, |a| a.port()),
+                    )
                 };
+                // The IP CM header carries the id's own port (its address).
+                self.svc.set_next_src_port(sport);
                 let c = if ps == PS_UDP {
                     // A UD id resolves the service by SIDR (Linux `cma_resolve_ib_udp`).
                     self.svc.resolve_ud(SocketAddr::V4(dst), &p.private_data)
