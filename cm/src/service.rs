@@ -41,8 +41,9 @@ const GRH: usize = 40;
 const SEND_TAG: u64 = 1 << 32;
 /// The first ephemeral port of active connections.
 const EPHEMERAL: u16 = 0x9c40;
-/// The hop limit rdma_cm puts in the path of a routed RoCEv2 connection.
-const HOP_LIMIT: u8 = 64;
+/// The hop limit rdma_cm puts in the path of a routed RoCEv2 connection (Linux
+/// `cma_resolve_iboe_route`: the route's `ip4_dst_hoplimit`, 64 by default).
+pub const HOP_LIMIT: u8 = 64;
 
 /// A peer's GSI QP: its GID and MAC address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -429,6 +430,19 @@ impl<'a, B: Bus> Service<'a, B> {
     /// The counters.
     pub fn stats(&self) -> ServiceStats {
         self.stats
+    }
+
+    /// Makes `port` the source port of the next request's IP CM header (the port of
+    /// the rdma_cm id that sends it); later requests go on from the next one.
+    pub fn set_next_src_port(&mut self, port: u16) {
+        if port != 0 {
+            self.next_port = port;
+        }
+    }
+
+    /// The path MTU of the port's connections (its active MTU).
+    pub fn path_mtu(&self) -> Mtu {
+        self.path_mtu
     }
 
     /// The QP number of the port's QP1.

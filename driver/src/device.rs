@@ -768,6 +768,19 @@ impl<B: Bus> Context<B> {
             .min(u64::from(u32::MAX)) as u32
     }
 
+    /// The active MTU of `port`, as [`Context::query_port`] reports it, from one
+    /// command (QUERY_NIC_VPORT_CONTEXT): without the port's state and GID table,
+    /// which `query_port` reads with a command per GID entry. A QP's modify checks
+    /// its path MTU against it.
+    pub fn active_mtu(&self, port: u8) -> Result<Mtu> {
+        self.check_port(port)?;
+        let vctx = self.lock()?.exec(
+            &cmd_in(op::QUERY_NIC_VPORT_CONTEXT, 0, 16),
+            prm::query_nic_vport_context_out::SIZE,
+        )?;
+        Ok(vport_mtus(&vctx).1)
+    }
+
     /// Port attributes: `QUERY_VPORT_STATE`, `QUERY_NIC_VPORT_CONTEXT` and the GID
     /// table through `QUERY_ROCE_ADDRESS`.
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
@@ -788,22 +801,20 @@ impl<B: Bus> Context<B> {
             }
         }
         drop(hca);
+        let (vport_mtu, active_mtu) = vport_mtus(&vctx);
         let state = match prm::query_vport_state_out::state.get(&st) as u8 {
             0 => PortState::Down,
             1 => PortState::Active,
             v => PortState::Other(v),
         };
         let ctx = prm::query_nic_vport_context_out::nic_vport_context.bit;
-        let vport_mtu = prm::nic_vport_context::mtu.at(ctx).get(&vctx) as u16;
         let mac_field = prm::nic_vport_context::permanent_address.at(ctx).get(&vctx);
         let m = mac_field.to_be_bytes();
-        // ETH_HLEN + VLAN_HLEN + ETH_FCS_LEN between hardware and software MTU.
-        let eth_mtu = u32::from(vport_mtu).saturating_sub(14 + 4 + 4);
         Ok(PortAttr {
             state,
             admin_state: prm::query_vport_state_out::admin_state.get(&st) as u8,
             max_mtu: Mtu::Mtu4096,
-            active_mtu: Mtu::for_ethernet(eth_mtu),
+            active_mtu,
             vport_mtu,
             gid_tbl_len: self.gid_table_len(),
             max_msg_sz: pow2(self.caps.gen(prm::cmd_hca_cap::log_max_msg)),
@@ -841,6 +852,16 @@ impl<B: Bus> Context<B> {
         tracing::info!(ok = r.is_ok(), "device closed");
         r
     }
+}
+
+/// The vport MTU and the active (IB) MTU it gives, from a QUERY_NIC_VPORT_CONTEXT
+/// output: ETH_HLEN + VLAN_HLEN + ETH_FCS_LEN lie between the hardware and the
+/// software MTU.
+fn vport_mtus(vctx: &[u8]) -> (u16, Mtu) {
+    let ctx = prm::query_nic_vport_context_out::nic_vport_context.bit;
+    let vport_mtu = prm::nic_vport_context::mtu.at(ctx).get(vctx) as u16;
+    let eth_mtu = u32::from(vport_mtu).saturating_sub(14 + 4 + 4);
+    (vport_mtu, Mtu::for_ethernet(eth_mtu))
 }
 
 fn query_gid_locked<B: Bus>(hca: &mut Hca<B>, caps: &Caps, index: u16) -> Result<GidEntry> {

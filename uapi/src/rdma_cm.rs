@@ -34,6 +34,9 @@ const PS_TCP: u16 = 0x0106;
 const PS_UDP: u16 = 0x0111;
 /// `RDMA_UDP_QKEY`: the Q_Key of rdma_cm's UD QPs.
 const UDP_QKEY: u32 = 0x0123_4567;
+/// Linux's default `ip_local_port_range`: where `cma_alloc_any_port` picks the port
+/// of an id bound to port 0.
+const EPHEMERAL: (u16, u16) = (32768, 60999);
 /// `AF_INET` as a `sockaddr`'s family.
 const AF_INET: u16 = libc::AF_INET as u16;
 /// `IBV_QPS_*`.
@@ -79,6 +82,8 @@ struct Device {
     /// (port space, port) → the listening id.
     listeners: HashMap<(u16, u16), (i32, u32)>,
     next_handle: u32,
+    /// Where the search for the next ephemeral port starts.
+    next_port: u16,
     /// The serial of the next file opened.
     next_serial: u64,
     /// Active connections whose RTU librdmacm asked for (ACCEPT after
@@ -124,6 +129,7 @@ fn device(nic: &'static Nic) -> Result<Arc<Mutex<Device>>, Errno> {
                 by_conn: HashMap::new(),
                 listeners: HashMap::new(),
                 next_handle: 1,
+                next_port: EPHEMERAL.0 + (std::process::id() % 4096) as u16,
                 next_serial: 1,
                 lib_established: Default::default(),
             }));
@@ -261,6 +267,14 @@ pub fn write(fd: i32, buf: u64, len: usize) -> Result<usize, Errno> {
     if cmd == cmd::GET_EVENT {
         get_event(dev, fd, &body)?;
         return Ok(len);
+    }
+    // LEAVE_MCAST answers the events reported of the group, a join the group's id
+    // (Linux `ucma_leave_multicast`, `ucma_process_join`: ENOSPC before anything
+    // else without room for them).
+    let outlen = usize::from(u16::from_ne_bytes([hdr[6], hdr[7]]));
+    let mc = [cmd::LEAVE_MCAST, cmd::JOIN_IP_MCAST, cmd::JOIN_MCAST];
+    if mc.contains(&cmd) && outlen < ucm_destroy_id_resp::SIZE {
+        return Err(Errno(libc::ENOSPC));
     }
     let mut d = dev.lock().unwrap_or_else(|e| e.into_inner());
     let r = d.command(fd, cmd, &body);
@@ -431,6 +445,26 @@ impl Device {
         }
     }
 
+    /// A port of port space `ps` no id holds, for an id bound to port 0 (Linux
+    /// `cma_alloc_any_port`: every bound id has a port, which its address reports).
+    fn any_port(&mut self, ps: u16) -> u16 {
+        let span = EPHEMERAL.1 - EPHEMERAL.0 + 1;
+        for _ in 0..span {
+            let p = self.next_port;
+            self.next_port = if p >= EPHEMERAL.1 { EPHEMERAL.0 } else { p + 1 };
+            let taken = self.listeners.contains_key(&(ps, p))
+                || self.files.values().any(|f| {
+                    f.ids
+                        .values()
+                        .any(|i| i.ps == ps && i.src.is_some_and(|a| a.port() == p))
+                });
+            if !taken {
+                return p;
+            }
+        }
+        0
+    }
+
     fn local(&self) -> Ipv4Addr {
         self.nic.ipv4
     }
@@ -501,26 +535,48 @@ impl Device {
                 if !a.ip().is_unspecified() && !a.ip().is_loopback() && *a.ip() != local {
                     return Err(Errno(libc::EADDRNOTAVAIL));
                 }
-                self.id(fd, h)?.src = Some(SocketAddrV4::new(local, a.port()));
+                let ps = self.id(fd, h)?.ps;
+                let port = match a.port() {
+                    0 => self.any_port(ps),
+                    p => p,
+                };
+                self.id(fd, h)?.src = Some(SocketAddrV4::new(local, port));
                 Ok(())
             }
             cmd::RESOLVE_IP | cmd::RESOLVE_ADDR => {
-                let (h, dst) = if cmd == cmd::RESOLVE_IP {
+                let (h, src, dst) = if cmd == cmd::RESOLVE_IP {
                     (
                         b.u32(ucm_resolve_ip::id),
+                        b.sockaddr(ucm_resolve_ip::src_addr)?,
                         b.sockaddr(ucm_resolve_ip::dst_addr)?,
                     )
                 } else {
                     (
                         b.u32(ucm_resolve_addr::id),
+                        b.sockaddr(ucm_resolve_addr::src_addr)?,
                         b.sockaddr(ucm_resolve_addr::dst_addr)?,
                     )
                 };
                 let local = self.local();
+                // A source address given binds an id not bound yet (Linux
+                // `rdma_resolve_addr` → `cma_bind_addr`), by the rules of BIND.
+                if let Some(a) = src {
+                    if !a.ip().is_unspecified() && !a.ip().is_loopback() && *a.ip() != local {
+                        return Err(Errno(libc::EADDRNOTAVAIL));
+                    }
+                }
+                let (ps, bound) = {
+                    let id = self.id(fd, h)?;
+                    (id.ps, id.src.is_some())
+                };
+                let port = match src.map_or(0, |a| a.port()) {
+                    0 if !bound => self.any_port(ps),
+                    p => p,
+                };
                 let id = self.id(fd, h)?;
                 id.dst = Some(dst.ok_or(Errno::EINVAL)?);
                 if id.src.is_none() {
-                    id.src = Some(SocketAddrV4::new(local, 0));
+                    id.src = Some(SocketAddrV4::new(local, port));
                 }
                 // RoCEv2 over IPv4 on the UDP link: the MAC follows from the address.
                 self.queue(fd, h, event::ADDR_RESOLVED, 0, &[]);
@@ -539,6 +595,7 @@ impl Device {
             cmd::QUERY_ROUTE => {
                 let h = b.u32(ucm_query::id);
                 let guid = self.nic.dev.node_guid;
+                let mtu = self.svc.path_mtu();
                 let id = self.id(fd, h)?;
                 let mut out = vec![0u8; ucm_query_route_resp::SIZE];
                 out[..8].copy_from_slice(&guid.to_be_bytes());
@@ -553,6 +610,13 @@ impl Device {
                     .copy_from_slice(&gid(&id.src));
                 out[r + user_path_rec::pkey..r + user_path_rec::pkey + 2]
                     .copy_from_slice(&0xffffu16.to_be_bytes());
+                if id.route {
+                    let (sport, dport) = (
+                        id.src.map_or(0, |a| a.port()),
+                        id.dst.map_or(0, |a| a.port()),
+                    );
+                    iboe_path(&mut out[r..r + user_path_rec::SIZE], mtu, sport, dport);
+                }
                 put_sockaddr(&mut out, ucm_query_route_resp::src_addr, id.src);
                 put_sockaddr(&mut out, ucm_query_route_resp::dst_addr, id.dst);
                 let n = u32::from(id.route);
@@ -587,10 +651,16 @@ impl Device {
             cmd::CONNECT => {
                 let h = b.u32(ucm_connect::id);
                 let (qpn, p) = conn_param(&b, ucm_connect::conn_param);
-                let (dst, ps) = {
+                let (dst, ps, sport) = {
                     let id = self.id(fd, h)?;
-                    (id.dst.ok_or(Errno::EINVAL)?, id.ps)
+                    (
+                        id.dst.ok_or(Errno::EINVAL)?,
+                        id.ps,
+                        id.src.map_or(0, |a| a.port()),
+                    )
                 };
+                // The IP CM header carries the id's own port (its address).
+                self.svc.set_next_src_port(sport);
                 let c = if ps == PS_UDP {
                     // A UD id resolves the service by SIDR (Linux `cma_resolve_ib_udp`).
                     self.svc.resolve_ud(SocketAddr::V4(dst), &p.private_data)
@@ -709,13 +779,65 @@ impl Device {
                 }
                 respond(b.u64(ucm_migrate_id::response), &reported.to_ne_bytes())
             }
-            cmd::GET_OPTION
-            | cmd::JOIN_IP_MCAST
-            | cmd::LEAVE_MCAST
-            | cmd::QUERY
-            | cmd::JOIN_MCAST => Err(Errno::ENOSYS),
+            cmd::JOIN_IP_MCAST | cmd::JOIN_MCAST => self.join(fd, cmd, &b),
+            // No group is ever joined: the group's id is not found (Linux
+            // `ucma_leave_multicast`: ENOENT from its multicast table).
+            cmd::LEAVE_MCAST => Err(Errno::ENOENT),
+            cmd::GET_OPTION | cmd::QUERY => Err(Errno::ENOSYS),
             _ => Err(Errno::EINVAL),
         }
+    }
+
+    /// JOIN_IP_MCAST / JOIN_MCAST: the checks of Linux's `ucma_process_join` and
+    /// `rdma_join_multicast` (the address size and join flags EINVAL, an unknown id
+    /// ENOENT, an id not yet bound to the device ENODEV, one not of the UDP port
+    /// space EINVAL), then ENOSYS, what `rdma_join_multicast` answers for a port that
+    /// offers no multicast: the simulated NIC forwards no multicast. (On a ConnectX's
+    /// RoCE port Linux joins in software, `cma_iboe_join_multicast`.)
+    fn join(&mut self, fd: i32, cmd: u32, b: &B<'_>) -> Result<(), Errno> {
+        let (h, addr_off, size, flags) = if cmd == cmd::JOIN_IP_MCAST {
+            // `ucma_join_ip_multicast`: the size of the address's family, full member.
+            let size = match b.u16(ucm_join_ip_mcast::addr) {
+                AF_INET => 16,
+                f if f == libc::AF_INET6 as u16 => 28,
+                _ => 0,
+            };
+            (
+                b.u32(ucm_join_ip_mcast::id),
+                ucm_join_ip_mcast::addr,
+                size,
+                0,
+            )
+        } else {
+            (
+                b.u32(ucm_join_mcast::id),
+                ucm_join_mcast::addr,
+                b.u16(ucm_join_mcast::addr_size),
+                b.u16(ucm_join_mcast::join_flags),
+            )
+        };
+        // `rdma_addr_size` of the address given: 0 for an unknown family.
+        let want = match b.u16(addr_off) {
+            AF_INET => 16,
+            f if f == libc::AF_INET6 as u16 => 28,
+            f if f == libc::AF_IB as u16 => 48,
+            _ => 0,
+        };
+        if size != want || want == 0 {
+            return Err(Errno::EINVAL);
+        }
+        // RDMA_MC_JOIN_FLAG_FULLMEMBER or _SENDONLY_FULLMEMBER.
+        if flags > 1 {
+            return Err(Errno::EINVAL);
+        }
+        let id = self.id(fd, h)?;
+        if id.src.is_none() {
+            return Err(Errno::ENODEV);
+        }
+        if id.ps != PS_UDP {
+            return Err(Errno::EINVAL);
+        }
+        Err(Errno::ENOSYS)
     }
 
     /// The INIT_QP_ATTR response (`ib_uverbs_qp_attr`) for a transition to `state`.
@@ -1015,6 +1137,35 @@ fn ud_qp_attr(state: u32) -> Result<Vec<u8>, Errno> {
     };
     put32(&mut o, uverbs_qp_attr::qp_attr_mask, mask);
     Ok(o)
+}
+
+/// `IB_SA_EQ`: a path record's selector meaning "exactly".
+const SA_EQ: u8 = 2;
+/// `CMA_IBOE_PACKET_LIFETIME`: the packet lifetime of a RoCE path (4.096 us × 2^16).
+const IBOE_PACKET_LIFETIME: u8 = 16;
+
+/// The rest of a resolved RoCE route's path record (`ib_user_path_rec`; its GIDs and
+/// P_Key are written by the caller), as Linux's `cma_resolve_iboe_route` fills it and
+/// `ib_copy_path_rec_to_user` copies it out: the route's hop limit (64, the IPv4
+/// default; above 1, so that rsocket's datagram service makes its address handles
+/// global), reversible, the MTU and rate "exactly" selected (the port's MTU, the
+/// port's current rate), traffic class and SL 0 (no TOS set), the packet lifetime,
+/// and RoCEv2's flow label from the ports (`cma_get_roce_udp_flow_label`). No LIDs
+/// on RoCE.
+fn iboe_path(rec: &mut [u8], mtu: ferroverbs::Mtu, sport: u16, dport: u16) {
+    use user_path_rec as p;
+    let fl = ferroverbs_cm::ipcm::roce_flow_label(sport, dport);
+    rec[p::flow_label..p::flow_label + 4].copy_from_slice(&fl.to_be_bytes());
+    rec[p::reversible..p::reversible + 4].copy_from_slice(&1u32.to_ne_bytes());
+    rec[p::mtu..p::mtu + 4].copy_from_slice(&(mtu as u32).to_ne_bytes());
+    rec[p::hop_limit] = ferroverbs_cm::service::HOP_LIMIT;
+    rec[p::traffic_class] = 0;
+    rec[p::sl] = 0;
+    rec[p::mtu_selector] = SA_EQ;
+    rec[p::rate_selector] = SA_EQ;
+    rec[p::rate] = 0; // IB_RATE_PORT_CURRENT
+    rec[p::packet_life_time_selector] = SA_EQ;
+    rec[p::packet_life_time] = IBOE_PACKET_LIFETIME;
 }
 
 /// The IPv4-mapped GID of `ip`.

@@ -1641,7 +1641,7 @@ impl<'a, B: Bus> QueuePair<'a, B> {
             }
         }
         if let Some(mtu) = attr.path_mtu {
-            let active = ctx.query_port(port)?.active_mtu;
+            let active = ctx.active_mtu(port)?;
             if mtu > active {
                 return Err(Error::PathMtuTooLarge {
                     requested: mtu,
@@ -1682,7 +1682,7 @@ impl<'a, B: Bus> QueuePair<'a, B> {
         }
         // UD messages are one packet: at most the port's active MTU.
         let ud_mtu = if ty == QpType::Ud && (t == Transition::ResetToInit || attr.port.is_some()) {
-            Some(ctx.query_port(port)?.active_mtu.bytes())
+            Some(ctx.active_mtu(port)?.bytes())
         } else {
             None
         };

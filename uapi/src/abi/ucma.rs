@@ -123,6 +123,10 @@ abi_structs! {
     ucm_set_option = "rdma_ucm_set_option", size 24, {
         optval: 0, id: 8, level: 12, optname: 16, optlen: 20,
     }
+    ucm_join_ip_mcast = "rdma_ucm_join_ip_mcast", size 48, { response: 0, uid: 8, addr: 16, id: 44 }
+    ucm_join_mcast = "rdma_ucm_join_mcast", size 152, {
+        response: 0, uid: 8, id: 16, addr_size: 20, join_flags: 22, addr: 24,
+    }
     ucm_migrate_id = "rdma_ucm_migrate_id", size 16, { response: 0, id: 8, fd: 12 }
     ucm_migrate_resp = "rdma_ucm_migrate_resp", size 4, { events_reported: 0 }
     /// The INIT_QP_ATTR response.
