@@ -40,8 +40,8 @@ impl Firmware {
     /// Executes the UMR `u` posted on QP `qpn` of protection domain `pd` (`reg_umr`:
     /// the QP is a `MLX5_QPC_ST_REG_UMR` QP): on a memory window, the bind or
     /// invalidation of this module; on any other key, the change of a memory
-    /// region's mkey of [`super::umr`]. `Err` carries the CQE syndrome of the failed
-    /// request. Nothing changes on an error.
+    /// region's mkey (the firmware's `umr` module). `Err` carries the CQE syndrome
+    /// of the failed request. Nothing changes on an error.
     pub fn umr(&mut self, pd: u32, qpn: u32, reg_umr: bool, u: &MwUmr) -> Result<(), u8> {
         if self
             .mkey_objs
