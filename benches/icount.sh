@@ -48,7 +48,10 @@ u_case() {
 UN=${U_N:-2000}
 case " $CASES " in
     *" u_"*)
-        cargo build --release --quiet -p ferroverbs-uapi -p ferroverbs-workspace --bin ferroverbs
+        # Two builds: `--bin` would restrict the uAPI package to binaries (it has none:
+        # its library is the preload object).
+        cargo build --release --quiet -p ferroverbs-uapi
+        cargo build --release --quiet -p ferroverbs-workspace --bin ferroverbs
         UBIN=${CARGO_TARGET_DIR:-target}/release/ferroverbs
         ULIB=$(realpath "${CARGO_TARGET_DIR:-target}/release/libferroverbs_uapi.so")
         ;;

@@ -17,7 +17,9 @@ set -eu
 cd "$(dirname "$0")/.."
 case "${1:-}" in
     --release)
-        cargo build --release --quiet -p ferroverbs-workspace --bin ferroverbs -p ferroverbs-uapi -p ferroverbs-ibverbs
+        # Separate builds: `--bin` would leave out the two libraries.
+        cargo build --release --quiet -p ferroverbs-workspace --bin ferroverbs
+        cargo build --release --quiet -p ferroverbs-uapi -p ferroverbs-ibverbs
         T=${CARGO_TARGET_DIR:-target}/release ;;
     "") T=${CARGO_TARGET_DIR:-target}/debug ;;
     *) T=$1 ;;

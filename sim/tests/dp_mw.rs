@@ -113,37 +113,6 @@ fn local_inv_wqe(qpn: u32, key: u32) -> Vec<u8> {
 
 const RW: u8 = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE;
 
-/// Posts `w` on B's QP and gives the syndrome of its completion (0 for success).
-fn on_b(p: &mut Pair, w: &[u8]) -> u8 {
-    p.b.post(&mut p.qb, w);
-    let c = wait_cqe(&p.fabric, &p.b, &mut p.bcq.0);
-    if c.opcode() == MLX5_CQE_REQ {
-        assert_eq!(c.sop_opcode(), MLX5_OPCODE_UMR);
-        0
-    } else {
-        err(&c).syndrome()
-    }
-}
-
-/// A WRITE of `data` from A to `addr` with `rkey`: the syndrome (0 for success).
-fn write(p: &mut Pair, addr: u64, rkey: u32, data: &[u8]) -> u8 {
-    let w = mixed_wqe(
-        p.qa.qpn,
-        MLX5_OPCODE_RDMA_WRITE,
-        &raddr_seg(addr, rkey),
-        &[Seg::Inline(data.to_vec())],
-        None,
-        SIG,
-    );
-    p.a.post(&mut p.qa, &w);
-    let c = wait_cqe(&p.fabric, &p.a, &mut p.acq.0);
-    if c.opcode() == MLX5_CQE_REQ {
-        0
-    } else {
-        err(&c).syndrome()
-    }
-}
-
 /// A fresh pair (an error moves a QP to the error state: each case takes its own)
 /// with an 8 KiB region on B and a window of `type2` allocated in B's PD.
 fn window(type2: bool) -> (Pair, Mr, u32) {
@@ -167,7 +136,7 @@ fn bind(
     access: u8,
 ) -> u8 {
     let w = bind_wqe(p.qb.qpn, key, new_key, type2, mr, addr, len, access);
-    on_b(p, &w)
+    p.umr_on_b(&w)
 }
 
 fn next(key: u32) -> u32 {
@@ -179,22 +148,22 @@ fn a_type2_window_gives_access_to_its_range_until_invalidated() {
     let (mut p, mr, mw) = window(true);
     // Before a bind the window is free: no access.
     assert_eq!(
-        write(&mut p, mr.va, mw, b"x"),
+        p.write_inline(mr.va, mw, b"x"),
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
     );
     let (mut p, mr, mw) = window(true);
     let key = next(mw);
     let qpn = p.qb.qpn;
     let w = bind_wqe(qpn, mw, key, true, &mr, mr.va + 4096, 1024, RW);
-    assert_eq!(on_b(&mut p, &w), 0);
+    assert_eq!(p.umr_on_b(&w), 0);
     assert_eq!(
-        write(&mut p, mr.va + 4096 + 100, key, b"through the window"),
+        p.write_inline(mr.va + 4096 + 100, key, b"through the window"),
         0
     );
     assert_eq!(p.b.mr_read(&mr, 4096 + 100, 18), b"through the window");
     // The old key (previous variant) is not the window any more.
     assert_eq!(
-        write(&mut p, mr.va + 4096, mw, b"old"),
+        p.write_inline(mr.va + 4096, mw, b"old"),
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
     );
     // (each error moves the QP to the error state: a fresh pair per case below)
@@ -203,7 +172,7 @@ fn a_type2_window_gives_access_to_its_range_until_invalidated() {
     assert_eq!(bind(&mut p, mw, key, true, &mr, mr.va + 4096, 1024, RW), 0);
     // Beyond the window's end (inside the region): a remote access error.
     assert_eq!(
-        write(&mut p, mr.va + 4096 + 1020, key, b"12345678"),
+        p.write_inline(mr.va + 4096 + 1020, key, b"12345678"),
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
     );
     assert_eq!(p.b.mr_read(&mr, 4096 + 1020, 4), [0; 4]);
@@ -212,19 +181,19 @@ fn a_type2_window_gives_access_to_its_range_until_invalidated() {
     let key = next(mw);
     let qpn = p.qb.qpn;
     assert_eq!(bind(&mut p, mw, key, true, &mr, mr.va, 8192, RW), 0);
-    assert_eq!(write(&mut p, mr.va, key, b"first"), 0);
+    assert_eq!(p.write_inline(mr.va, key, b"first"), 0);
     // A bound type 2 window cannot be bound again before it is invalidated.
     let again = bind_wqe(qpn, key, next(key), true, &mr, mr.va, 16, RW);
-    assert_eq!(on_b(&mut p, &again), MLX5_CQE_SYNDROME_MW_BIND_ERR);
+    assert_eq!(p.umr_on_b(&again), MLX5_CQE_SYNDROME_MW_BIND_ERR);
 
     let (mut p, mr, mw) = window(true);
     let key = next(mw);
     let qpn = p.qb.qpn;
     assert_eq!(bind(&mut p, mw, key, true, &mr, mr.va, 8192, RW), 0);
-    assert_eq!(write(&mut p, mr.va, key, b"first"), 0);
-    assert_eq!(on_b(&mut p, &local_inv_wqe(qpn, key)), 0);
+    assert_eq!(p.write_inline(mr.va, key, b"first"), 0);
+    assert_eq!(p.umr_on_b(&local_inv_wqe(qpn, key)), 0);
     assert_eq!(
-        write(&mut p, mr.va, key, b"after"),
+        p.write_inline(mr.va, key, b"after"),
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
     );
     assert_eq!(p.b.mr_read(&mr, 0, 5), b"first");
@@ -236,15 +205,15 @@ fn an_invalidated_window_binds_again_with_a_new_key() {
     let qpn = p.qb.qpn;
     let k1 = next(mw);
     assert_eq!(bind(&mut p, mw, k1, true, &mr, mr.va, 4096, RW), 0);
-    assert_eq!(on_b(&mut p, &local_inv_wqe(qpn, k1)), 0);
+    assert_eq!(p.umr_on_b(&local_inv_wqe(qpn, k1)), 0);
     // rdma-core's LOCAL_INV leaves variant 0; the next bind names the window by the
     // key the application had and gives it the next one.
     let k2 = next(k1);
     assert_eq!(bind(&mut p, k1, k2, true, &mr, mr.va + 4096, 4096, RW), 0);
-    assert_eq!(write(&mut p, mr.va + 4096, k2, b"second"), 0);
+    assert_eq!(p.write_inline(mr.va + 4096, k2, b"second"), 0);
     assert_eq!(p.b.mr_read(&mr, 4096, 6), b"second");
     assert_eq!(
-        write(&mut p, mr.va + 4096, k1, b"x"),
+        p.write_inline(mr.va + 4096, k1, b"x"),
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
     );
     // Invalidating a free window fails (it is bound to no QP).
@@ -253,7 +222,7 @@ fn an_invalidated_window_binds_again_with_a_new_key() {
     let mw = alloc_mw(&mut p.b, true, pd);
     let qpn = p.qb.qpn;
     assert_eq!(
-        on_b(&mut p, &local_inv_wqe(qpn, mw)),
+        p.umr_on_b(&local_inv_wqe(qpn, mw)),
         MLX5_CQE_SYNDROME_LOCAL_PROT_ERR
     );
 }
@@ -263,7 +232,7 @@ fn a_window_of_a_deregistered_region_gives_no_access() {
     let (mut p, mr, mw) = window(true);
     let key = next(mw);
     assert_eq!(bind(&mut p, mw, key, true, &mr, mr.va, 8192, RW), 0);
-    assert_eq!(write(&mut p, mr.va, key, b"live"), 0);
+    assert_eq!(p.write_inline(mr.va, key, b"live"), 0);
     let mut d = ferroverbs_hw::control::cmd::new_input(
         Opcode::DestroyMkey,
         0,
@@ -272,7 +241,7 @@ fn a_window_of_a_deregistered_region_gives_no_access() {
     ferroverbs_hw::control::mkey::destroy_mkey_in::mkey_index.set(&mut d, u64::from(mr.key >> 8));
     p.b.h.ok(&d, common::outlen(Opcode::DestroyMkey));
     assert_eq!(
-        write(&mut p, mr.va, key, b"gone"),
+        p.write_inline(mr.va, key, b"gone"),
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
     );
 }
@@ -285,10 +254,10 @@ fn a_type1_window_is_rebound_and_unbound_by_a_bind_of_length_zero() {
     // A type 1 window may be bound again while bound.
     let k2 = next(k1);
     assert_eq!(bind(&mut p, k1, k2, false, &mr, mr.va + 4096, 4096, RW), 0);
-    assert_eq!(write(&mut p, mr.va + 4096, k2, b"type one"), 0);
+    assert_eq!(p.write_inline(mr.va + 4096, k2, b"type one"), 0);
     assert_eq!(p.b.mr_read(&mr, 4096, 8), b"type one");
     assert_eq!(
-        write(&mut p, mr.va, k2, b"x"),
+        p.write_inline(mr.va, k2, b"x"),
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
     );
 
@@ -298,7 +267,7 @@ fn a_type1_window_is_rebound_and_unbound_by_a_bind_of_length_zero() {
     let k2 = next(k1);
     assert_eq!(bind(&mut p, k1, k2, false, &mr, mr.va, 0, 0), 0);
     assert_eq!(
-        write(&mut p, mr.va, k2, b"x"),
+        p.write_inline(mr.va, k2, b"x"),
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
     );
     // LOCAL_INV does not apply to type 1 windows.
@@ -310,7 +279,7 @@ fn a_type1_window_is_rebound_and_unbound_by_a_bind_of_length_zero() {
     let k1 = next(mw);
     assert_eq!(bind(&mut p, mw, k1, false, &mr, mr.va, 4096, RW), 0);
     assert_eq!(
-        on_b(&mut p, &local_inv_wqe(qpn, k1)),
+        p.umr_on_b(&local_inv_wqe(qpn, k1)),
         MLX5_CQE_SYNDROME_LOCAL_PROT_ERR
     );
 }
@@ -337,7 +306,7 @@ fn binds_beyond_the_region_or_its_rights_or_pd_fail() {
         let pd = p.b.pd;
         let mw = alloc_mw(&mut p.b, true, pd);
         let w = case(&mut p, mw, &mr, &ro);
-        assert_eq!(on_b(&mut p, &w), MLX5_CQE_SYNDROME_MW_BIND_ERR, "{what}");
+        assert_eq!(p.umr_on_b(&w), MLX5_CQE_SYNDROME_MW_BIND_ERR, "{what}");
     }
     // A window of another PD than the QP's.
     let mut p = Pair::deterministic(Conn::default());
@@ -345,7 +314,7 @@ fn binds_beyond_the_region_or_its_rights_or_pd_fail() {
     let other = p.b.h.alloc_pd();
     let mw = alloc_mw(&mut p.b, true, other);
     let w = bind_wqe(p.qb.qpn, mw, next(mw), true, &mr, mr.va, 64, RW);
-    assert_eq!(on_b(&mut p, &w), MLX5_CQE_SYNDROME_MW_BIND_ERR);
+    assert_eq!(p.umr_on_b(&w), MLX5_CQE_SYNDROME_MW_BIND_ERR);
 }
 
 #[test]
@@ -357,7 +326,7 @@ fn send_with_invalidate_frees_a_type2_window() {
     let mw = alloc_mw(&mut p.b, true, pd);
     let key = next(mw);
     assert_eq!(bind(&mut p, mw, key, true, &mr, mr.va, 8192, RW), 0);
-    assert_eq!(write(&mut p, mr.va, key, b"bound"), 0);
+    assert_eq!(p.write_inline(mr.va, key, b"bound"), 0);
     p.b.post_recv(&mut p.qb, &[sge(&dst, 0, 4096)]);
     let w = mixed_wqe(
         p.qa.qpn,
@@ -375,7 +344,7 @@ fn send_with_invalidate_frees_a_type2_window() {
         MLX5_CQE_REQ
     );
     assert_eq!(
-        write(&mut p, mr.va, key, b"after"),
+        p.write_inline(mr.va, key, b"after"),
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
     );
     assert_eq!(p.b.mr_read(&mr, 0, 5), b"bound");

@@ -14,29 +14,11 @@ use ferroverbs_hw::datapath::cqe::{
     MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
     MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR,
 };
-use ferroverbs_hw::datapath::wqe::{MLX5_OPCODE_RDMA_WRITE, MLX5_OPCODE_SEND_INVAL};
+use ferroverbs_hw::datapath::wqe::MLX5_OPCODE_SEND_INVAL;
 use ferroverbs_sim::wire::{frame, Opcode};
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(13) ^ seed).collect()
-}
-
-fn write_to(p: &mut Pair, mr: &Mr, data: &[u8]) -> u8 {
-    let w = mixed_wqe(
-        p.qa.qpn,
-        MLX5_OPCODE_RDMA_WRITE,
-        &raddr_seg(mr.va, mr.key),
-        &[Seg::Inline(data.to_vec())],
-        None,
-        SIG,
-    );
-    p.a.post(&mut p.qa, &w);
-    let c = wait_cqe(&p.fabric, &p.a, &mut p.acq.0);
-    if c.opcode() == MLX5_CQE_REQ {
-        0
-    } else {
-        err(&c).syndrome()
-    }
 }
 
 #[test]
@@ -46,7 +28,7 @@ fn send_with_invalidate_delivers_invalidates_and_reports_the_key() {
     let dst = p.b.reg_mr(8192, ALL);
     // The key the peer advertised for its buffer, invalidable remotely.
     let target = p.b.reg_mr(4096, ALL | RINV);
-    assert_eq!(write_to(&mut p, &target, b"before"), 0);
+    assert_eq!(p.write_inline(target.va, target.key, b"before"), 0);
     assert_eq!(p.b.mr_read(&target, 0, 6), b"before");
     // A message of three packets (MTU 1024): the IETH rides on SEND_LAST.
     let payload = pattern(2500, 7);
@@ -94,7 +76,7 @@ fn send_with_invalidate_delivers_invalidates_and_reports_the_key() {
     );
     // The key is gone: a WRITE through it is a remote access error.
     assert_eq!(
-        write_to(&mut p, &target, b"after!"),
+        p.write_inline(target.va, target.key, b"after!"),
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
     );
     assert_eq!(p.b.mr_read(&target, 0, 6), b"before");

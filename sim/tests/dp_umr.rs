@@ -19,7 +19,7 @@ use ferroverbs_hw::datapath::cqe::{
     MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
 };
 use ferroverbs_hw::datapath::umr::*;
-use ferroverbs_hw::datapath::wqe::{MLX5_OPCODE_RDMA_WRITE, MLX5_OPCODE_UMR};
+use ferroverbs_hw::datapath::wqe::MLX5_OPCODE_UMR;
 
 /// `MLX5_QPC_ST_REG_UMR`.
 const ST_REG_UMR: u8 = 0xc;
@@ -82,37 +82,6 @@ fn rereg(qpn: u32, key: u32, access: u8, pd: u32) -> Vec<u8> {
     )
 }
 
-/// Posts `w` on the UMR QP and gives its completion's syndrome (0 for success).
-fn on_umr(p: &mut Pair, qp: &mut Qp, cq: &mut Cq, w: &[u8]) -> u8 {
-    p.b.post(qp, w);
-    let c = wait_cqe(&p.fabric, &p.b, cq);
-    if c.opcode() == MLX5_CQE_REQ {
-        assert_eq!(c.sop_opcode(), MLX5_OPCODE_UMR);
-        0
-    } else {
-        err(&c).syndrome()
-    }
-}
-
-/// A WRITE of `data` from A to `addr` with `rkey`: the syndrome (0 for success).
-fn write(p: &mut Pair, addr: u64, rkey: u32, data: &[u8]) -> u8 {
-    let w = mixed_wqe(
-        p.qa.qpn,
-        MLX5_OPCODE_RDMA_WRITE,
-        &raddr_seg(addr, rkey),
-        &[Seg::Inline(data.to_vec())],
-        None,
-        SIG,
-    );
-    p.a.post(&mut p.qa, &w);
-    let c = wait_cqe(&p.fabric, &p.a, &mut p.acq.0);
-    if c.opcode() == MLX5_CQE_REQ {
-        0
-    } else {
-        err(&c).syndrome()
-    }
-}
-
 /// QUERY_MKEY of `key`: a field of its context.
 fn mkey_field(n: &mut Node, key: u32, f: ferroverbs_hw::Field) -> u64 {
     let o = n.h.simple(Opcode::QueryMkey, 0, |i| {
@@ -129,7 +98,7 @@ fn a_umr_grants_remote_write_keeping_the_key() {
     assert_eq!(mkey_field(&mut p.b, mr.key, mkc::rw), 0);
     let pd = p.b.pd;
     let w = rereg(uq.qpn, mr.key, LR_ | LW_ | RW_, pd);
-    assert_eq!(on_umr(&mut p, &mut uq, &mut ucq, &w), 0);
+    assert_eq!(umr_syndrome(&p.fabric, &p.b, &mut uq, &mut ucq, &w), 0);
     assert_eq!(mkey_field(&mut p.b, mr.key, mkc::rw), 1);
     assert_eq!(mkey_field(&mut p.b, mr.key, mkc::lw), 1);
     assert_eq!(mkey_field(&mut p.b, mr.key, mkc::rr), 0);
@@ -137,7 +106,7 @@ fn a_umr_grants_remote_write_keeping_the_key() {
         mkey_field(&mut p.b, mr.key, mkc::mkey_7_0),
         u64::from(mr.key & 0xff)
     );
-    assert_eq!(write(&mut p, mr.va + 8, mr.key, b"granted"), 0);
+    assert_eq!(p.write_inline(mr.va + 8, mr.key, b"granted"), 0);
     assert_eq!(p.b.mr_read(&mr, 8, 7), b"granted");
 }
 
@@ -146,13 +115,13 @@ fn a_umr_revokes_remote_write_and_the_next_write_fails() {
     let mut p = Pair::deterministic(Conn::default());
     let mr = p.b.reg_mr(4096, LR | LW | RW | UMR_EN);
     let (mut uq, mut ucq) = umr_qp(&mut p.b);
-    assert_eq!(write(&mut p, mr.va, mr.key, b"before"), 0);
+    assert_eq!(p.write_inline(mr.va, mr.key, b"before"), 0);
     let pd = p.b.pd;
     let w = rereg(uq.qpn, mr.key, LR_ | LW_, pd);
-    assert_eq!(on_umr(&mut p, &mut uq, &mut ucq, &w), 0);
+    assert_eq!(umr_syndrome(&p.fabric, &p.b, &mut uq, &mut ucq, &w), 0);
     assert_eq!(mkey_field(&mut p.b, mr.key, mkc::rw), 0);
     assert_eq!(
-        write(&mut p, mr.va, mr.key, b"after"),
+        p.write_inline(mr.va, mr.key, b"after"),
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
     );
     assert_eq!(p.b.mr_read(&mr, 0, 6), b"before");
@@ -165,11 +134,11 @@ fn a_umr_moves_a_region_to_another_pd_and_back() {
     let (mut uq, mut ucq) = umr_qp(&mut p.b);
     let (pd, other) = (p.b.pd, p.b.h.alloc_pd());
     let w = rereg(uq.qpn, mr.key, LR_ | LW_ | RW_, other);
-    assert_eq!(on_umr(&mut p, &mut uq, &mut ucq, &w), 0);
+    assert_eq!(umr_syndrome(&p.fabric, &p.b, &mut uq, &mut ucq, &w), 0);
     assert_eq!(mkey_field(&mut p.b, mr.key, mkc::pd), u64::from(other));
     // B's RC QP is in the old PD: the region is not its any more.
     assert_eq!(
-        write(&mut p, mr.va, mr.key, b"x"),
+        p.write_inline(mr.va, mr.key, b"x"),
         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
     );
     // The region holds the new PD now.
@@ -179,7 +148,7 @@ fn a_umr_moves_a_region_to_another_pd_and_back() {
     p.b.h
         .fails(&i, n, ferroverbs_sim::firmware::Syndrome::PdInUse);
     let w = rereg(uq.qpn, mr.key, LR_ | LW_ | RW_, pd);
-    assert_eq!(on_umr(&mut p, &mut uq, &mut ucq, &w), 0);
+    assert_eq!(umr_syndrome(&p.fabric, &p.b, &mut uq, &mut ucq, &w), 0);
     assert_eq!(mkey_field(&mut p.b, mr.key, mkc::pd), u64::from(pd));
     // ... and not the one it left.
     p.b.h.ok(&i, common::outlen(Opcode::DeallocPd));
@@ -194,7 +163,7 @@ fn refused(access: u8, make: impl Fn(u32, u32, u32) -> Vec<u8>) -> u8 {
     let (mut uq, mut ucq) = umr_qp(&mut p.b);
     let pd = p.b.pd;
     let w = make(uq.qpn, mr.key, pd);
-    let s = on_umr(&mut p, &mut uq, &mut ucq, &w);
+    let s = umr_syndrome(&p.fabric, &p.b, &mut uq, &mut ucq, &w);
     assert_eq!(mkey_field(&mut p.b, mr.key, mkc::rw), 0, "changed on error");
     assert_eq!(mkey_field(&mut p.b, mr.key, mkc::pd), u64::from(pd));
     s

@@ -9,13 +9,14 @@ use ferroverbs_hw::control::cmd::{self, Opcode};
 use ferroverbs_hw::control::cq::{create_cq_input, create_cq_out};
 use ferroverbs_hw::control::mkey::{self as mk, create_mkey_in, create_mkey_out, mkc};
 use ferroverbs_hw::control::qp::{self as qpm, ads, create_qp_out, qpc, QpTransition};
-use ferroverbs_hw::datapath::cqe::{sw_owned, Cqe64, ErrCqe, CQE_OP_OWN_INIT};
+use ferroverbs_hw::datapath::cqe::{sw_owned, Cqe64, ErrCqe, CQE_OP_OWN_INIT, MLX5_CQE_REQ};
 use ferroverbs_hw::datapath::dbr;
 use ferroverbs_hw::datapath::uar;
 use ferroverbs_hw::datapath::wqe::{
     WqeAtomicSeg, WqeAv, WqeCtrlSeg, WqeDataSeg, WqeRaddrSeg, MLX5_INLINE_SEG,
     MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_ATOMIC_FA, MLX5_OPCODE_RDMA_READ, MLX5_OPCODE_RDMA_WRITE,
-    MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND, MLX5_OPCODE_SEND_IMM, MLX5_WQE_CTRL_CQ_UPDATE,
+    MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_SEND, MLX5_OPCODE_SEND_IMM, MLX5_OPCODE_UMR,
+    MLX5_WQE_CTRL_CQ_UPDATE,
 };
 use ferroverbs_hw::Bus;
 use ferroverbs_sim::SimConfig;
@@ -941,10 +942,55 @@ impl Pair {
         }
     }
 
+    /// Posts the UMR WQE `w` on B's QP: [`umr_syndrome`] on B's send CQ.
+    pub fn umr_on_b(&mut self, w: &[u8]) -> u8 {
+        umr_syndrome(&self.fabric, &self.b, &mut self.qb, &mut self.bcq.0, w)
+    }
+
+    /// An RDMA WRITE of `data`, inline, from A's QP to `addr` with `rkey`: the
+    /// syndrome of its completion (0 for success).
+    pub fn write_inline(&mut self, addr: u64, rkey: u32, data: &[u8]) -> u8 {
+        let w = mixed_wqe(
+            self.qa.qpn,
+            MLX5_OPCODE_RDMA_WRITE,
+            &raddr_seg(addr, rkey),
+            &[Seg::Inline(data.to_vec())],
+            None,
+            MLX5_WQE_CTRL_CQ_UPDATE,
+        );
+        self.a.post(&mut self.qa, &w);
+        let c = wait_cqe(&self.fabric, &self.a, &mut self.acq.0);
+        if c.opcode() == MLX5_CQE_REQ {
+            0
+        } else {
+            err(&c).syndrome()
+        }
+    }
+
     /// Runs the fabric until nothing moves (deterministic), or waits until `done`
     /// holds (threaded).
     pub fn settle(&self) {
         self.fabric.run_until_idle();
+    }
+}
+
+/// Posts the UMR WQE `w` (a bind, an invalidation, a re-registration) on `qp` of
+/// `node` and gives its completion's syndrome (0 for success, asserting that the
+/// requester CQE names the UMR opcode).
+pub fn umr_syndrome(
+    fabric: &ferroverbs_sim::Fabric,
+    node: &Node,
+    qp: &mut Qp,
+    cq: &mut Cq,
+    w: &[u8],
+) -> u8 {
+    node.post(qp, w);
+    let c = wait_cqe(fabric, node, cq);
+    if c.opcode() == MLX5_CQE_REQ {
+        assert_eq!(c.sop_opcode(), MLX5_OPCODE_UMR);
+        0
+    } else {
+        err(&c).syndrome()
     }
 }
 

@@ -22,17 +22,7 @@
 #include <unistd.h>
 #include <rdma/rdma_user_cm.h>
 
-static int failures;
-
-static void check(const char *name, int ok, const char *detail)
-{
-	if (ok) {
-		printf("PASS %s\n", name);
-	} else {
-		printf("FAIL %s: %s\n", name, detail);
-		failures++;
-	}
-}
+#include "checker.h"
 
 struct msg {
 	struct rdma_ucm_cmd_hdr hdr;

@@ -14,58 +14,16 @@
 #include <string.h>
 #include <infiniband/verbs.h>
 
-static int failures;
+#include "checker.h"
 
-static void check(const char *name, int ok, const char *detail)
-{
-	if (ok) {
-		printf("PASS %s\n", name);
-	} else {
-		printf("FAIL %s: %s\n", name, detail);
-		failures++;
-	}
-}
+/* The remote access of every QP, and its local ACK timeout exponent. */
+#define ACCESS (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+#define ACK_TIMEOUT 14
 
 static int readable(int fd, int ms)
 {
 	struct pollfd p = {.fd = fd, .events = POLLIN};
 	return poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
-}
-
-static int to_rts(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid)
-{
-	struct ibv_qp_attr a = {0};
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		return 1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return 2;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-		return 3;
-	return 0;
 }
 
 static int write_one(struct ibv_qp *qp, struct ibv_mr *mr, void *src, uint64_t dst,
@@ -125,7 +83,8 @@ int main(void)
 	check("qps", qa && qb && !ibv_query_gid(ctx, 1, 0, &gid), "creation failed");
 	if (!qa || !qb)
 		return 1;
-	int r1 = to_rts(qa, qb->qp_num, &gid), r2 = to_rts(qb, qa->qp_num, &gid);
+	int r1 = qp_to_rts(qa, ACCESS, qb->qp_num, &gid, ACK_TIMEOUT);
+	int r2 = qp_to_rts(qb, ACCESS, qa->qp_num, &gid, ACK_TIMEOUT);
 	char d[64];
 	snprintf(d, sizeof d, "modify steps %d %d", r1, r2);
 	check("connect", !r1 && !r2, d);

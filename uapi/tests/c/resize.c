@@ -14,64 +14,17 @@
 #include <time.h>
 #include <infiniband/verbs.h>
 
-static int failures;
+#include "checker.h"
 
-static void check(const char *name, int ok, const char *detail)
-{
-	if (ok) {
-		printf("PASS %s\n", name);
-	} else {
-		printf("FAIL %s: %s\n", name, detail);
-		failures++;
-	}
-}
+/* The remote access of every QP, and its local ACK timeout exponent. */
+#define ACCESS (IBV_ACCESS_REMOTE_WRITE)
+#define ACK_TIMEOUT 18
 
 static double now(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static int to_init(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a = {0};
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-	return ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-}
-
-static int to_rts(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid)
-{
-	struct ibv_qp_attr a = {0};
-	if (to_init(qp))
-		return 1;
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return 2;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 18;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-		return 3;
-	return 0;
 }
 
 static int post_recv(struct ibv_qp *qp, uint64_t id, struct ibv_mr *mr, void *at, uint32_t len)
@@ -194,12 +147,13 @@ int main(void)
 	check("qps", ok, "creation failed");
 	if (!ok)
 		return 1;
-	int r1 = to_rts(qb, qc->qp_num, &gid), r2 = to_rts(qc, qb->qp_num, &gid);
+	int r1 = qp_to_rts(qb, ACCESS, qc->qp_num, &gid, ACK_TIMEOUT);
+	int r2 = qp_to_rts(qc, ACCESS, qb->qp_num, &gid, ACK_TIMEOUT);
 	snprintf(d, sizeof d, "modify steps %d %d", r1, r2);
 	check("connect", !r1 && !r2, d);
 
 	/* Three receives of qa flushed: three completions waiting in a ring of 4. */
-	int e = to_init(qa);
+	int e = qp_to_init(qa, ACCESS);
 	for (int i = 0; i < 3; i++)
 		e |= post_recv(qa, i, NULL, NULL, 0);
 	struct ibv_qp_attr err = {.qp_state = IBV_QPS_ERR};

@@ -15,54 +15,11 @@
 #include <string.h>
 #include <infiniband/verbs.h>
 
-static int failures;
+#include "checker.h"
 
-static void check(const char *name, int ok, const char *detail)
-{
-	if (ok) {
-		printf("PASS %s\n", name);
-	} else {
-		printf("FAIL %s: %s\n", name, detail);
-		failures++;
-	}
-}
-
-static int to_rts(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid)
-{
-	struct ibv_qp_attr a = {0};
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags =
-		IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		return 1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return 2;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 23;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-		return 3;
-	return 0;
-}
+/* The remote access of every QP, and its local ACK timeout exponent. */
+#define ACCESS (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+#define ACK_TIMEOUT 23
 
 /* Polls `cq` for one completion (at most ~60 s of tries). */
 static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
@@ -134,7 +91,8 @@ static int requester(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *
 	check("req_objects", ch && ccq && qc && qd, "creation failed");
 	if (!qc || !qd)
 		return 1;
-	int r1 = to_rts(qc, qd->qp_num, gid), r2 = to_rts(qd, qc->qp_num, gid);
+	int r1 = qp_to_rts(qc, ACCESS, qd->qp_num, gid, ACK_TIMEOUT);
+	int r2 = qp_to_rts(qd, ACCESS, qc->qp_num, gid, ACK_TIMEOUT);
 	snprintf(d, sizeof d, "modify steps %d %d", r1, r2);
 	check("req_connect", !r1 && !r2, d);
 	unsigned char *dst = buf + 32768, *remote = buf + 16384;
@@ -296,7 +254,8 @@ int main(int argc, char **argv)
 	check("qps", qa && qb && !ibv_query_gid(ctx, 1, 0, &gid), "creation failed");
 	if (!qa || !qb)
 		return 1;
-	int r1 = to_rts(qa, qb->qp_num, &gid), r2 = to_rts(qb, qa->qp_num, &gid);
+	int r1 = qp_to_rts(qa, ACCESS, qb->qp_num, &gid, ACK_TIMEOUT);
+	int r2 = qp_to_rts(qb, ACCESS, qa->qp_num, &gid, ACK_TIMEOUT);
 	char d[160];
 	snprintf(d, sizeof d, "modify steps %d %d", r1, r2);
 	check("connect", !r1 && !r2, d);
