@@ -38,6 +38,7 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]
 load() { cut -d' ' -f1 /proc/loadavg; }
 
 echo "Figures of commit $(git rev-parse --short HEAD), $(date -u '+%Y-%m-%d %H:%M UTC')."
+echo "Machine: $(nproc) CPUs, $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1), Linux $(uname -r)."
 echo
 
 echo "## The fast path on MemBus (benches/icount.sh 20000)"
