@@ -9,11 +9,12 @@
 //! the connection fails with [`Event::Unreachable`] (or, for a DREQ, ends its
 //! disconnection).
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::time::Duration;
+
+use ferroverbs_timer::Timers;
 
 use crate::mad::DEFAULT_PKEY;
 use crate::msg::{
@@ -285,7 +286,6 @@ struct Conn<A> {
     sent: Option<CmMad>,
     retries_left: u8,
     timeout: Duration,
-    timer_gen: u64,
     params: Option<QpParams>,
     /// The DREQ's TID this side answers with its DREP.
     dreq_tid: u64,
@@ -301,6 +301,11 @@ struct Conn<A> {
 /// (`/proc/sys/net/rdma_ucm/max_backlog`).
 pub const MAX_BACKLOG: usize = 1024;
 
+/// `t` in nanoseconds, the unit of the timers (saturating: 584 years).
+fn nanos(t: Duration) -> u64 {
+    u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// One device's CM: listeners, connections, timers (see the module documentation).
 pub struct Engine<A> {
     cfg: Config,
@@ -315,7 +320,9 @@ pub struct Engine<A> {
     listeners: HashMap<u64, usize>,
     /// REQs dropped unanswered because their listener's backlog was full.
     backlog_drops: u64,
-    timers: BinaryHeap<Reverse<(Duration, u32, u64)>>,
+    /// One timer per connection, keyed by local communication ID, deadlines in
+    /// nanoseconds of the clock `now` is read from.
+    timers: Timers,
     outbox: std::collections::VecDeque<Outgoing<A>>,
     events: std::collections::VecDeque<Event<A>>,
     id_counter: u32,
@@ -356,7 +363,7 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
             sidr_by_remote: HashMap::new(),
             listeners: HashMap::new(),
             backlog_drops: 0,
-            timers: BinaryHeap::new(),
+            timers: Timers::new(),
             outbox: Default::default(),
             events: Default::default(),
             id_counter: 0,
@@ -458,17 +465,16 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
         self.events.pop_front()
     }
 
+    /// Entries the timer structure holds, live and stale: a diagnostic of the
+    /// memory the timers take, which follows the live connections (bounded by
+    /// their number plus a constant), not the number of timers ever armed.
+    pub fn timer_entries(&self) -> usize {
+        self.timers.entries()
+    }
+
     /// When the earliest timer is due.
     pub fn next_deadline(&mut self) -> Option<Duration> {
-        while let Some(Reverse((t, id, gen))) = self.timers.peek().copied() {
-            match self.conns.get(&id) {
-                Some(c) if c.timer_gen == gen => return Some(t),
-                _ => {
-                    self.timers.pop();
-                }
-            }
-        }
-        None
+        self.timers.next().map(Duration::from_nanos)
     }
 
     fn send(&mut self, to: A, tid: u64, msg: Message) {
@@ -487,17 +493,16 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
     /// Arms `id`'s timer at `now + timeout`, cancelling the previous one.
     fn arm(&mut self, id: u32, now: Duration, timeout: Duration) {
         if let Some(c) = self.conns.get_mut(&id) {
-            c.timer_gen += 1;
             c.timeout = timeout;
-            self.timers.push(Reverse((now + timeout, id, c.timer_gen)));
+            self.timers.arm(id, nanos(now + timeout));
         }
     }
 
     fn cancel(&mut self, id: u32) {
         if let Some(c) = self.conns.get_mut(&id) {
-            c.timer_gen += 1;
             c.sent = None;
         }
+        self.timers.cancel(id);
     }
 
     /// Sends `mad` to `id`'s peer and retransmits it every `timeout` until answered,
@@ -548,7 +553,6 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
                 sent: None,
                 retries_left: 0,
                 timeout: Duration::ZERO,
-                timer_gen: 0,
                 params: None,
                 dreq_tid: 0,
                 disconnected: false,
@@ -939,6 +943,7 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
     }
 
     fn remove(&mut self, id: u32) {
+        self.timers.cancel(id);
         if let Some(c) = self.conns.remove(&id) {
             if self.by_remote.get(&(c.remote_ca_guid, c.remote_comm_id)) == Some(&id) {
                 self.by_remote.remove(&(c.remote_ca_guid, c.remote_comm_id));
@@ -951,17 +956,10 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
 
     /// Runs the timers due at `now`: retransmissions, failures, TimeWait exits.
     pub fn on_timers(&mut self, now: Duration) {
-        while let Some(Reverse((t, id, gen))) = self.timers.peek().copied() {
-            if t > now {
-                break;
-            }
-            self.timers.pop();
+        while let Some((id, _)) = self.timers.pop_expired(nanos(now)) {
             let Some(c) = self.conns.get_mut(&id) else {
                 continue;
             };
-            if c.timer_gen != gen {
-                continue;
-            }
             if c.state == State::TimeWait {
                 c.state = State::Idle;
                 self.event(id, Event::TimewaitExit { id: ConnId(id) });

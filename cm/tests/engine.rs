@@ -315,6 +315,32 @@ fn an_unanswered_req_fails_after_16_sends() {
 }
 
 #[test]
+fn timers_of_destroyed_connections_do_not_accumulate() {
+    // A client that connects and gives up at once, 5,000 times within one REQ
+    // time-out: each connection's retransmission timer is cancelled with it, and the
+    // timers keep memory for the live connections only (the engine's timer heap
+    // drops cancelled entries instead of keeping them until their deadline).
+    let mut n = Net::new();
+    n.drop = Box::new(|_, _| true);
+    for _ in 0..5000 {
+        let id = n.a.connect(n.now, B, &connect_params()).unwrap();
+        n.a.destroy(n.now, id).unwrap();
+        n.run_for(MS / 2);
+    }
+    assert!(
+        n.a.timer_entries() <= 200,
+        "{} timer entries for no live connection",
+        n.a.timer_entries()
+    );
+    // Live connections keep theirs, one each.
+    let ids: Vec<_> = (0..100)
+        .map(|_| n.a.connect(n.now, B, &connect_params()).unwrap())
+        .collect();
+    assert!(n.a.next_deadline().is_some());
+    assert!(n.a.timer_entries() >= ids.len());
+}
+
+#[test]
 fn a_duplicate_req_while_the_application_decides_gets_an_mra() {
     let mut n = Net::new();
     n.b.listen(sid()).unwrap();

@@ -45,7 +45,9 @@ pub mod iommu;
 pub mod irq;
 pub mod link;
 pub mod mode;
-pub mod timer;
+/// Timers keyed by object number that never scan (the `ferroverbs-timer` crate, which
+/// the connection manager uses too).
+pub use ferroverbs_timer as timer;
 pub mod transport;
 pub mod wire;
 

@@ -24,11 +24,20 @@
 //!
 //! Entries with the same deadline fire in the order they were armed (the generation
 //! breaks ties), so expiry is deterministic.
+//!
+//! The simulator's transport keys them by QPN (ACK timeouts, RNR back-off); the
+//! connection manager by local communication ID (response timeouts and
+//! retransmissions, TimeWait). [`nummap`] holds the integer-keyed map they use.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod nummap;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::engine::fastmap::NumMap;
+use crate::nummap::NumMap;
 
 /// A heap entry: ordered by deadline, then by generation (arming order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
