@@ -17,8 +17,10 @@ use std::time::Duration;
 
 use uapi_support::{net, Proc, REQUIRE_ENV};
 
-const SUITE: &str = "/usr/share/doc/rdma-core/tests";
-const PYVERBS: &str = "/usr/lib/python3/dist-packages/pyverbs";
+#[path = "common/pyverbs_suite.rs"]
+mod pyverbs_suite;
+
+use pyverbs_suite::{unpack, PYVERBS, SUITE};
 
 /// The modules run.
 const MODULES: &[&str] = &[
@@ -219,26 +221,6 @@ const MAY_SKIP: &[(&str, &[&str], &str)] = &[
 
 /// Tests that fail today, and why (each may pass, which the test reports).
 const PENDING: &[(&str, &str)] = &[];
-
-/// Copies the installed suite into `dst`, unpacking the gzipped files.
-fn unpack(dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(SUITE).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_str().unwrap().to_string();
-        if let Some(stem) = name.strip_suffix(".gz") {
-            let out = std::process::Command::new("gzip")
-                .arg("-dc")
-                .arg(&p)
-                .output()
-                .expect("gzip");
-            assert!(out.status.success(), "gzip -dc {}", p.display());
-            std::fs::write(dst.join(stem), out.stdout).unwrap();
-        } else if p.is_file() {
-            std::fs::copy(&p, dst.join(&name)).unwrap();
-        }
-    }
-}
 
 /// `(module.Class.test, outcome)` of every result of `unittest -v`: the test's id
 /// from `name (tests.module.Class.name)`, and the text after the last ` ... ` of

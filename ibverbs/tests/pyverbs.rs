@@ -18,8 +18,10 @@ use std::time::Duration;
 
 use support::{library_dir, net, Proc, REQUIRE_ENV};
 
-const SUITE: &str = "/usr/share/doc/rdma-core/tests";
-const PYVERBS: &str = "/usr/lib/python3/dist-packages/pyverbs";
+#[path = "../../tests/common/pyverbs_suite.rs"]
+mod pyverbs_suite;
+
+use pyverbs_suite::{unpack, PYVERBS, SUITE};
 
 /// The tests that must pass (the others of these modules may only be skipped).
 const MUST_PASS: &[&str] = &[
@@ -62,26 +64,6 @@ const MAY_SKIP: &[(&str, &str)] = &[
     ("test_qp_ex_xrc_send_imm", "Create XRCD is not supported"),
     ("test_xrc_traffic_cq_ex", "Create XRCD is not supported"),
 ];
-
-/// Copies the installed suite into `dst`, unpacking the gzipped files.
-fn unpack(dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(SUITE).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_str().unwrap().to_string();
-        if let Some(stem) = name.strip_suffix(".gz") {
-            let out = std::process::Command::new("gzip")
-                .arg("-dc")
-                .arg(&p)
-                .output()
-                .expect("gzip");
-            assert!(out.status.success(), "gzip -dc {}", p.display());
-            std::fs::write(dst.join(stem), out.stdout).unwrap();
-        } else if p.is_file() {
-            std::fs::copy(&p, dst.join(&name)).unwrap();
-        }
-    }
-}
 
 /// `(test, outcome)` of every result line of `unittest -v`: the test's name (or its
 /// docstring's first line), and `ok`, `skipped '<reason>'`, `ERROR` or `FAIL`.
