@@ -43,8 +43,9 @@ mod resize;
 ///
 /// The inline poll paths of a CQ ([`CompletionQueue::poll`] of a requester CQE or a
 /// received SEND of the QP seen last, [`CompletionQueue::poll_hot_req`]) are those of
-/// 64-byte CQEs: a CQ of 128-byte CQEs takes every entry through the general decoder
-/// (`docs/performance.md` has the cost).
+/// 64-byte CQEs, which step by 64 bytes at no cost: a CQ of 128-byte CQEs takes every
+/// entry out of line, trying the same QPs first there (`docs/performance.md` has the
+/// cost: 80 instructions per `poll_one` against 37).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum CqeSize {
     /// 64-byte CQEs (`MLX5_CQC_CQE_SZ_64_BYTES`), rdma-core's default.
@@ -156,6 +157,12 @@ pub(crate) struct Poller<B: Bus> {
     /// it as a memory operand instead of materialising the 64-bit constant. Never
     /// changes.
     hot_mask: u64,
+    /// On a CQ of 128-byte CQEs (whose `hot` and `hot_rx` stay the destroyed
+    /// placeholder: the inline paths step by 64 bytes), what `hot` and `hot_rx` are
+    /// on the others, tried first by [`Poller::decode_taken`] out of line
+    /// ([`Poller::take_wide_hot`]). Clones of entries of `qps`, as `hot`.
+    wide_hot: Arc<WqShared>,
+    wide_hot_rx: Arc<WqShared>,
     /// CQEs of QPs this CQ does not know (destroyed QPs), skipped.
     pub(crate) unknown: u64,
     /// Entries in the ring.
@@ -189,6 +196,8 @@ impl<B: Bus> Poller<B> {
             qps: Mutex::new(QpTable::new(Arc::clone(&hot))),
             last: 0,
             hot_rx: Arc::clone(&hot),
+            wide_hot: Arc::clone(&hot),
+            wide_hot_rx: Arc::clone(&hot),
             hot,
             hot_mask: HOT_REQ_MASK,
             unknown: 0,
@@ -249,8 +258,12 @@ impl<B: Bus> Poller<B> {
         // that creating n QPs costs O(n)), but not the hot one (`poll_one` holds a
         // clone of an entry of this list, and must never hold the last reference).
         if t.list.len() >= t.swept_len.max(8) * 2 {
-            t.list
-                .retain(|q| q.alive() || Arc::ptr_eq(q, &self.hot) || Arc::ptr_eq(q, &self.hot_rx));
+            t.list.retain(|q| {
+                q.alive()
+                    || [&self.hot, &self.hot_rx, &self.wide_hot, &self.wide_hot_rx]
+                        .into_iter()
+                        .any(|h| Arc::ptr_eq(q, h))
+            });
             t.reindex();
         }
         t.push(qp);
@@ -470,8 +483,26 @@ impl<B: Bus> Poller<B> {
     /// and the hot QP updated after a successful requester CQE; `None` for a CQE of
     /// an unknown QP or of a kind verbs does not report, counted in `unknown`. The
     /// entry is published (the consumer index after it, in full).
-    #[inline(never)]
+    ///
+    /// On a CQ of 128-byte CQEs the entry is first tried against its hot QPs
+    /// ([`Poller::take_wide_hot`]), before the general decoder (out of line, whose
+    /// register saves it then skips).
+    #[inline(always)]
     fn decode_taken(&mut self) -> Option<WorkCompletion> {
+        if self.cur.stride() == 128 {
+            if let Some(wc) = self.take_wide_hot() {
+                // The record still holds the index of this entry.
+                let ci = self.cur.consumer_index();
+                self.cur.publish(ci.wrapping_add(1));
+                return Some(wc);
+            }
+        }
+        self.decode_taken_general()
+    }
+
+    /// [`Poller::decode_taken`] by [`decode`].
+    #[inline(never)]
+    fn decode_taken_general(&mut self) -> Option<WorkCompletion> {
         let off = self.cur.last_offset();
         // The record still holds the index of this entry (nothing published it).
         let ci = self.cur.consumer_index();
@@ -483,13 +514,18 @@ impl<B: Bus> Poller<B> {
                 let qp = &qps.list[self.last];
                 // The inline paths step by 64 bytes: a CQ of 128-byte CQEs keeps
                 // its hot QPs the destroyed placeholder, which no entry matches, so
-                // every entry comes here.
+                // every entry comes here, where its own hot QPs are tried first.
+                let (hot, hot_rx) = if wide {
+                    (&mut self.wide_hot, &mut self.wide_hot_rx)
+                } else {
+                    (&mut self.hot, &mut self.hot_rx)
+                };
                 if req {
-                    if !Arc::ptr_eq(&self.hot, qp) && !wide {
-                        self.hot = Arc::clone(qp);
+                    if !Arc::ptr_eq(hot, qp) {
+                        *hot = Arc::clone(qp);
                     }
-                } else if qp.recv_live() && !Arc::ptr_eq(&self.hot_rx, qp) && !wide {
-                    self.hot_rx = Arc::clone(qp);
+                } else if qp.recv_live() && !Arc::ptr_eq(hot_rx, qp) {
+                    *hot_rx = Arc::clone(qp);
                 }
                 Some(wc)
             }
@@ -500,6 +536,29 @@ impl<B: Bus> Poller<B> {
         };
         self.cur.publish(ci.wrapping_add(1));
         got
+    }
+
+    /// On a CQ of 128-byte CQEs, the completion of the entry taken last when it is a
+    /// successful requester CQE of [`Poller::wide_hot`] or a received SEND (without
+    /// immediate) on the own RQ of [`Poller::wide_hot_rx`], as the inline paths of
+    /// a CQ of 64-byte CQEs take them ([`Poller::req_completion`],
+    /// [`Poller::recv_completion`]: the same fields [`decode`] gives), the work
+    /// request retired; `None` (nothing done) otherwise. The caller publishes it.
+    #[inline(always)]
+    fn take_wide_hot(&self) -> Option<WorkCompletion> {
+        let e = self.cur.last_entry();
+        let last8 = e.raw64::<7>();
+        let hot: &WqShared = &self.wide_hot;
+        if hot.matches(last8) {
+            let (mut wc, counter) = Self::req_completion(hot, e);
+            wc.wr_id = hot.sq_retire_word(counter);
+            return Some(wc);
+        }
+        let rx: &WqShared = &self.wide_hot_rx;
+        if rx.matches_recv(last8) {
+            return Some(Self::recv_completion(rx, e));
+        }
+        None
     }
 
     /// The rest of [`Poller::poll_one`] for an entry [`Poller::take_entry`] took but

@@ -592,6 +592,25 @@ impl<B: Bus> CqeCursor<B> {
         self.left = self.chunk;
     }
 
+    /// The entry taken last (the one before the cursor), for the out-of-line
+    /// decoders: it was software's (its owner test passed before the read barrier),
+    /// and nothing published it yet.
+    #[inline(always)]
+    pub(crate) fn last_entry(&self) -> CqeAt<'_> {
+        let at = if self.at == self.first {
+            self.end.wrapping_sub(1)
+        } else {
+            self.at.wrapping_sub(self.stride)
+        };
+        // `end - 1 = base + 64 * (n * stride / 64 - 1) + 63`, or `at - stride` with
+        // `at` past `first` (so `at - stride >= base + 63`): of `at`'s form, below
+        // `end`.
+        CqeAt {
+            at,
+            _cur: std::marker::PhantomData,
+        }
+    }
+
     /// Byte offset in the ring of the [`Cqe64`](ferroverbs_hw::datapath::cqe::Cqe64)
     /// of the entry taken last (the one before the cursor; the entry's last 64
     /// bytes), for the out-of-line decoders.
