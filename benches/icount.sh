@@ -14,7 +14,7 @@ BIN=${CARGO_TARGET_DIR:-target}/release/examples/fastpath_icount
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 printf '%-8s %12s %10s %s\n' case Ir iterations Ir/op
-CASES=${CASES:-inline inline_db send send_db list16 recv poll poll16 empty t_inline t_inline_db t_send t_send_db t_list16 t_poll t_empty o_inline o_inline_db o_send o_send_db c_post c_poll u_post u_poll}
+CASES=${CASES:-inline inline_db send send_db list16 recv poll poll16 empty rpoll t_inline t_inline_db t_send t_send_db t_list16 t_poll t_empty o_inline o_inline_db o_send o_send_db poll128 empty128 rpoll128 t_poll128 t_empty128 c_post c_poll u_post u_poll}
 # The C entry points (c_post: ibv_post_send of one signaled 64-byte inline SEND;
 # c_poll: ibv_poll_cq of one CQE): benches/verbs_icount.c, a C program built here
 # against <infiniband/verbs.h> (libibverbs-dev) and run on the built drop-in
@@ -68,8 +68,8 @@ esac
 for c in $CASES; do
     fn='*icount_post_send*'
     case $c in
-        poll|poll16|empty) fn='*icount_poll*' ;;
-        t_poll|t_empty) fn='*icount_take_one*' ;;
+        poll|poll16|empty|rpoll|poll128|empty128|rpoll128) fn='*icount_poll*' ;;
+        t_poll|t_empty|t_poll128|t_empty128) fn='*icount_take_one*' ;;
         recv) fn='*icount_post_recv*' ;;
         t_inline*) fn='*icount_post_typed_inline*' ;;
         t_send*) fn='*icount_post_typed_send*' ;;

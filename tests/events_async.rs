@@ -86,6 +86,7 @@ fn a_cq_ignoring_overrun_stays_usable_and_raises_nothing() {
     let pb = cb.alloc_pd().unwrap();
     let opts = CqOptions {
         ignore_overrun: true,
+        ..CqOptions::default()
     };
     let mut small = ca.create_cq_with(1, opts).unwrap();
     let cqb = cb.create_cq(16).unwrap();

@@ -7,26 +7,58 @@
 //! zero-based memory region), as libmlx5's `mlx5_copy_to_recv_wqe` does. Shown by the
 //! buffer: untouched after the device completed the receive, holding the message once
 //! the completion is polled; larger messages, and QPs created without scatter to
-//! CQE, find their bytes in the buffer before the poll. The driver's CQs have 64-byte
-//! CQEs only, so `MLX5_INLINE_SCATTER_64` (128-byte CQEs) does not arise here (the
-//! simulator's side of it: `sim/tests/dp_scatter_cqe.rs`).
+//! CQE, find their bytes in the buffer before the poll. Every case runs on CQs of
+//! 64-byte CQEs and of 128-byte ones (`CqOptions::cqe_size`): on the latter the QP
+//! gets `cs_res` 2 (`MLX5_RES_SCAT_DATA64_CQE`, as `mlx5_ib`'s
+//! `configure_responder_scat_cqe` gives it), and messages of 33 to 64 bytes come in
+//! the entry's first half (`MLX5_INLINE_SCATTER_64`), copied from there as
+//! libmlx5 copies `cqe - 1`; 65 bytes and more go to memory.
 //!
 //! Requester scatter to CQE (`qpc.cs_req`) the same way: an RC QP that signals every
-//! WQE gets it, as `mlx5_ib` gives it; its RDMA READs of up to 32 bytes and its
-//! atomics find their data in the local buffer only once polled (libmlx5's
-//! `mlx5_copy_to_send_wqe`), other QPs' before.
+//! WQE gets it, as `mlx5_ib` gives it (0x11, or 0x22 with 128-byte send CQEs); its
+//! RDMA READs of up to 32 bytes (64 with 128-byte CQEs) and its atomics find their
+//! data in the local buffer only once polled (libmlx5's `mlx5_copy_to_send_wqe`),
+//! other QPs' before.
 
 mod verbs_support;
 use verbs_support::*;
 
 use ferroverbs::verbs::{
-    AccessFlags as A, CompletionQueue, Mtu, QpCap, QpInitAttr, QpType, RecvWr, SendWr, SrqAttr,
-    WcFlags, WcOpcode, WcStatus,
+    AccessFlags as A, CompletionQueue, CqOptions, CqeSize, Mtu, QpCap, QpInitAttr, QpType, RecvWr,
+    SendWr, SrqAttr, WcFlags, WcOpcode, WcStatus,
 };
+use ferroverbs::Context;
 use ferroverbs_sim::SimBus;
 
 /// The sizes of the test: around the 32-byte limit, and past a second one (64).
 const SIZES: [usize; 7] = [0, 1, 31, 32, 33, 64, 65];
+
+/// The sizes of the SENDs: [`SIZES`], and more between and after the limits.
+const SEND_SIZES: [usize; 10] = [0, 1, 31, 32, 33, 40, 63, 64, 65, 100];
+
+/// A CQ of `cqe` entries of `size`.
+fn cq_of(ctx: &Context<SimBus>, cqe: u32, size: CqeSize) -> CompletionQueue<'_, SimBus> {
+    let cq = ctx
+        .create_cq_with(
+            cqe,
+            CqOptions {
+                cqe_size: size,
+                ..CqOptions::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(cq.cqe_size(), size);
+    cq
+}
+
+/// The most bytes the device places in a CQE of `size` (`cs_res` / `cs_req` as
+/// `mlx5_ib` chooses them): 32, or 64 in a 128-byte entry.
+fn limit(size: CqeSize) -> usize {
+    match size {
+        CqeSize::Bytes64 => 32,
+        CqeSize::Bytes128 => 64,
+    }
+}
 
 /// What a receive buffer holds before any message.
 const FILL: u8 = 0xee;
@@ -37,15 +69,15 @@ fn one(net: &Net, cq: &mut CompletionQueue<'_, SimBus>) -> ferroverbs::verbs::Wo
     w[0]
 }
 
-/// Sends every size of [`SIZES`] (with and without an immediate) over a QP pair of
+/// Sends every size of [`SEND_SIZES`] (with and without an immediate) over a QP pair of
 /// type `ty`, the receiver on an SRQ when `srq`, created with scatter to CQE when
-/// `scatter`; each receive has three entries: 5 bytes of an ordinary region, 7 of a
-/// zero-based one, 100 of the ordinary one.
-fn exchange(ty: QpType, srq: bool, scatter: Option<bool>) {
+/// `scatter`, both on CQs of `size`; each receive has three entries: 5 bytes of an
+/// ordinary region, 7 of a zero-based one, 100 of the ordinary one.
+fn exchange(ty: QpType, srq: bool, scatter: Option<bool>, size: CqeSize) {
     let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-    let mut scq = ca.create_cq(64).unwrap();
-    let mut rcq = cb.create_cq(64).unwrap();
+    let mut scq = cq_of(&ca, 64, size);
+    let mut rcq = cq_of(&cb, 64, size);
     let cap = QpCap {
         max_recv_sge: 3,
         ..QpCap::default()
@@ -77,10 +109,10 @@ fn exchange(ty: QpType, srq: bool, scatter: Option<bool>) {
     let zbuf = pb.alloc_mr_zero_based(4096, A::LOCAL_WRITE).unwrap();
     assert_eq!(zbuf.addr(), 0);
     let mut k = 0u64;
-    for n in SIZES {
+    for n in SEND_SIZES {
         for imm in [None, Some(0x1234_5678 ^ n as u32)] {
             k += 1;
-            let what = format!("{ty:?} srq {srq} scatter {scatter} {n} bytes imm {imm:?}");
+            let what = format!("{ty:?} srq {srq} scatter {scatter} {size:?} {n} bytes imm {imm:?}");
             rbuf.fill(0, 4096, FILL);
             zbuf.fill(0, 4096, FILL);
             let sgl = [
@@ -115,7 +147,7 @@ fn exchange(ty: QpType, srq: bool, scatter: Option<bool>) {
                 got.extend_from_slice(&rbuf[200..300]);
                 got
             };
-            let in_cqe = scatter && n <= 32;
+            let in_cqe = scatter && n <= limit(size);
             let before = placed(&rbuf.to_vec(), &zbuf.to_vec());
             if in_cqe {
                 assert!(
@@ -149,48 +181,71 @@ fn exchange(ty: QpType, srq: bool, scatter: Option<bool>) {
         }
     }
     assert_eq!(rcq.skipped(), 0);
+    assert_eq!(scq.skipped(), 0);
 }
 
 #[test]
 fn rc_rq() {
-    exchange(QpType::Rc, false, Some(true));
+    exchange(QpType::Rc, false, Some(true), CqeSize::Bytes64);
 }
 
 #[test]
 fn rc_srq() {
-    exchange(QpType::Rc, true, Some(true));
+    exchange(QpType::Rc, true, Some(true), CqeSize::Bytes64);
 }
 
 #[test]
 fn uc_rq() {
-    exchange(QpType::Uc, false, Some(true));
+    exchange(QpType::Uc, false, Some(true), CqeSize::Bytes64);
 }
 
 #[test]
 fn uc_srq() {
-    exchange(QpType::Uc, true, Some(true));
+    exchange(QpType::Uc, true, Some(true), CqeSize::Bytes64);
+}
+
+#[test]
+fn rc_rq_128_byte_cqes() {
+    exchange(QpType::Rc, false, Some(true), CqeSize::Bytes128);
+}
+
+#[test]
+fn rc_srq_128_byte_cqes() {
+    exchange(QpType::Rc, true, Some(true), CqeSize::Bytes128);
+}
+
+#[test]
+fn uc_rq_128_byte_cqes() {
+    exchange(QpType::Uc, false, Some(true), CqeSize::Bytes128);
+}
+
+#[test]
+fn uc_srq_128_byte_cqes() {
+    exchange(QpType::Uc, true, Some(true), CqeSize::Bytes128);
 }
 
 #[test]
 fn turned_off_or_by_default_every_message_lands_in_the_buffer() {
-    exchange(QpType::Rc, false, Some(false));
-    exchange(QpType::Uc, true, Some(false));
-    // The simulator's default: off.
-    exchange(QpType::Rc, false, None);
-    exchange(QpType::Uc, true, None);
+    for size in [CqeSize::Bytes64, CqeSize::Bytes128] {
+        exchange(QpType::Rc, false, Some(false), size);
+        exchange(QpType::Uc, true, Some(false), size);
+        // The simulator's default: off.
+        exchange(QpType::Rc, false, None, size);
+        exchange(QpType::Uc, true, None, size);
+    }
 }
 
 /// A region deregistered after the device completed a receive into it, before the
 /// poll: the copy finds no live region for the entry's key, writes nothing, and the
 /// completion reports `LocProtErr` (the receive's `wr_id`, its byte count); the next
 /// receive works. A receive list too short for the message cannot get that far: the
-/// device checks the length first (`LocLenErr` from the device).
-#[test]
-fn a_region_gone_before_the_poll_is_a_protection_error() {
+/// device checks the length first (`LocLenErr` from the device). `n` bytes on CQs of
+/// `size`.
+fn region_gone(size: CqeSize, n: usize) {
     let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-    let mut scq = ca.create_cq(16).unwrap();
-    let mut rcq = cb.create_cq(16).unwrap();
+    let mut scq = cq_of(&ca, 16, size);
+    let mut rcq = cq_of(&cb, 16, size);
     let cap = QpCap::default();
     let mut qa = pa.create_qp(&QpInitAttr::new(&scq, &scq, cap)).unwrap();
     let mut qb = pb
@@ -198,13 +253,14 @@ fn a_region_gone_before_the_poll_is_a_protection_error() {
         .unwrap();
     connect(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024);
     let src = pa.alloc_mr(64, A::LOCAL_WRITE).unwrap();
-    src.write(0, b"sixteen bytes!!!");
+    let msg = pattern(n, 0x5a);
+    src.write(0, &msg);
     let gone = pb
         .reg_mr(vec![FILL; 64].into_boxed_slice(), A::LOCAL_WRITE)
         .unwrap();
     qb.post_recv(&[RecvWr::new(1, &[gone.sge(0, 64).unwrap()])])
         .unwrap();
-    qa.post_send(&[SendWr::send(1, &[src.sge(0, 16).unwrap()]).signaled()])
+    qa.post_send(&[SendWr::send(1, &[src.sge(0, n as u32).unwrap()]).signaled()])
         .unwrap();
     assert_eq!(one(&net, &mut scq).status, WcStatus::Success);
     net.settle();
@@ -213,19 +269,33 @@ fn a_region_gone_before_the_poll_is_a_protection_error() {
     let w = one(&net, &mut rcq);
     assert_eq!(
         (w.status, w.wr_id, w.byte_len),
-        (WcStatus::LocProtErr, 1, 16)
+        (WcStatus::LocProtErr, 1, n as u32)
     );
     let rbuf = pb.alloc_mr(64, A::LOCAL_WRITE).unwrap();
     qb.post_recv(&[RecvWr::new(2, &[rbuf.sge(0, 64).unwrap()])])
         .unwrap();
-    qa.post_send(&[SendWr::send(2, &[src.sge(0, 16).unwrap()]).signaled()])
+    qa.post_send(&[SendWr::send(2, &[src.sge(0, n as u32).unwrap()]).signaled()])
         .unwrap();
     assert_eq!(one(&net, &mut scq).status, WcStatus::Success);
     let w = one(&net, &mut rcq);
-    assert_eq!((w.status, w.wr_id, w.byte_len), (WcStatus::Success, 2, 16));
-    let mut got = [0u8; 16];
+    assert_eq!(
+        (w.status, w.wr_id, w.byte_len),
+        (WcStatus::Success, 2, n as u32)
+    );
+    let mut got = vec![0u8; n];
     rbuf.read(0, &mut got);
-    assert_eq!(&got, b"sixteen bytes!!!");
+    assert_eq!(got, msg);
+}
+
+#[test]
+fn a_region_gone_before_the_poll_is_a_protection_error() {
+    region_gone(CqeSize::Bytes64, 16);
+}
+
+#[test]
+fn a_region_gone_before_the_poll_of_a_64_byte_message_in_a_128_byte_cqe() {
+    region_gone(CqeSize::Bytes128, 16);
+    region_gone(CqeSize::Bytes128, 64);
 }
 
 /// RDMA READs of every size of [`SIZES`] and atomics from an RC QP created with
@@ -238,11 +308,11 @@ fn a_region_gone_before_the_poll_is_a_protection_error() {
 /// Each size is read into one entry and into up to three, three times over, so that
 /// the WQEs (one and two WQEBBs) take many positions in the send queue of 8 WQEBBs
 /// and an in-CQE READ's list crosses its end.
-fn reads(sig_all: bool, scatter: Option<bool>) {
+fn reads(sig_all: bool, scatter: Option<bool>, size: CqeSize) {
     let (net, (ca, ga), (cb, gb)) = two_nics(false);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-    let mut scq = ca.create_cq(64).unwrap();
-    let rcq = cb.create_cq(64).unwrap();
+    let mut scq = cq_of(&ca, 64, size);
+    let rcq = cq_of(&cb, 64, size);
     let cap = QpCap {
         max_send_wr: 4,
         max_send_sge: 3,
@@ -265,7 +335,7 @@ fn reads(sig_all: bool, scatter: Option<bool>) {
     remote.write(0, &data);
     let lbuf = pa.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
     let zbuf = pa.alloc_mr_zero_based(4096, A::LOCAL_WRITE).unwrap();
-    let in_cqe = |n: usize| sig_all && scatter && n <= 32;
+    let in_cqe = |n: usize| sig_all && scatter && n <= limit(size);
     let mut k = 0u64;
     // Three passes of 17 WQEBBs through the queue of 8: the third one's 31-byte READ
     // into three entries (two WQEBBs) starts in the last WQEBB.
@@ -273,7 +343,8 @@ fn reads(sig_all: bool, scatter: Option<bool>) {
         for three in [false, true] {
             k += 1;
             let what = format!(
-                "sig_all {sig_all} scatter {scatter} pass {pass} {n} bytes, 3 entries {three}"
+                "sig_all {sig_all} scatter {scatter} {size:?} pass {pass} {n} bytes, 3 entries \
+                 {three}"
             );
             lbuf.fill(0, 4096, FILL);
             zbuf.fill(0, 4096, FILL);
@@ -389,16 +460,23 @@ fn reads(sig_all: bool, scatter: Option<bool>) {
 
 #[test]
 fn reads_and_atomics_of_a_qp_signalling_every_wqe_land_in_the_cqe() {
-    reads(true, Some(true));
+    reads(true, Some(true), CqeSize::Bytes64);
+}
+
+#[test]
+fn reads_of_up_to_64_bytes_land_in_a_128_byte_cqe() {
+    reads(true, Some(true), CqeSize::Bytes128);
 }
 
 #[test]
 fn reads_and_atomics_of_other_qps_land_in_the_buffer() {
     // Not every WQE signaled: no requester scatter (as mlx5_ib); scatter to CQE off,
     // or left to the simulator bus (off).
-    reads(false, Some(true));
-    reads(true, Some(false));
-    reads(true, None);
+    for size in [CqeSize::Bytes64, CqeSize::Bytes128] {
+        reads(false, Some(true), size);
+        reads(true, Some(false), size);
+        reads(true, None, size);
+    }
 }
 
 /// A region deregistered after the device completed a READ whose data is in the CQE,
@@ -435,4 +513,77 @@ fn a_read_buffer_gone_before_the_poll_is_a_protection_error() {
         (w.status, w.wr_id, w.byte_len, w.opcode),
         (WcStatus::LocProtErr, 1, 16, WcOpcode::RdmaRead)
     );
+}
+
+/// A CQ of 128-byte CQEs resized (grown, then shrunk) while it holds received
+/// messages placed in its entries: the resize copies whole entries, their first
+/// halves included (`MLX5_INLINE_SCATTER_64`), so every message still reaches its
+/// receive buffer, byte for byte, once polled; and the new rings keep the CQE size.
+#[test]
+fn a_resized_128_byte_cq_keeps_the_messages_in_its_entries() {
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let mut scq = cq_of(&ca, 64, CqeSize::Bytes128);
+    let mut rcq = cq_of(&cb, 15, CqeSize::Bytes128);
+    let cap = QpCap {
+        max_recv_wr: 16,
+        ..QpCap::default()
+    };
+    let mut qa = pa.create_qp(&QpInitAttr::new(&scq, &scq, cap)).unwrap();
+    let mut qb = pb
+        .create_qp(&QpInitAttr::new(&rcq, &rcq, cap).with_scatter_to_cqe())
+        .unwrap();
+    connect(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024);
+    let src = pa.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
+    let rbuf = pb.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
+    let sizes = [16usize, 48, 64, 100, 33, 1, 63, 65, 40, 32];
+    let mut k = 0u64;
+    // Grown from 16 entries to 64, then shrunk to 16 (more than the 10 unpolled).
+    for (round, new_size) in [(0, 63u32), (1, 15)] {
+        rbuf.fill(0, 4096, FILL);
+        let mut msgs = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            k += 1;
+            let msg = pattern(n, k as u8);
+            src.write(128 * i, &msg);
+            let at = 256 * i;
+            qb.post_recv(&[RecvWr::new(k, &[rbuf.sge(at, 128).unwrap()])])
+                .unwrap();
+            qa.post_send(&[SendWr::send(k, &[src.sge(128 * i, n as u32).unwrap()]).signaled()])
+                .unwrap();
+            assert_eq!(one(&net, &mut scq).status, WcStatus::Success);
+            msgs.push((k, at, msg));
+        }
+        net.settle();
+        let r = rbuf.to_vec();
+        for (_, at, msg) in &msgs {
+            let untouched = r[*at..*at + msg.len()].iter().all(|&b| b == FILL);
+            assert_eq!(
+                untouched,
+                msg.len() <= 64,
+                "round {round}, {} bytes: in the CQE iff 64 or fewer",
+                msg.len()
+            );
+        }
+        // The ten completions are unpolled: resize under them.
+        rcq.resize(new_size).unwrap();
+        assert_eq!(rcq.capacity(), (new_size + 1).next_power_of_two() - 1);
+        assert_eq!(rcq.cqe_size(), CqeSize::Bytes128);
+        for (id, at, msg) in &msgs {
+            let w = one(&net, &mut rcq);
+            assert_eq!(
+                (w.status, w.wr_id, w.byte_len as usize),
+                (WcStatus::Success, *id, msg.len()),
+                "round {round}: {w:?}"
+            );
+            let r = rbuf.to_vec();
+            assert_eq!(&r[*at..*at + msg.len()], &msg[..], "round {round}, wr {id}");
+            assert_eq!(
+                r[*at + msg.len()],
+                FILL,
+                "round {round}, wr {id}: nothing more"
+            );
+        }
+    }
+    assert_eq!(rcq.skipped(), 0);
 }

@@ -169,7 +169,22 @@ fn one_request_inline_without_blueflame_allocates_nothing() {
 
 #[test]
 fn verbs_objects_on_the_simulator_allocate_nothing_in_steady_state() {
-    use ferroverbs::verbs::{AccessFlags, AddressVector, Mtu, QpInitAttr, RtrAttr, RtsAttr};
+    steady_state(ferroverbs::verbs::CqeSize::Bytes64, false);
+}
+
+/// The same on CQs of 128-byte CQEs, the receiver scattering to CQE: its 64-byte
+/// messages come in the CQE (`MLX5_INLINE_SCATTER_64`) and the poll copies them.
+#[test]
+fn cqs_of_128_byte_cqes_allocate_nothing_in_steady_state() {
+    steady_state(ferroverbs::verbs::CqeSize::Bytes128, true);
+}
+
+/// Two simulated NICs' QPs on CQs of `size`, the receiver with scatter to CQE when
+/// `scatter`: rounds of SENDs through every post and poll entry allocate nothing.
+fn steady_state(size: ferroverbs::verbs::CqeSize, scatter: bool) {
+    use ferroverbs::verbs::{
+        AccessFlags, AddressVector, CqOptions, Mtu, QpInitAttr, RtrAttr, RtsAttr,
+    };
     use ferroverbs::{Device, DeviceConfig, GidEntry};
     use ferroverbs_sim::{Fabric, Sim, SimConfig};
 
@@ -197,13 +212,20 @@ fn verbs_objects_on_the_simulator_allocate_nothing_in_steady_state() {
     let (ca, ga) = open(&sa, 1);
     let (cb, gb) = open(&sb, 2);
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-    let (mut cqa, mut cqb) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
+    let opts = CqOptions {
+        cqe_size: size,
+        ..CqOptions::default()
+    };
+    let (mut cqa, mut cqb) = (
+        ca.create_cq_with(64, opts).unwrap(),
+        cb.create_cq_with(64, opts).unwrap(),
+    );
     let mut qa = pa
         .create_qp(&QpInitAttr::new(&cqa, &cqa, QpCap::default()))
         .unwrap();
-    let mut qb = pb
-        .create_qp(&QpInitAttr::new(&cqb, &cqb, QpCap::default()))
-        .unwrap();
+    let mut ib = QpInitAttr::new(&cqb, &cqb, QpCap::default());
+    ib.scatter_to_cqe = Some(scatter);
+    let mut qb = pb.create_qp(&ib).unwrap();
     qa.to_init(1, AccessFlags::empty()).unwrap();
     qb.to_init(1, AccessFlags::empty()).unwrap();
     let (na, nb) = (qa.qp_num(), qb.qp_num());
@@ -259,6 +281,10 @@ fn verbs_objects_on_the_simulator_allocate_nothing_in_steady_state() {
         run(&mut || qa.send_inline(6, &payload, SendFlags::SIGNALED).unwrap());
         // Both in flight; their completions come in order.
         for (recv_id, send_id) in [(3u64, 4u64), (5, 6)] {
+            if scatter {
+                // The device leaves the buffer alone: the poll copies the message.
+                rb.fill(0, 64, 0);
+            }
             let mut got = (None, None);
             while got.0.is_none() || got.1.is_none() {
                 fabric.run_until_idle();
@@ -270,6 +296,13 @@ fn verbs_objects_on_the_simulator_allocate_nothing_in_steady_state() {
             let (r, s) = (got.0.unwrap(), got.1.unwrap());
             assert!(r.is_ok() && s.is_ok());
             assert_eq!((r.wr_id, r.byte_len, s.wr_id), (recv_id, 64, send_id));
+            if scatter {
+                assert_eq!(
+                    rb.to_vec()[..64],
+                    payload,
+                    "the message copied from the CQE"
+                );
+            }
         }
         n
     };

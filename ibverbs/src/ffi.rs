@@ -941,9 +941,14 @@ pub(crate) unsafe extern "C" fn create_cq(
         }
         // SAFETY: NULL or the caller's channel, alive while CQs use it.
         let chan = unsafe { ChanObj::from_ibv(channel) }.ok();
+        let opts = ferroverbs::verbs::CqOptions {
+            cqe_size: cqe_size_of(std::env::var_os("MLX5_CQE_SIZE").as_deref())
+                .ok_or(libc::EINVAL)?,
+            ..Default::default()
+        };
         let cq = match chan {
-            Some(c) => c.ch.create_cq(n),
-            None => o.nic.ctx.create_cq(n),
+            Some(c) => c.ch.create_cq_with(n, opts),
+            None => o.nic.ctx.create_cq_with(n, opts),
         }
         .map_err(|e| convert::create_cq_errno(&e))?;
         let cqn = cq.cqn();
@@ -1515,6 +1520,50 @@ fn shut_up_bf() -> bool {
 fn scatter_to_cqe() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("MLX5_SCATTER_TO_CQE").is_none_or(|v| v != "0"))
+}
+
+/// The CQE size a value of `MLX5_CQE_SIZE` asks for (rdma-core mlx5 `get_cqe_size`,
+/// read at every CQ creation as libmlx5 reads it): unset, 64 bytes; set, its
+/// `atoi` value, which must be 64 or 128 (`None`: `ibv_create_cq` fails with
+/// `EINVAL`).
+fn cqe_size_of(v: Option<&std::ffi::OsStr>) -> Option<ferroverbs::verbs::CqeSize> {
+    let Some(v) = v else {
+        return Some(ferroverbs::verbs::CqeSize::Bytes64);
+    };
+    usize::try_from(atoi(v.as_encoded_bytes()))
+        .ok()
+        .and_then(ferroverbs::verbs::CqeSize::from_bytes)
+}
+
+/// C's `atoi` (what libmlx5 parses its numeric variables with): leading white space,
+/// an optional sign, then the decimal digits up to the first other byte; 0 when there
+/// are none. Saturates instead of overflowing (undefined in C).
+fn atoi(s: &[u8]) -> i64 {
+    let mut i = 0;
+    while i < s.len() && matches!(s[i], b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r') {
+        i += 1;
+    }
+    let neg = match s.get(i) {
+        Some(b'-') => {
+            i += 1;
+            true
+        }
+        Some(b'+') => {
+            i += 1;
+            false
+        }
+        _ => false,
+    };
+    let mut v: i64 = 0;
+    while let Some(d) = s.get(i).filter(|d| d.is_ascii_digit()) {
+        v = v.saturating_mul(10).saturating_add(i64::from(d - b'0'));
+        i += 1;
+    }
+    if neg {
+        -v
+    } else {
+        v
+    }
 }
 
 /// Whether a value of `MLX5_SHUT_UP_BF` turns BlueFlame off: set, and not "0"
@@ -2426,6 +2475,33 @@ mod tests {
         assert!(!super::shut_up_bf_of(Some(OsStr::new("0"))));
         for v in ["1", "yes", "00", ""] {
             assert!(super::shut_up_bf_of(Some(OsStr::new(v))), "{v:?}");
+        }
+    }
+
+    /// `MLX5_CQE_SIZE` as rdma-core's `get_cqe_size` reads it (`atoi`, then 64 or
+    /// 128): unset is 64; "128", " 128" and "128 bytes" are 128; anything else that
+    /// `atoi` does not make 64 or 128 is refused.
+    #[test]
+    fn cqe_size_reads_as_rdma_core() {
+        use ferroverbs::verbs::CqeSize;
+        use std::ffi::OsStr;
+        assert_eq!(super::cqe_size_of(None), Some(CqeSize::Bytes64));
+        for (v, want) in [
+            ("64", Some(CqeSize::Bytes64)),
+            ("+64", Some(CqeSize::Bytes64)),
+            ("128", Some(CqeSize::Bytes128)),
+            (" 128", Some(CqeSize::Bytes128)),
+            ("128 bytes", Some(CqeSize::Bytes128)),
+            ("0128", Some(CqeSize::Bytes128)),
+            ("", None),
+            ("0", None),
+            ("32", None),
+            ("256", None),
+            ("-128", None),
+            ("x128", None),
+            ("99999999999999999999999", None),
+        ] {
+            assert_eq!(super::cqe_size_of(Some(OsStr::new(v))), want, "{v:?}");
         }
     }
 

@@ -81,6 +81,10 @@ pub struct CqOptions {
     /// application tolerates lost completions under load; the QPs of a CQ in error
     /// would otherwise stop.
     pub ignore_overrun: bool,
+    /// The size of the CQ's entries (`cqc.cqe_sz`; default 64 bytes). 128-byte CQEs
+    /// let the device place messages of up to 64 bytes in them (scatter to CQE,
+    /// [`CqeSize`](super::CqeSize)).
+    pub cqe_size: super::CqeSize,
 }
 
 /// Events handed out and acknowledged for one CQ.
@@ -123,7 +127,7 @@ impl<B: Bus> Context<B> {
     /// events, if armed, go to the async EQ and are dropped (use a channel's
     /// [`CompletionChannel::create_cq_with`] to receive them).
     pub fn create_cq_with(&self, cqe: u32, opts: CqOptions) -> Result<CompletionQueue<'_, B>> {
-        self.create_cq_on(cqe, None, opts.ignore_overrun)
+        self.create_cq_on(cqe, None, opts)
     }
 
     /// Creates a completion channel (`ibv_create_comp_channel`): a completion EQ on a
@@ -234,8 +238,7 @@ impl<'ctx, B: Bus> CompletionChannel<'ctx, B> {
 
     /// [`CompletionChannel::create_cq`] with options.
     pub fn create_cq_with(&self, cqe: u32, opts: CqOptions) -> Result<CompletionQueue<'_, B>> {
-        self.ctx
-            .create_cq_on(cqe, Some(self.eqn), opts.ignore_overrun)
+        self.ctx.create_cq_on(cqe, Some(self.eqn), opts)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner<B>> {

@@ -29,8 +29,59 @@ use crate::Context;
 
 mod resize;
 
-/// Bytes of one CQE (64-byte CQEs only).
-const CQE_BYTES: usize = 64;
+/// The size of a CQ's entries (`cqc.cqe_sz`; libmlx5 takes it from `MLX5_CQE_SIZE` or
+/// `mlx5dv_cq_init_attr.cqe_size`, rdma-core `providers/mlx5/verbs.c`
+/// `get_cqe_size`).
+///
+/// A 128-byte entry holds the 64-byte CQE in its second half. Its first half is where
+/// the device places a received message of 33 to 64 bytes (responder scatter to CQE,
+/// `qpc.cs_res` `MLX5_RES_SCAT_DATA64_CQE`), or the data of an RDMA READ response or
+/// an atomic result of up to 64 bytes (requester, `qpc.cs_req`
+/// `MLX5_REQ_SCAT_DATA64_CQE`), which Linux's `mlx5_ib` asks for on QPs whose CQ has
+/// 128-byte CQEs (`configure_responder_scat_cqe`, `configure_requester_scat_cqe`);
+/// the driver asks for the same ([`QpInitAttr::scatter_to_cqe`](super::QpInitAttr::scatter_to_cqe)).
+///
+/// The inline poll paths of a CQ ([`CompletionQueue::poll`] of a requester CQE or a
+/// received SEND of the QP seen last, [`CompletionQueue::poll_hot_req`]) are those of
+/// 64-byte CQEs, which step by 64 bytes at no cost: a CQ of 128-byte CQEs takes every
+/// entry out of line, trying the same QPs first there (`docs/performance.md` has the
+/// cost: 80 instructions per `poll_one` against 37).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CqeSize {
+    /// 64-byte CQEs (`MLX5_CQC_CQE_SZ_64_BYTES`), rdma-core's default.
+    #[default]
+    Bytes64,
+    /// 128-byte CQEs (`MLX5_CQC_CQE_SZ_128_BYTES`).
+    Bytes128,
+}
+
+impl CqeSize {
+    /// Bytes per entry: 64 or 128.
+    pub const fn bytes(self) -> usize {
+        match self {
+            CqeSize::Bytes64 => 64,
+            CqeSize::Bytes128 => 128,
+        }
+    }
+
+    /// The size of `bytes` (64 or 128); `None` for any other.
+    pub const fn from_bytes(bytes: usize) -> Option<CqeSize> {
+        match bytes {
+            64 => Some(CqeSize::Bytes64),
+            128 => Some(CqeSize::Bytes128),
+            _ => None,
+        }
+    }
+
+    /// `cqc.cqe_sz` of the size.
+    fn cqc_value(self) -> u64 {
+        use ferroverbs_hw::control::cq::CqcCqeSz;
+        match self {
+            CqeSize::Bytes64 => CqcCqeSz::Bytes64.value().into(),
+            CqeSize::Bytes128 => CqcCqeSz::Bytes128.value().into(),
+        }
+    }
+}
 
 type CqRing<B> = ring::CompletionQueue<FastMem<B>, FastWord<B>>;
 
@@ -106,6 +157,12 @@ pub(crate) struct Poller<B: Bus> {
     /// it as a memory operand instead of materialising the 64-bit constant. Never
     /// changes.
     hot_mask: u64,
+    /// On a CQ of 128-byte CQEs (whose `hot` and `hot_rx` stay the destroyed
+    /// placeholder: the inline paths step by 64 bytes), what `hot` and `hot_rx` are
+    /// on the others, tried first by [`Poller::decode_taken`] out of line
+    /// ([`Poller::take_wide_hot`]). Clones of entries of `qps`, as `hot`.
+    wide_hot: Arc<WqShared>,
+    wide_hot_rx: Arc<WqShared>,
     /// CQEs of QPs this CQ does not know (destroyed QPs), skipped.
     pub(crate) unknown: u64,
     /// Entries in the ring.
@@ -118,16 +175,16 @@ pub(crate) struct Poller<B: Bus> {
 }
 
 impl<B: Bus> Poller<B> {
-    /// A consumer of `ncqe` (a power of two) entries over fresh DMA memory; every
-    /// entry is marked invalid. `cqn` and `uar` are used for arming.
-    pub(crate) fn new(bus: &Arc<B>, ncqe: u32, cqn: u32, uar: u32) -> Result<Self> {
-        let ring_len = ncqe as usize * CQE_BYTES;
+    /// A consumer of `ncqe` (a power of two) entries of `size` over fresh DMA
+    /// memory; every entry is marked invalid. `cqn` and `uar` are used for arming.
+    pub(crate) fn new(bus: &Arc<B>, ncqe: u32, size: CqeSize, cqn: u32, uar: u32) -> Result<Self> {
+        let ring_len = ncqe as usize * size.bytes();
         // The doorbell record (8 bytes) lives right after the ring, in the same
         // allocation.
         let buf = Arc::new(DmaBuf::new(bus, ring_len + 64, DmaPerm::RW)?);
-        let mut ring = Self::ring(&buf, ncqe, cqn, uar)?;
+        let mut ring = Self::ring(&buf, ncqe, size, cqn, uar)?;
         ring.init_entries();
-        let cur = CqeCursor::new(&buf, ncqe, ring_len + 4 * MLX5_CQ_SET_CI)
+        let cur = CqeCursor::new(&buf, ncqe, size.bytes(), ring_len + 4 * MLX5_CQ_SET_CI)
             .ok_or(Error::InvalidArgument("CQ geometry"))?;
         // The hot QP is always one of `qps` (by identity), so that replacing it in
         // the poll path never drops the last reference (no deallocation there).
@@ -139,6 +196,8 @@ impl<B: Bus> Poller<B> {
             qps: Mutex::new(QpTable::new(Arc::clone(&hot))),
             last: 0,
             hot_rx: Arc::clone(&hot),
+            wide_hot: Arc::clone(&hot),
+            wide_hot_rx: Arc::clone(&hot),
             hot,
             hot_mask: HOT_REQ_MASK,
             unknown: 0,
@@ -147,8 +206,14 @@ impl<B: Bus> Poller<B> {
         })
     }
 
-    fn ring(buf: &Arc<DmaBuf<B>>, ncqe: u32, cqn: u32, uar: u32) -> Result<CqRing<B>> {
-        let ring_len = ncqe as usize * CQE_BYTES;
+    fn ring(
+        buf: &Arc<DmaBuf<B>>,
+        ncqe: u32,
+        size: CqeSize,
+        cqn: u32,
+        uar: u32,
+    ) -> Result<CqRing<B>> {
+        let ring_len = ncqe as usize * size.bytes();
         let window =
             |off, len| FastMem::new(buf, off, len).ok_or(Error::InvalidArgument("CQ geometry"));
         let word = |off| FastWord::new(buf, off).ok_or(Error::InvalidArgument("CQ geometry"));
@@ -159,7 +224,7 @@ impl<B: Bus> Poller<B> {
             CqConfig {
                 cqn,
                 ncqe,
-                cqe_size: CQE_BYTES,
+                cqe_size: size.bytes(),
                 uar: uar_bar_offset(uar),
             },
         )
@@ -168,13 +233,22 @@ impl<B: Bus> Poller<B> {
 
     /// Sets the CQ number (known once the firmware created the CQ).
     pub(crate) fn set_cqn(&mut self, cqn: u32, uar: u32) -> Result<()> {
-        self.ring = Self::ring(&self.buf, self.ncqe, cqn, uar)?;
+        self.ring = Self::ring(&self.buf, self.ncqe, self.cqe_size(), cqn, uar)?;
         Ok(())
     }
 
-    /// The doorbell record's IOVA.
+    /// The size of the entries.
+    pub(crate) fn cqe_size(&self) -> CqeSize {
+        if self.cur.stride() == 128 {
+            CqeSize::Bytes128
+        } else {
+            CqeSize::Bytes64
+        }
+    }
+
+    /// The doorbell record's IOVA (right after the ring the CQ was created with).
     pub(crate) fn dbr_iova(&self) -> u64 {
-        self.buf.iova() + (self.ncqe as usize * CQE_BYTES) as u64
+        self.buf.iova() + (self.ncqe as usize * self.cur.stride()) as u64
     }
 
     /// Routes the completions of a QP here.
@@ -184,8 +258,12 @@ impl<B: Bus> Poller<B> {
         // that creating n QPs costs O(n)), but not the hot one (`poll_one` holds a
         // clone of an entry of this list, and must never hold the last reference).
         if t.list.len() >= t.swept_len.max(8) * 2 {
-            t.list
-                .retain(|q| q.alive() || Arc::ptr_eq(q, &self.hot) || Arc::ptr_eq(q, &self.hot_rx));
+            t.list.retain(|q| {
+                q.alive()
+                    || [&self.hot, &self.hot_rx, &self.wide_hot, &self.wide_hot_rx]
+                        .into_iter()
+                        .any(|h| Arc::ptr_eq(q, h))
+            });
             t.reindex();
         }
         t.push(qp);
@@ -405,22 +483,49 @@ impl<B: Bus> Poller<B> {
     /// and the hot QP updated after a successful requester CQE; `None` for a CQE of
     /// an unknown QP or of a kind verbs does not report, counted in `unknown`. The
     /// entry is published (the consumer index after it, in full).
-    #[inline(never)]
+    ///
+    /// On a CQ of 128-byte CQEs the entry is first tried against its hot QPs
+    /// ([`Poller::take_wide_hot`]), before the general decoder (out of line, whose
+    /// register saves it then skips).
+    #[inline(always)]
     fn decode_taken(&mut self) -> Option<WorkCompletion> {
+        if self.cur.stride() == 128 {
+            if let Some(wc) = self.take_wide_hot() {
+                // The record still holds the index of this entry.
+                let ci = self.cur.consumer_index();
+                self.cur.publish(ci.wrapping_add(1));
+                return Some(wc);
+            }
+        }
+        self.decode_taken_general()
+    }
+
+    /// [`Poller::decode_taken`] by [`decode`].
+    #[inline(never)]
+    fn decode_taken_general(&mut self) -> Option<WorkCompletion> {
         let off = self.cur.last_offset();
         // The record still holds the index of this entry (nothing published it).
         let ci = self.cur.consumer_index();
+        let wide = self.cur.stride() == 128;
         let qps = self.qps.get_mut().unwrap_or_else(|p| p.into_inner());
         let mut wc = WorkCompletion::default();
-        let got = match decode(self.ring.mem(), off, qps, &mut self.last, &mut wc) {
+        let got = match decode(self.ring.mem(), off, wide, qps, &mut self.last, &mut wc) {
             Some(req) => {
                 let qp = &qps.list[self.last];
+                // The inline paths step by 64 bytes: a CQ of 128-byte CQEs keeps
+                // its hot QPs the destroyed placeholder, which no entry matches, so
+                // every entry comes here, where its own hot QPs are tried first.
+                let (hot, hot_rx) = if wide {
+                    (&mut self.wide_hot, &mut self.wide_hot_rx)
+                } else {
+                    (&mut self.hot, &mut self.hot_rx)
+                };
                 if req {
-                    if !Arc::ptr_eq(&self.hot, qp) {
-                        self.hot = Arc::clone(qp);
+                    if !Arc::ptr_eq(hot, qp) {
+                        *hot = Arc::clone(qp);
                     }
-                } else if qp.recv_live() && !Arc::ptr_eq(&self.hot_rx, qp) {
-                    self.hot_rx = Arc::clone(qp);
+                } else if qp.recv_live() && !Arc::ptr_eq(hot_rx, qp) {
+                    *hot_rx = Arc::clone(qp);
                 }
                 Some(wc)
             }
@@ -431,6 +536,29 @@ impl<B: Bus> Poller<B> {
         };
         self.cur.publish(ci.wrapping_add(1));
         got
+    }
+
+    /// On a CQ of 128-byte CQEs, the completion of the entry taken last when it is a
+    /// successful requester CQE of [`Poller::wide_hot`] or a received SEND (without
+    /// immediate) on the own RQ of [`Poller::wide_hot_rx`], as the inline paths of
+    /// a CQ of 64-byte CQEs take them ([`Poller::req_completion`],
+    /// [`Poller::recv_completion`]: the same fields [`decode`] gives), the work
+    /// request retired; `None` (nothing done) otherwise. The caller publishes it.
+    #[inline(always)]
+    fn take_wide_hot(&self) -> Option<WorkCompletion> {
+        let e = self.cur.last_entry();
+        let last8 = e.raw64::<7>();
+        let hot: &WqShared = &self.wide_hot;
+        if hot.matches(last8) {
+            let (mut wc, counter) = Self::req_completion(hot, e);
+            wc.wr_id = hot.sq_retire_word(counter);
+            return Some(wc);
+        }
+        let rx: &WqShared = &self.wide_hot_rx;
+        if rx.matches_recv(last8) {
+            return Some(Self::recv_completion(rx, e));
+        }
+        None
     }
 
     /// The rest of [`Poller::poll_one`] for an entry [`Poller::take_entry`] took but
@@ -577,16 +705,17 @@ impl<B: Bus> Context<B> {
     /// Creates a CQ with room for at least `cqe` completions (`CREATE_CQ`; the ring
     /// holds the next power of two above `cqe`, as rdma-core sizes it).
     pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue<'_, B>> {
-        self.create_cq_on(cqe, None, false)
+        self.create_cq_on(cqe, None, super::CqOptions::default())
     }
 
     /// [`Context::create_cq`] with its completion events on EQ `eqn` (a completion
-    /// channel's) instead of the async EQ, and overrun ignored (`cqc.oi`) if asked.
+    /// channel's) instead of the async EQ, with the options `opts`: overrun ignored
+    /// (`cqc.oi`) if asked, entries of `opts.cqe_size` (`cqc.cqe_sz`).
     pub(crate) fn create_cq_on(
         &self,
         cqe: u32,
         eqn: Option<u8>,
-        ignore_overrun: bool,
+        opts: super::CqOptions,
     ) -> Result<CompletionQueue<'_, B>> {
         use ferroverbs_hw::control::caps::cmd_hca_cap as g;
         let max_log = self.cap(g::log_max_cq_sz).min(24);
@@ -606,15 +735,20 @@ impl<B: Bus> Context<B> {
         let eqn = eqn.or(self.async_eqn()).ok_or(Error::InvalidArgument(
             "the context has no EQ (bring-up incomplete)",
         ))?;
-        let mut p = Poller::new(self.bus(), ncqe, 0, uar)?;
-        let ring_len = ncqe as usize * CQE_BYTES;
+        let mut p = Poller::new(self.bus(), ncqe, opts.cqe_size, 0, uar)?;
+        let ring_len = ncqe as usize * opts.cqe_size.bytes();
         let pas: Vec<u64> = (0..ring_len.div_ceil(PAGE_SIZE) as u64)
             .map(|i| p.buf.iova() + i * PAGE_SIZE as u64)
             .collect();
         let mut input = create_cq_input(log_size, uar, u32::from(eqn), p.dbr_iova(), 0, &pas);
-        if ignore_overrun {
+        {
             use ferroverbs_hw::control::cq::{cqc, in_command};
-            in_command(cqc::oi).set(&mut input, 1);
+            if opts.ignore_overrun {
+                in_command(cqc::oi).set(&mut input, 1);
+            }
+            // The PRM's CQ context: `cqe_sz` 0 for 64-byte CQEs, 1 for 128-byte ones
+            // (Linux `mlx5_ib_create_cq`: `cqe_sz_to_mlx_sz`).
+            in_command(cqc::cqe_sz).set(&mut input, opts.cqe_size.cqc_value());
         }
         let out = exec(self, &input, create_cq_out::SIZE)?;
         let cqn = create_cq_out::cqn.get(&out) as u32;
@@ -644,6 +778,11 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
         self.p.ncqe - 1
     }
 
+    /// The size of the CQ's entries ([`CqOptions::cqe_size`](super::CqOptions::cqe_size)).
+    pub fn cqe_size(&self) -> CqeSize {
+        self.p.cqe_size()
+    }
+
     /// The consumer index (CQEs polled, modulo 2^24: what the device sees).
     pub(crate) fn consumer_index(&self) -> u32 {
         self.p.consumer_index()
@@ -659,7 +798,7 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
     /// Bytes of host memory the CQ uses: the ring and its doorbell record (rounded to
     /// pages), and the bookkeeping of this handle.
     pub fn footprint(&self) -> (usize, usize) {
-        let ring = self.p.ncqe as usize * CQE_BYTES;
+        let ring = self.p.ncqe as usize * self.p.cqe_size().bytes();
         let mem = (ring + 64).div_ceil(PAGE_SIZE) * PAGE_SIZE;
         (
             mem,
@@ -824,7 +963,8 @@ fn find<'q>(qps: &'q QpTable, qpn: u32, last: &mut usize) -> Option<&'q WqShared
 /// retiring its work request at its QP, and returns whether it was a successful
 /// requester CQE (of the QP at `qps[*last]`); `None` (and `wc` unspecified) for a CQE
 /// of an unknown QP, of a kind verbs does not report (resize, signature), or repeating
-/// the completion of an SRQ WQE that was not posted again.
+/// the completion of an SRQ WQE that was not posted again. `wide`: the ring's entries
+/// are 128 bytes (the CQE at `off` is the second half of one).
 ///
 /// Reads only the last 32 bytes of the entry (`imm_inval_pkey` .. `op_own`) for the
 /// common requester completion; every other kind copies the whole entry.
@@ -832,6 +972,7 @@ fn find<'q>(qps: &'q QpTable, qpn: u32, last: &mut usize) -> Option<&'q WqShared
 fn decode(
     mem: &FastMem<impl Bus>,
     off: usize,
+    wide: bool,
     qps: &QpTable,
     last: &mut usize,
     wc: &mut WorkCompletion,
@@ -849,7 +990,7 @@ fn decode(
     if cqe_op != MLX5_CQE_REQ {
         if t[63 - 32] & (MLX5_INLINE_SCATTER_32 | MLX5_INLINE_SCATTER_64) != 0 {
             // The message is in the CQE (scatter to CQE): copied out first.
-            return decode_scattered(mem, off, qp, qpn, counter, wc).then_some(false);
+            return decode_scattered(mem, off, wide, qp, qpn, counter, wc).then_some(false);
         }
         if cqe_op == MLX5_CQE_RESP_SEND || cqe_op == MLX5_CQE_RESP_SEND_IMM {
             // A received SEND: what `decode_other` reports for it, from the bytes
@@ -890,7 +1031,7 @@ fn decode(
     if t[63 - 32] & (MLX5_INLINE_SCATTER_32 | MLX5_INLINE_SCATTER_64) != 0 {
         // A READ response or an atomic result in the CQE (requester scatter to CQE):
         // copied out first.
-        return decode_req_scattered(mem, off, qp, qpn, counter, wc).then_some(true);
+        return decode_req_scattered(mem, off, wide, qp, qpn, counter, wc).then_some(true);
     }
     let op = (sop_drop_qpn >> 24) as u8;
     *wc = WorkCompletion {
@@ -1066,22 +1207,49 @@ const _: () = {
     );
 };
 
+/// The `n` bytes a CQE at byte `off` of `mem` with `op_own` `op_own` carries (scatter
+/// to CQE), as rdma-core's `handle_responder` and `mlx5_parse_cqe` find them:
+/// `MLX5_INLINE_SCATTER_32`, at most 32 bytes from byte 0 of the 64-byte CQE
+/// (`cqe64`, here `cqe`); `MLX5_INLINE_SCATTER_64`, at most 64 bytes from the first
+/// half of a 128-byte entry (`cqe64 - 1`, the 64 bytes before the CQE; `wide`).
+/// `None` for a count above the limit, and for `MLX5_INLINE_SCATTER_64` on a ring of
+/// 64-byte entries (where the 64 bytes before the CQE are the previous CQE).
+fn scattered_bytes<'a>(
+    mem: &FastMem<impl Bus>,
+    off: usize,
+    wide: bool,
+    cqe: &'a [u8; Cqe64::SIZE],
+    n: usize,
+    half: &'a mut [u8; Cqe64::SIZE],
+) -> Option<&'a [u8]> {
+    let op_own = cqe[Cqe64::SIZE - 1];
+    if op_own & MLX5_INLINE_SCATTER_32 != 0 {
+        return (n <= 32).then(|| &cqe[..n]);
+    }
+    if op_own & MLX5_INLINE_SCATTER_64 != 0 && wide && n <= 64 {
+        // The CQE of a 128-byte entry is its second half: the first is right before.
+        mem.read(off.checked_sub(Cqe64::SIZE)?, half);
+        return Some(&half[..n]);
+    }
+    None
+}
+
 /// [`decode`] of a responder CQE that carries its message (responder scatter to
 /// CQE, `qpc.cs_res`): the message copied into the scatter list of the receive WQE it
 /// completes, before the WQE is retired, then the completion as [`decode_other`]
 /// reports it, with the copy's error status if it failed (rdma-core
 /// `handle_responder`: `mlx5_copy_to_recv_wqe`/`mlx5_copy_to_recv_srq` before the
-/// opcode is decoded). `MLX5_INLINE_SCATTER_32`: `byte_cnt` bytes (at most 32) from
-/// byte 0 of the 64-byte CQE. `MLX5_INLINE_SCATTER_64` (the data in the 64 bytes
-/// before the CQE of a 128-byte entry) cannot come here: the driver's CQs have
-/// 64-byte CQEs and ask for 32 bytes (`cs_res` 1); it is reported as `GeneralErr`,
-/// as is a count above 32. The message covers `flags_rqpn`: `src_qp` is the QP's
-/// destination QPN, `sl` 0, no GRH flag.
+/// opcode is decoded). The message is `byte_cnt` bytes where [`scattered_bytes`]
+/// finds them (the CQE for `MLX5_INLINE_SCATTER_32`, the entry's first half for
+/// `MLX5_INLINE_SCATTER_64` on a CQ of 128-byte CQEs); any other placement or count
+/// is reported as `GeneralErr`. A 32-byte message covers `flags_rqpn`, so for both
+/// formats: `src_qp` is the QP's destination QPN, `sl` 0, no GRH flag.
 #[cold]
 #[inline(never)]
 fn decode_scattered(
     mem: &FastMem<impl Bus>,
     off: usize,
+    wide: bool,
     qp: &WqShared,
     qpn: u32,
     counter: u16,
@@ -1090,10 +1258,10 @@ fn decode_scattered(
     let mut bytes = [0u8; Cqe64::SIZE];
     mem.read(off, &mut bytes);
     let n = u32::from_be_bytes(bytes[44..48].try_into().expect("4 bytes")) as usize;
-    let copied = if bytes[63] & MLX5_INLINE_SCATTER_32 != 0 && n <= 32 {
-        qp.copy_scattered(counter, &bytes[..n])
-    } else {
-        Err(WcStatus::GeneralErr)
+    let mut half = [0u8; Cqe64::SIZE];
+    let copied = match scattered_bytes(mem, off, wide, &bytes, n, &mut half) {
+        Some(data) => qp.copy_scattered(counter, data),
+        None => Err(WcStatus::GeneralErr),
     };
     if !decode_other(mem, off, qp, qpn, counter, wc) {
         return false;
@@ -1121,15 +1289,17 @@ fn decode_scattered(
 /// copied into the send WQE's local list before the WQE is retired, then the
 /// completion as `decode` reports it, with the copy's error status if it failed
 /// (rdma-core `mlx5_parse_cqe`: `handle_good_req`, then `mlx5_copy_to_send_wqe` of
-/// the completion's byte length: a READ's `byte_cnt`, 8 for an atomic).
-/// `MLX5_INLINE_SCATTER_32`: from byte 0 of the 64-byte CQE (at most 32 bytes);
-/// `MLX5_INLINE_SCATTER_64` cannot come here (the driver's CQEs are 64 bytes and it
-/// asks for 32, `cs_req` 0x11) and is `GeneralErr`, as is a count above 32.
+/// the completion's byte length: a READ's `byte_cnt`, 8 for an atomic), from where
+/// [`scattered_bytes`] finds it (`MLX5_INLINE_SCATTER_32`: the CQE, at most 32
+/// bytes; `MLX5_INLINE_SCATTER_64`, on a CQ of 128-byte CQEs: the entry's first
+/// half, at most 64 bytes, as rdma-core reads it since commit 45184d2c8); any other
+/// placement or count is `GeneralErr`.
 #[cold]
 #[inline(never)]
 fn decode_req_scattered(
     mem: &FastMem<impl Bus>,
     off: usize,
+    wide: bool,
     qp: &WqShared,
     qpn: u32,
     counter: u16,
@@ -1144,10 +1314,10 @@ fn decode_req_scattered(
         MLX5_OPCODE_ATOMIC_CS | MLX5_OPCODE_ATOMIC_FA => 8,
         _ => 0,
     };
-    let copied = if bytes[63] & MLX5_INLINE_SCATTER_32 != 0 && n <= 32 {
-        qp.copy_scattered_send(counter, &bytes[..n])
-    } else {
-        Err(WcStatus::GeneralErr)
+    let mut half = [0u8; Cqe64::SIZE];
+    let copied = match scattered_bytes(mem, off, wide, &bytes, n, &mut half) {
+        Some(data) => qp.copy_scattered_send(counter, data),
+        None => Err(WcStatus::GeneralErr),
     };
     *wc = WorkCompletion {
         wr_id: qp.sq_retire(counter),

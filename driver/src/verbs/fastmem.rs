@@ -275,7 +275,10 @@ impl WrIdTable {
     }
 }
 
-/// Bytes between consecutive CQEs in a [`CqeCursor`]'s ring (64-byte CQEs).
+/// Bytes of the 64-byte CQE (`struct mlx5_cqe64`) every entry of a CQ ends with, and
+/// the step between consecutive entries of a ring of 64-byte CQEs (a 128-byte entry
+/// holds it in its second half: rdma-core mlx5 `get_cqe`, `cqe_sz == 64 ? cqe : cqe +
+/// 64`).
 pub(crate) const CQE_STRIDE: usize = 64;
 
 /// Entries in a [`CqeCursor`]'s chunk at most: the low byte of the consumer index
@@ -294,8 +297,8 @@ const fn owner64(parity: u8) -> u64 {
     u64::from_ne_bytes([0, 0, 0, 0, 0, 0, 0, parity & 1])
 }
 
-/// Where the next CQE of a ring of 64-byte entries is, and the consumer index the
-/// device sees.
+/// Where the next CQE of a ring of 64- or 128-byte entries is, and the consumer index
+/// the device sees.
 ///
 /// The entry is kept as a pointer to its `op_own` byte (the entry's last) with the
 /// owner bit software expects there (the wrap parity of the consumer index): the
@@ -314,15 +317,28 @@ const fn owner64(parity: u8) -> u64 {
 /// [`CqeCursor::cross`] and is published with the full index
 /// ([`CqeCursor::publish`]).
 ///
-/// Invariant (the proof of every access below): `at = base + k * 64 + 63` for some
-/// `k < n`, where `base..base + n * 64` lies inside the DMA buffer the cursor keeps
-/// alive and `base` is 8-byte aligned (checked in [`CqeCursor::new`]); `first` is the `k = 0` value and `end`
-/// is `base + n * 64`; `1 <= left <= chunk` and `k + left` is a multiple of
-/// `chunk`, which divides `n` (so `k + left <= n`); `rec` is a 4-byte aligned word
-/// outside the ring, of the same buffer or of `_rec_buf` (which the cursor keeps
-/// alive too); `owner64` is [`owner64`] of `parity`. Only the constructors,
-/// [`CqeCursor::advance`], [`CqeCursor::advance_publish`] and [`CqeCursor::cross`]
-/// change `at` and `left`, and each keeps the invariant.
+/// The entries are `stride` bytes (64 or 128); the [`Cqe64`](ferroverbs_hw::datapath::cqe::Cqe64)
+/// is an entry's last 64 bytes, so `at` is the last byte of either. Inside a chunk,
+/// [`CqeCursor::advance`] steps by `stride`; [`CqeCursor::advance_publish`], the
+/// inline path of the poll, steps by the constant [`CQE_STRIDE`] (an add of an
+/// immediate), which is the stride of a ring of 64-byte entries only: the CQ never
+/// takes an entry of a 128-byte ring that way (it decodes every one of them out of
+/// line).
+///
+/// Invariant (the proof of every access below): `base..end` (`end = base + n *
+/// stride`, `stride` 64 or 128) lies inside the DMA buffer the cursor keeps alive and
+/// `base` is 8-byte aligned (checked in [`CqeCursor::new`]); `at = base + 64 * j +
+/// 63` for some `j`; `1 <= left <= chunk` and `at + (left - 1) * stride < end` (the
+/// entries up to the chunk's end lie inside the ring); `first = base + stride - 1`
+/// (entry 0's last byte), and `last_chunk = end - chunk * stride + stride - 1` (the
+/// last byte of the first entry of the ring's last chunk; `chunk` divides `n`);
+/// `rec` is a 4-byte aligned word outside the ring, of the same buffer or of
+/// `_rec_buf` (which the cursor keeps alive too); `owner64` is [`owner64`] of
+/// `parity`. Only the constructors, [`CqeCursor::seek`], [`CqeCursor::advance`],
+/// [`CqeCursor::advance_publish`] and [`CqeCursor::cross`] change `at` and `left`,
+/// and each keeps the invariant. When every move is by `stride` (always on a ring of
+/// 64-byte entries), `at` is the last byte of entry `k` (`base + k * stride + stride
+/// - 1`) and `k + left` is a multiple of `chunk`.
 pub(crate) struct CqeCursor<B: Bus> {
     at: *const u8,
     left: u32,
@@ -331,7 +347,10 @@ pub(crate) struct CqeCursor<B: Bus> {
     /// 8 bytes ([`CqeAt::tail_atomic`]): bit 0 of their last byte, `op_own`.
     owner64: u64,
     chunk: u32,
+    /// Bytes per entry: 64 or 128.
+    stride: usize,
     first: *const u8,
+    last_chunk: *const u8,
     end: *const u8,
     rec: NonNull<AtomicU32>,
     _buf: Arc<DmaBuf<B>>,
@@ -352,15 +371,21 @@ unsafe impl<B: Bus> Send for CqeCursor<B> {}
 unsafe impl<B: Bus> Sync for CqeCursor<B> {}
 
 impl<B: Bus> CqeCursor<B> {
-    /// A cursor over the `ncqe` (a power of two) 64-byte entries at byte 0 of
-    /// `buf`, with the doorbell record word at byte `rec_off` (after the ring), at
-    /// entry 0 with owner parity 0 and consumer index 0 (written to the record);
-    /// `None` if they do not fit or the record is misaligned.
-    pub(crate) fn new(buf: &Arc<DmaBuf<B>>, ncqe: u32, rec_off: usize) -> Option<Self> {
-        if !ncqe.is_power_of_two() {
+    /// A cursor over the `ncqe` (a power of two) entries of `stride` bytes (64 or
+    /// 128) at byte 0 of `buf`, with the doorbell record word at byte `rec_off`
+    /// (after the ring), at entry 0 with owner parity 0 and consumer index 0 (written
+    /// to the record); `None` if they do not fit, the stride is neither, or the
+    /// record is misaligned.
+    pub(crate) fn new(
+        buf: &Arc<DmaBuf<B>>,
+        ncqe: u32,
+        stride: usize,
+        rec_off: usize,
+    ) -> Option<Self> {
+        if !ncqe.is_power_of_two() || (stride != 64 && stride != 128) {
             return None;
         }
-        let len = (ncqe as usize).checked_mul(CQE_STRIDE)?;
+        let len = (ncqe as usize).checked_mul(stride)?;
         if len > buf.len() || rec_off < len || rec_off.checked_add(4)? > buf.len() {
             return None;
         }
@@ -372,12 +397,14 @@ impl<B: Bus> CqeCursor<B> {
         let chunk = ncqe.min(CHUNK_MAX);
         let c = CqeCursor {
             // Inside the buffer (checked above); `wrapping_add` needs no unsafe.
-            at: base.wrapping_add(CQE_STRIDE - 1),
+            at: base.wrapping_add(stride - 1),
             left: chunk,
             parity: 0,
             owner64: owner64(0),
             chunk,
-            first: base.wrapping_add(CQE_STRIDE - 1),
+            stride,
+            first: base.wrapping_add(stride - 1),
+            last_chunk: base.wrapping_add(len - chunk as usize * stride + stride - 1),
             end: base.wrapping_add(len),
             rec: NonNull::new(rec.cast::<AtomicU32>())?,
             _buf: Arc::clone(buf),
@@ -387,23 +414,24 @@ impl<B: Bus> CqeCursor<B> {
         Some(c)
     }
 
-    /// A cursor over the `ncqe` (a power of two) 64-byte entries at byte 0 of `ring`,
-    /// with the doorbell record word at byte `rec_off` of another buffer `rec_buf`
-    /// (a resized CQ: its record stays where the CQ was created), at consumer index
-    /// `ci` (entry `ci mod ncqe` with the parity of pass `ci / ncqe`), which it
-    /// publishes; `None` if the ring does not fit or the record is misaligned or
-    /// outside `rec_buf`.
+    /// A cursor over the `ncqe` (a power of two) entries of `stride` bytes (64 or
+    /// 128) at byte 0 of `ring`, with the doorbell record word at byte `rec_off` of
+    /// another buffer `rec_buf` (a resized CQ: its record stays where the CQ was
+    /// created), at consumer index `ci` (entry `ci mod ncqe` with the parity of pass
+    /// `ci / ncqe`), which it publishes; `None` if the ring does not fit, the stride
+    /// is neither, or the record is misaligned or outside `rec_buf`.
     pub(crate) fn resumed(
         ring: &Arc<DmaBuf<B>>,
         ncqe: u32,
+        stride: usize,
         rec_buf: &Arc<DmaBuf<B>>,
         rec_off: usize,
         ci: u32,
     ) -> Option<Self> {
-        if !ncqe.is_power_of_two() {
+        if !ncqe.is_power_of_two() || (stride != 64 && stride != 128) {
             return None;
         }
-        let len = (ncqe as usize).checked_mul(CQE_STRIDE)?;
+        let len = (ncqe as usize).checked_mul(stride)?;
         if len > ring.len() || rec_off.checked_add(4)? > rec_buf.len() {
             return None;
         }
@@ -415,12 +443,14 @@ impl<B: Bus> CqeCursor<B> {
         let chunk = ncqe.min(CHUNK_MAX);
         let mut c = CqeCursor {
             // Inside the ring buffer (checked above).
-            at: base.wrapping_add(CQE_STRIDE - 1),
+            at: base.wrapping_add(stride - 1),
             left: chunk,
             parity: 0,
             owner64: owner64(0),
             chunk,
-            first: base.wrapping_add(CQE_STRIDE - 1),
+            stride,
+            first: base.wrapping_add(stride - 1),
+            last_chunk: base.wrapping_add(len - chunk as usize * stride + stride - 1),
             end: base.wrapping_add(len),
             rec: NonNull::new(rec.cast::<AtomicU32>())?,
             _buf: Arc::clone(ring),
@@ -428,6 +458,12 @@ impl<B: Bus> CqeCursor<B> {
         };
         c.seek(ci);
         Some(c)
+    }
+
+    /// Bytes per entry (64 or 128).
+    #[inline(always)]
+    pub(crate) fn stride(&self) -> usize {
+        self.stride
     }
 
     /// Byte offset of the doorbell record word in `buf`, if it lies there.
@@ -484,7 +520,7 @@ impl<B: Bus> CqeCursor<B> {
             self.cross();
             return;
         }
-        self.step_inside();
+        self.step_inside(self.stride);
     }
 
     /// Moves past the entry at the cursor, every byte of which software has read,
@@ -492,7 +528,8 @@ impl<B: Bus> CqeCursor<B> {
     /// `at` and one add of [`CI_ONE`] to the doorbell record's image
     /// ([`CqeCursor::publish_next`]); from the last entry of a chunk, a branch laid
     /// out of line ([`CqeCursor::cross_publish`]: the next chunk, the full index
-    /// published).
+    /// published). Inside a chunk the step is [`CQE_STRIDE`], a ring of 64-byte
+    /// entries' (see the type's doc).
     #[inline(always)]
     pub(crate) fn advance_publish(&mut self) {
         // `left >= 1` (invariant).
@@ -503,20 +540,25 @@ impl<B: Bus> CqeCursor<B> {
             self.cross_publish();
             return;
         }
-        self.step_inside();
+        debug_assert_eq!(
+            self.stride, CQE_STRIDE,
+            "advance_publish on a 128-byte ring"
+        );
+        self.step_inside(CQE_STRIDE);
         self.publish_next();
     }
 
-    /// The move of [`CqeCursor::advance`] inside a chunk (`left` already decremented
-    /// and not 0).
+    /// The move inside a chunk by `by` bytes (64, or the stride; `left` already
+    /// decremented and not 0).
     #[inline(always)]
-    fn step_inside(&mut self) {
-        // `k + 1 < k + left' + 1 <= n` with `left' = left - 1 >= 1`, and `k + 1 +
-        // left'` is the same multiple of `chunk`: the invariant holds. (The compiler
-        // barrier, no instruction, makes `at` be read again, so the move is one add
-        // to memory instead of an add and a store of the copy in a register.)
+    fn step_inside(&mut self, by: usize) {
+        // `by` is a multiple of 64 and at most `stride`, and `left' = left - 1 >= 1`:
+        // `at + by + (left' - 1) * stride <= at + (left - 1) * stride < end`, so the
+        // invariant holds. (The compiler barrier, no instruction, makes `at` be read
+        // again, so the move is one add to memory instead of an add and a store of
+        // the copy in a register.)
         std::sync::atomic::compiler_fence(Ordering::SeqCst);
-        self.at = self.at.wrapping_add(CQE_STRIDE);
+        self.at = self.at.wrapping_add(by);
     }
 
     /// [`CqeCursor::advance_publish`] from the last entry of a chunk: the cursor
@@ -534,30 +576,53 @@ impl<B: Bus> CqeCursor<B> {
     /// (parity flipped) at the ring's end.
     #[inline(always)]
     fn cross(&mut self) {
-        let next = self.at.wrapping_add(CQE_STRIDE);
-        if next >= self.end {
-            // `k + 1 = n`: the `k = 0` entry, next pass.
+        let next = self.at.wrapping_add(self.stride);
+        if next > self.last_chunk {
+            // `k + 1 = n`: the `k = 0` entry, next pass. `first + (chunk - 1) *
+            // stride = base + chunk * stride - 1 < end` (`chunk <= n`).
             self.at = self.first;
             self.parity ^= 1;
             self.owner64 = owner64(self.parity);
         } else {
-            // `k + 1 < n` (a multiple of `chunk`, which divides `n`): inside.
+            // `k + 1 < n` (a multiple of `chunk`, which divides `n`): inside, and
+            // `next + (chunk - 1) * stride <= last_chunk + (chunk - 1) * stride = end
+            // - 1`; `next` is `at` plus a multiple of 64.
             self.at = next;
         }
-        // `k' + chunk` is a multiple of `chunk` at most `n`.
         self.left = self.chunk;
     }
 
-    /// Byte offset in the ring of the entry taken last (the one before the cursor),
-    /// for the out-of-line decoders.
+    /// The entry taken last (the one before the cursor), for the out-of-line
+    /// decoders: it was software's (its owner test passed before the read barrier),
+    /// and nothing published it yet.
+    #[inline(always)]
+    pub(crate) fn last_entry(&self) -> CqeAt<'_> {
+        let at = if self.at == self.first {
+            self.end.wrapping_sub(1)
+        } else {
+            self.at.wrapping_sub(self.stride)
+        };
+        // `end - 1 = base + 64 * (n * stride / 64 - 1) + 63`, or `at - stride` with
+        // `at` past `first` (so `at - stride >= base + 63`): of `at`'s form, below
+        // `end`.
+        CqeAt {
+            at,
+            _cur: std::marker::PhantomData,
+        }
+    }
+
+    /// Byte offset in the ring of the [`Cqe64`](ferroverbs_hw::datapath::cqe::Cqe64)
+    /// of the entry taken last (the one before the cursor; the entry's last 64
+    /// bytes), for the out-of-line decoders.
     pub(crate) fn last_offset(&self) -> usize {
         let prev = if self.at == self.first {
             self.end.wrapping_sub(1)
         } else {
-            self.at.wrapping_sub(CQE_STRIDE)
+            self.at.wrapping_sub(self.stride)
         };
-        // `prev = base + j * 64 + 63`, `first = base + 63`: the difference is `j * 64`.
-        prev as usize - self.first as usize
+        // `prev = base + j * stride + stride - 1` and `first = base + stride - 1`:
+        // the entry's CQE64 starts `j * stride + stride - 64` bytes into the ring.
+        prev as usize - self.first as usize + self.stride - CQE_STRIDE
     }
 
     #[inline(always)]
@@ -594,10 +659,12 @@ impl<B: Bus> CqeCursor<B> {
     /// Moves the cursor to consumer index `ci` and publishes it (see
     /// [`CqeCursor::start_at`]).
     fn seek(&mut self, ci: u32) {
-        // `end - first = n * 64 - 63`.
-        let n = (self.end as usize - self.first as usize).div_ceil(CQE_STRIDE) as u32;
+        // `end - first = n * stride - stride + 1`.
+        let n = (self.end as usize - self.first as usize).div_ceil(self.stride) as u32;
         let k = ci & (n - 1);
-        self.at = self.first.wrapping_add(k as usize * CQE_STRIDE);
+        // `k + left` (below) is the multiple of `chunk` after `k`, at most `n`: `at +
+        // (left - 1) * stride = first + (k + left - 1) * stride < end`.
+        self.at = self.first.wrapping_add(k as usize * self.stride);
         self.parity = ((ci / n) & 1) as u8;
         self.owner64 = owner64(self.parity);
         self.left = self.chunk - k % self.chunk;
@@ -639,8 +706,9 @@ pub(crate) fn put_tail(wc: &mut WorkCompletion, tail: WcTailBits) {
 /// software's and the read barrier was issued.
 #[derive(Clone, Copy)]
 pub(crate) struct CqeAt<'a> {
-    /// `op_own` byte of the entry: `base + k * 64 + 63` inside the cursor's live
-    /// buffer (a value the cursor's `at` had, so the invariant held for it).
+    /// `op_own` byte of the entry's CQE64: `base + 64 * j + 63`, below the ring's
+    /// end, inside the cursor's live buffer (a value the cursor's `at` had, so the
+    /// invariant held for it): the 64 bytes that end here are in the ring.
     at: *const u8,
     _cur: std::marker::PhantomData<&'a ()>,
 }
@@ -652,8 +720,8 @@ impl CqeAt<'_> {
     #[inline(always)]
     pub(crate) fn raw32<const BACK: usize>(self) -> u32 {
         const { assert!(BACK >= 3 && BACK < CQE_STRIDE) };
-        // SAFETY: `at - BACK .. at - BACK + 4` lies inside the entry of `at` (`3 <=
-        // BACK <= 63`, and the entry spans `at - 63 ..= at`), which is inside the live
+        // SAFETY: `at - BACK .. at - BACK + 4` lies inside the CQE64 of `at` (`3 <=
+        // BACK <= 63`, and the CQE64 spans `at - 63 ..= at`), which is inside the live
         // buffer (the cursor's invariant; the borrow keeps the buffer alive); an
         // unaligned plain read: the device no longer writes this entry (its owner
         // byte was tested, then the read barrier).
@@ -665,7 +733,7 @@ impl CqeAt<'_> {
     #[inline(always)]
     pub(crate) fn raw64<const BACK: usize>(self) -> u64 {
         const { assert!(BACK >= 7 && BACK < CQE_STRIDE) };
-        // SAFETY: as in `raw32`: `at - BACK .. at - BACK + 8` is inside the entry
+        // SAFETY: as in `raw32`: `at - BACK .. at - BACK + 8` is inside the CQE64
         // (`7 <= BACK <= 63`).
         unsafe { self.at.sub(BACK).cast::<u64>().read_unaligned() }
     }
@@ -680,8 +748,8 @@ impl CqeAt<'_> {
     /// the owner bit of this pass sees the other 7 bytes of this pass too.
     #[inline(always)]
     pub(crate) fn tail_atomic(self) -> u64 {
-        // SAFETY: `at - 7 = base + k * 64 + 56` is 8-byte aligned (`base` is, the
-        // cursor's invariant) and `at - 7 ..= at` lies inside the entry, inside the
+        // SAFETY: `at - 7 = base + 64 * j + 56` is 8-byte aligned (`base` is, the
+        // cursor's invariant) and `at - 7 ..= at` lies inside the CQE64, inside the
         // live buffer (the borrow keeps it alive); the driver accesses these bytes
         // only by loads, and this one is atomic (the device writes them
         // concurrently).
@@ -695,7 +763,7 @@ impl CqeAt<'_> {
     #[inline(always)]
     pub(crate) fn byte<const BACK: usize>(self) -> u8 {
         const { assert!(BACK < CQE_STRIDE) };
-        // SAFETY: as in `raw32`: `at - BACK` is inside the entry; a plain (volatile)
+        // SAFETY: as in `raw32`: `at - BACK` is inside the CQE64; a plain (volatile)
         // read of a byte the device no longer writes.
         unsafe { self.at.sub(BACK).read_volatile() }
     }

@@ -35,7 +35,7 @@ use ferroverbs_hw::datapath::cqe::{
 };
 use ferroverbs_hw::{Bus, DmaPerm};
 
-use super::cq::Poller;
+use super::cq::{CqeSize, Poller};
 use super::fastmem::SqSlots;
 use super::qp::{geometry, Limits, Queues};
 use super::{BadWr, QpCap, QpState, RecvWr, Result, SendWr, WorkCompletion};
@@ -208,11 +208,17 @@ pub struct DetachedCq<B: Bus> {
 }
 
 impl<B: Bus> DetachedCq<B> {
-    /// A CQ with room for `cqe` completions (the next power of two above).
+    /// A CQ with room for `cqe` completions (the next power of two above), of
+    /// 64-byte CQEs.
     pub fn new(bus: &Arc<B>, cqe: u32) -> Result<Self> {
+        Self::with_cqe_size(bus, cqe, CqeSize::Bytes64)
+    }
+
+    /// [`DetachedCq::new`] with entries of `size`.
+    pub fn with_cqe_size(bus: &Arc<B>, cqe: u32, size: CqeSize) -> Result<Self> {
         let ncqe = (cqe + 1).next_power_of_two();
         Ok(DetachedCq {
-            p: Poller::new(bus, ncqe, 0, DETACHED_UAR)?,
+            p: Poller::new(bus, ncqe, size, 0, DETACHED_UAR)?,
             pi: 0,
         })
     }
@@ -251,10 +257,16 @@ impl<B: Bus> DetachedCq<B> {
         self.p.poll_hot_req(f)
     }
 
+    /// The size of the CQ's entries.
+    pub fn cqe_size(&self) -> CqeSize {
+        self.p.cqe_size()
+    }
+
     /// The doorbell record's consumer index word (`MLX5_CQ_SET_CI`) as the device
     /// reads it: `consumer index & 0xffffff`.
     pub fn doorbell_record(&self) -> u32 {
-        let off = self.p.ncqe as usize * 64 + 4 * ferroverbs_hw::datapath::dbr::MLX5_CQ_SET_CI;
+        let off = self.p.ncqe as usize * self.p.cqe_size().bytes()
+            + 4 * ferroverbs_hw::datapath::dbr::MLX5_CQ_SET_CI;
         self.p.buf.read_be32(off)
     }
 
@@ -270,11 +282,17 @@ impl<B: Bus> DetachedCq<B> {
         self.pi = ci;
     }
 
-    /// Writes `cqe` as the device would: at the producer index, body first, then
-    /// `op_own` with the owner bit of this pass (`cqe`'s own owner bit is ignored).
+    /// Writes `cqe` as the device would: at the producer index (the second half of a
+    /// 128-byte entry, whose first half gets [`WIDE_FILL`] bytes: the PRM leaves
+    /// it undefined when no data is scattered there), body first, then `op_own`
+    /// with the owner bit of this pass (`cqe`'s own owner bit is ignored).
     pub fn produce(&mut self, cqe: &Cqe64) {
         let ncqe = self.p.ncqe;
-        let off = (self.pi & (ncqe - 1)) as usize * 64;
+        let stride = self.p.cqe_size().bytes();
+        let off = (self.pi & (ncqe - 1)) as usize * stride + stride - 64;
+        if stride == 128 {
+            self.p.buf.write_bytes(off - 64, &[WIDE_FILL; 64]);
+        }
         let bytes = zerocopy::IntoBytes::as_bytes(cqe);
         self.p.buf.write_bytes(off, &bytes[..63]);
         let op_own = (bytes[63] & !1) | hw_owner_bit(self.pi, ncqe);
@@ -301,6 +319,11 @@ impl<B: Bus> DetachedCq<B> {
         self.produce(&c);
     }
 }
+
+/// What [`DetachedCq::produce`] writes into the first half of a 128-byte entry: read
+/// as a CQE, an opcode (0xa) that is not INVALID with owner bit 1, and QPN 0xa5a5a5,
+/// so a poll that looked there would not find the completion produced.
+pub const WIDE_FILL: u8 = 0xa5;
 
 fn zeroed_cqe() -> Cqe64 {
     zerocopy::transmute!([0u8; 64])
@@ -356,9 +379,12 @@ mod tests {
             seed ^= seed << 5;
             seed % n
         };
-        for (cqe, start, entries) in configs {
+        let sizes = [CqeSize::Bytes64, CqeSize::Bytes128];
+        for (size, (cqe, start, entries)) in sizes.into_iter().flat_map(|s| configs.map(|c| (s, c)))
+        {
             let bus = Arc::new(MemBus::new(1 << 20));
-            let mut cq = DetachedCq::new(&bus, cqe).unwrap();
+            let mut cq = DetachedCq::with_cqe_size(&bus, cqe, size).unwrap();
+            assert_eq!(cq.cqe_size(), size);
             cq.start_at(start);
             assert_eq!(cq.doorbell_record(), start & 0xff_ffff);
             let mut a = DetachedQp::new(&bus, A, &QpCap::default(), false).unwrap();
@@ -503,11 +529,14 @@ mod tests {
                         w[..n].to_vec()
                     };
                     consumed = consumed.wrapping_add(taken);
-                    assert_eq!(got, expect, "cqe {cqe} start {start:#x} at {consumed:#x}");
+                    assert_eq!(
+                        got, expect,
+                        "{size:?} cqe {cqe} start {start:#x} at {consumed:#x}"
+                    );
                     assert_eq!(
                         cq.doorbell_record(),
                         consumed & 0xff_ffff,
-                        "cqe {cqe} start {start:#x}"
+                        "{size:?} cqe {cqe} start {start:#x}"
                     );
                     if want.is_empty() && got.len() < max {
                         break;

@@ -151,7 +151,7 @@ pub use attr::{
 };
 pub use channel::{CompletionChannel, CqEvent, CqOptions};
 pub use counters::{CqCounters, DeviceCounters, QpCounters, QpDeviceCounters, RxDrops};
-pub use cq::{requester_completion, CompletionQueue, HotReq};
+pub use cq::{requester_completion, CompletionQueue, CqeSize, HotReq};
 pub use mr::{AccessFlags, MemoryRegion, RangeError};
 pub use mw::{inc_rkey, MemoryWindow, MwBind, MwBindError, MwType, MAX_MW_LEN};
 pub use pd::Pd;

@@ -32,7 +32,7 @@ use ferroverbs_hw::datapath::dbr::{MLX5_RCV_DBR, MLX5_SND_DBR};
 use ferroverbs_hw::{Bus, DmaPerm};
 
 use super::attr::ceil_log2;
-use super::cq::CqCore;
+use super::cq::{CqCore, CqeSize};
 use super::fastmem::{FastMem, FastWord, SqSlots, WrIdTable};
 use super::srq::{SharedReceiveQueue, SrqShared};
 use super::{
@@ -125,9 +125,10 @@ pub struct QpInitAttr<'q, 'ctx, B: Bus> {
     pub memory_windows: bool,
     /// Let the device place small messages in their CQE instead of memory (scatter
     /// to CQE), the poll copying them where the work request said: received messages
-    /// of up to 32 bytes (responder, `qpc.cs_res`: RC and UC QPs, on their own RQ or
-    /// an SRQ) into the receive's scatter list, and on an RC QP that signals every
-    /// WQE (`sq_sig_all`) RDMA READ responses of up to 32 bytes and atomic results
+    /// of up to 32 bytes, 64 when the receive CQ has 128-byte CQEs (responder,
+    /// `qpc.cs_res`: RC and UC QPs, on their own RQ or an SRQ) into the receive's
+    /// scatter list, and on an RC QP that signals every WQE (`sq_sig_all`) RDMA READ
+    /// responses of up to 32 bytes (64 with 128-byte send CQEs) and atomic results
     /// (requester, `qpc.cs_req`) into the WQE's local list; on a device with
     /// `sctr_data_cqe`, as Linux's `mlx5_ib` configures it for libmlx5, which asks
     /// by default (`MLX5_QP_FLAG_SCATTER_CQE` unless `MLX5_SCATTER_TO_CQE=0`).
@@ -1025,8 +1026,8 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
         // `create_qp_common` / `configure_responder_scat_cqe`): RC and UC QPs whose
         // creator asked (`MLX5_QP_FLAG_SCATTER_CQE`) on a device with `sctr_data_cqe`
         // (without it the request is dropped, not refused: `process_vendor_flag`);
-        // `MLX5_RES_SCAT_DATA32_CQE` (1), the driver's CQs having 64-byte CQEs
-        // (DATA64, 2, is for 128-byte ones).
+        // `MLX5_RES_SCAT_DATA64_CQE` (2) when the receive CQ has 128-byte CQEs,
+        // `MLX5_RES_SCAT_DATA32_CQE` (1) otherwise.
         let asked = init
             .scatter_to_cqe
             .unwrap_or_else(|| ctx.bus().scatter_to_cqe_pays());
@@ -1034,18 +1035,27 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             && matches!(init.qp_type, QpType::Rc | QpType::Uc)
             && ctx.cap(g::sctr_data_cqe) == 1;
         if scatter {
-            q(qpc::cs_res).set(&mut input, 1);
+            let cs_res = match init.recv_cq.cqe_size() {
+                CqeSize::Bytes128 => 2,
+                CqeSize::Bytes64 => 1,
+            };
+            q(qpc::cs_res).set(&mut input, cs_res);
         }
         // Requester scatter to CQE as `mlx5_ib` sets it (qp.c
         // `configure_requester_scat_cqe`, for RC QPs asking for scatter to CQE): only
         // when every WQE is signaled (`sq_sig_all`; the device places a READ response
         // or an atomic result in the CQE of a signaled WQE only, and `mlx5_ib` takes
-        // no chance on the others), `MLX5_REQ_SCAT_DATA32_CQE` (0x11) for the
-        // driver's 64-byte CQEs. The poll copies the data into the WQE's local list
-        // (as libmlx5's `mlx5_copy_to_send_wqe`).
+        // no chance on the others), `MLX5_REQ_SCAT_DATA64_CQE` (0x22) when the send
+        // CQ has 128-byte CQEs, `MLX5_REQ_SCAT_DATA32_CQE` (0x11) otherwise. The poll
+        // copies the data into the WQE's local list (as libmlx5's
+        // `mlx5_copy_to_send_wqe`).
         let req_scatter = scatter && init.qp_type == QpType::Rc && init.sq_sig_all;
         if req_scatter {
-            q(qpc::cs_req).set(&mut input, 0x11);
+            let cs_req = match init.send_cq.cqe_size() {
+                CqeSize::Bytes128 => 0x22,
+                CqeSize::Bytes64 => 0x11,
+            };
+            q(qpc::cs_req).set(&mut input, cs_req);
         }
         set_flex64(&mut input, create_qp_in::pas, &pas)
             .map_err(|_| Error::InvalidArgument("PAS list does not fit the command"))?;

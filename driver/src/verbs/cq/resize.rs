@@ -17,7 +17,7 @@ use ferroverbs_hw::control::cq::{modify_cq_out, resize_cq_input};
 use ferroverbs_hw::datapath::cqe::{sw_owned, CQE_OP_OWN_INIT, MLX5_CQE_RESIZE_CQ};
 use ferroverbs_hw::{Bus, DmaPerm};
 
-use super::{CompletionQueue, FastMem, Poller, CQE_BYTES};
+use super::{CompletionQueue, FastMem, Poller};
 use crate::dma::{DmaBuf, PAGE_SIZE};
 use crate::ring::QueueMem;
 use crate::verbs::fastmem::CqeCursor;
@@ -81,16 +81,18 @@ impl<B: Bus> CompletionQueue<'_, B> {
             });
         }
         let bus = Arc::clone(&self.p.bus);
-        let ring_len = ncqe as usize * CQE_BYTES;
+        // The new ring keeps the CQE size (the firmware refuses another one).
+        let stride = self.p.cqe_size().bytes();
+        let ring_len = ncqe as usize * stride;
         let buf = Arc::new(DmaBuf::new(&bus, ring_len, DmaPerm::RW)?);
         let mem = FastMem::new(&buf, 0, ring_len).ok_or(Error::InvalidArgument("CQ geometry"))?;
         for i in 0..ncqe as usize {
-            mem.write((i + 1) * CQE_BYTES - 1, &[CQE_OP_OWN_INIT]);
+            mem.write((i + 1) * stride - 1, &[CQE_OP_OWN_INIT]);
         }
         let pas: Vec<u64> = (0..ring_len.div_ceil(PAGE_SIZE) as u64)
             .map(|i| buf.iova() + i * PAGE_SIZE as u64)
             .collect();
-        let input = resize_cq_input(self.core.cqn, ncqe.trailing_zeros() as u8, 64, 0, &pas);
+        let input = resize_cq_input(self.core.cqn, ncqe.trailing_zeros() as u8, stride, 0, &pas);
         exec(ctx, &input, modify_cq_out::SIZE)?;
         self.p.switch_to(&buf, mem, ncqe, self.core.cqn)?;
         let mut slot = self.core.resized.lock().unwrap_or_else(|p| p.into_inner());
@@ -106,10 +108,11 @@ impl<B: Bus> Poller<B> {
     fn unpolled(&self) -> u32 {
         let ci = self.cur.consumer_index();
         let mem = self.ring.mem();
+        let stride = self.cur.stride();
         let mut n = 0;
         while n < self.ncqe {
             let i = ci.wrapping_add(n) & MASK24;
-            let at = ((i & (self.ncqe - 1)) as usize + 1) * CQE_BYTES - 1;
+            let at = ((i & (self.ncqe - 1)) as usize + 1) * stride - 1;
             if !sw_owned(mem.load_u8(at), i, self.ncqe) {
                 break;
             }
@@ -132,12 +135,15 @@ impl<B: Bus> Poller<B> {
     ) -> Result<()> {
         let old = self.ring.mem();
         let ci = self.cur.consumer_index();
+        let stride = self.cur.stride();
         let mut i = ci;
-        let mut entry = [0u8; CQE_BYTES];
+        // A whole entry: a 128-byte one's first half may hold scattered data.
+        let mut whole = [0u8; 128];
+        let entry = &mut whole[..stride];
         let mut found = false;
         for _ in 0..self.ncqe {
-            let at = (i & (self.ncqe - 1)) as usize * CQE_BYTES;
-            let op_own = old.load_u8(at + CQE_BYTES - 1);
+            let at = (i & (self.ncqe - 1)) as usize * stride;
+            let op_own = old.load_u8(at + stride - 1);
             if !sw_owned(op_own, i, self.ncqe) {
                 break;
             }
@@ -146,10 +152,10 @@ impl<B: Bus> Poller<B> {
                 found = true;
                 break;
             }
-            old.read(at, &mut entry);
+            old.read(at, entry);
             let to = i.wrapping_add(1) & MASK24;
-            entry[CQE_BYTES - 1] = (entry[CQE_BYTES - 1] & !1) | u8::from(to & ncqe != 0);
-            mem.write((to & (ncqe - 1)) as usize * CQE_BYTES, &entry);
+            entry[stride - 1] = (entry[stride - 1] & !1) | u8::from(to & ncqe != 0);
+            mem.write((to & (ncqe - 1)) as usize * stride, entry);
             i = to;
         }
         if !found {
@@ -161,8 +167,15 @@ impl<B: Bus> Poller<B> {
             .cur
             .record_offset(&self.buf)
             .ok_or(Error::InvalidArgument("CQ geometry"))?;
-        let cur = CqeCursor::resumed(buf, ncqe, &self.buf, rec, ci.wrapping_add(1) & MASK24)
-            .ok_or(Error::InvalidArgument("CQ geometry"))?;
+        let cur = CqeCursor::resumed(
+            buf,
+            ncqe,
+            stride,
+            &self.buf,
+            rec,
+            ci.wrapping_add(1) & MASK24,
+        )
+        .ok_or(Error::InvalidArgument("CQ geometry"))?;
         self.ring
             .replace_buffer(mem, ncqe)
             .map_err(|_| Error::InvalidArgument("CQ geometry"))?;
