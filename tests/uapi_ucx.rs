@@ -188,3 +188,112 @@ fn get_fadd_and_cswap_over_rc_mlx5() {
         perftest("rc_mlx5", &args, 100, 175 + 2 * k as u8, 2 + k as u16);
     }
 }
+
+/// Waits (up to a minute) until the simulated NIC at `ip` has bound its UDP port
+/// 4791 (`/proc/net/udp`), then two seconds more for the program to reach its
+/// listener.
+fn wait_for_nic(ip: std::net::Ipv4Addr) {
+    // /proc/net/udp: local address as little-endian hex of the IPv4 address, port.
+    let want = format!("{:08X}:12B7", u32::from_le_bytes(ip.octets()));
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        let t = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+        if t.lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+}
+
+/// UCX's client/server connection by IP address: UCX's own `io_demo` (Debian's
+/// `ucx-utils`), whose server makes a `ucp_listener` on a socket address and whose
+/// client makes its endpoint from the server's (`UCP_EP_PARAM_FIELD_SOCK_ADDR`), with
+/// UCX's connection manager restricted to `rdmacm` (`UCX_SOCKADDR_TLS_PRIORITY`):
+/// librdmacm on `/dev/infiniband/rdma_cm` of each process (the CM on QP1 of its
+/// NIC; the trace shows the rdma_cm commands), UCX's wire-up in the CM's private
+/// data, then `iters` IO requests (reads and writes of 1 to 64 KiB, `-q`: every
+/// payload and transaction checked) over `tls`. The server serves until killed; the
+/// client must connect, run every iteration and exit 0.
+fn io_demo_over_rdmacm(tls: &str, iters: u32, hosts: (u8, u8)) {
+    if !have("io_demo") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (sip, cip) = (net::host(hosts.0), net::host(hosts.1));
+    let (ss, cs) = (sip.to_string(), cip.to_string());
+    let envs = [
+        ("UCX_SOCKADDR_TLS_PRIORITY", "rdmacm"),
+        ("UCX_TLS", tls),
+        ("UCX_NET_DEVICES", DEV),
+        ("FERROVERBS_MIN_ACK_TIMEOUT", "20"),
+        ("FERROVERBS_UAPI_TRACE", "1"),
+    ];
+    let port = "13337";
+    let server = ["io_demo", "-p", port, "-q", "-d", "1024:65536"];
+    let s = uapi_support::Proc::spawn("io_demo server", &format!("sim:{ss}"), &server, &envs);
+    wait_for_nic(sip);
+    let its = iters.to_string();
+    // Refused while the server is not yet listening: retried every second.
+    let client = [
+        "io_demo",
+        "-p",
+        port,
+        "-q",
+        "-d",
+        "1024:65536",
+        "-o",
+        "read,write",
+        "-i",
+        &its,
+        "-c",
+        "60",
+        "-y",
+        "1",
+        "-I",
+        &cs,
+        &ss,
+    ];
+    let c = uapi_support::Proc::spawn("io_demo client", &format!("sim:{cs}"), &client, &envs);
+    let (cst, co, ce) = c.finish(LIMIT);
+    let (_, so, se) = s.finish(Duration::from_secs(2));
+    let strip = |t: &str| {
+        t.lines()
+            .filter(|l| !l.starts_with("uapi: ") || l.contains("rdma_cm"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    println!(
+        "--- io_demo server ---\n{so}{}\n--- client ---\n{co}{}",
+        strip(&se),
+        strip(&ce)
+    );
+    assert!(
+        cst.is_some_and(|x| x.success()),
+        "io_demo client: {cst:?}\n{co}\n{}",
+        strip(&ce)
+    );
+    let all = format!("{co}{ce}");
+    assert!(all.contains("Connected to server [0]"), "{all}");
+    assert!(all.contains("Client exit with status 'OK'"), "{all}");
+    // Both went through the rdma_cm device: the client's CONNECT, the server's
+    // LISTEN and ACCEPT (rdma_user_cm.h command numbers 6, 7, 8).
+    let cmd = |t: &str, n: u32| t.contains(&format!("command {n} "));
+    assert!(cmd(&ce, 6), "no rdma_cm CONNECT by the client");
+    assert!(
+        cmd(&se, 7) && cmd(&se, 8),
+        "no rdma_cm LISTEN and ACCEPT by the server"
+    );
+}
+
+#[test]
+fn io_demo_connects_by_ip_through_rdmacm_over_rc_verbs() {
+    io_demo_over_rdmacm("rc_verbs", 200, (181, 182));
+}
+
+#[test]
+fn io_demo_connects_by_ip_through_rdmacm_over_rc_mlx5() {
+    io_demo_over_rdmacm("rc_mlx5", 200, (183, 184));
+}
