@@ -73,11 +73,17 @@ fn ucx_info_lists_mlx5_0_with_verbs_and_mlx5_transports() {
 /// `s + 1` with `UCX_TLS=tls` on `mlx5_0:1`, and checks that both exit 0 and the
 /// client reports all `n` iterations.
 fn perftest(tls: &str, args: &[&str], n: u64, s: u8, slot: u16) {
+    perftest_with(tls, args, n, s, slot, &[]);
+}
+
+/// [`perftest`] with the environment `more` added.
+fn perftest_with(tls: &str, args: &[&str], n: u64, s: u8, slot: u16, more: &[(&str, &str)]) {
     if !ucx() {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let envs = [("UCX_TLS", tls), ("UCX_NET_DEVICES", DEV)];
+    let mut envs = vec![("UCX_TLS", tls), ("UCX_NET_DEVICES", DEV)];
+    envs.extend_from_slice(more);
     let ns = n.to_string();
     let mut all = args.to_vec();
     all.extend(["-n", &ns]);
@@ -296,4 +302,112 @@ fn io_demo_connects_by_ip_through_rdmacm_over_rc_verbs() {
 #[test]
 fn io_demo_connects_by_ip_through_rdmacm_over_rc_mlx5() {
     io_demo_over_rdmacm("rc_mlx5", 200, (183, 184));
+}
+
+// UCX_MEM_MMAP_HOOK_MODE=reloc (UCM patches the relocation tables instead of the
+// functions' code). In that mode UCM's malloc hooks (UCX_MEM_MALLOC_RELOC=y, the
+// default) put UCM's own heap (`ucm_dlmalloc`) in place of glibc's malloc; when the
+// registration cache asks for memory events, that heap grows by UCM's `sbrk`, whose
+// original UCM looks up at the first call with `dlsym(RTLD_NEXT, "sbrk")` from
+// libucm. RTLD_NEXT searches only the objects after libucm, and libc.so.6 comes
+// before it (the program needs libucs and libc; libucm is libucs's dependency), so
+// the lookup fails; glibc's `_dlerror_run` allocates the error's record with malloc,
+// which is UCM's heap again, whose lock this thread holds: it spins in
+// `sched_yield` for ever. Nothing of ferroverbs is involved: `ucm_reloc.c` hangs so
+// with no RDMA device and no preload. Two ways out, both run below: libucm first in
+// the search order (`LD_PRELOAD=libucm.so.0`; the lookup then finds libc's `sbrk` and
+// the memory events work), or no UCM malloc (`UCX_MEM_MALLOC_RELOC=n`; UCM then
+// refuses the memory events, UCS_ERR_UNSUPPORTED, and UCX's IB memory domain runs
+// without its registration cache).
+
+/// `uapi/tests/c/ucm_reloc.c` built against the installed libucs (no headers
+/// needed); `None` without gcc or libucs.
+fn ucm_reloc_program() -> Option<std::path::PathBuf> {
+    let libucs = "/usr/lib/x86_64-linux-gnu/libucs.so.0";
+    let gcc = std::process::Command::new("gcc").arg("--version").output();
+    if !std::path::Path::new(libucs).exists() || gcc.is_err() {
+        println!("gcc or {libucs} missing: skipped");
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("ferroverbs-ucm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("ucm_reloc");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("uapi/tests/c/ucm_reloc.c");
+    let o = std::process::Command::new("gcc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(["-Wl,--no-as-needed", libucs])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    Some(exe)
+}
+
+/// Runs `exe` (no ferroverbs) with `envs` for at most `limit`: its stdout, or `None`
+/// if it had to be killed.
+fn run_bounded(exe: &std::path::Path, envs: &[(&str, &str)], limit: Duration) -> Option<String> {
+    let mut c = std::process::Command::new(exe);
+    c.stdout(std::process::Stdio::piped());
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            let mut out = String::new();
+            use std::io::Read;
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut out)
+                .unwrap();
+            return Some(out);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn ucm_reloc_mode_hangs_by_itself_when_libc_precedes_libucm() {
+    let Some(exe) = ucm_reloc_program() else {
+        return;
+    };
+    let limit = Duration::from_secs(10);
+    let reloc = ("UCX_MEM_MMAP_HOOK_MODE", "reloc");
+    // The default (bistro) mode: the events are installed.
+    let out = run_bounded(&exe, &[], limit).expect("bistro mode finishes");
+    assert!(out.contains("ucm_set_event_handler: 0\ndone"), "{out}");
+    // reloc: never returns (UCM's heap lock, taken again inside its own sbrk lookup).
+    assert_eq!(
+        run_bounded(&exe, &[reloc], limit),
+        None,
+        "reloc mode finished"
+    );
+    // libucm before libc: the lookup finds libc's sbrk, the events are installed.
+    let out = run_bounded(&exe, &[reloc, ("LD_PRELOAD", "libucm.so.0")], limit)
+        .expect("reloc mode with libucm preloaded finishes");
+    assert!(out.contains("ucm_set_event_handler: 0\ndone"), "{out}");
+    // No UCM malloc: the events are refused (UCS_ERR_UNSUPPORTED, -22), no hang.
+    let out = run_bounded(&exe, &[reloc, ("UCX_MEM_MALLOC_RELOC", "n")], limit)
+        .expect("reloc mode without UCM's malloc finishes");
+    assert!(out.contains("ucm_set_event_handler: -22\ndone"), "{out}");
+    let _ = std::fs::remove_dir_all(exe.parent().unwrap());
+}
+
+#[test]
+fn tag_lat_over_rc_mlx5_with_reloc_mmap_hooks() {
+    let reloc = ("UCX_MEM_MMAP_HOOK_MODE", "reloc");
+    let args = ["-t", "tag_lat"];
+    let preload = [reloc, ("LD_PRELOAD", "libucm.so.0")];
+    perftest_with("rc_mlx5,ud_mlx5", &args, 500, 185, 10, &preload);
+    let no_malloc = [reloc, ("UCX_MEM_MALLOC_RELOC", "n")];
+    perftest_with("rc_mlx5,ud_mlx5", &args, 500, 187, 11, &no_malloc);
 }
