@@ -21,6 +21,12 @@
 //!   each polled once, in order, with its data; sizes out of range or below the
 //!   waiting completions are EINVAL; `cqe` is the size rounded up; run with the
 //!   layer's busy-poll assistance (the context's `poll_cq` entry wrapped) and without.
+//! * `uapi/tests/c/cqex.c`: extended CQs (`ibv_create_cq_ex`, a locked and a
+//!   single-threaded one: two of libmlx5's `start_poll` variants) polled with
+//!   `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll` in a SEND ping-pong between
+//!   two QPs, every completion checked; `start_poll` is the layer's wrapper (in
+//!   `libferroverbs_uapi.so`, `dladdr`) with the busy-poll assistance, libmlx5's
+//!   own without it, `next_poll`/`end_poll` libmlx5's either way.
 //! * `uapi/tests/c/scatter.c`: responder scatter to CQE as libmlx5 asks for it (a
 //!   SEND of up to 32 bytes, 64 with `MLX5_CQE_SIZE=128`, in its CQE, the receive
 //!   buffer untouched until libmlx5's poll copies it there; none with
@@ -114,6 +120,22 @@ fn cq_resize_through_libmlx5_keeps_every_completion() {
         // With the layer's busy-poll assistance (the default) and without it.
         run_checker_with(&exe, &[], &[], 104, 18);
         run_checker_with(&exe, &[], &[("FERROVERBS_POLL_ASSIST", "0")], 104, 18);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn extended_cqs_through_libmlx5_with_and_without_the_poll_assistance() {
+    if let Some((dir, exe)) = compile("cqex", "/usr/include/infiniband/verbs.h", &["-libverbs"]) {
+        run_checker_with(&exe, &["ex", "300"], &[], 107, 12);
+        run_checker_with(
+            &exe,
+            &["ex", "300"],
+            &[("FERROVERBS_POLL_ASSIST", "0")],
+            107,
+            12,
+        );
+        run_checker_with(&exe, &["poll", "300"], &[], 107, 7);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

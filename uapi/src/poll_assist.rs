@@ -16,9 +16,20 @@
 //! polling of Linux network stacks.
 //! libmlx5's code runs unmodified; a CQE present costs the wrapper a load and a call.
 //!
-//! `FERROVERBS_POLL_ASSIST=0` leaves the entry alone (the device thread alone then
-//! carries the traffic). Extended CQs (`ibv_start_poll`, whose entries libmlx5 sets
-//! per CQ after the command) are not wrapped.
+//! Extended CQs (`ibv_create_cq_ex`) are polled through entries of the CQ itself,
+//! `struct ibv_cq_ex.start_poll` and `next_poll`, which libmlx5 sets per CQ
+//! (`mlx5_cq_fill_pfns`, called in `create_cq` before the CREATE_CQ command, one of
+//! its 24 variants by CQE version, locking, stalling and clock update). At CREATE_CQ
+//! the layer wraps the CQ's `start_poll` the same way: an `ENOENT` (empty CQ) of
+//! libmlx5's `start_poll` services the device. `next_poll` is left alone: it runs
+//! inside a poll that `start_poll` began, and its `ENOENT` ends the batch (the
+//! program calls `end_poll` and starts again with `start_poll`), as `poll_cq`
+//! returning fewer completions than asked, which the wrapper does not assist either.
+//! A CQ made by `ibv_create_cq` has no `start_poll` (libmlx5's `calloc` leaves it
+//! 0) and is left alone.
+//!
+//! `FERROVERBS_POLL_ASSIST=0` leaves the entries alone (the device thread alone then
+//! carries the traffic).
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -36,8 +47,14 @@ pub const ENV: &str = "FERROVERBS_POLL_ASSIST";
 pub const CONTEXT_OPS_POLL_CQ: u64 = 96;
 /// `offsetof(struct ibv_cq, context)`.
 pub const CQ_CONTEXT: u64 = 0;
+/// `offsetof(struct ibv_cq_ex, start_poll)` (`infiniband/verbs.h`; libibverbs's
+/// `struct verbs_cq` is a union of `ibv_cq` and `ibv_cq_ex`, and CREATE_CQ's user
+/// handle is its address; checked by `uapi/tests/layout.rs`).
+pub const CQ_EX_START_POLL: u64 = 144;
 
 type PollCq = unsafe extern "C" fn(*mut c_void, c_int, *mut c_void) -> c_int;
+/// `int (*start_poll)(struct ibv_cq_ex *, struct ibv_poll_cq_attr *)`.
+type StartPoll = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
 
 /// libmlx5's `poll_cq` entry of the contexts wrapped (0: none yet). Every mlx5
 /// context of a process has the same one (the CQE version is the device's); a
@@ -49,6 +66,26 @@ static DEVICE: OnceLock<&'static Nic> = OnceLock::new();
 /// (for tests).
 static ASSISTS: AtomicU64 = AtomicU64::new(0);
 static ASSISTED_HITS: AtomicU64 = AtomicU64::new(0);
+
+/// Distinct `start_poll` functions of libmlx5 the layer can wrap: a wrapper per
+/// slot, each calling the original of its slot, so that a wrapped poll finds its
+/// original with one load and no lookup. A process uses one or two of libmlx5's
+/// variants (locked or single-threaded, with or without clock update); a CQ whose
+/// variant finds no free slot is left unwrapped.
+const START_SLOTS: usize = 8;
+/// libmlx5's `start_poll` of each slot (0: free).
+static START_ORIGINALS: [AtomicUsize; START_SLOTS] = [const { AtomicUsize::new(0) }; START_SLOTS];
+/// The wrapper of each slot.
+const START_WRAPPERS: [StartPoll; START_SLOTS] = [
+    assisted_start_poll::<0>,
+    assisted_start_poll::<1>,
+    assisted_start_poll::<2>,
+    assisted_start_poll::<3>,
+    assisted_start_poll::<4>,
+    assisted_start_poll::<5>,
+    assisted_start_poll::<6>,
+    assisted_start_poll::<7>,
+];
 
 /// Empty polls that serviced the device, and of those, the ones that found work.
 pub fn stats() -> (u64, u64) {
@@ -77,6 +114,28 @@ unsafe extern "C" fn assisted_poll_cq(cq: *mut c_void, n: c_int, wc: *mut c_void
     r
 }
 
+/// The wrapper installed in `ibv_cq_ex.start_poll` of slot `K`: libmlx5's
+/// `start_poll`, and on `ENOENT` (an empty CQ; libmlx5 has released the CQ's lock
+/// by then) the device serviced for the next call.
+unsafe extern "C" fn assisted_start_poll<const K: usize>(
+    cq: *mut c_void,
+    attr: *mut c_void,
+) -> c_int {
+    let orig = START_ORIGINALS[K].load(Ordering::Relaxed);
+    // SAFETY: slot K is set (non-zero, with release ordering before any entry is
+    // replaced by this wrapper, which the caller read to get here) to libmlx5's
+    // `start_poll` the entry held, and a slot is never changed once set; the
+    // provider stays mapped while its contexts are open.
+    let orig: StartPoll = unsafe { std::mem::transmute::<usize, StartPoll>(orig) };
+    // SAFETY: the caller's arguments, passed on unchanged to the function rdma-core's
+    // inline `ibv_start_poll` would have called.
+    let r = unsafe { orig(cq, attr) };
+    if r == libc::ENOENT {
+        assist();
+    }
+    r
+}
+
 /// Services the device on this thread after an empty poll (its completion is then
 /// in the ring for the next one), or yields when there is nothing to do or the device
 /// thread is at work: on a machine with fewer cores than busy threads the core goes
@@ -96,25 +155,48 @@ fn assist() {
 }
 
 /// Wraps the `poll_cq` entry of the context of the CQ at `user_handle` (CREATE_CQ's
-/// user handle: libibverbs's `struct ibv_cq`, its `context` already set), unless
-/// turned off or already wrapped. Reads and writes go through the checked user copies,
-/// so a bogus handle changes nothing.
+/// user handle: libibverbs's `struct ibv_cq`, its `context` already set) and, for an
+/// extended CQ, the CQ's `start_poll`, unless turned off or already wrapped. Reads
+/// and writes go through the checked user copies, so a bogus handle changes nothing.
 pub fn install(nic: &'static Nic, user_handle: u64) {
     if std::env::var(ENV).as_deref() == Ok("0") {
         return;
     }
-    let read = |addr: u64| -> Option<u64> {
-        let b = user::copy_in(addr, 8).ok()?;
-        Some(u64::from_ne_bytes(b.try_into().ok()?))
+    let _ = DEVICE.set(nic);
+    install_poll_cq(user_handle);
+    install_start_poll(user_handle);
+}
+
+/// Whether code addresses `a` and `b` lie in the same loaded object (`dladdr`'s
+/// base address).
+fn same_object(a: usize, b: usize) -> bool {
+    let base = |addr: usize| -> Option<usize> {
+        // SAFETY: `dladdr` only looks the address up in the loader's tables (it never
+        // dereferences it) and fills the `Dl_info` it is given.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; `info` is a valid, writable `Dl_info`.
+        let found = unsafe { libc::dladdr(addr as *const c_void, &mut info) };
+        (found != 0 && !info.dli_fbase.is_null()).then_some(info.dli_fbase as usize)
     };
-    let Some(ctx) = read(user_handle.wrapping_add(CQ_CONTEXT)) else {
+    matches!((base(a), base(b)), (Some(x), Some(y)) if x == y)
+}
+
+/// The 8-byte word at `addr` of the process, through the checked copy.
+fn read_word(addr: u64) -> Option<u64> {
+    let b = user::copy_in(addr, 8).ok()?;
+    Some(u64::from_ne_bytes(b.try_into().ok()?))
+}
+
+/// Wraps the context's `poll_cq` entry (see [`install`]).
+fn install_poll_cq(user_handle: u64) {
+    let Some(ctx) = read_word(user_handle.wrapping_add(CQ_CONTEXT)) else {
         return;
     };
     let slot = ctx.wrapping_add(CONTEXT_OPS_POLL_CQ);
-    if slot % 8 != 0 {
+    if !slot.is_multiple_of(8) {
         return;
     }
-    let Some(current) = read(slot) else {
+    let Some(current) = read_word(slot) else {
         return;
     };
     let wrapper = assisted_poll_cq as PollCq as usize as u64;
@@ -126,7 +208,6 @@ pub fn install(nic: &'static Nic, user_handle: u64) {
         Err(o) if o as u64 == current => {}
         Err(_) => return,
     }
-    let _ = DEVICE.set(nic);
     // The slot must be writable: write back the value it holds (no change for a
     // concurrent reader), then replace it with one aligned atomic store, so that a
     // thread polling meanwhile reads either entry, never a torn pointer.
@@ -137,6 +218,45 @@ pub fn install(nic: &'static Nic, user_handle: u64) {
     // kernel's checked copies: a live, writable word of this process, the
     // `ops.poll_cq` entry of the caller's `ibv_context`. AtomicU64 has the alignment
     // and size of that pointer on the 64-bit targets this layer builds for.
+    let word = unsafe { AtomicU64::from_ptr(slot as *mut u64) };
+    let _ = word.compare_exchange(current, wrapper, Ordering::AcqRel, Ordering::Relaxed);
+}
+
+/// Wraps `start_poll` of the extended CQ at `user_handle` (see the module's
+/// documentation); a CQ without one (made by `ibv_create_cq`), one already wrapped
+/// or one whose function finds no free slot is left alone.
+fn install_start_poll(user_handle: u64) {
+    let slot = user_handle.wrapping_add(CQ_EX_START_POLL);
+    if !slot.is_multiple_of(8) {
+        return;
+    }
+    let Some(current) = read_word(slot) else {
+        return;
+    };
+    if current == 0 || START_WRAPPERS.iter().any(|w| *w as usize as u64 == current) {
+        return;
+    }
+    // Only a function of the provider whose `poll_cq` the context has (libmlx5's):
+    // anything else at that offset is not an `ibv_cq_ex` of libmlx5.
+    let provider = ORIGINAL.load(Ordering::Acquire);
+    if provider == 0 || !same_object(provider, current as usize) {
+        return;
+    }
+    let Some(k) = START_ORIGINALS.iter().position(|o| {
+        match o.compare_exchange(0, current as usize, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(v) => v as u64 == current,
+        }
+    }) else {
+        return;
+    };
+    let wrapper = START_WRAPPERS[k] as usize as u64;
+    if user::copy_out(slot, &current.to_ne_bytes()).is_err() {
+        return;
+    }
+    // SAFETY: as for the `poll_cq` entry above: `slot` is an 8-byte aligned, live and
+    // writable word of this process (the `start_poll` entry of the caller's
+    // `ibv_cq_ex`), just read and written through the checked copies.
     let word = unsafe { AtomicU64::from_ptr(slot as *mut u64) };
     let _ = word.compare_exchange(current, wrapper, Ordering::AcqRel, Ordering::Relaxed);
 }

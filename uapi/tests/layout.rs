@@ -133,11 +133,12 @@ fn ioctl_abi_layouts_and_ids_match_the_kernel_headers() {
 #[test]
 fn poll_assist_offsets_match_libibverbs_header() {
     // The busy-poll assistance writes `ibv_context.ops.poll_cq` of the context it
-    // reads from `ibv_cq.context` (rdma-core's public ABI, `infiniband/verbs.h`).
+    // reads from `ibv_cq.context`, and an extended CQ's `ibv_cq_ex.start_poll`
+    // (rdma-core's public ABI, `infiniband/verbs.h`).
     if !toolchain("/usr/include/infiniband/verbs.h") {
         return;
     }
-    use ferroverbs_uapi::poll_assist::{CONTEXT_OPS_POLL_CQ, CQ_CONTEXT};
+    use ferroverbs_uapi::poll_assist::{CONTEXT_OPS_POLL_CQ, CQ_CONTEXT, CQ_EX_START_POLL};
     let n = check(
         "libibverbs",
         &["infiniband/verbs.h"],
@@ -148,7 +149,15 @@ fn poll_assist_offsets_match_libibverbs_header() {
                 &[("ops.poll_cq", CONTEXT_OPS_POLL_CQ as usize)],
             ),
             ("ibv_cq", 128, &[("context", CQ_CONTEXT as usize)]),
+            (
+                "ibv_cq_ex",
+                288,
+                &[
+                    ("context", CQ_CONTEXT as usize),
+                    ("start_poll", CQ_EX_START_POLL as usize),
+                ],
+            ),
         ],
     );
-    assert_eq!(n, 4);
+    assert_eq!(n, 7);
 }

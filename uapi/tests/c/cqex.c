@@ -1,0 +1,408 @@
+/* Extended CQs through rdma-core's libibverbs + libmlx5 (run under `ferroverbs run`),
+ * with the layer's busy-poll assistance: ibv_create_cq_ex gives CQs whose
+ * start_poll/next_poll/end_poll entries libmlx5 sets per CQ (mlx5_cq_fill_pfns);
+ * the layer wraps start_poll at CREATE_CQ (unless FERROVERBS_POLL_ASSIST=0), so an
+ * empty ibv_start_poll services the simulated device on the polling thread, as an
+ * empty ibv_poll_cq does. Two RC QPs of one context, one with a locked CQ and one
+ * with a single-threaded CQ (two of libmlx5's start_poll variants), ping-pong
+ * SENDs; every completion is checked (status, opcode, wr_id, byte_len, QP number,
+ * the payload), and the round trip is timed.
+ *
+ * usage: cqex [ex|poll] [ITERS]   (poll: the same ping-pong on ibv_create_cq CQs
+ * with ibv_poll_cq, for comparison). Prints "PASS name" / "FAIL name ...", the
+ * round trip as "rtt_us X", "N failures", and exits 1 on failure. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <infiniband/verbs.h>
+
+static int failures;
+
+static void check(const char *name, int ok, const char *detail)
+{
+	if (ok) {
+		printf("PASS %s\n", name);
+	} else {
+		printf("FAIL %s: %s\n", name, detail);
+		failures++;
+	}
+}
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* The file name of the object holding code address `f` ("?" if none). */
+static const char *object_of(const void *f)
+{
+	Dl_info i;
+	if (!f || !dladdr(f, &i) || !i.dli_fname)
+		return "?";
+	return i.dli_fname;
+}
+
+static int to_rts(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid)
+{
+	struct ibv_qp_attr a = {0};
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					  IBV_QP_ACCESS_FLAGS))
+		return 1;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dest;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = *gid;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	if (ibv_modify_qp(qp, &a,
+			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		return 2;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 18;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	if (ibv_modify_qp(qp, &a,
+			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+		return 3;
+	return 0;
+}
+
+#define MSG 64
+
+struct side {
+	struct ibv_qp *qp;
+	struct ibv_cq *cq;     /* ibv_cq_ex_to_cq(cqx) in ex mode */
+	struct ibv_cq_ex *cqx; /* NULL in poll mode */
+	char *rbuf, *sbuf;
+};
+
+static struct ibv_mr *mr;
+
+static int post_recv(struct side *s, uint64_t id)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)s->rbuf, .length = MSG, .lkey = mr->lkey};
+	struct ibv_recv_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1}, *bad;
+	return ibv_post_recv(s->qp, &wr, &bad);
+}
+
+static int post_send(struct side *s, uint64_t id)
+{
+	memset(s->sbuf, (int)(id & 0xff), MSG);
+	memcpy(s->sbuf, &id, sizeof id);
+	struct ibv_sge sge = {.addr = (uintptr_t)s->sbuf, .length = MSG, .lkey = mr->lkey};
+	struct ibv_send_wr wr = {0}, *bad;
+	wr.wr_id = id;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_SEND;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	return ibv_post_send(s->qp, &wr, &bad);
+}
+
+/* One completion. */
+struct comp {
+	uint64_t wr_id;
+	int status, opcode;
+	uint32_t byte_len, qp_num;
+};
+
+/* Waits (at most 20 s) for the completions of `s`'s CQ until both a SEND and a
+ * receive of `id` came; checks each. Returns 0 or a reason. */
+static const char *await(struct side *s, uint64_t id)
+{
+	int got_send = 0, got_recv = 0;
+	double t0 = now();
+	while (!(got_send && got_recv)) {
+		struct comp c[2];
+		int n = 0;
+		if (now() - t0 > 20)
+			return "no completion within 20 s";
+		if (s->cqx) {
+			struct ibv_poll_cq_attr attr = {0};
+			int r = ibv_start_poll(s->cqx, &attr);
+			if (r == ENOENT)
+				continue;
+			if (r)
+				return "ibv_start_poll failed";
+			do {
+				if (n == 2) {
+					ibv_end_poll(s->cqx);
+					return "more than two completions";
+				}
+				c[n].wr_id = s->cqx->wr_id;
+				c[n].status = s->cqx->status;
+				c[n].opcode = ibv_wc_read_opcode(s->cqx);
+				c[n].byte_len = ibv_wc_read_byte_len(s->cqx);
+				c[n].qp_num = ibv_wc_read_qp_num(s->cqx);
+				n++;
+				r = ibv_next_poll(s->cqx);
+			} while (r == 0);
+			ibv_end_poll(s->cqx);
+			if (r != ENOENT)
+				return "ibv_next_poll failed";
+		} else {
+			struct ibv_wc wc[2];
+			n = ibv_poll_cq(s->cq, 2, wc);
+			if (n < 0)
+				return "ibv_poll_cq failed";
+			for (int i = 0; i < n; i++)
+				c[i] = (struct comp){wc[i].wr_id, wc[i].status, wc[i].opcode,
+						     wc[i].byte_len, wc[i].qp_num};
+		}
+		for (int i = 0; i < n; i++) {
+			if (c[i].status != IBV_WC_SUCCESS)
+				return "completion in error";
+			if (c[i].wr_id != id || c[i].qp_num != s->qp->qp_num)
+				return "wr_id or QP number not the one posted";
+			if (c[i].opcode == IBV_WC_SEND && !got_send) {
+				got_send = 1;
+			} else if (c[i].opcode == IBV_WC_RECV && !got_recv) {
+				uint64_t first;
+				memcpy(&first, s->rbuf, sizeof first);
+				if (c[i].byte_len != MSG || first != id ||
+				    (unsigned char)s->rbuf[MSG - 1] != (id & 0xff))
+					return "received length or bytes wrong";
+				got_recv = 1;
+			} else {
+				return "unexpected opcode or a completion twice";
+			}
+		}
+	}
+	return NULL;
+}
+
+/* Whether the CQ of `s` is empty. */
+static int empty(struct side *s)
+{
+	if (s->cqx) {
+		struct ibv_poll_cq_attr attr = {0};
+		int r = ibv_start_poll(s->cqx, &attr);
+		if (r == 0)
+			ibv_end_poll(s->cqx);
+		return r == ENOENT;
+	}
+	struct ibv_wc wc;
+	return ibv_poll_cq(s->cq, 1, &wc) == 0;
+}
+
+int main(int argc, char **argv)
+{
+	int ex = !(argc > 1 && !strcmp(argv[1], "poll"));
+	int iters = argc > 2 ? atoi(argv[2]) : 1000;
+	char d[512];
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	if (!list || n < 1) {
+		perror("ibv_get_device_list");
+		return 2;
+	}
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	char *buf = aligned_alloc(4096, 4096);
+	mr = pd && buf ? ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	check("objects", ctx && pd && mr, "open, PD or MR failed");
+	if (!mr)
+		return 1;
+	const char *assist = getenv("FERROVERBS_POLL_ASSIST");
+	int want_wrapped = !(assist && !strcmp(assist, "0"));
+
+	struct side s[2] = {{0}};
+	for (int i = 0; i < 2; i++) {
+		if (ex) {
+			struct ibv_cq_init_attr_ex a = {0};
+			a.cqe = 16;
+			a.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM;
+			if (i == 1) {
+				a.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+				a.flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
+			}
+			s[i].cqx = ibv_create_cq_ex(ctx, &a);
+			s[i].cq = s[i].cqx ? ibv_cq_ex_to_cq(s[i].cqx) : NULL;
+		} else {
+			s[i].cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+		}
+		s[i].rbuf = buf + 1024 * i;
+		s[i].sbuf = buf + 2048 + 1024 * i;
+	}
+	check("cqs", s[0].cq && s[1].cq, "CQ creation failed");
+	if (!s[0].cq || !s[1].cq)
+		return 1;
+
+	if (ex) {
+		/* start_poll: the layer's wrapper (in libferroverbs_uapi) or libmlx5's own;
+		 * next_poll and end_poll: libmlx5's. */
+		for (int i = 0; i < 2; i++) {
+			const char *sp = object_of((void *)s[i].cqx->start_poll);
+			const char *np = object_of((void *)s[i].cqx->next_poll);
+			const char *ep = object_of((void *)s[i].cqx->end_poll);
+			int wrapped = strstr(sp, "ferroverbs_uapi") != NULL;
+			snprintf(d, sizeof d,
+				 "CQ %d: start_poll in %s, next_poll in %s, end_poll in %s "
+				 "(assistance %s)",
+				 i, sp, np, ep, want_wrapped ? "on" : "off");
+			check("start_poll_entry",
+			      wrapped == want_wrapped && (wrapped || strstr(sp, "mlx5")), d);
+			check("next_end_poll_libmlx5", strstr(np, "mlx5") && strstr(ep, "mlx5"), d);
+		}
+		/* Locked and single-threaded CQs have different libmlx5 start_poll
+		 * functions, so different wrappers. */
+		check("variants", s[0].cqx->start_poll != s[1].cqx->start_poll,
+		      "the two CQs share a start_poll");
+	}
+	check("empty_at_start", empty(&s[0]) && empty(&s[1]), "a completion from nowhere");
+
+	struct ibv_qp_init_attr ia = {0};
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 8;
+	ia.cap.max_recv_wr = 8;
+	ia.cap.max_send_sge = 1;
+	ia.cap.max_recv_sge = 1;
+	for (int i = 0; i < 2; i++) {
+		ia.send_cq = s[i].cq;
+		ia.recv_cq = s[i].cq;
+		s[i].qp = ibv_create_qp(pd, &ia);
+	}
+	union ibv_gid gid;
+	int ok = s[0].qp && s[1].qp && !ibv_query_gid(ctx, 1, 0, &gid);
+	check("qps", ok, "creation failed");
+	if (!ok)
+		return 1;
+	int r0 = to_rts(s[0].qp, s[1].qp->qp_num, &gid);
+	int r1 = to_rts(s[1].qp, s[0].qp->qp_num, &gid);
+	snprintf(d, sizeof d, "modify steps %d %d", r0, r1);
+	check("connect", !r0 && !r1, d);
+
+	/* The ping-pong: side 0 sends `id`, side 1 receives it and sends it back; each
+	 * side sees its SEND's completion and its receive. */
+	const char *why = NULL;
+	int done = 0;
+	if (post_recv(&s[0], 0) || post_recv(&s[1], 0))
+		why = "post_recv failed";
+	double t0 = now();
+	for (int k = 0; !why && k < iters; k++) {
+		uint64_t id = (uint64_t)k;
+		if (post_send(&s[0], id)) {
+			why = "post_send failed";
+			break;
+		}
+		/* side 1: its receive of `id` first, then its answer and its SEND's CQE */
+		double w0 = now();
+		int got = 0;
+		while (!got && !why) {
+			if (now() - w0 > 20) {
+				why = "side 1: no receive within 20 s";
+				break;
+			}
+			if (s[1].cqx) {
+				struct ibv_poll_cq_attr attr = {0};
+				int r = ibv_start_poll(s[1].cqx, &attr);
+				if (r == ENOENT)
+					continue;
+				if (r) {
+					why = "ibv_start_poll failed";
+					break;
+				}
+				uint64_t first;
+				memcpy(&first, s[1].rbuf, sizeof first);
+				if (s[1].cqx->status != IBV_WC_SUCCESS || s[1].cqx->wr_id != id ||
+				    ibv_wc_read_opcode(s[1].cqx) != IBV_WC_RECV ||
+				    ibv_wc_read_byte_len(s[1].cqx) != MSG || first != id)
+					why = "side 1: receive completion or bytes wrong";
+				else if (ibv_next_poll(s[1].cqx) != ENOENT)
+					why = "side 1: a second completion";
+				ibv_end_poll(s[1].cqx);
+				got = 1;
+			} else {
+				struct ibv_wc wc[2];
+				int r = ibv_poll_cq(s[1].cq, 2, wc);
+				if (r == 0)
+					continue;
+				uint64_t first;
+				memcpy(&first, s[1].rbuf, sizeof first);
+				if (r != 1 || wc[0].status != IBV_WC_SUCCESS || wc[0].wr_id != id ||
+				    wc[0].opcode != IBV_WC_RECV || wc[0].byte_len != MSG ||
+				    first != id)
+					why = "side 1: receive completion or bytes wrong";
+				got = 1;
+			}
+		}
+		if (why)
+			break;
+		if (post_recv(&s[1], id + 1) || post_send(&s[1], id)) {
+			why = "side 1: post failed";
+			break;
+		}
+		if ((why = await(&s[0], id)))
+			break;
+		/* side 1's SEND completion (the answer's), then side 0's next receive */
+		struct side one = s[1];
+		double w1 = now();
+		int sent = 0;
+		while (!sent && !why) {
+			if (now() - w1 > 20) {
+				why = "side 1: no send completion within 20 s";
+				break;
+			}
+			if (one.cqx) {
+				struct ibv_poll_cq_attr attr = {0};
+				int r = ibv_start_poll(one.cqx, &attr);
+				if (r == ENOENT)
+					continue;
+				if (r || one.cqx->status != IBV_WC_SUCCESS || one.cqx->wr_id != id ||
+				    ibv_wc_read_opcode(one.cqx) != IBV_WC_SEND)
+					why = "side 1: send completion wrong";
+				else if (ibv_next_poll(one.cqx) != ENOENT)
+					why = "side 1: a second completion";
+				if (!r)
+					ibv_end_poll(one.cqx);
+				sent = 1;
+			} else {
+				struct ibv_wc wc;
+				int r = ibv_poll_cq(one.cq, 1, &wc);
+				if (r == 0)
+					continue;
+				if (r != 1 || wc.status != IBV_WC_SUCCESS || wc.wr_id != id ||
+				    wc.opcode != IBV_WC_SEND)
+					why = "side 1: send completion wrong";
+				sent = 1;
+			}
+		}
+		if (!why && post_recv(&s[0], id + 1))
+			why = "side 0: post_recv failed";
+		if (!why)
+			done++;
+	}
+	double t = now() - t0;
+	snprintf(d, sizeof d, "%d of %d round trips: %s", done, iters, why ? why : "all");
+	check("pingpong", !why && done == iters, d);
+	check("empty_after", empty(&s[0]) && empty(&s[1]), "a completion twice or from nowhere");
+	printf("rtt_us %.2f (%s CQs, %d round trips)\n", done ? t / done * 1e6 : 0.0,
+	       ex ? "extended" : "ibv_create_cq", done);
+
+	for (int i = 0; i < 2; i++) {
+		ibv_destroy_qp(s[i].qp);
+		ibv_destroy_cq(s[i].cq);
+	}
+	ibv_dereg_mr(mr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	ibv_free_device_list(list);
+	printf("%d failures\n", failures);
+	return failures ? 1 : 0;
+}
