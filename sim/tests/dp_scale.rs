@@ -209,3 +209,67 @@ fn pairs_holding(e: &ferroverbs_sim::engine::Engine, qpns: &[u32]) -> usize {
         .filter(|&&q| e.qp(q).is_some_and(|r| r.sq.wqes.capacity() != 0))
         .count()
 }
+
+/// QPs in flight together hold a buffer each, and give them all back when they are
+/// done; when QPs go (to RST, or destroyed) the engine keeps no more buffers than it
+/// has QPs, so the buffers of a crowd of QPs gone are not kept for ever.
+#[test]
+fn in_flight_record_buffers_never_outnumber_the_qps() {
+    const QPS: usize = 16;
+    let mut p = Pair::deterministic(Conn::default());
+    let src = p.a.reg_mr(4096, ALL);
+    let dst = p.b.reg_mr(QPS * 8, ALL);
+    let mut qas = Vec::with_capacity(QPS);
+    for k in 0..QPS {
+        let qa = p.a.create_qp(&p.acq.0, &p.acq.1, 6, 0, 2);
+        let qb = p.b.create_qp(&p.bcq.0, &p.bcq.1, 6, 0, 2);
+        let c = Conn {
+            sq_psn: 0x2000 * (k as u32 + 1),
+            ..Conn::default()
+        };
+        p.connect_qps(&qa, &qb, &c, 0x40_0000 + k as u32);
+        qas.push(qa);
+    }
+    // Every QP rings before any ACK is back: each takes a buffer of its own.
+    for (k, qa) in qas.iter_mut().enumerate() {
+        let w = rdma_wqe(
+            qa.qpn,
+            false,
+            dst.va + (k * 8) as u64,
+            dst.key,
+            &[sge(&src, 0, 8)],
+            None,
+            SIG,
+        );
+        let (_, first) = p.a.write_wqe(qa, &w);
+        p.a.ring(qa, first);
+    }
+    let holding = |p: &Pair, qas: &[Qp]| {
+        p.a.h.sim.with_engine(|e| {
+            qas.iter()
+                .filter(|q| e.qp(q.qpn).is_some_and(|r| r.sq.wqes.capacity() != 0))
+                .count()
+        })
+    };
+    assert_eq!(holding(&p, &qas), QPS);
+    p.fabric.run_until_idle();
+    for _ in 0..QPS {
+        let c = p.a.poll(&mut p.acq.0).expect("a completion per QP");
+        assert_eq!(c.opcode(), MLX5_CQE_REQ);
+    }
+    assert_eq!(holding(&p, &qas), 0);
+    assert_eq!(p.a.h.sim.with_engine(|e| e.flight_bufs().len()), QPS);
+    // The QPs go to RST one by one: the buffers kept follow the QPs left.
+    for (k, qa) in qas.iter().enumerate() {
+        p.a.modify(qa, ferroverbs_hw::control::qp::QpTransition::ToRst);
+        let (bufs, live) = p.a.h.sim.with_engine(|e| {
+            let live = std::iter::once(p.qa.qpn)
+                .chain(qas.iter().map(|q| q.qpn))
+                .filter(|&q| e.qp(q).is_some())
+                .count();
+            (e.flight_bufs().len(), live)
+        });
+        assert_eq!(live, QPS - k, "the pair's QP and the QPs not reset yet");
+        assert!(bufs <= live, "{bufs} buffers for {live} QPs");
+    }
+}

@@ -316,7 +316,8 @@ pub struct Ctx<'a> {
 /// cycled through 12 MiB of records (a cache miss per request once that outgrew the
 /// cache), one QP through 12 KiB. A buffer holds no state between two owners (it is
 /// empty), so which one a QP gets changes nothing it does; nothing is allocated to
-/// move one (the list's room is reserved for every QP when QPs are made).
+/// move one (the list's room is reserved for every QP when QPs are made), and the
+/// engine keeps no more buffers than it has QPs (those beyond go with the QPs).
 #[derive(Debug, Default)]
 pub struct FlightBufs {
     free: Vec<VecDeque<Flight>>,
@@ -348,6 +349,12 @@ impl FlightBufs {
         if self.free.capacity() < n {
             self.free.reserve(n - self.free.len());
         }
+    }
+
+    /// Drops the buffers beyond `n` (control path: when QPs go, so that the buffers
+    /// held never outnumber the QPs).
+    pub fn trim_to(&mut self, n: usize) {
+        self.free.truncate(n);
     }
 
     /// Buffers held.
@@ -1093,6 +1100,7 @@ impl Engine {
             match ev {
                 DataPathEvent::Reset => {
                     self.qps.clear();
+                    self.flights.trim_to(0);
                     self.cqs.clear();
                     self.work.clear();
                 }
@@ -1198,6 +1206,7 @@ impl Engine {
     fn forget(&mut self, qpn: u32) {
         if self.qps.remove(qpn).is_some() {
             self.work.timers.cancel(qpn);
+            self.flights.trim_to(self.qps.len());
         }
     }
 
