@@ -6,6 +6,9 @@
 #   -q 1, 16, 256, 1024 and 16384 QPs, about MSGS messages in all per run (-n MSGS/q,
 #   at least 5 per QP): each N run `runs` times, each run right after a one-QP run,
 #   and the ratio of the two medians (the machine may be noisy: ratios, not rates);
+# * the same with one memory region per QP (`--mr_per_qp`, perftest's option), with
+#   the time `ferroverbs perf` took to allocate and register each region (its stderr
+#   line; the median of the runs);
 # * memory per idle QP and per CQ with 16384 QPs (examples/scale.rs) against the
 #   bytes the hardware format requires;
 # * the time to create, connect and destroy N QPs and to register and deregister N
@@ -13,12 +16,14 @@
 #   linear growth).
 #
 # Usage: benches/scale.sh [runs]   (default 3; QPS="1 1024" and MSGS=... to choose,
-# FERROVERBS=<binary> to measure another build of the tool)
+# MR_QPS="1024" for the --mr_per_qp table (empty: none), FERROVERBS=<binary> to
+# measure another build of the tool)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
 MSGS=${MSGS:-200000}
 QPS=${QPS:-"1 16 256 1024 16384"}
+MR_QPS=${MR_QPS-"1024 16384"}
 T=${CARGO_TARGET_DIR:-target}
 cargo build --release --quiet --bin ferroverbs --example scale
 F=${FERROVERBS:-$T/release/ferroverbs}
@@ -30,6 +35,12 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]
 load() { cut -d' ' -f1 /proc/loadavg; }
 # The message rate (M/s) of one run: the last column of the line after the header.
 rate() { "$F" perf "$1" -s 64 -q "$2" -n "$3" 2>/dev/null | awk '/#bytes/ { getline; print $NF }'; }
+# The same with --mr_per_qp; the client's registration time per region (µs) goes to
+# the file $4.
+rate_mr() {
+    "$F" perf "$1" -s 64 -q "$2" -n "$3" --mr_per_qp 2>"$OUT/err" | awk '/#bytes/ { getline; print $NF }'
+    awk '/client: registered/ { sub(/^\(/, "", $(NF - 2)); print $(NF - 2) }' "$OUT/err" >>"$4"
+}
 
 echo "## Message rate with many QPs ($RUNS runs each, alternated with one QP; load average at start $(load))"
 echo
@@ -53,6 +64,32 @@ for q in $QPS; do
     echo "$row |"
 done
 echo
+
+if [ -n "$MR_QPS" ]; then
+    echo "## One memory region per QP (\`--mr_per_qp\`; $RUNS runs each, alternated with one QP and one region; load average $(load))"
+    echo
+    echo "| QPs | write-bw M/s | 1 QP M/s | vs 1 QP | send-bw M/s | 1 QP M/s | vs 1 QP | register MR µs |"
+    echo "|---|---|---|---|---|---|---|---|"
+    for q in $MR_QPS; do
+        n=$((MSGS / q))
+        [ "$n" -ge 5 ] || n=5
+        row="| $q"
+        : >"$OUT/reg"
+        for test in write-bw send-bw; do
+            : >"$OUT/n"
+            : >"$OUT/one"
+            for _ in $(seq "$RUNS"); do
+                rate "$test" 1 "$MSGS" >>"$OUT/one"
+                rate_mr "$test" "$q" "$n" "$OUT/reg" >>"$OUT/n"
+            done
+            mn=$(median <"$OUT/n")
+            m1=$(median <"$OUT/one")
+            row="$row | $mn | $m1 | $(awk -v a="$mn" -v b="$m1" 'BEGIN { printf "%.2f", a / b }')"
+        done
+        echo "$row | $(median <"$OUT/reg") |"
+    done
+    echo
+fi
 
 "$SCALE" --qps 16384 >"$OUT/mem"
 get() { awk -v k="$1:" '$1 == k { print $2 }' "$2"; }

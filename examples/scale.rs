@@ -106,10 +106,13 @@ fn main() {
     let f = qa[0].footprint();
     let (sim_qp, fw_qp) = {
         let q: Vec<u32> = qa.iter().map(|q| q.qp_num()).collect();
+        // The in-flight record buffers the engine keeps for the QPs (shared: the
+        // QPs busy lately hold them) count, shared out over the QPs.
         let e: usize = net.a.with_engine(|e| {
             q.iter()
                 .map(|&q| e.qp(q).map_or(0, |r| r.footprint()))
-                .sum()
+                .sum::<usize>()
+                + e.flight_bufs().footprint()
         });
         let w: usize = net.a.with_firmware(|fw| {
             q.iter()

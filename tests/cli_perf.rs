@@ -217,6 +217,71 @@ fn write_bw_with_post_lists_and_several_qps() {
     assert!(out.contains("Post List requested - CQ moderation will be the size of the post list"));
 }
 
+/// The RKeys of the address lines of `side` (`local` or `remote`), in order.
+fn rkeys(out: &str, side: &str) -> Vec<String> {
+    let tag = format!(" {side} address:");
+    out.lines()
+        .filter(|l| l.starts_with(&tag))
+        .filter_map(|l| l.split_whitespace().skip_while(|w| *w != "RKey").nth(1))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn one_memory_region_per_qp() {
+    // perftest's --mr_per_qp: every QP of each side has its own region (its own
+    // RKey in the address lines), each QP's RDMA WRITEs go to its peer QP's region
+    // (a wrong key fails the run with a remote access error), and the time the
+    // regions took to register is on stderr.
+    for test in ["write-bw", "send-bw", "read-bw"] {
+        let args = [
+            "perf",
+            test,
+            "-n",
+            "20",
+            "-s",
+            "64",
+            "-q",
+            "3",
+            "--mr_per_qp",
+        ];
+        let o = ferroverbs(&args);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(0), "{args:?}\n{out}\n{err}");
+        for side in ["client", "server"] {
+            let line = format!("ferroverbs: {side}: registered 3 memory regions of 128 bytes in ");
+            assert!(err.contains(&line), "{test}: {err}");
+        }
+        let rows: Vec<&str> = out
+            .lines()
+            .skip_while(|l| !l.contains("#bytes"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("---"))
+            .collect();
+        assert_eq!(rows.len(), 1, "{out}");
+        assert_eq!(rows[0].split_whitespace().nth(1), Some("60"), "{out}");
+        if test != "send-bw" {
+            for side in ["local", "remote"] {
+                let mut k = rkeys(&out, side);
+                assert_eq!(k.len(), 3, "{out}");
+                k.dedup();
+                assert_eq!(k.len(), 3, "{test}: one region per QP: {out}");
+            }
+        }
+    }
+    // Without the option the QPs of a side share one region, and nothing is printed.
+    let (out, _) = bw(
+        &["write-bw", "-n", "20", "-s", "64", "-q", "3"],
+        "RDMA_Write BW Test",
+    );
+    let mut k = rkeys(&out, "local");
+    k.dedup();
+    assert_eq!(k.len(), 1, "{out}");
+    let o = ferroverbs(&["perf", "write-bw", "-n", "20", "-s", "64", "-q", "3"]);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("registered"));
+}
+
 #[test]
 fn write_bw_peak_with_many_qps_is_bounded_by_the_run() {
     // 256 QPs: completions of one QP are polled before later-numbered messages of

@@ -201,6 +201,11 @@ pub struct PerfArgs {
     #[arg(short = 'q', long = "qp", value_name = "N",
           value_parser = value_parser!(u32).range(1..=16384))]
     pub qps: Option<u32>,
+    /// One memory region per QP (perftest's `--mr_per_qp`): each QP sends from, receives
+    /// into and is the RDMA target of its own region, instead of all the QPs of a side
+    /// sharing one. The time to register them is printed on stderr.
+    #[arg(long = "mr_per_qp", visible_alias = "mr-per-qp")]
+    pub mr_per_qp: bool,
     /// Wait for completions by event instead of polling.
     #[arg(short = 'e', long)]
     pub events: bool,

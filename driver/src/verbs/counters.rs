@@ -467,8 +467,12 @@ impl<B: Bus> Queues<B> {
     #[cold]
     fn raise_hwm(&mut self) {
         self.sync_sq();
-        let (_, wqebbs) = self.sq_walk();
-        self.sq_hwm = self.sq_hwm.max(wqebbs as u16);
+        // The WQEBBs outstanding, without the walk that counts the WRs among them:
+        // the walk is as long as the queue is deep, and a QP filling its SQ from
+        // empty raises the mark at every post (quadratic in the depth, once per QP:
+        // with many QPs it was most of a post's cost while they first filled).
+        let (cur, tail) = self.sq_tail();
+        self.sq_hwm = self.sq_hwm.max(cur.wrapping_sub(tail));
     }
 
     /// The end (next WQEBB counter) of the WQE starting at `at`, read back from its
@@ -490,9 +494,10 @@ impl<B: Bus> Queues<B> {
         Some(at.wrapping_add(wqebbs))
     }
 
-    /// The send WRs and WQEBBs outstanding now: from the end of the last completion
-    /// the CQ published (or the ring's tail) to the producer counter.
-    fn sq_walk(&self) -> (u32, u32) {
+    /// The producer counter and the start of what is outstanding: the end of the
+    /// last completion the CQ published (or the ring's tail). Their difference is the
+    /// WQEBBs outstanding.
+    fn sq_tail(&self) -> (u16, u16) {
         let cur = self.sq.cur_post();
         let outstanding = self.sq.outstanding() as u16;
         let mut t = cur.wrapping_sub(outstanding);
@@ -507,6 +512,13 @@ impl<B: Bus> Queues<B> {
                 }
             }
         }
+        (cur, t)
+    }
+
+    /// The send WRs and WQEBBs outstanding now: from the end of the last completion
+    /// the CQ published (or the ring's tail) to the producer counter.
+    fn sq_walk(&self) -> (u32, u32) {
+        let (cur, mut t) = self.sq_tail();
         let wqebbs = u32::from(cur.wrapping_sub(t));
         let mut wrs = 0u32;
         while t != cur {

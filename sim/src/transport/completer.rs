@@ -142,6 +142,8 @@ pub fn complete_head(qp: &mut QpRt, cx: &mut Ctx) {
             qp.sq.tx = qp.sq.tx.saturating_sub(k);
         }
         let Some(f) = qp.sq.wqes.front() else {
+            // Nothing in flight: the buffer goes to the next QP that needs one.
+            cx.flights.put(&mut qp.sq.wqes);
             return;
         };
         if let Some(s) = f.err {

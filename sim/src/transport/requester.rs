@@ -238,6 +238,7 @@ fn queue(qp: &mut QpRt, cx: &mut Ctx, mut w: wqe::SendWqe) {
     if err.is_some() {
         qp.sq.stalled = true;
     }
+    cx.flights.fill(&mut qp.sq.wqes);
     qp.sq.wqes.push_back(Flight {
         w,
         first_psn: qp.sq.next_psn,
@@ -303,6 +304,7 @@ fn send_now(qp: &mut QpRt, cx: &mut Ctx, w: &wqe::SendWqe, raw: &[u8; 128]) -> b
     cx.stats.wqes += 1;
     cx.stats.tx_send_only_fast += 1;
     sq.fetched = sq.fetched.wrapping_add(w.wqebbs);
+    cx.flights.fill(&mut sq.wqes);
     push_sent(&mut sq.wqes, w, psn);
     let hi = psn.next();
     sq.next_psn = hi;

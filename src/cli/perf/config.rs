@@ -232,6 +232,8 @@ pub struct PerfConfig {
     pub cq_mod: u32,
     /// Queue pairs.
     pub qps: u32,
+    /// One memory region per QP (`--mr_per_qp`).
+    pub mr_per_qp: bool,
     /// Completions by event.
     pub events: bool,
     /// CPU to pin the polling thread to.
@@ -442,6 +444,7 @@ impl PerfConfig {
             post_list,
             cq_mod,
             qps: a.qps.unwrap_or(1),
+            mr_per_qp: a.mr_per_qp,
             events: a.events,
             cpu: a.cpu,
             histogram: a.report_histogram,

@@ -47,10 +47,10 @@ use super::config::{Mode, PerfConfig, Role, SimMode, Verb};
 use super::events::EventChannel;
 use super::report::{self, Address};
 use super::runner::{
-    alloc_mr, connect_qp, create_channel, create_cq, create_qps, event_wait, flush, initial_psn,
-    lat_report, lat_result, post_initial_recvs, print_baseline, print_footer, print_header,
-    rd_atom_depth, run_sizes, serve_send_bw, serve_send_lat, serve_write_lat, setup_err,
-    test_access, Dims, Endpoint, Figure, PeerQp, Setup, Side, SyncPoint,
+    alloc_mrs, connect_qp, create_channel, create_cq, create_qps, event_wait, flush, initial_psn,
+    lat_report, lat_result, mr_time_line, of_qp, post_initial_recvs, print_baseline, print_footer,
+    print_header, rd_atom_depth, run_sizes, serve_send_bw, serve_send_lat, serve_write_lat,
+    setup_err, Dims, Endpoint, Figure, PeerQp, Setup, Side, SyncPoint,
 };
 use crate::cli::error::CliError;
 
@@ -442,11 +442,15 @@ fn side(
         None
     };
     let mut cq = create_cq(ctx, channel.as_ref(), dims.cqe)?;
-    let mr = alloc_mr(&pd, 2 * half, test_access())?;
+    let (mrs, took) = alloc_mrs(cfg, &pd, 2 * half)?;
+    if cfg.mr_per_qp {
+        let name = if server { "server" } else { "client" };
+        eprintln!("{}", mr_time_line(name, mrs.len(), 2 * half, took));
+    }
     let (mut qps, inline) = create_qps(cfg, &pd, &cq, dims.cap(cfg))?;
-    let mine_remote = mr.remote(half);
     let psns: Vec<u32> = qps.iter().map(|q| initial_psn(q.qp_num())).collect();
-    for (q, &psn) in qps.iter().zip(&psns) {
+    for (i, (q, &psn)) in qps.iter().zip(&psns).enumerate() {
+        let mine_remote = of_qp(&mrs, i).remote(half);
         conn.send(&qp_line(q.qp_num(), psn, mine_remote, &me.gid))?;
     }
     let mut peers = Vec::with_capacity(qps.len());
@@ -459,7 +463,10 @@ fn side(
     let mut addrs = String::new();
     let rdma = cfg.test.verb != Verb::Send;
     let out = cfg.test.one_sided_request().then_some(u32::from(rd_atom));
-    for ((q, &psn), &(pqpn, ppsn, premote, pgid)) in qps.iter_mut().zip(&psns).zip(&peers) {
+    for (i, ((q, &psn), &(pqpn, ppsn, premote, pgid))) in
+        qps.iter_mut().zip(&psns).zip(&peers).enumerate()
+    {
+        let mine_remote = of_qp(&mrs, i).remote(half);
         let pip = addr_of_gid(&pgid).unwrap_or(peer_ip);
         let peer = PeerQp {
             ep: Endpoint {
@@ -516,9 +523,11 @@ fn side(
         name: if server { "server" } else { "client" },
         qps: &mut qps,
         cq: &mut cq,
-        mr: &mr,
+        mrs: &mrs,
         half,
-        peer: peers[0].2,
+        // Each QP's target is the one its peer QP announced (the same for every QP
+        // when the peer shares one region among them).
+        peers: peers.iter().map(|p| p.2).collect(),
         events: channel.as_ref().map(|c| c as &dyn EventChannel<SimBus>),
         event_wait: event_wait(threaded),
     };
@@ -539,7 +548,7 @@ fn side(
     let mut histograms = Vec::new();
     for &size in &cfg.sizes {
         if cfg.test.verb == Verb::Write && cfg.test.mode == Mode::Lat {
-            s.mr.fill(s.half + size as usize - 1, 1, 0);
+            s.mr().fill(s.half + size as usize - 1, 1, 0);
         }
         sync(SyncPoint::Start)?;
         let stamps = match (cfg.test.verb, cfg.test.mode) {

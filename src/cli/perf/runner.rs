@@ -223,12 +223,15 @@ pub(super) struct Side<'s, 'c, 'p, B: Bus> {
     pub(super) name: &'static str,
     pub(super) qps: &'s mut [QueuePair<'p, B>],
     pub(super) cq: &'s mut CompletionQueue<'c, B>,
-    pub(super) mr: &'s MemoryRegion<'p, B>,
-    /// Bytes of each half of the region: `[0, half)` is sent from, `[half, 2 half)`
+    /// The memory regions: one for every QP, or one per QP (`--mr_per_qp`, QP `q`'s
+    /// at index `q`). Never empty.
+    pub(super) mrs: &'s [MemoryRegion<'p, B>],
+    /// Bytes of each half of a region: `[0, half)` is sent from, `[half, 2 half)`
     /// is received into and is the peer's RDMA target.
     pub(super) half: usize,
-    /// The peer's receive half: the target of this side's RDMA requests.
-    pub(super) peer: RemoteAddr,
+    /// The peer's receive halves: the targets of this side's RDMA requests, one for
+    /// every QP or one per QP (QP `q`'s at index `q`). Never empty.
+    pub(super) peers: Vec<RemoteAddr>,
     /// The completion channel of the CQ (`-e`).
     pub(super) events: Option<&'s dyn EventChannel<B>>,
     /// How long to sleep for an event: [`EVENT_WAIT`] when device threads make
@@ -272,17 +275,48 @@ fn wait<B: Bus>(
     }
 }
 
-impl<B: Bus> Side<'_, '_, '_, B> {
+/// Entry `q` of a list with one entry per QP, or its only entry when all QPs share it.
+#[inline]
+pub(super) fn of_qp<T>(v: &[T], q: usize) -> &T {
+    v.get(q).unwrap_or(&v[0])
+}
+
+impl<'p, B: Bus> Side<'_, '_, 'p, B> {
+    /// The memory region of QP 0 (the latency tests' only QP).
+    pub(super) fn mr(&self) -> &MemoryRegion<'p, B> {
+        &self.mrs[0]
+    }
+
+    /// The RDMA target of QP 0.
+    pub(super) fn peer(&self) -> RemoteAddr {
+        self.peers[0]
+    }
+
     pub(super) fn send_sge(&self, size: u64) -> Sge {
-        self.mr
+        self.send_sge_of(0, size)
+    }
+
+    pub(super) fn recv_sge(&self) -> Sge {
+        self.recv_sge_of(0)
+    }
+
+    /// The send buffer of QP `q`.
+    pub(super) fn send_sge_of(&self, q: usize, size: u64) -> Sge {
+        of_qp(self.mrs, q)
             .sge(0, size as u32)
             .expect("the send half holds the largest message")
     }
 
-    pub(super) fn recv_sge(&self) -> Sge {
-        self.mr
+    /// The receive buffer of QP `q`.
+    pub(super) fn recv_sge_of(&self, q: usize) -> Sge {
+        of_qp(self.mrs, q)
             .sge(self.half, self.half as u32)
             .expect("the receive half is in the region")
+    }
+
+    /// The receive buffers, one per memory region (for [`poll_side`]).
+    pub(super) fn recv_sges(&self) -> Vec<[Sge; 1]> {
+        (0..self.mrs.len()).map(|i| [self.recv_sge_of(i)]).collect()
     }
 }
 
@@ -374,6 +408,34 @@ pub(super) fn alloc_mr<'p, B: Bus>(
 ) -> Result<MemoryRegion<'p, B>, CliError> {
     pd.alloc_mr(len, access)
         .map_err(setup_err("registering memory"))
+}
+
+/// The memory regions of one side: one of `len` bytes for all its QPs, or one per QP
+/// with `--mr_per_qp` (perftest's `create_mr`: a buffer and a region per QP). Returns
+/// them with the time their allocation and registration took.
+pub(super) fn alloc_mrs<'p, B: Bus>(
+    cfg: &PerfConfig,
+    pd: &'p Pd<'_, B>,
+    len: usize,
+) -> Result<(Vec<MemoryRegion<'p, B>>, Duration), CliError> {
+    let n = if cfg.mr_per_qp { cfg.qps as usize } else { 1 };
+    let mut mrs = Vec::with_capacity(n);
+    let t = Instant::now();
+    for _ in 0..n {
+        mrs.push(alloc_mr(pd, len, test_access())?);
+    }
+    Ok((mrs, t.elapsed()))
+}
+
+/// The stderr line of `--mr_per_qp`: how long registering the regions took, in all
+/// and per region (`benches/scale.sh` reads it).
+pub(super) fn mr_time_line(side: &str, n: usize, len: usize, took: Duration) -> String {
+    format!(
+        "ferroverbs: {side}: registered {n} memory regions of {len} bytes in {:.3} ms ({:.2} \
+         us each)",
+        took.as_secs_f64() * 1e3,
+        took.as_secs_f64() * 1e6 / n.max(1) as f64
+    )
 }
 
 fn create_qp<'p, 'c, B: Bus>(
@@ -579,10 +641,11 @@ pub(super) fn post_initial_recvs<B: Bus>(
     if !cfg.test.has_recv() {
         return Ok(());
     }
-    let sge = [side.recv_sge()];
+    let sges = side.recv_sges();
     for (q, qp) in side.qps.iter_mut().enumerate() {
+        let sge = of_qp::<[Sge; 1]>(&sges, q);
         for _ in 0..depth {
-            qp.post_recv(&[RecvWr::new((q as u64) << WR_QP_SHIFT, &sge)])
+            qp.post_recv(&[RecvWr::new((q as u64) << WR_QP_SHIFT, sge)])
                 .map_err(|e| CliError::setup("posting receive requests", e))?;
         }
     }
@@ -637,8 +700,12 @@ fn bench<B: Bus>(
     };
     let mut cq_a = create_cq(ctx_a, ch_a.as_ref(), dims.cqe)?;
     let mut cq_b = create_cq(ctx_b, ch_b.as_ref(), dims.cqe)?;
-    let mr_a = alloc_mr(&pd_a, 2 * half, test_access())?;
-    let mr_b = alloc_mr(&pd_b, 2 * half, test_access())?;
+    let (mrs_a, took_a) = alloc_mrs(cfg, &pd_a, 2 * half)?;
+    let (mrs_b, took_b) = alloc_mrs(cfg, &pd_b, 2 * half)?;
+    if cfg.mr_per_qp {
+        eprintln!("{}", mr_time_line("client", mrs_a.len(), 2 * half, took_a));
+        eprintln!("{}", mr_time_line("server", mrs_b.len(), 2 * half, took_b));
+    }
 
     let (mut qps_a, inline) = create_qps(cfg, &pd_a, &cq_a, dims.cap(cfg))?;
     let cap_b = QpCap {
@@ -647,7 +714,8 @@ fn bench<B: Bus>(
     };
     let (mut qps_b, _) = create_qps(cfg, &pd_b, &cq_b, cap_b)?;
     let mut addrs = String::new();
-    for (qa, qb) in qps_a.iter_mut().zip(qps_b.iter_mut()) {
+    for (q, (qa, qb)) in qps_a.iter_mut().zip(qps_b.iter_mut()).enumerate() {
+        let (mr_a, mr_b) = (of_qp(&mrs_a, q), of_qp(&mrs_b, q));
         let (na, nb) = (qa.qp_num(), qb.qp_num());
         let (pa, pb) = (initial_psn(na), initial_psn(nb));
         let peer_a = PeerQp {
@@ -685,9 +753,9 @@ fn bench<B: Bus>(
         name: "client",
         qps: &mut qps_a,
         cq: &mut cq_a,
-        mr: &mr_a,
+        mrs: &mrs_a,
         half,
-        peer: mr_b.remote(half),
+        peers: mrs_b.iter().map(|m| m.remote(half)).collect(),
         events: ch_a.as_ref().map(|c| c as &dyn EventChannel<B>),
         event_wait: event_wait(threaded),
     };
@@ -695,9 +763,9 @@ fn bench<B: Bus>(
         name: "server",
         qps: &mut qps_b,
         cq: &mut cq_b,
-        mr: &mr_b,
+        mrs: &mrs_b,
         half,
-        peer: mr_a.remote(half),
+        peers: mrs_a.iter().map(|m| m.remote(half)).collect(),
         events: ch_b.as_ref().map(|c| c as &dyn EventChannel<B>),
         event_wait: event_wait(threaded),
     };
@@ -738,9 +806,9 @@ pub(super) fn run_sizes<B: Bus>(
             // Fresh receive areas: the byte polled starts at 0, and every value sent
             // is not.
             let last = size as usize - 1;
-            a.mr.fill(a.half + last, 1, 0);
+            a.mr().fill(a.half + last, 1, 0);
             if let Some(b) = b.as_deref() {
-                b.mr.fill(b.half + last, 1, 0);
+                b.mr().fill(b.half + last, 1, 0);
             }
         }
         sync(SyncPoint::Start)?;
@@ -899,12 +967,13 @@ pub(super) fn flush() {
 }
 
 /// Polls `side`'s CQ once: checks every completion, reposts a receive request for each
-/// receive, and calls `f` with each (successful) completion.
+/// receive (QP `q`'s into `recv_sge[q]`, or into the only entry), and calls `f` with
+/// each (successful) completion.
 #[inline]
 pub(super) fn poll_side<B: Bus>(
     side: &mut Side<'_, '_, '_, B>,
     wc: &mut [WorkCompletion; POLL_BATCH],
-    recv_sge: &[Sge; 1],
+    recv_sge: &[[Sge; 1]],
     mut f: impl FnMut(&WorkCompletion),
 ) -> Result<usize, CliError> {
     let n = side.cq.poll(wc);
@@ -915,7 +984,7 @@ pub(super) fn poll_side<B: Bus>(
         if c.opcode == WcOpcode::Recv {
             let q = (c.wr_id >> WR_QP_SHIFT) as usize;
             if let Some(qp) = side.qps.get_mut(q) {
-                qp.post_recv(&[RecvWr::new(c.wr_id, recv_sge)])
+                qp.post_recv(&[RecvWr::new(c.wr_id, of_qp::<[Sge; 1]>(recv_sge, q))])
                     .map_err(|e| post_error(side.name, "a receive request", e))?;
             }
         }
@@ -948,7 +1017,7 @@ fn send_lat_answer<B: Bus>(
     clock: Option<(&Stamp, &mut Vec<u64>)>,
 ) -> Result<(usize, u64), CliError> {
     let mut pongs = 0u64;
-    let nb = poll_side(b, wc, rb, |c| {
+    let nb = poll_side(b, wc, std::slice::from_ref(rb), |c| {
         if c.opcode == WcOpcode::Recv {
             pongs += 1;
         }
@@ -1002,7 +1071,7 @@ fn send_lat<B: Bus>(
                 }
                 _ => 0,
             };
-            let na = poll_side(a, &mut wc, &ra, |c| {
+            let na = poll_side(a, &mut wc, std::slice::from_ref(&ra), |c| {
                 if c.opcode == WcOpcode::Recv {
                     received += 1;
                 }
@@ -1092,7 +1161,7 @@ fn write_lat_answer<B: Bus>(
 ) -> Result<bool, CliError> {
     let last = size as usize - 1;
     let mut byte = [0u8; 1];
-    b.mr.read(b.half + last, &mut byte);
+    b.mr().read(b.half + last, &mut byte);
     let w = write_lat_value(seen);
     if byte[0] != w {
         return Ok(false);
@@ -1100,13 +1169,13 @@ fn write_lat_answer<B: Bus>(
     if let Some((clock, stamps)) = clock {
         stamps.push(clock.ns());
     }
-    let target = b.peer;
+    let target = b.peer();
     if use_inline {
         payload[last] = w;
         let parts: [&[u8]; 1] = [payload];
         b.qps[0].post_send(&[SendWr::rdma_write_inline(0, &parts, target).signaled()])
     } else {
-        b.mr.write(last, &[w]);
+        b.mr().write(last, &[w]);
         b.qps[0].post_send(&[SendWr::rdma_write(0, sb, target).signaled()])
     }
     .map_err(|e| post_error(b.name, "an RDMA WRITE", e))?;
@@ -1138,7 +1207,7 @@ fn write_lat<B: Bus>(
     let mut server_payload = vec![0u8; size as usize];
     let sa = [a.send_sge(size)];
     let sb = b.as_deref().map(|b| [b.send_sge(size)]);
-    let ta = a.peer;
+    let ta = a.peer();
     let clock = Stamp(Instant::now());
     let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), iters);
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
@@ -1153,7 +1222,7 @@ fn write_lat<B: Bus>(
             let parts: [&[u8]; 1] = [&payload];
             a.qps[0].post_send(&[SendWr::rdma_write_inline(0, &parts, ta).signaled()])
         } else {
-            a.mr.write(last, &[v]);
+            a.mr().write(last, &[v]);
             a.qps[0].post_send(&[SendWr::rdma_write(0, &sa, ta).signaled()])
         }
         .map_err(|e| post_error(a.name, "an RDMA WRITE", e))?;
@@ -1166,10 +1235,10 @@ fn write_lat<B: Bus>(
                     b_seen += 1;
                     moved += 1;
                 }
-                moved += poll_side(b, &mut wc, sb, |_| {})?;
+                moved += poll_side(b, &mut wc, std::slice::from_ref(sb), |_| {})?;
             }
-            moved += poll_side(a, &mut wc, &sa, |_| {})?;
-            a.mr.read(a.half + last, &mut byte);
+            moved += poll_side(a, &mut wc, std::slice::from_ref(&sa), |_| {})?;
+            a.mr().read(a.half + last, &mut byte);
             if byte[0] == v {
                 stall.progress();
                 break;
@@ -1219,7 +1288,7 @@ pub(super) fn serve_write_lat<B: Bus>(
             seen += 1;
             moved += 1;
         }
-        moved += poll_side(b, &mut wc, &sb, |_| {})?;
+        moved += poll_side(b, &mut wc, std::slice::from_ref(&sb), |_| {})?;
         if moved == 0 {
             pump();
             stall.idle(&|| format!("{seen} of {iters} RDMA WRITEs answered"))?;
@@ -1238,7 +1307,7 @@ pub(super) fn serve_send_bw<B: Bus>(
     pump: &dyn Fn(),
 ) -> Result<(), CliError> {
     let total = cfg.iters * u64::from(cfg.qps);
-    let rb = [b.recv_sge()];
+    let rb = b.recv_sges();
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
     let mut stall = Stall::new(cfg);
     let mut got = 0u64;
@@ -1284,7 +1353,7 @@ fn one_sided_lat<B: Bus>(
     let iters = cfg.iters;
     let mut stamps = Vec::with_capacity(iters as usize);
     let sge = [a.send_sge(size)];
-    let target = a.peer;
+    let target = a.peer();
     let clock = Stamp(Instant::now());
     let mut progress = Progress::stderr(format!("{} {size} B", cfg.test.name()), iters);
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
@@ -1301,7 +1370,9 @@ fn one_sided_lat<B: Bus>(
             .map_err(|e| post_error(a.name, what, e))?;
         loop {
             let mut done = false;
-            let n = poll_side(a, &mut wc, &sge, |c| done |= c.wr_id == i)?;
+            let n = poll_side(a, &mut wc, std::slice::from_ref(&sge), |c| {
+                done |= c.wr_id == i
+            })?;
             if done {
                 stall.progress();
                 break;
@@ -1344,15 +1415,22 @@ fn bw<B: Bus>(
     let parts: [&[u8]; 1] = [&payload];
     let use_inline =
         cfg.test.verb != Verb::Read && cfg.test.verb != Verb::Atomic && size <= u64::from(inline);
-    let sge = [a.send_sge(size)];
-    let rb = b.as_deref().map(|b| [b.recv_sge()]);
-    let target = a.peer;
-    let make = |wr_id: u64| match cfg.test.verb {
-        Verb::Send if use_inline => SendWr::send_inline(wr_id, &parts),
-        Verb::Send => SendWr::send(wr_id, &sge),
-        Verb::Write if use_inline => SendWr::rdma_write_inline(wr_id, &parts, target),
-        Verb::Write => SendWr::rdma_write(wr_id, &sge, target),
-        Verb::Read | Verb::Atomic => one_sided_wr(cfg.test.verb, cfg.atomic, wr_id, &sge, target),
+    // Each QP's buffers and target (one for all QPs, or one per QP: `--mr_per_qp`).
+    let sges: Vec<[Sge; 1]> = (0..a.mrs.len()).map(|i| [a.send_sge_of(i, size)]).collect();
+    let ra = a.recv_sges();
+    let rb = b.as_deref().map(|b| b.recv_sges());
+    let targets = a.peers.clone();
+    let make = |q: usize, wr_id: u64| {
+        let (sge, target) = (of_qp(&sges, q), *of_qp(&targets, q));
+        match cfg.test.verb {
+            Verb::Send if use_inline => SendWr::send_inline(wr_id, &parts),
+            Verb::Send => SendWr::send(wr_id, sge),
+            Verb::Write if use_inline => SendWr::rdma_write_inline(wr_id, &parts, target),
+            Verb::Write => SendWr::rdma_write(wr_id, sge, target),
+            Verb::Read | Verb::Atomic => {
+                one_sided_wr(cfg.test.verb, cfg.atomic, wr_id, sge, target)
+            }
+        }
     };
     let mut list = Vec::with_capacity(post_list as usize);
     let clock = Stamp(Instant::now());
@@ -1383,7 +1461,7 @@ fn bw<B: Bus>(
             while scnt[q] < iters && scnt[q] + post_list <= tx_depth + ccnt[q] {
                 list.clear();
                 for k in scnt[q]..scnt[q] + post_list {
-                    let wr = make(((q as u64) << WR_QP_SHIFT) | k);
+                    let wr = make(q, ((q as u64) << WR_QP_SHIFT) | k);
                     list.push(if (k + 1) % cq_mod == 0 || k + 1 == iters {
                         wr.signaled()
                     } else {
@@ -1420,7 +1498,7 @@ fn bw<B: Bus>(
                 }
             }
         };
-        moved += poll_side(a, &mut wc, &sge, &mut retire)?;
+        moved += poll_side(a, &mut wc, &ra, &mut retire)?;
         if let (Some(b), Some(rb), true) = (b.as_deref_mut(), &rb, cfg.test.has_recv()) {
             // The receiver takes every completion there is and reposts its receive
             // requests, so that its queues keep up with the devices' progress during
