@@ -26,7 +26,8 @@
 //!   `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll` in a SEND ping-pong between
 //!   two QPs, every completion checked; `start_poll` is the layer's wrapper (in
 //!   `libferroverbs_uapi.so`, `dladdr`) with the busy-poll assistance, libmlx5's
-//!   own without it, `next_poll`/`end_poll` libmlx5's either way.
+//!   own without it, `next_poll`/`end_poll` libmlx5's either way; and the same
+//!   ping-pong between two processes, each on its own NIC.
 //! * `uapi/tests/c/scatter.c`: responder scatter to CQE as libmlx5 asks for it (a
 //!   SEND of up to 32 bytes, 64 with `MLX5_CQE_SIZE=128`, in its CQE, the receive
 //!   buffer untouched until libmlx5's poll copies it there; none with
@@ -136,6 +137,21 @@ fn extended_cqs_through_libmlx5_with_and_without_the_poll_assistance() {
             12,
         );
         run_checker_with(&exe, &["poll", "300"], &[], 107, 7);
+        // Two processes, each on its own NIC, with and without the assistance.
+        let exe = exe.to_str().unwrap();
+        for (k, envs) in [&[][..], &[("FERROVERBS_POLL_ASSIST", "0")][..]]
+            .into_iter()
+            .enumerate()
+        {
+            let limit = Duration::from_secs(180);
+            let (so, co) = uapi_support::pair(exe, &["ex", "300"], envs, 108, 109, k as u16, limit);
+            for out in [&so, &co] {
+                assert!(out.contains("PASS start_poll_entry"), "{out}");
+                assert!(out.contains("PASS pingpong"), "{out}");
+                assert!(out.contains("\n0 failures"), "{out}");
+            }
+            assert!(co.contains("rtt_us "), "{co}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -10,6 +10,11 @@
 //! also maps and watches, so those mappings ring the device as libmlx5's own do.
 //! `dc_mlx5` is not offered: the device has no DC (`mlx5dv_create_qp` of a DCT is
 //! EOPNOTSUPP), and no DEVX (`mlx5dv_open_device` with DEVX is EOPNOTSUPP).
+//!
+//! UCX's `io_demo` connects by IP address through UCX's `rdmacm` connection manager
+//! (librdmacm on each process's `/dev/infiniband/rdma_cm`), and the hang of
+//! `UCX_MEM_MMAP_HOOK_MODE=reloc` is shown to be UCX's own (below), with the two
+//! ways around it run.
 
 mod uapi_support;
 

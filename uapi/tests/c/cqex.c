@@ -9,8 +9,12 @@
  * the payload), and the round trip is timed.
  *
  * usage: cqex [ex|poll] [ITERS]   (poll: the same ping-pong on ibv_create_cq CQs
- * with ibv_poll_cq, for comparison). Prints "PASS name" / "FAIL name ...", the
- * round trip as "rtt_us X", "N failures", and exits 1 on failure. */
+ * with ibv_poll_cq, for comparison), or between two processes, each with one QP
+ * and one CQ (the QP number and GID exchanged over TCP, as ibv_rc_pingpong does):
+ *   cqex -p PORT ex|poll ITERS          (server)
+ *   cqex -p PORT ex|poll ITERS HOST     (client; it times the round trips)
+ * Prints "PASS name" / "FAIL name ...", the round trip as "rtt_us X",
+ * "N failures", and exits 1 on failure. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -18,6 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 
 static int failures;
@@ -187,6 +195,216 @@ static const char *await(struct side *s, uint64_t id)
 	return NULL;
 }
 
+/* Up to `max` completions of `s`'s CQ into `c` (0: none yet); -1 on a poll error. */
+static int poll_some(struct side *s, struct comp *c, int max)
+{
+	int n = 0;
+	if (s->cqx) {
+		struct ibv_poll_cq_attr attr = {0};
+		int r = ibv_start_poll(s->cqx, &attr);
+		if (r == ENOENT)
+			return 0;
+		if (r)
+			return -1;
+		do {
+			c[n].wr_id = s->cqx->wr_id;
+			c[n].status = s->cqx->status;
+			c[n].opcode = ibv_wc_read_opcode(s->cqx);
+			c[n].byte_len = ibv_wc_read_byte_len(s->cqx);
+			c[n].qp_num = ibv_wc_read_qp_num(s->cqx);
+			n++;
+		} while (n < max && (r = ibv_next_poll(s->cqx)) == 0);
+		ibv_end_poll(s->cqx);
+		return (n < max && r != ENOENT) ? -1 : n;
+	}
+	struct ibv_wc wc[4];
+	n = ibv_poll_cq(s->cq, max < 4 ? max : 4, wc);
+	for (int i = 0; i < n; i++)
+		c[i] = (struct comp){wc[i].wr_id, wc[i].status, wc[i].opcode, wc[i].byte_len,
+				     wc[i].qp_num};
+	return n;
+}
+
+/* What the two processes exchange over TCP. */
+struct peer {
+	uint32_t qpn;
+	uint8_t gid[16];
+};
+
+static int tcp_exchange(const char *host, int port, struct peer *mine, struct peer *theirs)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+	int fd = socket(AF_INET, SOCK_STREAM, 0), c = -1;
+	if (fd < 0)
+		return -1;
+	if (host) {
+		inet_pton(AF_INET, host, &a.sin_addr);
+		double t0 = now();
+		while (connect(fd, (struct sockaddr *)&a, sizeof a)) {
+			/* not listening yet: again, on a new socket */
+			struct timespec t = {0, 50 * 1000 * 1000};
+			close(fd);
+			if (now() - t0 > 20 || (fd = socket(AF_INET, SOCK_STREAM, 0)) < 0)
+				return -1;
+			nanosleep(&t, NULL);
+		}
+		c = fd;
+		if (write(c, mine, sizeof *mine) != sizeof *mine ||
+		    read(c, theirs, sizeof *theirs) != sizeof *theirs)
+			return -1;
+	} else {
+		int one = 1;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+		if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 1))
+			return -1;
+		c = accept(fd, NULL, NULL);
+		if (c < 0 || read(c, theirs, sizeof *theirs) != sizeof *theirs)
+			return -1;
+	}
+	return c;
+}
+
+/* The two-process ping-pong (see the usage above). */
+static int two_process(int port, int ex, int iters, const char *host)
+{
+	char d[256];
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	struct ibv_context *ctx = list && n > 0 ? ibv_open_device(list[0]) : NULL;
+	struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	char *buf = aligned_alloc(4096, 4096);
+	mr = pd && buf ? ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	struct side s = {0};
+	if (mr && ex) {
+		struct ibv_cq_init_attr_ex a = {0};
+		a.cqe = 16;
+		a.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM;
+		s.cqx = ibv_create_cq_ex(ctx, &a);
+		s.cq = s.cqx ? ibv_cq_ex_to_cq(s.cqx) : NULL;
+	} else if (mr) {
+		s.cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	}
+	struct ibv_qp_init_attr ia = {0};
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 8;
+	ia.cap.max_recv_wr = 8;
+	ia.cap.max_send_sge = 1;
+	ia.cap.max_recv_sge = 1;
+	ia.send_cq = s.cq;
+	ia.recv_cq = s.cq;
+	s.qp = s.cq ? ibv_create_qp(pd, &ia) : NULL;
+	s.rbuf = buf;
+	s.sbuf = buf + 2048;
+	union ibv_gid gid;
+	int ok = s.qp && !ibv_query_gid(ctx, 1, 0, &gid);
+	check("objects", ok, "device, PD, MR, CQ or QP failed");
+	if (!ok)
+		return 1;
+	if (ex) {
+		const char *sp = object_of((void *)s.cqx->start_poll);
+		const char *assist = getenv("FERROVERBS_POLL_ASSIST");
+		int want_wrapped = !(assist && !strcmp(assist, "0"));
+		snprintf(d, sizeof d, "start_poll in %s (assistance %s)", sp,
+			 want_wrapped ? "on" : "off");
+		check("start_poll_entry", (strstr(sp, "ferroverbs_uapi") != NULL) == want_wrapped, d);
+	}
+	struct peer mine = {.qpn = s.qp->qp_num}, theirs;
+	memcpy(mine.gid, gid.raw, 16);
+	int c = tcp_exchange(host, port, &mine, &theirs);
+	union ibv_gid pg;
+	memcpy(pg.raw, theirs.gid, 16);
+	int rts = c >= 0 ? to_rts(s.qp, theirs.qpn, &pg) : -1;
+	/* The first receive posted before the peer can send (the barrier below). */
+	ok = c >= 0 && !rts && !post_recv(&s, 0);
+	if (ok && !host)
+		ok = write(c, &mine, sizeof mine) == sizeof mine;
+	snprintf(d, sizeof d, "TCP exchange %s, QP transitions %d (errno %d)",
+		 c >= 0 ? "done" : "failed", rts, errno);
+	check("connect", ok, d);
+	if (!ok)
+		return 1;
+	if (host) {
+		/* The server answers only after its QP is ready. */
+		char x;
+		ok = read(c, &x, 1) == 1;
+	} else {
+		ok = write(c, "r", 1) == 1;
+	}
+	const char *why = ok ? NULL : "TCP barrier failed";
+	int done = 0, sends = 0;
+	double t0 = now();
+	for (int k = 0; !why && k < iters; k++) {
+		uint64_t id = (uint64_t)k;
+		/* the client sends first; the server answers each receive */
+		if (host && post_send(&s, id)) {
+			why = "post_send failed";
+			break;
+		}
+		int got = 0;
+		double w0 = now();
+		while (!why && !got) {
+			struct comp cc[4];
+			int m = poll_some(&s, cc, 4);
+			if (m < 0)
+				why = "poll failed";
+			if (now() - w0 > 20)
+				why = "no receive within 20 s";
+			for (int i = 0; !why && i < m; i++) {
+				if (cc[i].status != IBV_WC_SUCCESS || cc[i].qp_num != s.qp->qp_num)
+					why = "completion in error or of another QP";
+				else if (cc[i].opcode == IBV_WC_SEND)
+					sends++;
+				else if (cc[i].opcode != IBV_WC_RECV || cc[i].wr_id != id)
+					why = "not the receive posted";
+				else {
+					uint64_t first;
+					memcpy(&first, s.rbuf, sizeof first);
+					if (cc[i].byte_len != MSG || first != id ||
+					    (unsigned char)s.rbuf[MSG - 1] != (id & 0xff))
+						why = "received length or bytes wrong";
+					got = 1;
+				}
+			}
+		}
+		if (why)
+			break;
+		if (post_recv(&s, id + 1) || (!host && post_send(&s, id))) {
+			why = "post failed";
+			break;
+		}
+		done++;
+	}
+	double t = now() - t0;
+	/* the last SEND completions */
+	double w1 = now();
+	while (!why && sends < done && now() - w1 < 20) {
+		struct comp cc[4];
+		int m = poll_some(&s, cc, 4);
+		for (int i = 0; i < m; i++)
+			if (cc[i].opcode == IBV_WC_SEND && cc[i].status == IBV_WC_SUCCESS)
+				sends++;
+	}
+	snprintf(d, sizeof d, "%d of %d round trips, %d sends completed: %s", done, iters,
+		 sends, why ? why : "all");
+	check("pingpong", !why && done == iters && sends == done, d);
+	if (host)
+		printf("rtt_us %.2f (%s CQs, two processes, %d round trips)\n",
+		       done ? t / done * 1e6 : 0.0, ex ? "extended" : "ibv_create_cq", done);
+	/* Neither side tears down before the other is done. */
+	char x = 'e';
+	if (write(c, &x, 1) != 1 || read(c, &x, 1) != 1)
+		check("teardown", 0, "TCP barrier failed");
+	close(c);
+	ibv_destroy_qp(s.qp);
+	ibv_destroy_cq(s.cq);
+	ibv_dereg_mr(mr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	ibv_free_device_list(list);
+	printf("%d failures\n", failures);
+	return failures ? 1 : 0;
+}
+
 /* Whether the CQ of `s` is empty. */
 static int empty(struct side *s)
 {
@@ -203,6 +421,9 @@ static int empty(struct side *s)
 
 int main(int argc, char **argv)
 {
+	if (argc > 4 && !strcmp(argv[1], "-p"))
+		return two_process(atoi(argv[2]), strcmp(argv[3], "poll") != 0, atoi(argv[4]),
+				   argc > 5 ? argv[5] : NULL);
 	int ex = !(argc > 1 && !strcmp(argv[1], "poll"));
 	int iters = argc > 2 ? atoi(argv[2]) : 1000;
 	char d[512];
