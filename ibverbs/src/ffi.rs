@@ -42,6 +42,13 @@ pub(crate) fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// This thread's errno.
+fn errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
 /// Runs `f`, turning a panic into `fail` (a panic must not cross the C boundary).
 pub(crate) fn guard<R>(fail: R, f: impl FnOnce() -> R) -> R {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(fail)
@@ -312,6 +319,9 @@ pub(crate) struct CtxObj {
     pub(crate) vctx: abi::verbs_context,
     pub(crate) nic: &'static Nic,
     pub(crate) own_async_fd: Option<RawFd>,
+    /// `context->cmd_fd` (see [`CmdFile`]), closed with the context as rdma-core's
+    /// `verbs_uninit_context` closes it.
+    pub(crate) cmd_fd: std::os::fd::OwnedFd,
     /// `context->async_fd`: an epoll descriptor watching the async EQ's eventfd (see
     /// [`AppFd`]).
     pub(crate) app_async_fd: AppFd,
@@ -441,6 +451,13 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
                 return ptr::null_mut();
             }
         };
+        let cmd_fd = match CmdFile::open() {
+            Ok(f) => f,
+            Err(e) => {
+                set_errno(e);
+                return ptr::null_mut();
+            }
+        };
         let (async_fd, own) = match nic.ctx.async_event_fd() {
             Some(fd) => (fd, None),
             None => {
@@ -479,7 +496,7 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
                 context: abi::ibv_context {
                     device: dev,
                     ops,
-                    cmd_fd: -1,
+                    cmd_fd: std::os::fd::AsRawFd::as_raw_fd(&cmd_fd),
                     async_fd: app_async_fd.raw(),
                     num_comp_vectors: 1,
                     mutex: abi::pthread_mutex_t([0; 40]),
@@ -488,6 +505,7 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
             },
             nic,
             own_async_fd: own,
+            cmd_fd,
             app_async_fd,
         })
         .into_ibv()
@@ -925,6 +943,54 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// libmlx5's demand for a queue buffer on huge pages (`buf.c`
+/// `mlx5_get_alloc_type`): `<prefix>_ALLOC_TYPE` (`MLX_QP`, `MLX_CQ`, `MLX_SRQ`) set
+/// to `HUGE` (any case), or, when that variable is unset or names no type, the old
+/// key `legacy` (`HUGE_CQ`, `HUGE_RC`, ...: `mlx5_use_huge`) set to `y`. The other
+/// types (`PREFER_HUGE`, `ALL`, `PREFER_CONTIG`, `ANON`) fall back to ordinary
+/// pages, as libmlx5 does when huge pages are short.
+fn huge_demanded(prefix: &str, legacy: Option<&str>) -> bool {
+    const TYPES: [&str; 6] = [
+        "ANON",
+        "HUGE",
+        "CONTIG",
+        "PREFER_CONTIG",
+        "PREFER_HUGE",
+        "ALL",
+    ];
+    let named = std::env::var(format!("{prefix}_ALLOC_TYPE"))
+        .ok()
+        .and_then(|v| TYPES.iter().find(|t| t.eq_ignore_ascii_case(&v)).copied());
+    match named {
+        Some(t) => t == "HUGE",
+        None => legacy.is_some_and(|k| std::env::var_os(k).is_some_and(|v| v == "y")),
+    }
+}
+
+/// Refuses a queue whose buffer the environment demands on huge pages
+/// ([`huge_demanded`]) when the system has no 2 MiB page for it: libmlx5 then fails
+/// the creation (`mlx5_alloc_prefered_buf` with `MLX5_ALLOC_TYPE_HUGE` returns -1
+/// after `alloc_huge_mem`'s `shmget(SHM_HUGETLB)` failed), with `shmget`'s errno
+/// (`ENOMEM` when none is free). The probe is the same `shmget` of one huge page,
+/// removed at once. When one can be had the queue is still placed on the driver's
+/// ordinary pages (its DMA buffers are page allocations): huge pages are a TLB
+/// hint the simulated device does not see.
+fn huge_pages_for(prefix: &str, legacy: Option<&str>) -> Result<(), c_int> {
+    if !huge_demanded(prefix, legacy) {
+        return Ok(());
+    }
+    const HPAGE: usize = 2 << 20;
+    let flags = libc::SHM_HUGETLB | libc::SHM_R | libc::SHM_W;
+    // SAFETY: shmget creates a private segment or fails; it touches no memory of ours.
+    let id = unsafe { libc::shmget(libc::IPC_PRIVATE, HPAGE, flags) };
+    if id < 0 {
+        return Err(errno());
+    }
+    // SAFETY: the segment just created, never attached: removed at once.
+    unsafe { libc::shmctl(id, libc::IPC_RMID, ptr::null_mut()) };
+    Ok(())
+}
+
 pub(crate) unsafe extern "C" fn create_cq(
     ctx: *mut abi::ibv_context,
     cqe: c_int,
@@ -939,6 +1005,7 @@ pub(crate) unsafe extern "C" fn create_cq(
         if comp_vector < 0 || comp_vector >= o.vctx.context.num_comp_vectors {
             return Err(libc::EINVAL);
         }
+        huge_pages_for("MLX_CQ", Some("HUGE_CQ"))?;
         // SAFETY: NULL or the caller's channel, alive while CQs use it.
         let chan = unsafe { ChanObj::from_ibv(channel) }.ok();
         let cq = match chan {
@@ -1312,6 +1379,13 @@ pub(crate) unsafe fn create_qp_with(
         if ia.cap.max_send_sge as usize > MAX_SGE || ia.cap.max_recv_sge as usize > MAX_SGE {
             return Err(libc::EINVAL);
         }
+        // libmlx5's old per-type keys (`qptype2key`).
+        let legacy = match ty {
+            QpType::Rc => "HUGE_RC",
+            QpType::Uc => "HUGE_UC",
+            _ => "HUGE_UD",
+        };
+        huge_pages_for("MLX_QP", Some(legacy))?;
         let qp = {
             let sg = scq.cq.lock();
             let srq_guard = srq.map(|s| lock(&s.srq));
@@ -1918,9 +1992,12 @@ pub(crate) unsafe extern "C" fn create_srq(
         // SAFETY: the caller's init attributes.
         let ia = unsafe { init.as_mut() }.ok_or(libc::EINVAL)?;
         let a = ia.attr;
-        if a.max_wr == 0 || a.max_sge as usize > MAX_SGE || a.srq_limit > a.max_wr {
+        // `max_wr` 0 is accepted, as libmlx5's `mlx5_create_srq` and mlx5_ib's
+        // `mlx5_ib_create_srq` do: a queue of one WQE that holds no request.
+        if a.max_sge as usize > MAX_SGE || a.srq_limit > a.max_wr {
             return Err(libc::EINVAL);
         }
+        huge_pages_for("MLX_SRQ", None)?;
         let srq =
             p.pd.create_srq(&SrqAttr {
                 max_wr: a.max_wr,
@@ -2167,11 +2244,89 @@ pub(crate) unsafe extern "C" fn fork_unneeded() -> c_int {
     c::IBV_FORK_UNNEEDED
 }
 
-/// `ibv_import_device(cmd_fd)`: rdma-core finds the device whose uverbs character
-/// device `cmd_fd` is: not a character device: EINVAL; none of the listed devices has
-/// that device number: ENODEV. This library's device has no uverbs character device,
-/// so a character device never names it.
+/// The file behind every context's `cmd_fd`. rdma-core's contexts carry the uverbs
+/// character device they were opened on (`verbs_open_device`), which programs
+/// duplicate and hand to `ibv_import_device` (rdma-core's `test_shared_pd` does
+/// `os.dup(ctx.cmd_fd)`); this library's device has no such file, so each context
+/// gets a duplicate of one process-wide sealed, empty memfd instead: a valid
+/// descriptor that names this library's device, reads end of file, refuses writes
+/// (`EPERM`, the seals) and ioctls (`ENOTTY`).
+struct CmdFile {
+    fd: std::os::fd::OwnedFd,
+    id: (libc::dev_t, libc::ino_t),
+}
+
+static CMD_FILE: OnceLock<Result<CmdFile, c_int>> = OnceLock::new();
+
+impl CmdFile {
+    /// The process's command file, created on first use.
+    fn get() -> Result<&'static CmdFile, c_int> {
+        CMD_FILE
+            .get_or_init(|| {
+                use std::os::fd::{AsRawFd, FromRawFd};
+                let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+                // SAFETY: a NUL-terminated name; memfd_create returns a new descriptor
+                // or -1.
+                let raw = unsafe { libc::memfd_create(c"ferroverbs-uverbs".as_ptr(), flags) };
+                if raw < 0 {
+                    return Err(errno());
+                }
+                // SAFETY: `raw` is the descriptor just created, owned by nobody else.
+                let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+                let seals = libc::F_SEAL_WRITE
+                    | libc::F_SEAL_GROW
+                    | libc::F_SEAL_SHRINK
+                    | libc::F_SEAL_SEAL;
+                // SAFETY: fcntl on our own descriptor.
+                if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+                    return Err(errno());
+                }
+                let id = file_id(fd.as_raw_fd()).ok_or_else(errno)?;
+                Ok(CmdFile { fd, id })
+            })
+            .as_ref()
+            .map_err(|e| *e)
+    }
+
+    /// A new descriptor of the command file (close-on-exec) for a context.
+    fn open() -> Result<std::os::fd::OwnedFd, c_int> {
+        Self::get()?
+            .fd
+            .try_clone()
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))
+    }
+
+    /// Whether `fd` is a descriptor of the command file (a context's `cmd_fd`, or a
+    /// duplicate of one).
+    fn names(fd: c_int) -> bool {
+        let Some(id) = CMD_FILE.get().and_then(|r| r.as_ref().ok()).map(|f| f.id) else {
+            return false;
+        };
+        file_id(fd) == Some(id)
+    }
+}
+
+/// `(st_dev, st_ino)` of the file `fd` is open on.
+fn file_id(fd: c_int) -> Option<(libc::dev_t, libc::ino_t)> {
+    // SAFETY: an all-zero `stat` is a valid value; fstat writes it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on any int is defined (EBADF for a bad descriptor); `st` is writable.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// `ibv_import_device(cmd_fd)`, in rdma-core's order (`libibverbs/device.c`): a
+/// descriptor that is not a character device is EINVAL; one that names no listed
+/// device is ENODEV; the device found, but its provider without `import_context`, is
+/// EOPNOTSUPP. This library's device is named by its contexts' command file
+/// ([`CmdFile`]), and it offers no import (sharing objects through a kernel uverbs
+/// file), so that file gives EOPNOTSUPP, on which rdma-core's tests skip ("Importing
+/// a device is not supported"); any other character device names no device of the
+/// list.
 pub(crate) unsafe extern "C" fn import_device(cmd_fd: c_int) -> *mut c_void {
+    if CmdFile::names(cmd_fd) {
+        set_errno(libc::EOPNOTSUPP);
+        return ptr::null_mut();
+    }
     // SAFETY: an all-zero `stat` is a valid value; fstat writes it or fails.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat on any int is defined (EBADF for a bad descriptor); `st` is writable.
