@@ -21,8 +21,8 @@ use std::sync::{Mutex, OnceLock};
 use ferroverbs::verbs::{requester_completion, HotReq};
 use ferroverbs::verbs::{
     AddressHandle, AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap,
-    QpInitAttr, QpType, QueuePair, RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge,
-    SharedReceiveQueue, SrqAttr,
+    QpInitAttr, QpType, QueuePair, RecvWr, RemoteAddr, SendBatch, SendData, SendFlags, SendOp,
+    SendWr, Sge, SharedReceiveQueue, SrqAttr,
 };
 use ferroverbs::GidEntry;
 use ferroverbs_sim::Sim;
@@ -1726,28 +1726,125 @@ unsafe extern "C" fn post_send_list(
         return libc::EINVAL;
     };
     let mut g = q.qp.lock();
+    let r = if !q.ud && !wr.is_null() && unsafe { !(*wr).next.is_null() } {
+        // SAFETY: the caller's list, with valid gather lists.
+        unsafe { post_connected_list(&mut g, wr) }
+    } else {
+        let mut cur = wr;
+        loop {
+            if cur.is_null() {
+                break Ok(());
+            }
+            // SAFETY: `cur` is a request of the caller's list.
+            let w = unsafe { &*cur };
+            // SAFETY: the request's own gather list; for UD its address handle.
+            let r = unsafe {
+                if q.ud {
+                    post_one(&mut g, w, true)
+                } else {
+                    post_connected(&mut g, w)
+                }
+            };
+            if let Err(e) = r {
+                break Err((cur, e));
+            }
+            cur = w.next;
+        }
+    };
+    match r {
+        Ok(()) => 0,
+        Err((at, e)) => {
+            if !bad.is_null() {
+                // SAFETY: the caller's out-parameter.
+                unsafe { *bad = at };
+            }
+            e
+        }
+    }
+}
+
+/// Whether a request is a memory-window operation (bind or local invalidate), which
+/// `crate::mw` posts on its own.
+fn is_mw_op(opcode: c_uint) -> bool {
+    matches!(
+        opcode,
+        crate::abi_ex::c::IBV_WR_BIND_MW | crate::abi_ex::c::IBV_WR_LOCAL_INV
+    )
+}
+
+/// A list of two or more requests on a connected QP, as libmlx5's `mlx5_post_send`
+/// posts a list: the WQEs one after the other and one doorbell for them (at the
+/// end, or before the failed request: the ones before it are published). Each
+/// request goes through the driver's typed batch entries where it has their shape
+/// (a SEND of one gather entry, or of one non-empty inline entry), the others
+/// through the batch's general writer ([`SendBatch::post`]); a memory-window
+/// operation, which `crate::mw` posts, closes the batch and is posted on its own.
+/// On a failure, the failed request and its errno.
+///
+/// # Safety
+/// `wr` is a valid request list, each with a valid gather list (with
+/// `IBV_SEND_INLINE`, naming readable memory).
+unsafe fn post_connected_list(
+    g: &mut QueuePair<'static, B>,
+    wr: *mut abi::ibv_send_wr,
+) -> Result<(), (*mut abi::ibv_send_wr, c_int)> {
     let mut cur = wr;
     while !cur.is_null() {
         // SAFETY: `cur` is a request of the caller's list.
         let w = unsafe { &*cur };
-        // SAFETY: the request's own gather list; for UD its address handle.
-        let r = unsafe {
-            if q.ud {
-                post_one(&mut g, w, true)
-            } else {
-                post_connected(&mut g, w)
-            }
-        };
-        if let Err(e) = r {
-            if !bad.is_null() {
-                // SAFETY: the caller's out-parameter.
-                unsafe { *bad = cur };
-            }
-            return e;
+        if is_mw_op(w.opcode) {
+            // SAFETY: the caller's contract.
+            unsafe { post_one(g, w, false) }.map_err(|e| (cur, e))?;
+            cur = w.next;
+            continue;
         }
-        cur = w.next;
+        let mut b = g.post().map_err(|e| (cur, post_errno(&e)))?;
+        while !cur.is_null() {
+            // SAFETY: as above.
+            let w = unsafe { &*cur };
+            if is_mw_op(w.opcode) {
+                break;
+            }
+            // A failure drops the batch, which publishes the requests before it.
+            // SAFETY: the caller's contract.
+            unsafe { batch_one(&mut b, w) }.map_err(|e| (cur, e))?;
+            cur = w.next;
+        }
+        b.ring();
     }
-    0
+    Ok(())
+}
+
+/// One request of [`post_connected_list`] in the batch `b`.
+///
+/// # Safety
+/// As [`post_connected_list`], for `w`.
+#[inline(always)]
+unsafe fn batch_one(b: &mut SendBatch<'_, B>, w: &abi::ibv_send_wr) -> Result<(), c_int> {
+    if w.opcode == c::IBV_WR_SEND && w.num_sge == 1 && !w.sg_list.is_null() {
+        // SAFETY: the caller's gather list of one entry (not NULL, checked).
+        let s = unsafe { w.sg_list.read() };
+        let flags = send_flags(w.send_flags);
+        if w.send_flags & c::IBV_SEND_INLINE == 0 {
+            let sge = Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            };
+            return b.send(w.wr_id, &sge, flags).map_err(|e| post_errno(&e));
+        }
+        if s.length != 0 {
+            // SAFETY: with IBV_SEND_INLINE the entry names memory the application
+            // lets the library read during this call (no key is needed).
+            let data =
+                unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) };
+            return b
+                .send_inline(w.wr_id, data, flags)
+                .map_err(|e| post_errno(&e));
+        }
+    }
+    // SAFETY: the caller's contract (a connected QP: no address handle).
+    unsafe { with_send_wr(w, false, |wr| b.post(wr).map_err(|e| post_errno(&e))) }
 }
 
 /// The driver's send flags of `ibv_send_wr.send_flags` (`IBV_SEND_INLINE` is the
@@ -1821,6 +1918,29 @@ unsafe fn post_one(
     w: &abi::ibv_send_wr,
     ud: bool,
 ) -> Result<(), c_int> {
+    if is_mw_op(w.opcode) {
+        // SAFETY: the caller's request (its `bind_mw` member for a bind).
+        return unsafe { crate::mw::post_mw_wr(qp, w) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_send_wr(w, ud, |wr| {
+            qp.post_send(std::slice::from_ref(wr))
+                .map_err(|b| post_errno(&b.error))
+        })
+    }
+}
+
+/// Runs `f` on the driver's request for `w` (any opcode but the memory-window
+/// ones: EINVAL, as an unknown opcode).
+///
+/// # Safety
+/// As [`post_one`].
+unsafe fn with_send_wr(
+    w: &abi::ibv_send_wr,
+    ud: bool,
+    f: impl FnOnce(&SendWr<'_>) -> Result<(), c_int>,
+) -> Result<(), c_int> {
     let mut store = [Sge::default(); MAX_SGE];
     // SAFETY: the caller's contract.
     let sg = unsafe { sges(w.sg_list, w.num_sge, &mut store) }?;
@@ -1865,10 +1985,6 @@ unsafe fn post_one(
             },
             add: atomic.compare_add,
         },
-        crate::abi_ex::c::IBV_WR_BIND_MW | crate::abi_ex::c::IBV_WR_LOCAL_INV => {
-            // SAFETY: the caller's request (its `bind_mw` member for a bind).
-            return unsafe { crate::mw::post_mw_wr(qp, w) };
-        }
         _ => return Err(libc::EINVAL),
     };
     let flags = send_flags(w.send_flags);
@@ -1899,7 +2015,7 @@ unsafe fn post_one(
         let ah = unsafe { AhObj::from_ibv(u.ah) }?;
         wr = wr.ud(&ah.ah, u.remote_qpn, u.remote_qkey);
     }
-    qp.post_send(&[wr]).map_err(|b| post_errno(&b.error))
+    f(&wr)
 }
 
 /// Walks a C receive-request chain (`ibv_post_recv` / `ibv_post_srq_recv`), posting
