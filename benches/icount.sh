@@ -14,9 +14,10 @@ BIN=${CARGO_TARGET_DIR:-target}/release/examples/fastpath_icount
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 printf '%-8s %12s %10s %s\n' case Ir iterations Ir/op
-CASES=${CASES:-inline inline_db send send_db list16 recv poll poll16 empty rpoll t_inline t_inline_db t_send t_send_db t_list16 t_poll t_empty o_inline o_inline_db o_send o_send_db poll128 empty128 rpoll128 t_poll128 t_empty128 c_post c_poll u_post u_poll}
+CASES=${CASES:-inline inline_db send send_db list16 recv poll poll16 empty rpoll t_inline t_inline_db t_send t_send_db t_list16 t_poll t_empty o_inline o_inline_db o_send o_send_db poll128 empty128 rpoll128 t_poll128 t_empty128 c_post c_poll c_list16 u_post u_poll}
 # The C entry points (c_post: ibv_post_send of one signaled 64-byte inline SEND;
-# c_poll: ibv_poll_cq of one CQE): benches/verbs_icount.c, a C program built here
+# c_poll: ibv_poll_cq of one CQE; c_list16: ibv_post_send of a list of 16 SENDs of
+# one gather entry): benches/verbs_icount.c, a C program built here
 # against <infiniband/verbs.h> (libibverbs-dev) and run on the built drop-in
 # libibverbs.so.1, with a simulated NIC of its own process on a loopback address of
 # its own (FERROVERBS_DEVICE), BlueFlame off (MLX5_SHUT_UP_BF=1: the 8-byte doorbell,
@@ -25,7 +26,7 @@ CASES=${CASES:-inline inline_db send send_db list16 recv poll poll16 empty rpoll
 # inside the measured function.
 c_case() {
     local c=$1 extra=()
-    if [ "$c" = c_post ]; then
+    if [ "$c" = c_post ] || [ "$c" = c_list16 ]; then
         extra=(--toggle-collect='*SimBus as ferroverbs_hw::bus::Bus>::write64')
     fi
     FERROVERBS_DEVICE=sim:127.0.0.93 MLX5_SHUT_UP_BF=1 LD_LIBRARY_PATH="$LIB" \
@@ -87,7 +88,7 @@ for c in $CASES; do
     ir=$(awk '/^summary:/ {print $2}' "$OUT/$c.out")
     per=$(awk -v a="$ir" -v b="$n" 'BEGIN { printf "%.1f", a / b }')
     extra=""
-    if [ "$c" = list16 ] || [ "$c" = t_list16 ]; then
+    if [ "$c" = list16 ] || [ "$c" = t_list16 ] || [ "$c" = c_list16 ]; then
         extra=$(awk -v a="$ir" -v b="$N" 'BEGIN { printf "  (%.1f per WR)", a / b / 16 }')
     elif [ "$c" = poll16 ]; then
         extra=$(awk -v a="$ir" -v b="$N" 'BEGIN { printf "  (%.1f per CQE)", a / b / 16 }')

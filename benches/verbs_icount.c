@@ -2,17 +2,20 @@
  * Instruction counts of the drop-in libibverbs' post and poll entries, called as a C
  * program calls them (the static inline ibv_post_send / ibv_poll_cq of
  * <infiniband/verbs.h>, through the context's ops). Run under callgrind by
- * benches/icount.sh (cases c_post, c_poll), against the built libibverbs.so.1 on a
+ * benches/icount.sh (cases c_post, c_poll, c_list16), against the built libibverbs.so.1 on a
  * simulated NIC of this process; the measured functions are icount_c_post_send and
  * icount_c_poll_cq (never inlined), and the script leaves out what the simulated
  * device does behind the doorbell (its Bus::write64), which on a ConnectX is one
  * store to BAR0.
  *
- * verbs_icount <c_post|c_poll> <iterations>: two RC QPs of one NIC connected to
- * each other; each iteration posts a receive on the second, a signaled 64-byte
- * inline SEND on the first, and takes both completions. c_post measures the SEND's
- * ibv_post_send; c_poll arms the send CQ, waits for its event (so the completion is
- * there), and measures the ibv_poll_cq of one entry that takes it.
+ * verbs_icount <c_post|c_poll|c_list16> <iterations>: two RC QPs of one NIC
+ * connected to each other; each iteration posts a receive on the second, a signaled
+ * 64-byte inline SEND on the first, and takes both completions. c_post measures the
+ * SEND's ibv_post_send; c_poll arms the send CQ, waits for its event (so the
+ * completion is there), and measures the ibv_poll_cq of one entry that takes it.
+ * c_list16 posts 16 receives, then measures one ibv_post_send of a list of 16
+ * SENDs of one 64-byte gather entry (the last signaled), and takes the 17
+ * completions.
  */
 #include <infiniband/verbs.h>
 #include <stdio.h>
@@ -92,11 +95,13 @@ static void connect_qp(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid)
 
 int main(int argc, char **argv)
 {
-	if (argc != 3 || (strcmp(argv[1], "c_post") && strcmp(argv[1], "c_poll"))) {
-		fprintf(stderr, "usage: verbs_icount <c_post|c_poll> <iterations>\n");
+	if (argc != 3 || (strcmp(argv[1], "c_post") && strcmp(argv[1], "c_poll") &&
+			  strcmp(argv[1], "c_list16"))) {
+		fprintf(stderr, "usage: verbs_icount <c_post|c_poll|c_list16> <iterations>\n");
 		return 2;
 	}
 	int poll_case = !strcmp(argv[1], "c_poll");
+	int list_case = !strcmp(argv[1], "c_list16");
 	long iters = atol(argv[2]);
 	int num;
 	struct ibv_device **list = ibv_get_device_list(&num);
@@ -150,7 +155,35 @@ int main(int argc, char **argv)
 	swr.num_sge = 1;
 	swr.opcode = IBV_WR_SEND;
 	swr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
-	for (long i = 0; i < iters; i++) {
+	/* c_list16: 16 SENDs of one gather entry each, the last signaled, and 16
+	 * receives, each a chained list. */
+	struct ibv_sge lsge[16];
+	struct ibv_send_wr lwr[16];
+	struct ibv_recv_wr lrwr[16];
+	memset(lwr, 0, sizeof lwr);
+	memset(lrwr, 0, sizeof lrwr);
+	for (int k = 0; k < 16; k++) {
+		lsge[k] = (struct ibv_sge){.addr = (uintptr_t)(buf + 2048), .length = 64, .lkey = mr->lkey};
+		lwr[k].wr_id = 100 + k;
+		lwr[k].sg_list = &lsge[k];
+		lwr[k].num_sge = 1;
+		lwr[k].opcode = IBV_WR_SEND;
+		lwr[k].next = k < 15 ? &lwr[k + 1] : NULL;
+		lrwr[k] = rwr;
+		lrwr[k].next = k < 15 ? &lrwr[k + 1] : NULL;
+	}
+	lwr[15].send_flags = IBV_SEND_SIGNALED;
+	for (long i = 0; list_case && i < iters; i++) {
+		struct ibv_recv_wr *rbad;
+		if (ibv_post_recv(b, lrwr, &rbad))
+			die("ibv_post_recv");
+		if (icount_c_post_send(a, lwr))
+			die("ibv_post_send");
+		wait_one(scq, "send");
+		for (int k = 0; k < 16; k++)
+			wait_one(rcq, "receive");
+	}
+	for (long i = 0; !list_case && i < iters; i++) {
 		struct ibv_recv_wr *rbad;
 		if (ibv_post_recv(b, &rwr, &rbad))
 			die("ibv_post_recv");

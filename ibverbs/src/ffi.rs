@@ -21,8 +21,8 @@ use std::sync::{Mutex, OnceLock};
 use ferroverbs::verbs::{requester_completion, HotReq};
 use ferroverbs::verbs::{
     AddressHandle, AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap,
-    QpInitAttr, QpType, QueuePair, RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge,
-    SharedReceiveQueue, SrqAttr,
+    QpInitAttr, QpType, QueuePair, RecvWr, RemoteAddr, SendBatch, SendData, SendFlags, SendOp,
+    SendWr, Sge, SharedReceiveQueue, SrqAttr,
 };
 use ferroverbs::GidEntry;
 use ferroverbs_sim::Sim;
@@ -40,6 +40,13 @@ pub(crate) const MAX_SGE: usize = 32;
 pub(crate) fn set_errno(e: c_int) {
     // SAFETY: `__errno_location` returns this thread's errno slot, always valid.
     unsafe { *libc::__errno_location() = e };
+}
+
+/// This thread's errno.
+fn errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// Runs `f`, turning a panic into `fail` (a panic must not cross the C boundary).
@@ -312,6 +319,9 @@ pub(crate) struct CtxObj {
     pub(crate) vctx: abi::verbs_context,
     pub(crate) nic: &'static Nic,
     pub(crate) own_async_fd: Option<RawFd>,
+    /// `context->cmd_fd` (see [`CmdFile`]), closed with the context as rdma-core's
+    /// `verbs_uninit_context` closes it.
+    pub(crate) cmd_fd: std::os::fd::OwnedFd,
     /// `context->async_fd`: an epoll descriptor watching the async EQ's eventfd (see
     /// [`AppFd`]).
     pub(crate) app_async_fd: AppFd,
@@ -441,6 +451,13 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
                 return ptr::null_mut();
             }
         };
+        let cmd_fd = match CmdFile::open() {
+            Ok(f) => f,
+            Err(e) => {
+                set_errno(e);
+                return ptr::null_mut();
+            }
+        };
         let (async_fd, own) = match nic.ctx.async_event_fd() {
             Some(fd) => (fd, None),
             None => {
@@ -479,7 +496,7 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
                 context: abi::ibv_context {
                     device: dev,
                     ops,
-                    cmd_fd: -1,
+                    cmd_fd: std::os::fd::AsRawFd::as_raw_fd(&cmd_fd),
                     async_fd: app_async_fd.raw(),
                     num_comp_vectors: 1,
                     mutex: abi::pthread_mutex_t([0; 40]),
@@ -488,6 +505,7 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
             },
             nic,
             own_async_fd: own,
+            cmd_fd,
             app_async_fd,
         })
         .into_ibv()
@@ -925,6 +943,54 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// libmlx5's demand for a queue buffer on huge pages (`buf.c`
+/// `mlx5_get_alloc_type`): `<prefix>_ALLOC_TYPE` (`MLX_QP`, `MLX_CQ`, `MLX_SRQ`) set
+/// to `HUGE` (any case), or, when that variable is unset or names no type, the old
+/// key `legacy` (`HUGE_CQ`, `HUGE_RC`, ...: `mlx5_use_huge`) set to `y`. The other
+/// types (`PREFER_HUGE`, `ALL`, `PREFER_CONTIG`, `ANON`) fall back to ordinary
+/// pages, as libmlx5 does when huge pages are short.
+fn huge_demanded(prefix: &str, legacy: Option<&str>) -> bool {
+    const TYPES: [&str; 6] = [
+        "ANON",
+        "HUGE",
+        "CONTIG",
+        "PREFER_CONTIG",
+        "PREFER_HUGE",
+        "ALL",
+    ];
+    let named = std::env::var(format!("{prefix}_ALLOC_TYPE"))
+        .ok()
+        .and_then(|v| TYPES.iter().find(|t| t.eq_ignore_ascii_case(&v)).copied());
+    match named {
+        Some(t) => t == "HUGE",
+        None => legacy.is_some_and(|k| std::env::var_os(k).is_some_and(|v| v == "y")),
+    }
+}
+
+/// Refuses a queue whose buffer the environment demands on huge pages
+/// ([`huge_demanded`]) when the system has no 2 MiB page for it: libmlx5 then fails
+/// the creation (`mlx5_alloc_prefered_buf` with `MLX5_ALLOC_TYPE_HUGE` returns -1
+/// after `alloc_huge_mem`'s `shmget(SHM_HUGETLB)` failed), with `shmget`'s errno
+/// (`ENOMEM` when none is free). The probe is the same `shmget` of one huge page,
+/// removed at once. When one can be had the queue is still placed on the driver's
+/// ordinary pages (its DMA buffers are page allocations): huge pages are a TLB
+/// hint the simulated device does not see.
+fn huge_pages_for(prefix: &str, legacy: Option<&str>) -> Result<(), c_int> {
+    if !huge_demanded(prefix, legacy) {
+        return Ok(());
+    }
+    const HPAGE: usize = 2 << 20;
+    let flags = libc::SHM_HUGETLB | libc::SHM_R | libc::SHM_W;
+    // SAFETY: shmget creates a private segment or fails; it touches no memory of ours.
+    let id = unsafe { libc::shmget(libc::IPC_PRIVATE, HPAGE, flags) };
+    if id < 0 {
+        return Err(errno());
+    }
+    // SAFETY: the segment just created, never attached: removed at once.
+    unsafe { libc::shmctl(id, libc::IPC_RMID, ptr::null_mut()) };
+    Ok(())
+}
+
 pub(crate) unsafe extern "C" fn create_cq(
     ctx: *mut abi::ibv_context,
     cqe: c_int,
@@ -939,6 +1005,7 @@ pub(crate) unsafe extern "C" fn create_cq(
         if comp_vector < 0 || comp_vector >= o.vctx.context.num_comp_vectors {
             return Err(libc::EINVAL);
         }
+        huge_pages_for("MLX_CQ", Some("HUGE_CQ"))?;
         // SAFETY: NULL or the caller's channel, alive while CQs use it.
         let chan = unsafe { ChanObj::from_ibv(channel) }.ok();
         let opts = ferroverbs::verbs::CqOptions {
@@ -1317,6 +1384,13 @@ pub(crate) unsafe fn create_qp_with(
         if ia.cap.max_send_sge as usize > MAX_SGE || ia.cap.max_recv_sge as usize > MAX_SGE {
             return Err(libc::EINVAL);
         }
+        // libmlx5's old per-type keys (`qptype2key`).
+        let legacy = match ty {
+            QpType::Rc => "HUGE_RC",
+            QpType::Uc => "HUGE_UC",
+            _ => "HUGE_UD",
+        };
+        huge_pages_for("MLX_QP", Some(legacy))?;
         let qp = {
             let sg = scq.cq.lock();
             let srq_guard = srq.map(|s| lock(&s.srq));
@@ -1701,28 +1775,125 @@ unsafe extern "C" fn post_send_list(
         return libc::EINVAL;
     };
     let mut g = q.qp.lock();
+    let r = if !q.ud && !wr.is_null() && unsafe { !(*wr).next.is_null() } {
+        // SAFETY: the caller's list, with valid gather lists.
+        unsafe { post_connected_list(&mut g, wr) }
+    } else {
+        let mut cur = wr;
+        loop {
+            if cur.is_null() {
+                break Ok(());
+            }
+            // SAFETY: `cur` is a request of the caller's list.
+            let w = unsafe { &*cur };
+            // SAFETY: the request's own gather list; for UD its address handle.
+            let r = unsafe {
+                if q.ud {
+                    post_one(&mut g, w, true)
+                } else {
+                    post_connected(&mut g, w)
+                }
+            };
+            if let Err(e) = r {
+                break Err((cur, e));
+            }
+            cur = w.next;
+        }
+    };
+    match r {
+        Ok(()) => 0,
+        Err((at, e)) => {
+            if !bad.is_null() {
+                // SAFETY: the caller's out-parameter.
+                unsafe { *bad = at };
+            }
+            e
+        }
+    }
+}
+
+/// Whether a request is a memory-window operation (bind or local invalidate), which
+/// `crate::mw` posts on its own.
+fn is_mw_op(opcode: c_uint) -> bool {
+    matches!(
+        opcode,
+        crate::abi_ex::c::IBV_WR_BIND_MW | crate::abi_ex::c::IBV_WR_LOCAL_INV
+    )
+}
+
+/// A list of two or more requests on a connected QP, as libmlx5's `mlx5_post_send`
+/// posts a list: the WQEs one after the other and one doorbell for them (at the
+/// end, or before the failed request: the ones before it are published). Each
+/// request goes through the driver's typed batch entries where it has their shape
+/// (a SEND of one gather entry, or of one non-empty inline entry), the others
+/// through the batch's general writer ([`SendBatch::post`]); a memory-window
+/// operation, which `crate::mw` posts, closes the batch and is posted on its own.
+/// On a failure, the failed request and its errno.
+///
+/// # Safety
+/// `wr` is a valid request list, each with a valid gather list (with
+/// `IBV_SEND_INLINE`, naming readable memory).
+unsafe fn post_connected_list(
+    g: &mut QueuePair<'static, B>,
+    wr: *mut abi::ibv_send_wr,
+) -> Result<(), (*mut abi::ibv_send_wr, c_int)> {
     let mut cur = wr;
     while !cur.is_null() {
         // SAFETY: `cur` is a request of the caller's list.
         let w = unsafe { &*cur };
-        // SAFETY: the request's own gather list; for UD its address handle.
-        let r = unsafe {
-            if q.ud {
-                post_one(&mut g, w, true)
-            } else {
-                post_connected(&mut g, w)
-            }
-        };
-        if let Err(e) = r {
-            if !bad.is_null() {
-                // SAFETY: the caller's out-parameter.
-                unsafe { *bad = cur };
-            }
-            return e;
+        if is_mw_op(w.opcode) {
+            // SAFETY: the caller's contract.
+            unsafe { post_one(g, w, false) }.map_err(|e| (cur, e))?;
+            cur = w.next;
+            continue;
         }
-        cur = w.next;
+        let mut b = g.post().map_err(|e| (cur, post_errno(&e)))?;
+        while !cur.is_null() {
+            // SAFETY: as above.
+            let w = unsafe { &*cur };
+            if is_mw_op(w.opcode) {
+                break;
+            }
+            // A failure drops the batch, which publishes the requests before it.
+            // SAFETY: the caller's contract.
+            unsafe { batch_one(&mut b, w) }.map_err(|e| (cur, e))?;
+            cur = w.next;
+        }
+        b.ring();
     }
-    0
+    Ok(())
+}
+
+/// One request of [`post_connected_list`] in the batch `b`.
+///
+/// # Safety
+/// As [`post_connected_list`], for `w`.
+#[inline(always)]
+unsafe fn batch_one(b: &mut SendBatch<'_, B>, w: &abi::ibv_send_wr) -> Result<(), c_int> {
+    if w.opcode == c::IBV_WR_SEND && w.num_sge == 1 && !w.sg_list.is_null() {
+        // SAFETY: the caller's gather list of one entry (not NULL, checked).
+        let s = unsafe { w.sg_list.read() };
+        let flags = send_flags(w.send_flags);
+        if w.send_flags & c::IBV_SEND_INLINE == 0 {
+            let sge = Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            };
+            return b.send(w.wr_id, &sge, flags).map_err(|e| post_errno(&e));
+        }
+        if s.length != 0 {
+            // SAFETY: with IBV_SEND_INLINE the entry names memory the application
+            // lets the library read during this call (no key is needed).
+            let data =
+                unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) };
+            return b
+                .send_inline(w.wr_id, data, flags)
+                .map_err(|e| post_errno(&e));
+        }
+    }
+    // SAFETY: the caller's contract (a connected QP: no address handle).
+    unsafe { with_send_wr(w, false, |wr| b.post(wr).map_err(|e| post_errno(&e))) }
 }
 
 /// The driver's send flags of `ibv_send_wr.send_flags` (`IBV_SEND_INLINE` is the
@@ -1796,6 +1967,29 @@ unsafe fn post_one(
     w: &abi::ibv_send_wr,
     ud: bool,
 ) -> Result<(), c_int> {
+    if is_mw_op(w.opcode) {
+        // SAFETY: the caller's request (its `bind_mw` member for a bind).
+        return unsafe { crate::mw::post_mw_wr(qp, w) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_send_wr(w, ud, |wr| {
+            qp.post_send(std::slice::from_ref(wr))
+                .map_err(|b| post_errno(&b.error))
+        })
+    }
+}
+
+/// Runs `f` on the driver's request for `w` (any opcode but the memory-window
+/// ones: EINVAL, as an unknown opcode).
+///
+/// # Safety
+/// As [`post_one`].
+unsafe fn with_send_wr(
+    w: &abi::ibv_send_wr,
+    ud: bool,
+    f: impl FnOnce(&SendWr<'_>) -> Result<(), c_int>,
+) -> Result<(), c_int> {
     let mut store = [Sge::default(); MAX_SGE];
     // SAFETY: the caller's contract.
     let sg = unsafe { sges(w.sg_list, w.num_sge, &mut store) }?;
@@ -1840,10 +2034,6 @@ unsafe fn post_one(
             },
             add: atomic.compare_add,
         },
-        crate::abi_ex::c::IBV_WR_BIND_MW | crate::abi_ex::c::IBV_WR_LOCAL_INV => {
-            // SAFETY: the caller's request (its `bind_mw` member for a bind).
-            return unsafe { crate::mw::post_mw_wr(qp, w) };
-        }
         _ => return Err(libc::EINVAL),
     };
     let flags = send_flags(w.send_flags);
@@ -1874,7 +2064,7 @@ unsafe fn post_one(
         let ah = unsafe { AhObj::from_ibv(u.ah) }?;
         wr = wr.ud(&ah.ah, u.remote_qpn, u.remote_qkey);
     }
-    qp.post_send(&[wr]).map_err(|b| post_errno(&b.error))
+    f(&wr)
 }
 
 /// Walks a C receive-request chain (`ibv_post_recv` / `ibv_post_srq_recv`), posting
@@ -1967,9 +2157,12 @@ pub(crate) unsafe extern "C" fn create_srq(
         // SAFETY: the caller's init attributes.
         let ia = unsafe { init.as_mut() }.ok_or(libc::EINVAL)?;
         let a = ia.attr;
-        if a.max_wr == 0 || a.max_sge as usize > MAX_SGE || a.srq_limit > a.max_wr {
+        // `max_wr` 0 is accepted, as libmlx5's `mlx5_create_srq` and mlx5_ib's
+        // `mlx5_ib_create_srq` do: a queue of one WQE that holds no request.
+        if a.max_sge as usize > MAX_SGE || a.srq_limit > a.max_wr {
             return Err(libc::EINVAL);
         }
+        huge_pages_for("MLX_SRQ", None)?;
         let srq =
             p.pd.create_srq(&SrqAttr {
                 max_wr: a.max_wr,
@@ -2216,11 +2409,89 @@ pub(crate) unsafe extern "C" fn fork_unneeded() -> c_int {
     c::IBV_FORK_UNNEEDED
 }
 
-/// `ibv_import_device(cmd_fd)`: rdma-core finds the device whose uverbs character
-/// device `cmd_fd` is: not a character device: EINVAL; none of the listed devices has
-/// that device number: ENODEV. This library's device has no uverbs character device,
-/// so a character device never names it.
+/// The file behind every context's `cmd_fd`. rdma-core's contexts carry the uverbs
+/// character device they were opened on (`verbs_open_device`), which programs
+/// duplicate and hand to `ibv_import_device` (rdma-core's `test_shared_pd` does
+/// `os.dup(ctx.cmd_fd)`); this library's device has no such file, so each context
+/// gets a duplicate of one process-wide sealed, empty memfd instead: a valid
+/// descriptor that names this library's device, reads end of file, refuses writes
+/// (`EPERM`, the seals) and ioctls (`ENOTTY`).
+struct CmdFile {
+    fd: std::os::fd::OwnedFd,
+    id: (libc::dev_t, libc::ino_t),
+}
+
+static CMD_FILE: OnceLock<Result<CmdFile, c_int>> = OnceLock::new();
+
+impl CmdFile {
+    /// The process's command file, created on first use.
+    fn get() -> Result<&'static CmdFile, c_int> {
+        CMD_FILE
+            .get_or_init(|| {
+                use std::os::fd::{AsRawFd, FromRawFd};
+                let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+                // SAFETY: a NUL-terminated name; memfd_create returns a new descriptor
+                // or -1.
+                let raw = unsafe { libc::memfd_create(c"ferroverbs-uverbs".as_ptr(), flags) };
+                if raw < 0 {
+                    return Err(errno());
+                }
+                // SAFETY: `raw` is the descriptor just created, owned by nobody else.
+                let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+                let seals = libc::F_SEAL_WRITE
+                    | libc::F_SEAL_GROW
+                    | libc::F_SEAL_SHRINK
+                    | libc::F_SEAL_SEAL;
+                // SAFETY: fcntl on our own descriptor.
+                if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+                    return Err(errno());
+                }
+                let id = file_id(fd.as_raw_fd()).ok_or_else(errno)?;
+                Ok(CmdFile { fd, id })
+            })
+            .as_ref()
+            .map_err(|e| *e)
+    }
+
+    /// A new descriptor of the command file (close-on-exec) for a context.
+    fn open() -> Result<std::os::fd::OwnedFd, c_int> {
+        Self::get()?
+            .fd
+            .try_clone()
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))
+    }
+
+    /// Whether `fd` is a descriptor of the command file (a context's `cmd_fd`, or a
+    /// duplicate of one).
+    fn names(fd: c_int) -> bool {
+        let Some(id) = CMD_FILE.get().and_then(|r| r.as_ref().ok()).map(|f| f.id) else {
+            return false;
+        };
+        file_id(fd) == Some(id)
+    }
+}
+
+/// `(st_dev, st_ino)` of the file `fd` is open on.
+fn file_id(fd: c_int) -> Option<(libc::dev_t, libc::ino_t)> {
+    // SAFETY: an all-zero `stat` is a valid value; fstat writes it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on any int is defined (EBADF for a bad descriptor); `st` is writable.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// `ibv_import_device(cmd_fd)`, in rdma-core's order (`libibverbs/device.c`): a
+/// descriptor that is not a character device is EINVAL; one that names no listed
+/// device is ENODEV; the device found, but its provider without `import_context`, is
+/// EOPNOTSUPP. This library's device is named by its contexts' command file
+/// ([`CmdFile`]), and it offers no import (sharing objects through a kernel uverbs
+/// file), so that file gives EOPNOTSUPP, on which rdma-core's tests skip ("Importing
+/// a device is not supported"); any other character device names no device of the
+/// list.
 pub(crate) unsafe extern "C" fn import_device(cmd_fd: c_int) -> *mut c_void {
+    if CmdFile::names(cmd_fd) {
+        set_errno(libc::EOPNOTSUPP);
+        return ptr::null_mut();
+    }
     // SAFETY: an all-zero `stat` is a valid value; fstat writes it or fails.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat on any int is defined (EBADF for a bad descriptor); `st` is writable.

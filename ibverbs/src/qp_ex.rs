@@ -381,13 +381,18 @@ unsafe extern "C" fn create_qp_ex(
 /// # Safety
 /// `a`'s pointers are the caller's (NULL or live objects of ours).
 unsafe fn create(a: &mut abi_ex::ibv_qp_init_attr_ex) -> Result<*mut ibv_qp, c_int> {
-    let known = cx::IBV_QP_INIT_ATTR_PD | cx::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    let known = cx::IBV_QP_INIT_ATTR_PD
+        | cx::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+        | cx::IBV_QP_INIT_ATTR_CREATE_FLAGS;
     if a.comp_mask & cx::IBV_QP_INIT_ATTR_PD == 0 {
         return Err(libc::EINVAL);
     }
     if a.comp_mask & !known != 0 {
-        // XRC domains, creation flags, TSO, RSS: not offered.
+        // XRC domains, TSO, RSS: not offered.
         return Err(libc::EOPNOTSUPP);
+    }
+    if a.comp_mask & cx::IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 {
+        create_flags_ok(a.create_flags)?;
     }
     let ops = if a.comp_mask & cx::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
         a.send_ops_flags
@@ -425,6 +430,24 @@ unsafe fn create(a: &mut abi_ex::ibv_qp_init_attr_ex) -> Result<*mut ibv_qp, c_i
         fill(&mut *ex, a.qp_type);
     }
     Ok(qp)
+}
+
+/// `ibv_qp_init_attr_ex.create_flags` as the kernel judges them: a bit outside
+/// the flags uverbs knows (`ib_uverbs_create_qp`: block multicast loopback,
+/// cross-channel, managed send and receive, scatter FCS, CVLAN stripping, source
+/// QPN, PCI write end padding) is EINVAL; a known one the device lacks is
+/// EOPNOTSUPP (mlx5_ib `process_create_flags`). No flag is offered: the device has
+/// no multicast (no `block_lb_mc` capability), no cross-channel queues and no raw
+/// Ethernet QPs. Flags 0 are accepted.
+fn create_flags_ok(flags: u32) -> Result<(), c_int> {
+    const UVERBS_FLAGS: u32 = (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4) | (0xf << 8);
+    if flags & !UVERBS_FLAGS != 0 {
+        return Err(libc::EINVAL);
+    }
+    if flags != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    Ok(())
 }
 
 /// Sets the function pointers of the interface for a QP of `qp_type`.

@@ -1,7 +1,8 @@
 //! Verbs of the library called in process through its exported C symbols, as a C
 //! program calls them, where the answer must be rdma-core's: the entry points of
 //! features this library does not offer (import, dma-buf registration, the data-order
-//! query) answer as rdma-core does for a provider without the op; the IBVERBS_1.0
+//! query) answer as rdma-core does for a provider without the op (the context's
+//! `cmd_fd` names the device to `ibv_import_device`, which refuses it so); the IBVERBS_1.0
 //! compatibility versions (reached with `dlvsym`, as a program linked against them
 //! binds) list the device. All tests share one simulated NIC (host 84 of this process's
 //! loopback /24).
@@ -218,6 +219,33 @@ fn import_and_dmabuf_verbs_fail_as_rdma_core_without_the_provider_op() {
             "import (/dev/null)",
         );
         libc::close(null);
+        // The context's cmd_fd is a valid descriptor (close-on-exec) that a program may
+        // duplicate, as rdma-core's test_shared_pd does before importing it; importing
+        // it or a duplicate is EOPNOTSUPP (rdma-core: the device found, its provider
+        // without import_context); writing commands to it is refused.
+        let cmd = (*d.ctx).cmd_fd;
+        assert!(cmd >= 0, "cmd_fd {cmd}");
+        assert_eq!(
+            libc::fcntl(cmd, libc::F_GETFD) & libc::FD_CLOEXEC,
+            libc::FD_CLOEXEC
+        );
+        let dup = libc::dup(cmd);
+        assert!(dup >= 0);
+        set_errno(0);
+        null_with(
+            ibv_import_device(cmd).cast(),
+            libc::EOPNOTSUPP,
+            "import (cmd_fd)",
+        );
+        set_errno(0);
+        null_with(
+            ibv_import_device(dup).cast(),
+            libc::EOPNOTSUPP,
+            "import (a duplicate of cmd_fd)",
+        );
+        assert_eq!(libc::write(dup, b"x".as_ptr().cast(), 1), -1);
+        assert_eq!(*libc::__errno_location(), libc::EPERM);
+        libc::close(dup);
 
         // ibv_query_qp_data_in_order: 0 ("not known to be in order"), with or without
         // IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS.

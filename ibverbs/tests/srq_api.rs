@@ -1,7 +1,7 @@
 //! The SRQ verbs of the library, called in process through its exported C symbols and
 //! the inline functions' `ibv_context.ops` slots, as a C program would: two RC QPs of
 //! one simulated NIC (host 83 of this process's loopback /24) connected to each other, the receiving one on an
-//! SRQ. Checks the granted sizes, `ibv_query_srq`, `ibv_modify_srq` (limit arming,
+//! SRQ. Checks the granted sizes (`max_wr` 0 too), `ibv_query_srq`, `ibv_modify_srq` (limit arming,
 //! resize refused), `ibv_post_recv` on the QP refused with `EINVAL`, completions
 //! carrying the SRQ requests' `wr_id`s, `IBV_EVENT_SRQ_LIMIT_REACHED` naming the SRQ,
 //! and `ibv_destroy_srq` refused with `EBUSY` while the QP exists.
@@ -161,6 +161,28 @@ fn srq_verbs_through_the_c_abi() {
             libc::EINVAL
         );
         assert_eq!(bad, &mut rw as *mut _);
+
+        // max_wr 0 and max_sge 0, as pyverbs' `SrqInitAttr()` asks: created as libmlx5's
+        // mlx5_create_srq and mlx5_ib create it (one WQE, one scatter entry), granted
+        // max_wr 0 and max_sge 1, and a receive finds it full (ENOMEM, as libmlx5's
+        // post with head == tail).
+        let mut z = abi::ibv_srq_init_attr {
+            srq_context: ptr::null_mut(),
+            attr: abi::ibv_srq_attr::default(),
+        };
+        let empty = ibv_create_srq(pd, &mut z);
+        assert!(!empty.is_null(), "max_wr 0 refused");
+        assert_eq!((z.attr.max_wr, z.attr.max_sge), (0, 1));
+        let mut zq = abi::ibv_srq_attr::default();
+        assert_eq!(ibv_query_srq(empty, &mut zq), 0);
+        assert_eq!((zq.max_wr, zq.max_sge, zq.srq_limit), (0, 1, 0));
+        bad = ptr::null_mut();
+        assert_eq!(
+            post_srq_recv(empty as *mut c_void, &mut rw, &mut bad),
+            libc::ENOMEM
+        );
+        assert_eq!(bad, &mut rw as *mut _);
+        assert_eq!(ibv_destroy_srq(empty), 0);
 
         // 8 receives on the SRQ (one chained list), wr_id 100 + k, slot k of 1 KiB.
         let mut sges: Vec<abi::ibv_sge> = (0..8)

@@ -239,6 +239,23 @@ fn the_wr_and_cq_ex_interfaces_and_memory_windows_through_the_c_abi() {
             source_qpn: 0,
             send_ops_flags: cx::IBV_QP_EX_WITH_TSO,
         };
+        // Creation flags, as the kernel judges them (ib_uverbs_create_qp, mlx5_ib
+        // process_create_flags): a bit uverbs does not know is EINVAL; a known flag
+        // the device lacks (blocking multicast loopback: no multicast) EOPNOTSUPP;
+        // flags 0 with IBV_QP_INIT_ATTR_CREATE_FLAGS are accepted (below).
+        qa.comp_mask |= cx::IBV_QP_INIT_ATTR_CREATE_FLAGS;
+        qa.send_ops_flags = cx::IBV_QP_EX_WITH_SEND;
+        for (flags, want) in [(1 << 0, libc::EINVAL), (1 << 1, libc::EOPNOTSUPP)] {
+            qa.create_flags = flags;
+            *libc::__errno_location() = 0;
+            assert!(
+                create_qp_ex(ctx, &mut qa).is_null(),
+                "create_flags {flags:#x}"
+            );
+            assert_eq!(*libc::__errno_location(), want, "create_flags {flags:#x}");
+        }
+        qa.create_flags = 0;
+        qa.send_ops_flags = cx::IBV_QP_EX_WITH_TSO;
         // TSO is not an RC operation here (nor on mlx5): EOPNOTSUPP.
         *libc::__errno_location() = 0;
         assert!(create_qp_ex(ctx, &mut qa).is_null());

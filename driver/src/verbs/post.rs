@@ -496,29 +496,19 @@ fn post_send_list<B: Bus, O: SqOwner<B>>(
     let mut b = q
         .batch(slots)
         .map_err(|error| super::BadWr { index: 0, error })?;
-    for (index, wr) in wrs.iter().enumerate() {
-        let Some(sge) = send_sge_of(wr) else {
-            // The batch moves (by value: it stays in registers in this loop).
-            return post_mixed_rest(b, wrs, index);
-        };
-        b.send(wr.wr_id, sge, wr.flags)
-            .map_err(|error| super::BadWr { index, error })?;
+    let tails = b.q.sq.ctrl_tails();
+    let done = b.c.put_sends(wrs, tails);
+    if done < wrs.len() {
+        // The batch moves (by value: it stays in registers in the loop above).
+        return post_mixed_rest(b, wrs, done);
     }
     b.ring();
     Ok(())
 }
 
-/// The gather entry of a SEND of one gather entry on a connected QP.
-#[inline(always)]
-fn send_sge_of<'a>(wr: &SendWr<'a>) -> Option<&'a Sge> {
-    match (wr.op, wr.data, wr.ud) {
-        (SendOp::Send, SendData::Gather([sge]), None) => Some(sge),
-        _ => None,
-    }
-}
-
-/// The rest of [`post_send_list`] from the first request that is not a SEND of one
-/// gather entry (`wrs[from]`), in the same batch `b`: each request through
+/// The rest of [`post_send_list`] from the first request the run of SENDs of one
+/// gather entry did not take (`wrs[from]`: another shape, an empty gather entry, or
+/// the budget spent), in the same batch `b`: each request through
 /// [`SendBatch::put`].
 #[inline(never)]
 fn post_mixed_rest<B: Bus>(
@@ -1280,6 +1270,87 @@ mod tests {
     /// must not carry out of the index's low byte) and goes on with the rest of the
     /// budget there; the bytes, results and completions stay those of `post_send`,
     /// with WQEs of every size crossing those multiples in the middle of batches.
+    /// Lists of SENDs of one gather entry, the run `post_send` writes in one loop
+    /// ([`ring::SqCursor::put_sends`]): lists of 1 to 40 (longer than the ring's
+    /// room, and across its end and 256-index chunks) with every flag combination,
+    /// now and then an empty gather entry or another shape in the middle, on a ring
+    /// that fills up (retired only sometimes): after every list the results (the
+    /// index and error of a full ring), the bytes, the producer index, the depth
+    /// mark and the completions are those of the general writer.
+    #[test]
+    fn post_send_runs_of_sends_are_the_general_writer() {
+        let cap = QpCap {
+            max_send_wr: 64,
+            ..QpCap::default()
+        };
+        for blueflame in [true, false] {
+            let (mut a, mut c) = (side(&cap, blueflame), side(&cap, blueflame));
+            let mut x = 0x2545_f491_4f6c_dd1d_u64;
+            let mut next = |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            };
+            let mut errors = 0;
+            for round in 0..3000u32 {
+                let n = 1 + next(40) as usize;
+                let sges: Vec<[Sge; 1]> = (0..n)
+                    .map(|_| {
+                        [Sge {
+                            addr: next(1 << 40),
+                            length: if next(25) == 0 {
+                                0
+                            } else {
+                                1 + next(1 << 20) as u32
+                            },
+                            lkey: next(1 << 24) as u32,
+                        }]
+                    })
+                    .collect();
+                let wrs: Vec<SendWr<'_>> = (0..n)
+                    .map(|k| {
+                        let id = u64::from(round) << 8 | k as u64;
+                        let w = match next(25) {
+                            0 => SendWr::send_with_imm(id, &sges[k], 0x1234),
+                            _ => SendWr::send(id, &sges[k]),
+                        };
+                        w.with_flags(SendFlags::from_verbs(next(8) as u32))
+                    })
+                    .collect();
+                let start = a.qp.next_send_index();
+                let ra = a.qp.post_send_general(&wrs);
+                let rc = c.qp.post_send(&wrs);
+                assert_eq!(ra, rc, "round {round}: {wrs:?}");
+                errors += usize::from(ra.is_err());
+                assert_eq!(
+                    a.qp.next_send_index(),
+                    c.qp.next_send_index(),
+                    "round {round}"
+                );
+                assert!(image(&a) == image(&c), "bytes after round {round}: {wrs:?}");
+                assert_eq!(a.qp.sq_depth_hwm(), c.qp.sq_depth_hwm(), "round {round}");
+                let end = a.qp.next_send_index();
+                if end != start && next(4) != 0 {
+                    let posted = match ra {
+                        Ok(()) => n,
+                        Err(e) => e.index,
+                    };
+                    let op = wrs[posted - 1].op.opcode();
+                    let last = last_index(&a, start, end);
+                    for s in [&mut a, &mut c] {
+                        s.cq.produce_send(QPN, last, op);
+                    }
+                    let mut wc = [WorkCompletion::default(); 2];
+                    let (na, nc) = (a.cq.poll(&mut wc[..1]), c.cq.poll(&mut wc[1..]));
+                    assert_eq!((na, nc), (1, 1), "round {round}");
+                    assert_eq!(wc[0], wc[1], "round {round}");
+                }
+            }
+            assert!(errors > 100, "the ring filled up in {errors} rounds only");
+        }
+    }
+
     #[test]
     fn typed_entries_write_the_bytes_of_post_send_across_256_index_chunks() {
         let cap = QpCap {

@@ -226,7 +226,8 @@ const NEXT_SEG: usize = 16;
 impl<'ctx, B: Bus> Pd<'ctx, B> {
     /// Creates a shared receive queue (`ibv_create_srq`) of at least `attr.max_wr`
     /// requests of `attr.max_sge` entries, its limit armed at `attr.srq_limit` (if not
-    /// 0).
+    /// 0). As on mlx5, `max_wr` 0 is a queue that holds no request and `max_sge` 0 is
+    /// one entry.
     pub fn create_srq(&self, attr: &SrqAttr) -> Result<SharedReceiveQueue<'_, B>> {
         let ctx = self.context();
         let log_max = ctx.cap(g::log_max_srq_sz).min(15) as u32;
@@ -241,13 +242,20 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             .checked_add(1)
             .map(u32::next_power_of_two)
             .unwrap_or(u32::MAX);
-        if attr.max_wr == 0 || nwqe > 1 << log_max {
+        // As Linux's mlx5_ib (`mlx5_ib_create_srq`): `max_wr` 0 is a queue of one WQE
+        // (`roundup_pow_of_two(max_wr + 1)`), which holds no request (libmlx5's
+        // `mlx5_alloc_srq_buf` gives the caller `max_wr` 0 back, and its post finds it
+        // full); only `max_wr` at or above the device's `1 << log_max_srq_sz` is
+        // refused.
+        if nwqe > 1 << log_max {
             return Err(exceeded("max_wr", attr.max_wr, (1u64 << log_max) - 1));
         }
         let stride = (NEXT_SEG as u32 + 16 * attr.max_sge.max(1))
             .next_power_of_two()
             .max(32);
-        if stride > max_wqe || attr.max_sge == 0 {
+        // `max_sge` 0 is one scatter entry, as mlx5_ib's descriptor of at least 32
+        // bytes (`max_avail_gather` 1).
+        if stride > max_wqe {
             return Err(exceeded(
                 "max_sge",
                 attr.max_sge,

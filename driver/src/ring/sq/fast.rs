@@ -260,6 +260,13 @@ impl<M: QueueMem, D: DoorbellWord> SendQueue<M, D> {
         (self.ctrl_send + ds).to_be()
     }
 
+    /// The memory images of bytes 8-15 of the control segment of a SEND without
+    /// immediate, one per combination of [`SendFlags`] (`flags & 7`).
+    #[inline(always)]
+    pub fn ctrl_tails(&self) -> &[u64; 8] {
+        &self.ctrl_tails
+    }
+
     /// The memory image of bytes 8-15 of the control segment of a one-request
     /// SEND with `flags` (no immediate).
     #[inline(always)]
@@ -565,6 +572,58 @@ impl<S: WqeSlots> SqCursor<S> {
             }
             None => false,
         }
+    }
+
+    /// Writes the leading run of `wrs` that are SENDs of one gather entry on a
+    /// connected QP, each as [`SqCursor::put_sge`] writes it (control segment from
+    /// the cursor's head and `tails[flags]`, the queue's control tails
+    /// [`SendQueue::ctrl_tails`], then the data segment; one WQEBB), and returns how
+    /// many it wrote. It stops, with nothing written for it, at the first request of
+    /// another shape, with an empty gather entry, or when the budget is spent: the
+    /// caller posts that one another way. A loop with no call in it, so that the
+    /// cursor stays in registers (`QueuePair::post_send` of a list).
+    #[inline(always)]
+    pub fn put_sends(&mut self, wrs: &[SendWr<'_>], tails: &[u64; 8]) -> usize {
+        // Each WQE takes one WQEBB: how many were written is what the budget lost,
+        // and the last head the one before the cursor's, so the loop keeps neither.
+        let left = self.slots.left();
+        let mut head = self.head;
+        for wr in wrs {
+            let (SendOp::Send, SendData::Gather([sge]), None) = (wr.op, wr.data, wr.ud) else {
+                break;
+            };
+            // As `put_sge`: the data segment's two words, the length tested in the
+            // first.
+            let [addr, lk] = crate::verbs::fastmem::sge_words(sge);
+            let lk = if cfg!(target_endian = "little") {
+                lk
+            } else {
+                lk.rotate_left(32)
+            };
+            let d0 = lk.rotate_left(32).to_be();
+            let d1 = addr.to_be();
+            if d0.to_ne_bytes()[..4] == [0; 4] {
+                break;
+            }
+            let tail = tails[usize::from(wr.flags.0 & 7)];
+            if !self.slots.put::<4, false>(&[head, tail, d0, d1], wr.wr_id) {
+                break;
+            }
+            debug_assert_eq!(
+                head.to_ne_bytes()[3],
+                MLX5_OPCODE_SEND,
+                "a head moved past its 256-index chunk is never written"
+            );
+            head += IDX_ONE;
+        }
+        let n = left - self.slots.left();
+        if n > 0 {
+            self.head = head;
+            // The add is exact (no wrap of the 64-bit image), so is its inverse.
+            self.last_head = head - IDX_ONE;
+            self.nreq += n;
+        }
+        n as usize
     }
 
     /// Writes a WQE of `opcode` (as for [`SqCursor::put_sge`]) whose data part is
