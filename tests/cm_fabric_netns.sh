@@ -1,9 +1,9 @@
 #!/bin/sh
 # libfabric's verbs provider on two simulated NICs under `ferroverbs run`: fi_info
 # lists FI_EP_MSG, and fi_pingpong runs between two processes over FI_EP_MSG (verbs
-# RC connected by rdma_cm), data checked (-c). FI_EP_RDM (ofi_rxm over verbs MSG) is
-# not checked: its fi_av_insert refuses the peer's address on the current layer
-# (`fi_pingpong -e rdm`: "number of addresses inserted = 0"), a failure still open.
+# RC connected by rdma_cm) and FI_EP_RDM (ofi_rxm over verbs MSG: the address
+# fi_av_insert takes is the peer's rxm listener, an rdma_cm id bound to port 0 that
+# must report the ephemeral port it was given), data checked (-c).
 #
 # The verbs provider offers FI_EP_MSG only for a device with an address on an
 # interface that is up and not loopback (`vrb_getifaddrs` skips IFF_LOOPBACK): the
@@ -35,7 +35,7 @@ timeout 120 "$FV" run --device sim:10.77.0.1 -- fi_info -p verbs -t FI_EP_MSG >"
 grep -q "type: FI_EP_MSG" "$out/info"
 check "fi_info -p verbs lists FI_EP_MSG" $?
 port=47592
-for ep in msg; do
+for ep in msg rdm; do
     port=$((port + 1))
     timeout 300 "$FV" run --device sim:10.77.0.1 -- \
         fi_pingpong -p verbs -e $ep -B $port -I 100 -S 65536 -c >"$out/s" 2>&1 &
