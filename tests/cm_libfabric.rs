@@ -2,9 +2,10 @@
 //! run`: `fi_info` lists FI_EP_MSG, and `fi_pingpong` runs between two processes over
 //! FI_EP_MSG (RC connected by rdma_cm), FI_EP_RDM (`ofi_rxm` over verbs MSG, at 64 KiB
 //! and at 1 MiB by its rendezvous), FI_EP_RDM over `ofi_rxd` on verbs FI_EP_DGRAM, and
-//! FI_EP_DGRAM (UD), each transfer's data checked: six PASS lines. `tests/cm_fabric_netns.sh` does it in a
-//! network namespace of its own (the provider skips loopback interfaces), which needs
-//! root: without it the test says so and passes; `.ci/run` runs the script with sudo.
+//! FI_EP_DGRAM (UD), each transfer's data checked: six PASS lines.
+//! `tests/cm_fabric_netns.sh` does it in a network namespace of its own (the provider
+//! skips loopback interfaces), which needs root: without it the test says so and
+//! passes; `.ci/run` runs the script with sudo.
 
 use std::process::Command;
 use std::time::Duration;
