@@ -1,9 +1,11 @@
 #!/bin/sh
 # libfabric's verbs provider on two simulated NICs under `ferroverbs run`: fi_info
 # lists FI_EP_MSG, and fi_pingpong runs between two processes over FI_EP_MSG (verbs
-# RC connected by rdma_cm), data checked (-c). FI_EP_RDM (ofi_rxm over verbs MSG) is
-# not checked: its fi_av_insert refuses the peer's address on the current layer
-# (`fi_pingpong -e rdm`: "number of addresses inserted = 0"), a failure still open.
+# RC connected by rdma_cm) and FI_EP_RDM (ofi_rxm over verbs MSG: the address
+# fi_av_insert takes is the peer's rxm listener, an rdma_cm id bound to port 0 that
+# must report the ephemeral port it was given), also at 1 MiB (rxm's rendezvous),
+# FI_EP_RDM over ofi_rxd on verbs FI_EP_DGRAM (UD), and FI_EP_DGRAM itself, each
+# transfer's data checked (-c).
 #
 # The verbs provider offers FI_EP_MSG only for a device with an address on an
 # interface that is up and not loopback (`vrb_getifaddrs` skips IFF_LOOPBACK): the
@@ -35,10 +37,14 @@ timeout 120 "$FV" run --device sim:10.77.0.1 -- fi_info -p verbs -t FI_EP_MSG >"
 grep -q "type: FI_EP_MSG" "$out/info"
 check "fi_info -p verbs lists FI_EP_MSG" $?
 port=47592
-for ep in msg; do
+# Cases: endpoint type, providers, message size, iterations, and the size as
+# fi_pingpong prints it. RDM over ofi_rxm at 1 MiB goes by rxm's rendezvous (the
+# receiver READs the data); ofi_rxd runs over verbs FI_EP_DGRAM (UD), and DGRAM
+# itself takes a message of one MTU.
+while read -r ep prov size iters label; do
     port=$((port + 1))
     timeout 300 "$FV" run --device sim:10.77.0.1 -- \
-        fi_pingpong -p verbs -e $ep -B $port -I 100 -S 65536 -c >"$out/s" 2>&1 &
+        fi_pingpong -p "$prov" -e $ep -B $port -I $iters -S $size -c >"$out/s" 2>&1 </dev/null &
     s=$!
     # The client again while the server's control port refuses it (its start-up),
     # for up to a minute.
@@ -46,7 +52,8 @@ for ep in msg; do
     while :; do
         sleep 2
         timeout 280 "$FV" run --device sim:10.77.0.2 -- \
-            fi_pingpong -p verbs -e $ep -P $port -I 100 -S 65536 -c 10.77.0.1 >"$out/c" 2>&1
+            fi_pingpong -p "$prov" -e $ep -P $port -I $iters -S $size -c 10.77.0.1 \
+            >"$out/c" 2>&1 </dev/null
         c=$?
         tries=$((tries + 1))
         grep -q "Connection refused" "$out/c" && [ $tries -lt 30 ] || break
@@ -54,11 +61,17 @@ for ep in msg; do
     wait $s
     sv=$?
     cat "$out/s" "$out/c"
-    # Both sides print the 100 transfers, all acknowledged.
-    grep -q "^64k *100 *=100 " "$out/s" && grep -q "^64k *100 *=100 " "$out/c"
+    # Both sides print the transfers, all acknowledged.
+    grep -q "^$label *$iters *=$iters " "$out/s" && grep -q "^$label *$iters *=$iters " "$out/c"
     r=$?
     [ $c = 0 ] && [ $sv = 0 ] && [ $r = 0 ]
-    check "fi_pingpong -e $ep (client $c, server $sv)" $?
-done
+    check "fi_pingpong -p $prov -e $ep -S $size (client $c, server $sv)" $?
+done <<CASES
+msg verbs 65536 100 64k
+rdm verbs 65536 100 64k
+rdm verbs;ofi_rxm 1048576 10 1m
+rdm verbs;ofi_rxd 65536 100 64k
+dgram verbs 1024 100 1k
+CASES
 rm -rf "$out"
 exit $fail

@@ -1,15 +1,17 @@
 //! libfabric's verbs provider (Debian's `libfabric-bin`, unmodified) under `ferroverbs
 //! run`: `fi_info` lists FI_EP_MSG, and `fi_pingpong` runs between two processes over
-//! FI_EP_MSG (RC connected by rdma_cm), each transfer's data checked (FI_EP_RDM,
-//! `ofi_rxm` over verbs MSG, is left out while its address insertion fails). `tests/cm_fabric_netns.sh` does it in a network namespace
-//! of its own (the provider skips loopback interfaces), which needs root: without it
-//! the test says so and passes; `.ci/run` runs the script with sudo.
+//! FI_EP_MSG (RC connected by rdma_cm), FI_EP_RDM (`ofi_rxm` over verbs MSG, at 64 KiB
+//! and at 1 MiB by its rendezvous), FI_EP_RDM over `ofi_rxd` on verbs FI_EP_DGRAM, and
+//! FI_EP_DGRAM (UD), each transfer's data checked: six PASS lines.
+//! `tests/cm_fabric_netns.sh` does it in a network namespace of its own (the provider
+//! skips loopback interfaces), which needs root: without it the test says so and
+//! passes; `.ci/run` runs the script with sudo.
 
 use std::process::Command;
 use std::time::Duration;
 
 #[test]
-fn fi_pingpong_over_verbs_msg() {
+fn fi_pingpong_over_verbs_msg_rdm_and_dgram() {
     let have = |c: &str| {
         Command::new("sh")
             .args(["-c", &format!("command -v {c}")])
@@ -53,7 +55,7 @@ fn fi_pingpong_over_verbs_msg() {
     assert!(status.success(), "{status}\n{out}");
     assert_eq!(
         out.lines().filter(|l| l.starts_with("PASS ")).count(),
-        2,
+        6,
         "{out}"
     );
     assert!(!out.contains("FAIL"), "{out}");

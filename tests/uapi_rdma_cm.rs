@@ -397,3 +397,72 @@ fn rdma_xserver_and_rdma_xclient_exchange_a_message_over_rc() {
     assert!(so.contains("rdma_xserver: end 0"), "{so}");
     assert!(co.contains("rdma_xclient: end 0"), "{co}");
 }
+
+/// `rcopy` (rsockets): a 3 MB file of random bytes copied to the server, which
+/// writes it through a shared mapping of the destination (`rrecv` into it); the
+/// copy is byte for byte the source. Its server (rdma-core 44) serves until killed.
+#[test]
+fn rcopy_copies_a_file_byte_for_byte() {
+    if !have("rcopy") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ferroverbs-rcopy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (src, dst) = (dir.join("src"), dir.join("dst"));
+    // A reproducible pattern no run of bytes repeats early (xorshift).
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let data: Vec<u8> = (0..3_000_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(&src, &data).unwrap();
+    let s = net::host(120).to_string();
+    let port = net::tcp_port(10).to_string();
+    let target = format!("{s}:{}", dst.display());
+    let (so, co) = run_pair(
+        "rcopy",
+        &["rcopy", "-p", &port],
+        &["rcopy", src.to_str().unwrap(), &target, "-p", &port],
+        (120, 121),
+        false,
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(co.contains("3000000 bytes in"), "{co}");
+    assert!(so.contains(&format!("opening: {}", dst.display())), "{so}");
+    let got = std::fs::read(&dst).unwrap();
+    assert_eq!(got.len(), data.len());
+    assert!(got == data, "the copy differs from the source");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `rstream`'s other modes, 100 transfers of 64 KiB each way: `-T v` (every byte
+/// checked against its pattern), `-T n` (non-blocking rsockets, EAGAIN retried),
+/// `-T b` (blocking calls without rpoll).
+#[test]
+fn rstream_verifies_data_and_runs_non_blocking_and_blocking() {
+    if !have("rstream") {
+        return;
+    }
+    for (mode, hosts) in [("v", (122, 123)), ("n", (124, 125)), ("b", (126, 127))] {
+        let s = net::host(hosts.0).to_string();
+        let port = net::tcp_port(11).to_string();
+        let args = [
+            "rstream", "-S", "65536", "-C", "100", "-T", mode, "-p", &port,
+        ];
+        let mut client = args.to_vec();
+        client.extend(["-s", &s]);
+        let (so, co) = cm_pair("rstream", &args, &client, hosts);
+        for out in [&so, &co] {
+            assert!(
+                out.lines()
+                    .any(|l| l.starts_with("custom") && l.contains(" 64k ") && l.contains(" 100 ")),
+                "rstream -T {mode}: {out}"
+            );
+        }
+    }
+}

@@ -35,24 +35,45 @@ pub const IBDEV: &str = "mlx5_0";
 pub const GID_TABLE_LEN: usize = 256;
 
 /// Where the preload library is: `FERROVERBS_UAPI_LIB`, or next to this executable
-/// (or in its `deps/` directory, where cargo puts a dependency's build).
+/// ([`library_near`]).
 pub fn library() -> Result<PathBuf, CliError> {
     if let Some(p) = std::env::var_os(LIB_ENV).filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe().map_err(|e| CliError::setup("locating ferroverbs", e))?;
     let dir = exe.parent().unwrap_or(Path::new("."));
+    library_near(dir).ok_or_else(|| {
+        CliError::setup_msg(format!(
+            "{LIB_NAME} not found next to {} (build it with `cargo build -p ferroverbs-uapi`, or \
+             set {LIB_ENV})",
+            exe.display()
+        ))
+    })
+}
+
+/// The library beside an executable in `dir`: of `dir/`, `dir/deps/` and `dir/..`,
+/// the copy modified last (the first of them on a tie).
+///
+/// Cargo leaves two copies in a target directory: `deps/`, rebuilt whenever a build
+/// needs the crate (`cargo test` builds it as a dev-dependency), and the copy
+/// beside the executables, refreshed only when `ferroverbs-uapi` itself is built
+/// (`cargo build -p ferroverbs-uapi`). Taking the first that exists loaded a stale
+/// library under `cargo test` after a source change: the layer of an older commit
+/// ran against the new tests (`tests/cm_libfabric.rs` saw ids bound to port 0 keep
+/// port 0, and `fi_pingpong -e rdm` refuse the peer's address).
+pub fn library_near(dir: &Path) -> Option<PathBuf> {
+    let mut best: Option<(PathBuf, std::time::SystemTime)> = None;
     for d in [dir.to_path_buf(), dir.join("deps"), dir.join("..")] {
         let p = d.join(LIB_NAME);
-        if p.exists() {
-            return Ok(p);
+        let Ok(m) = fs::metadata(&p) else {
+            continue;
+        };
+        let t = m.modified().unwrap_or(std::time::UNIX_EPOCH);
+        if best.as_ref().is_none_or(|(_, b)| t > *b) {
+            best = Some((p, t));
         }
     }
-    Err(CliError::setup_msg(format!(
-        "{LIB_NAME} not found next to {} (build it with `cargo build -p ferroverbs-uapi`, or \
-         set {LIB_ENV})",
-        exe.display()
-    )))
+    best.map(|(p, _)| p)
 }
 
 fn hex_groups(b: &[u8]) -> String {
@@ -201,4 +222,45 @@ pub fn run(a: &RunArgs) -> Result<ExitCode, CliError> {
         Some(c) => ExitCode::from(c.clamp(0, 255) as u8),
         None => ExitCode::from(128 + status.signal().unwrap_or(0).clamp(0, 127) as u8),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    fn lib_at(p: &Path, age: Duration) {
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        let f = fs::File::create(p).unwrap();
+        f.set_modified(SystemTime::now() - age).unwrap();
+    }
+
+    /// `cargo test` rebuilds `deps/libferroverbs_uapi.so` and leaves the copy beside
+    /// the executable as an older `cargo build -p ferroverbs-uapi` left it: the
+    /// rebuilt one is loaded.
+    #[test]
+    fn the_library_rebuilt_last_is_taken() {
+        let root = std::env::temp_dir().join(format!("fv-lib-near-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let top = root.join(LIB_NAME);
+        let deps = root.join("deps").join(LIB_NAME);
+        assert_eq!(library_near(&root), None);
+        lib_at(&top, Duration::from_secs(60));
+        assert_eq!(library_near(&root), Some(top.clone()));
+        lib_at(&deps, Duration::from_secs(1));
+        assert_eq!(library_near(&root), Some(deps.clone()));
+        // Built as a package of its own: the copy beside the executable is as new.
+        lib_at(&top, Duration::from_secs(0));
+        assert_eq!(library_near(&root), Some(top.clone()));
+        // A tie (cargo's hard link of one file): the one beside the executable.
+        let t = fs::metadata(&top).unwrap().modified().unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&deps)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+        assert_eq!(library_near(&root), Some(top));
+        fs::remove_dir_all(&root).unwrap();
+    }
 }

@@ -4,6 +4,9 @@
  * (the loopback one to this device, with the device's GID, as Linux's
  * cma_bind_loopback: rsocket datagram sockets bind to 127.0.0.1), another address is
  * EADDRNOTAVAIL, IPv6 EAFNOSUPPORT, a port bound twice for listening EADDRINUSE.
+ * An id bound to port 0 takes a free port of the ephemeral range, which QUERY_ROUTE
+ * reports before and after LISTEN (Linux cma_alloc_any_port; ofi_rxm's listener is
+ * such an id, and its address is what the peer's fi_av_insert takes).
  * A resolved route's path record is the one Linux's cma_resolve_iboe_route makes
  * (hop limit 64, so that rsocket's datagram service makes global address handles;
  * reversible, MTU, selectors, packet lifetime, RoCEv2 flow label), none before.
@@ -245,6 +248,33 @@ int main(int argc, char **argv)
 	int e2 = command(fd, RDMA_USER_CM_CMD_LISTEN, &l, sizeof(l.u.listen));
 	snprintf(detail, sizeof detail, "bind %d, listen %d then %d", e, e1, e2);
 	check("a port listened on twice: EADDRINUSE", e == 0 && e1 == 0 && e2 == EADDRINUSE,
+	      detail);
+
+	/* Port 0: a free ephemeral port, another for a second id, kept by LISTEN. */
+	__u32 f = create(fd), g = create(fd);
+	struct rdma_ucm_query_route_resp rf, rg, rl;
+	int bf = bind_ip(fd, f, AF_INET, argv[1], 0);
+	int bg = bind_ip(fd, g, AF_INET, argv[1], 0);
+	int qf = query_route(fd, f, &rf), qg = query_route(fd, g, &rg);
+	unsigned pf = ntohs(((struct sockaddr_in *)&rf.src_addr)->sin_port);
+	unsigned pg = ntohs(((struct sockaddr_in *)&rg.src_addr)->sin_port);
+	snprintf(detail, sizeof detail, "bind %d %d, query %d %d, ports %u %u", bf, bg, qf, qg,
+		 pf, pg);
+	check("ids bound to port 0 take distinct ephemeral ports",
+	      bf == 0 && bg == 0 && qf == 0 && qg == 0 && pf >= 32768 && pf <= 60999 &&
+		      pg >= 32768 && pg <= 60999 && pf != pg,
+	      detail);
+	struct msg lf = {0};
+	lf.u.listen.id = f;
+	lf.u.listen.backlog = 4;
+	int el = command(fd, RDMA_USER_CM_CMD_LISTEN, &lf, sizeof(lf.u.listen));
+	int ql = query_route(fd, f, &rl);
+	struct sockaddr_in *sl = (struct sockaddr_in *)&rl.src_addr;
+	snprintf(detail, sizeof detail, "listen %d, query %d, port %u", el, ql,
+		 ntohs(sl->sin_port));
+	check("a listener bound to port 0 reports its port and address",
+	      el == 0 && ql == 0 && sl->sin_family == AF_INET && ntohs(sl->sin_port) == pf &&
+		      sl->sin_addr.s_addr == own.s_addr,
 	      detail);
 
 	route_and_multicast(fd, own);
