@@ -175,9 +175,9 @@ fn check_completion_clock(out: &str) {
 /// (libmlx5 accepts it once QUERY_DEVICE_EX reports a `completion_timestamp_mask`)
 /// and every completion's CQE `timestamp` read. (`-t -e` is not run: after a CQ
 /// event, rc_pingpong.c's timestamp path treats an empty `ibv_start_poll`, ENOENT,
-/// as a failure, "poll CQ failed 2"; an arm while the entry that raised the event is
-/// still unpolled fires again at once, as mlx5 arms do, so the next event can find
-/// the CQ already drained.)
+/// as a failure, "poll CQ failed 2". A CQE written between the event and the re-arm
+/// makes the re-arm fire at once (docs/simulator.md, CQ arming), the poll that
+/// follows takes that CQE too, and the next event finds the CQ empty.)
 #[test]
 fn ibv_rc_pingpong_with_completion_timestamps() {
     if let Some((s, c)) = pingpong("ibv_rc_pingpong", &["-t"], 90, 91, 14) {

@@ -179,9 +179,10 @@ fn check_completion_clock(out: &str) {
 /// completion through `ibv_start_poll` / `ibv_next_poll` and its timestamp from
 /// `ibv_wc_read_completion_ts`. `-c` has the server check the data it received.
 /// (`-t -e` is not run: rc_pingpong.c's timestamp path takes an empty
-/// `ibv_start_poll` after a CQ event, ENOENT, as a failure, "poll CQ failed 2", and
-/// its re-arm before polling, with the entry that raised the event still unpolled,
-/// raises the next event at once, as an mlx5 arm does.)
+/// `ibv_start_poll` after a CQ event, ENOENT, as a failure, "poll CQ failed 2". A
+/// CQE written between the event and the re-arm makes the re-arm fire at once
+/// (docs/simulator.md, CQ arming), the poll that follows takes that CQE too, and the
+/// next event finds the CQ empty.)
 #[test]
 fn ibv_rc_pingpong_with_completion_timestamps() {
     if !have("ibv_rc_pingpong") {
