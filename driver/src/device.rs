@@ -339,6 +339,10 @@ pub struct DeviceAttr {
     pub max_mcast_qp_attach: u32,
     /// Device clock in kHz (`device_frequency_khz`).
     pub hca_core_clock_khz: u32,
+    /// The bits of the CQE `timestamp` counter that wrap (`completion_timestamp_mask`):
+    /// `0x7fff_ffff_ffff_ffff` when the device has a clock (`device_frequency_khz`
+    /// nonzero), as Linux `mlx5_ib_query_device` sets `timestamp_mask`; 0 otherwise.
+    pub completion_timestamp_mask: u64,
     /// Link layer of the ports.
     pub link_layer: LinkLayer,
     /// RC, UC, UD and XRC transport support.
@@ -733,6 +737,11 @@ impl<B: Bus> Context<B> {
             max_mcast_grp: pow2_u32(c.gen(g::log_max_mcg)),
             max_mcast_qp_attach: c.gen(g::max_qp_mcg) as u32,
             hca_core_clock_khz: c.gen(g::device_frequency_khz) as u32,
+            completion_timestamp_mask: if c.gen(g::device_frequency_khz) != 0 {
+                0x7fff_ffff_ffff_ffff
+            } else {
+                0
+            },
             link_layer: self.link_layer(),
             transports: Transports {
                 rc: c.gen(g::rc) == 1,

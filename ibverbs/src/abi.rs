@@ -616,6 +616,10 @@ pub const DEVICE_ATTR_EX_SIZE: usize = 400;
 pub const DEVICE_ATTR_EX_COMP_MASK: usize = 232;
 /// Offset of `phys_port_cnt_ex` in `struct ibv_device_attr_ex`.
 pub const DEVICE_ATTR_EX_PHYS_PORT_CNT_EX: usize = 396;
+/// Offset of `completion_timestamp_mask` (u64) in `struct ibv_device_attr_ex`.
+pub const DEVICE_ATTR_EX_COMPLETION_TIMESTAMP_MASK: usize = 264;
+/// Offset of `hca_core_clock` (u64, kHz) in `struct ibv_device_attr_ex`.
+pub const DEVICE_ATTR_EX_HCA_CORE_CLOCK: usize = 272;
 
 /// `struct ibv_port_attr` (52 bytes; the compat one of `ibv_query_port@1.1` is the
 /// first [`PORT_ATTR_COMPAT_SIZE`]).
@@ -997,6 +1001,14 @@ pub const EXPRESSIONS: &[(&str, usize)] = &[
     (
         "offsetof(struct ibv_device_attr_ex, phys_port_cnt_ex)",
         DEVICE_ATTR_EX_PHYS_PORT_CNT_EX,
+    ),
+    (
+        "offsetof(struct ibv_device_attr_ex, completion_timestamp_mask)",
+        DEVICE_ATTR_EX_COMPLETION_TIMESTAMP_MASK,
+    ),
+    (
+        "offsetof(struct ibv_device_attr_ex, hca_core_clock)",
+        DEVICE_ATTR_EX_HCA_CORE_CLOCK,
     ),
     (
         "sizeof(struct _compat_ibv_port_attr)",

@@ -12,10 +12,13 @@
 //! network order and, for a SEND with Invalidate, the invalidated key in host order,
 //! as `mlx5_cq_read_wc_imm_data` does.
 //!
-//! Work-completion fields the device does not report are refused at creation with
-//! EOPNOTSUPP, as rdma-core's providers refuse what they lack: completion timestamps
-//! (the device reports no `completion_timestamp_mask`), CVLAN, flow tags and tag
-//! matching.
+//! `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` installs `read_completion_ts`: the current
+//! completion's CQE `timestamp`, the device clock's free-running counter (counted at
+//! `hca_core_clock` kHz, wrapping at `completion_timestamp_mask`), as libmlx5
+//! `mlx5_cq_read_wc_completion_ts` reads it. Work-completion fields the device does
+//! not report are refused at creation with EOPNOTSUPP, as rdma-core's providers
+//! refuse what they lack: wall-clock timestamps (no clock info page), CVLAN, flow
+//! tags and tag matching.
 
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_uint, c_void};
@@ -64,6 +67,8 @@ pub(crate) fn set_ops(ext: &mut [*const c_void; 39]) {
 struct Poll {
     guard: Option<crate::spin::SpinGuard<'static, CompletionQueue<'static, B>>>,
     cur: WorkCompletion,
+    /// The CQE `timestamp` of `cur`.
+    ts: u64,
 }
 
 /// The `start_poll` .. `end_poll` state of one CQ (used by the thread that holds the
@@ -75,12 +80,14 @@ impl Default for PollState {
         PollState(UnsafeCell::new(Poll {
             guard: None,
             cur: WorkCompletion::default(),
+            ts: 0,
         }))
     }
 }
 
-/// The work-completion fields offered (`IBV_WC_STANDARD_FLAGS`).
-const OFFERED_WC_FLAGS: u64 = cx::IBV_WC_STANDARD_FLAGS;
+/// The work-completion fields offered (`IBV_WC_STANDARD_FLAGS` and the completion
+/// timestamp).
+const OFFERED_WC_FLAGS: u64 = cx::IBV_WC_STANDARD_FLAGS | cx::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
 
 /// `verbs_context.create_cq_ex` (`ibv_create_cq_ex`).
 unsafe extern "C" fn create_cq_ex(
@@ -121,7 +128,12 @@ unsafe extern "C" fn create_cq_ex(
                 // SAFETY: this thread's errno, set by `create_cq`.
                 return Err(unsafe { *libc::__errno_location() });
             }
-            Ok(cq as *mut ibv_cq_ex)
+            let cq = cq as *mut ibv_cq_ex;
+            if a.wc_flags & cx::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP != 0 {
+                // SAFETY: the `ibv_cq_ex` just made, not yet the caller's.
+                unsafe { (*cq).read_completion_ts = fnp(read_completion_ts as *const ()) };
+            }
+            Ok(cq)
         })();
         ptr_result(r)
     })
@@ -143,8 +155,9 @@ unsafe fn state<'a>(cq: *mut ibv_cq_ex) -> Option<(&'static CqObj, &'a mut Poll)
 ///
 /// # Safety
 /// `cq` is a live CQ of ours.
-unsafe fn set_current(cq: *mut ibv_cq_ex, p: &mut Poll, w: WorkCompletion) {
+unsafe fn set_current(cq: *mut ibv_cq_ex, p: &mut Poll, (w, ts): (WorkCompletion, u64)) {
     p.cur = w;
+    p.ts = ts;
     // SAFETY: plain fields of our object, which the application reads.
     unsafe {
         (*cq).status = w.status as c_uint;
@@ -174,7 +187,7 @@ unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr)
         let mut g = q.cq.lock();
         // SAFETY: this thread holds the CQ's lock.
         let p = unsafe { &mut *q.poll.0.get() };
-        match g.poll_one() {
+        match g.poll_one_with_timestamp() {
             Some(w) => {
                 p.guard = Some(g);
                 // SAFETY: the caller's CQ.
@@ -199,7 +212,7 @@ unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
         let Some(g) = p.guard.as_mut() else {
             return libc::EINVAL;
         };
-        match g.poll_one() {
+        match g.poll_one_with_timestamp() {
             Some(w) => {
                 // SAFETY: the caller's CQ.
                 unsafe { set_current(cq, p, w) };
@@ -269,6 +282,13 @@ unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
 unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> c_uint {
     // SAFETY: the caller's CQ.
     unsafe { cur(cq) }.wc_flags.bits()
+}
+
+/// `read_completion_ts` (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`): the current
+/// completion's CQE `timestamp` (libmlx5 `mlx5_cq_read_wc_completion_ts`).
+unsafe extern "C" fn read_completion_ts(cq: *mut ibv_cq_ex) -> u64 {
+    // SAFETY: the caller's CQ.
+    unsafe { state(cq) }.map(|(_, p)| p.ts).unwrap_or(0)
 }
 
 /// `read_slid` (RoCE: no LID).

@@ -565,6 +565,16 @@ unsafe extern "C" fn query_device_ex(
         unsafe {
             ptr::write_bytes(attr, 0, n);
             (attr as *mut abi::ibv_device_attr).write_unaligned(convert::device_attr_to_ibv(&d));
+            // As libibverbs fills them from mlx5_ib's QUERY_DEVICE_EX answer
+            // (`timestamp_mask`, `hca_core_clock`: Linux `mlx5_ib_query_device`).
+            if n >= abi::DEVICE_ATTR_EX_COMPLETION_TIMESTAMP_MASK + 8 {
+                (attr.add(abi::DEVICE_ATTR_EX_COMPLETION_TIMESTAMP_MASK) as *mut u64)
+                    .write_unaligned(d.completion_timestamp_mask);
+            }
+            if n >= abi::DEVICE_ATTR_EX_HCA_CORE_CLOCK + 8 {
+                (attr.add(abi::DEVICE_ATTR_EX_HCA_CORE_CLOCK) as *mut u64)
+                    .write_unaligned(u64::from(d.hca_core_clock_khz));
+            }
             if n >= abi::DEVICE_ATTR_EX_PHYS_PORT_CNT_EX + 4 {
                 (attr.add(abi::DEVICE_ATTR_EX_PHYS_PORT_CNT_EX) as *mut u32)
                     .write_unaligned(u32::from(d.phys_port_cnt.max(1)));

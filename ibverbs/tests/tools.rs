@@ -143,6 +143,71 @@ fn ibv_rc_pingpong_between_two_processes() {
     assert!(c.contains("remote address: LID 0x0000, QPN"), "{c}");
 }
 
+/// The receive-completion clock figures `ibv_rc_pingpong -t` prints (rdma-core
+/// `libibverbs/examples/rc_pingpong.c`: the deltas of successive receive CQE
+/// timestamps read with `ibv_wc_read_completion_ts`, in device clock cycles),
+/// checked against its own wall-clock time per iteration: each iteration completes
+/// one receive, so the average delta is about `usec/iter` times the device clock
+/// (156.25 MHz, `hca_core_clock`). Timestamps that did not move give a minimum of 0.
+fn check_completion_clock(out: &str) {
+    let figure = |label: &str| -> f64 {
+        let l = out
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no {label:?} in:\n{out}"));
+        l.rsplit(' ').next().unwrap().trim().parse().unwrap()
+    };
+    let max = figure("Max receive completion clock cycles =");
+    let min = figure("Min receive completion clock cycles =");
+    let avg = figure("Average receive completion clock cycles =");
+    assert!(min > 0.0 && min <= avg && avg <= max, "{out}");
+    let usec_per_iter: f64 = out
+        .lines()
+        .find(|l| l.contains(" iters in ") && l.ends_with("usec/iter"))
+        .and_then(|l| l.split(" = ").nth(1))
+        .and_then(|v| v.trim_end_matches(" usec/iter").parse().ok())
+        .unwrap_or_else(|| panic!("no usec/iter in:\n{out}"));
+    let cycles_per_iter = usec_per_iter * 156.25;
+    assert!(
+        avg > 0.5 * cycles_per_iter && avg < 2.0 * cycles_per_iter,
+        "average {avg} cycles vs {usec_per_iter} usec/iter at 156.25 MHz:\n{out}"
+    );
+}
+
+/// `-t`: the CQ from `ibv_create_cq_ex` with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`
+/// (after `ibv_query_device_ex` reported a `completion_timestamp_mask`), every
+/// completion through `ibv_start_poll` / `ibv_next_poll` and its timestamp from
+/// `ibv_wc_read_completion_ts`. `-c` has the server check the data it received.
+/// (`-t -e` is not run: rc_pingpong.c's timestamp path takes an empty
+/// `ibv_start_poll` after a CQ event, ENOENT, as a failure, "poll CQ failed 2". A
+/// CQE written between the event and the re-arm makes the re-arm fire at once
+/// (docs/simulator.md, CQ arming), the poll that follows takes that CQE too, and the
+/// next event finds the CQ empty.)
+#[test]
+fn ibv_rc_pingpong_with_completion_timestamps() {
+    if !have("ibv_rc_pingpong") {
+        return;
+    }
+    let _s = serial();
+    let lib = library_dir("rc_pingpong_t");
+    let (s, c) = pair_env(
+        "ibv_rc_pingpong -g 0 -t",
+        &lib,
+        "ibv_rc_pingpong",
+        &["-g", "0", "-t", "-c", "-n", "300"],
+        &PATIENT,
+        101,
+        102,
+        14,
+        LIMIT,
+    );
+    for out in [&s, &c] {
+        assert!(out.contains("300 iters in"), "{out}");
+        assert!(!out.contains("invalid data"), "{out}");
+        check_completion_clock(out);
+    }
+}
+
 /// `-N`: the QPs come from `ibv_create_qp_ex` with `IBV_QP_EX_WITH_SEND` and every
 /// SEND goes through `ibv_wr_start` / `ibv_wr_send` / `ibv_wr_set_sge` /
 /// `ibv_wr_complete` (the library's `ibv_qp_ex` interface).

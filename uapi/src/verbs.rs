@@ -46,6 +46,8 @@ const LIB_CAP_DYN_UAR: u64 = 1 << 1;
 const QP_FLAG_UAR_PAGE_INDEX: u32 = 1 << 10;
 /// `MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX`.
 const CQ_FLAG_UAR_PAGE_INDEX: u16 = 1 << 1;
+/// `IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION` (`ib_user_ioctl_verbs.h`).
+const CQ_FLAGS_TIMESTAMP_COMPLETION: u32 = 1 << 0;
 /// The first mmap page offset of the entries mlx5_ib hands out
 /// (`MLX5_IB_MMAP_OFFSET_START << 16`, `rdma_user_mmap_entry_insert_range`).
 pub const MMAP_OFFSET_START: u64 = 9 << 16;
@@ -490,6 +492,13 @@ impl Ucontext {
                 p::response_length,
                 c.resp.1.min(abi::ex_query_device_resp::SIZE) as u32,
             );
+            // Linux `mlx5_ib_query_device`: `timestamp_mask` 0x7fff_ffff_ffff_ffff and
+            // `hca_core_clock` = `device_frequency_khz`, reported by
+            // `ib_uverbs_ex_query_device` as `timestamp_mask` / `hca_core_clock`
+            // (libibverbs `completion_timestamp_mask`, what `ibv_rc_pingpong -t`
+            // requires). libmlx5 reads the CQE `timestamp` itself for
+            // `ibv_wc_read_completion_ts`.
+            r.u64(p::timestamp_mask, d.completion_timestamp_mask);
             r.u64(p::hca_core_clock, u64::from(d.hca_core_clock_khz));
             let mut drv = Resp::new(8);
             drv.u32(4, 8);
@@ -896,8 +905,12 @@ impl Ucontext {
             if c.core.u32(q::comp_mask) != 0 {
                 return Err(Errno::EINVAL);
             }
-            // IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION / IGNORE_OVERRUN: not offered.
-            if c.core.u32(q::flags) != 0 {
+            // IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION (bit 0, which libibverbs
+            // `ibv_cmd_create_cq_ex` sets for IBV_WC_EX_WITH_COMPLETION_TIMESTAMP):
+            // accepted with nothing to do, every CQE carries its `timestamp` (Linux
+            // mlx5 `check_cq_create_flags` accepts it). IGNORE_OVERRUN (bit 1): not
+            // offered.
+            if c.core.u32(q::flags) & !CQ_FLAGS_TIMESTAMP_COMPLETION != 0 {
                 return Err(Errno::EOPNOTSUPP);
             }
             (

@@ -316,6 +316,27 @@ impl<B: Bus> Poller<B> {
         self.take_entry(Self::take_slow)
     }
 
+    /// See [`CompletionQueue::poll_one_with_timestamp`]: [`Poller::poll_one`] one
+    /// entry at a time, each entry's `timestamp` read (after the read barrier)
+    /// before it is taken, so the timestamp is that of the entry that completes
+    /// (entries skipped before it are not counted).
+    #[inline]
+    pub(crate) fn poll_one_with_timestamp(&mut self) -> Option<(WorkCompletion, u64)> {
+        loop {
+            if self.owner_test() >= OWNED_BELOW {
+                return None;
+            }
+            let e = self.cur.entry();
+            self.bus.rmb();
+            // `struct mlx5_cqe64` `timestamp`: bytes 48..=55, big-endian (15 bytes
+            // before `op_own`).
+            let ts = u64::from_be(e.raw64::<15>());
+            if let Some(wc) = self.take_entry(Self::decode_taken) {
+                return Some((wc, ts));
+            }
+        }
+    }
+
     /// Takes the entry at the cursor, which software owns (its owner test passed):
     /// the read barrier (before any other byte of the entry); then, if the entry is
     /// a successful requester CQE of the hot QP, its completion: the CQE's last 8
@@ -838,6 +859,17 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
     #[inline]
     pub fn poll_one(&mut self) -> Option<WorkCompletion> {
         self.p.poll_one()
+    }
+
+    /// [`CompletionQueue::poll_one`] with the completion's CQE `timestamp`: the
+    /// device's free-running clock counter (`struct mlx5_cqe64` `timestamp`, counted
+    /// at [`DeviceAttr::hca_core_clock_khz`](crate::DeviceAttr), wrapping at
+    /// `completion_timestamp_mask`) when the device wrote the CQE, as rdma-core
+    /// libmlx5 `mlx5_cq_read_wc_completion_ts` reads it. Never blocks, allocates,
+    /// locks or makes a system call.
+    #[inline]
+    pub fn poll_one_with_timestamp(&mut self) -> Option<(WorkCompletion, u64)> {
+        self.p.poll_one_with_timestamp()
     }
 
     /// Polls up to `max` completions, handing each to `f` (in order) where it is

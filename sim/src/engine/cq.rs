@@ -83,12 +83,39 @@ pub struct Completion {
     pub uidx: u32,
     /// The solicited-event bit (responder completions of solicited messages).
     pub se: bool,
-    /// Device time stamp.
+    /// Device time (ns) of the completion; the CQE carries it as the free-running
+    /// counter of the device clock ([`device_ticks`]).
     pub timestamp: u64,
     /// A GRH (for RoCEv2: the IPv4 header) was received and written to the receive
     /// buffer (UD responder completions): `flags_rqpn` gets "g" and the RoCE L3 header
     /// type.
     pub grh: bool,
+}
+
+/// The device clock in kHz: the general HCA cap `device_frequency_khz` the firmware
+/// reports, and the rate of the CQE `timestamp` counter (`struct mlx5_cqe64`
+/// `timestamp`, big-endian; Linux `mlx5_ib_query_device` reports the cap as
+/// `hca_core_clock`). 156.25 MHz.
+pub const DEVICE_FREQUENCY_KHZ: u32 = 156_250;
+
+/// The CQE `timestamp` of device time `ns`: the count of the device clock
+/// ([`DEVICE_FREQUENCY_KHZ`]) since the device started, `ns * kHz / 10^6` rounded
+/// down, as a 64-bit free-running counter. The fraction is reduced at compile time
+/// (156250 / 10^6 = 5 / 32), so this is a multiply and a shift.
+#[inline(always)]
+pub const fn device_ticks(ns: u64) -> u64 {
+    const fn gcd(a: u64, b: u64) -> u64 {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    const KHZ: u64 = DEVICE_FREQUENCY_KHZ as u64;
+    const G: u64 = gcd(KHZ, 1_000_000);
+    const NUM: u128 = (KHZ / G) as u128;
+    const DEN: u128 = (1_000_000 / G) as u128;
+    (ns as u128 * NUM / DEN) as u64
 }
 
 /// `MLX5_CQE_ROCE_L3_HEADER_TYPE_IPV4` (Linux `device.h`): the RoCE L3 header type
@@ -131,7 +158,7 @@ impl Completion {
                 let mut c = Cqe64::zeroed();
                 c.srqn_uidx = U32::new(self.uidx & MASK24);
                 c.byte_cnt = U32::new(self.byte_cnt);
-                c.timestamp = U64::new(self.timestamp);
+                c.timestamp = U64::new(device_ticks(self.timestamp));
                 c.set_sop_drop_qpn(sop, self.qpn);
                 c.wqe_counter = U16::new(self.wqe_counter);
                 c.set_op_own(ferroverbs_hw::datapath::cqe::MLX5_CQE_REQ, 0, false, owner);
@@ -149,7 +176,7 @@ impl Completion {
                 c.srqn_uidx = U32::new(self.uidx & MASK24);
                 c.imm_inval_pkey = U32::new(self.imm);
                 c.byte_cnt = U32::new(self.byte_cnt);
-                c.timestamp = U64::new(self.timestamp);
+                c.timestamp = U64::new(device_ticks(self.timestamp));
                 c.set_sop_drop_qpn(0, self.qpn);
                 c.wqe_counter = U16::new(self.wqe_counter);
                 c.set_op_own(opcode, 0, self.se, owner);
@@ -208,7 +235,7 @@ impl CqeTemplate {
     /// per-completion values (`imm` as it came off the wire) as eight native-endian
     /// words: `words[k]` is `u64::from_ne_bytes` of the entry's bytes `8k..8k + 8`
     /// (what [`Held::try_write_entry64`](crate::iommu::Held::try_write_entry64)
-    /// takes).
+    /// takes). `timestamp` is device time in ns, written as [`device_ticks`].
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn words(
@@ -234,7 +261,7 @@ impl CqeTemplate {
             t[3],
             t[4] | be(u64::from(imm)),
             t[5] | be(u64::from(byte_cnt)),
-            be(timestamp),
+            be(device_ticks(timestamp)),
             t[7] | be((u64::from(wqe_counter) << 16) | u64::from(op_own)),
         ]
     }

@@ -181,7 +181,10 @@ fn general_defaults(cfg: &FwConfig) -> Vec<(Field, u64)> {
         (g::log_max_pd, 24),
         (g::roce_rw_supported, 1),
         (g::log_uar_page_sz, 0),
-        (g::device_frequency_khz, 156_250),
+        (
+            g::device_frequency_khz,
+            crate::engine::cq::DEVICE_FREQUENCY_KHZ as u64,
+        ),
     ]
 }
 
