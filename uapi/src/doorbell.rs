@@ -497,25 +497,38 @@ fn scan_shadow(nic: &Nic, addr: usize) -> bool {
 /// forwards their doorbells).
 pub const HOT_TICK: Duration = Duration::from_micros(200);
 
-/// The environment variable that, set, prints the doorbell counts at exit.
+/// The environment variable naming a file to which the process appends, at exit,
+/// one line of its doorbell counts: `doorbells trapped T forwarded F pages_gone_hot
+/// H empty_polls_assisted A` (F counts the trapped ones too).
 pub const STATS_ENV: &str = "FERROVERBS_DOORBELL_STATS";
 
-extern "C" fn print_stats() {
-    eprintln!(
-        "ferroverbs-uapi: doorbells trapped {} forwarded {} (trapped ones included) pages gone hot {} empty polls assisted {}",
+extern "C" fn write_stats() {
+    let Some(path) = std::env::var_os(STATS_ENV) else {
+        return;
+    };
+    let line = format!(
+        "doorbells trapped {} forwarded {} pages_gone_hot {} empty_polls_assisted {}\n",
         crate::mmio_trap::TRAPPED.load(Ordering::Relaxed),
         FORWARDED.load(Ordering::Relaxed),
         crate::mmio_trap::WENT_HOT.load(Ordering::Relaxed),
         crate::poll_assist::assists(),
     );
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+    {
+        let _ = f.write_all(line.as_bytes());
+    }
 }
 
 /// Starts the doorbell thread.
 pub fn start(nic: &'static Nic) {
     let _ = NIC.set(nic);
     if std::env::var_os(STATS_ENV).is_some() {
-        // SAFETY: registers a function without arguments that only reads atomics.
-        unsafe { libc::atexit(print_stats) };
+        // SAFETY: registers a function without arguments, run at exit.
+        unsafe { libc::atexit(write_stats) };
     }
     let spawned = std::thread::Builder::new()
         .name("uapi-doorbells".into())
