@@ -4,7 +4,10 @@
 //! backs the uverbs descriptor, at the file offsets `mlx5_ib` gives them. On x86-64
 //! a page mapped through the interposed `mmap` is read-only and each store is
 //! trapped and forwarded on the thread that made it ([`crate::mmio_trap`],
-//! [`forward`]); this module's thread then sleeps (one look a second).
+//! [`forward`]); this module's thread then sleeps (one look a second), except while
+//! a page is hot (a busy poller's, left writable): then the poll wrappers forward its
+//! doorbells ([`flush_hot`]) and the thread looks every [`HOT_TICK`] and traps the
+//! page again once the polls stop.
 //!
 //! The layer also maps every UAR page of a context itself (a *shadow* page,
 //! [`add_shadow`]). A program whose `mmap` does not reach this library (UCX's UCM

@@ -16,6 +16,12 @@
 //! it. A fault on any other address goes to the handler the program had installed
 //! before (or installs later, through [`app_sigaction`]), or to the default action.
 //!
+//! A fault per post costs a signal round trip. After a send doorbell of a
+//! busy-polling program the page goes *hot* ([`maybe_go_hot`]): it stays writable,
+//! its doorbells are plain stores, and the poll wrappers forward them
+//! ([`crate::doorbell::flush_hot`]) until the watcher thread, seeing no empty poll
+//! for a look, traps it again ([`cool_all`]).
+//!
 //! The handler runs on a thread stopped at a store in libmlx5's post or arm path: it
 //! holds none of this library's or the simulator's locks, so the device's doorbell
 //! work (which takes them) may run there; errno is preserved.
@@ -54,9 +60,10 @@ pub static WENT_HOT: AtomicUsize = AtomicUsize::new(0);
 /// Empty assisted polls counted at the last send doorbell trapped.
 static LAST_ASSISTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 /// CQ arm doorbells trapped (an event-driven program arms its CQ before each wait).
+/// A trapped arm does not update the watch's last-forwarded arm record, so once one
+/// was trapped no page goes hot: a scan would forward that arm again, and a second
+/// arm after the event it asked for would ask for another.
 static ARMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-/// [`ARMS`] at the last send doorbell trapped.
-static LAST_ARMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 struct HotGuard;
 impl Drop for HotGuard {
@@ -147,9 +154,9 @@ pub fn cool_all() -> [usize; HOT_SLOTS] {
     out
 }
 
-/// After a trapped send doorbell of a busy-polling program (an empty poll and no
-/// CQ arm since the previous send doorbell: a program that waits for completion
-/// events arms its CQ before each wait), leaves `page` writable so
+/// After a trapped send doorbell of a busy-polling program (an empty poll since the
+/// previous send doorbell, and no CQ arm ever trapped: a program that waits for
+/// completion events arms its CQ before each wait), leaves `page` writable so
 /// that the next doorbells are plain stores, read by the poll wrapper
 /// ([`crate::doorbell::flush_hot`]) and, as a fallback, the watcher thread, which
 /// traps the page again once the polls stop. Async-signal-safe: atomics, a spin
@@ -157,9 +164,7 @@ pub fn cool_all() -> [usize; HOT_SLOTS] {
 fn maybe_go_hot(page: usize) {
     let a = crate::poll_assist::assists();
     let polled = LAST_ASSISTS.swap(a, Ordering::AcqRel) != a;
-    let arms = ARMS.load(Ordering::Acquire);
-    let armed = LAST_ARMS.swap(arms, Ordering::AcqRel) != arms;
-    if !polled || armed {
+    if !polled || ARMS.load(Ordering::Acquire) != 0 {
         return;
     }
     let Some(i) = slot_of(page) else {
