@@ -17,7 +17,7 @@
 //! before (or installs later, through [`app_sigaction`]), or to the default action.
 //!
 //! A fault per post costs a signal round trip. After a send doorbell of a
-//! busy-polling program the page goes *hot* ([`maybe_go_hot`]): it stays writable,
+//! busy-polling program the page goes *hot* (`maybe_go_hot`): it stays writable,
 //! its doorbells are plain stores, and the poll wrappers forward them
 //! ([`crate::doorbell::flush_hot`]) until the watcher thread, seeing no empty poll
 //! for a look, traps it again ([`cool_all`]).
