@@ -7,7 +7,7 @@
 //! [`forward`]); this module's thread then sleeps (one look a second), except while
 //! a page is hot (a busy poller's, left writable): then the poll wrappers forward its
 //! doorbells ([`flush_hot`]) and the thread looks every [`HOT_TICK`] and traps the
-//! page again once the polls stop.
+//! page again once [`COOL_LOOKS`] looks saw no empty poll.
 //!
 //! The layer also maps every UAR page of a context itself (a *shadow* page,
 //! [`add_shadow`]). A program whose `mmap` does not reach this library (UCX's UCM
@@ -499,6 +499,10 @@ fn scan_shadow(nic: &Nic, addr: usize) -> bool {
 /// Sleep between the watcher's looks at hot pages (a fallback: the poll wrapper
 /// forwards their doorbells).
 pub const HOT_TICK: Duration = Duration::from_micros(200);
+/// Looks at hot pages without an empty poll between them after which the watcher
+/// traps the pages again (1 ms: a busy poller descheduled for a look or two on a
+/// loaded machine stays hot).
+pub const COOL_LOOKS: u32 = 5;
 
 /// The environment variable naming a file to which the process appends, at exit,
 /// one line of its doorbell counts: `doorbells trapped T forwarded F pages_gone_hot
@@ -544,25 +548,45 @@ pub fn start(nic: &'static Nic) {
                 .map_or(TICK, Duration::from_micros);
             let mut active = Instant::now();
             let mut polls = crate::poll_assist::assists();
+            let mut hot_look = Instant::now();
+            let mut was_hot = false;
+            let mut quiet = 0;
             loop {
                 let trapped = crate::mmio_trap::enabled();
                 if trapped && hot() {
                     // Hot pages: the poll wrapper forwards their doorbells; this
                     // thread looks too, now and then, and traps them again once the
                     // program stops polling (its next doorbell is then forwarded
-                    // at once, by the trap).
-                    std::thread::sleep(HOT_TICK);
+                    // at once, by the trap). The first look of a hot spell only
+                    // starts the count of polls.
+                    if !was_hot {
+                        was_hot = true;
+                        polls = crate::poll_assist::assists();
+                        hot_look = Instant::now();
+                        quiet = 0;
+                    }
                     flush_hot();
-                    let now = crate::poll_assist::assists();
-                    if now == polls {
-                        for s in crate::mmio_trap::cool_all() {
-                            if s != 0 {
-                                scan_shadow(nic, s);
+                    if hot_look.elapsed() >= HOT_TICK {
+                        let now = crate::poll_assist::assists();
+                        quiet = if now == polls { quiet + 1 } else { 0 };
+                        if quiet >= COOL_LOOKS {
+                            quiet = 0;
+                            for s in crate::mmio_trap::cool_all() {
+                                if s != 0 {
+                                    scan_shadow(nic, s);
+                                }
                             }
                         }
+                        polls = now;
+                        hot_look = Instant::now();
                     }
-                    polls = now;
-                    continue;
+                    if unclaimed_shadows() == 0 {
+                        std::thread::sleep(HOT_TICK);
+                        continue;
+                    }
+                    // Pages mapped behind the library's back are watched as ever.
+                } else {
+                    was_hot = false;
                 }
                 if trapped {
                     // Reset before looking, so a shadow added meanwhile wakes the
