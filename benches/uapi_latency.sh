@@ -12,7 +12,8 @@
 # otherwise build first: cargo build -p ferroverbs-workspace -p ferroverbs-uapi
 # -p ferroverbs-ibverbs. Prints one line per run, the medians and the ratios
 # (this layer / the drop-in; the target is at most 1.5). NET (default 127.0.78)
-# names the loopback /24 the NICs use. Needs ibverbs-utils and perftest.
+# names the loopback /24 the NICs use. EVENTS=1 runs both tools with -e (they wait
+# for completion events instead of busy polling). Needs ibverbs-utils and perftest.
 set -eu
 cd "$(dirname "$0")/.."
 case "${1:-}" in
@@ -25,6 +26,8 @@ case "${1:-}" in
     *) T=$1 ;;
 esac
 RUNS=${RUNS:-3}
+E=
+[ "${EVENTS:-0}" = 1 ] && E=-e
 ITERS=${ITERS:-2000}
 F=$T/ferroverbs
 LIB=$(ls "$T"/libferroverbs_uapi.so "$T"/deps/libferroverbs_uapi.so 2>/dev/null | head -1)
@@ -56,9 +59,9 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$RUNS"); do
     for layer in dropin uapi; do
-        pp=$(pair $layer ibv_rc_pingpong -g 0 -n "$ITERS" | awk '/iters in/ {print $(NF-1)}')
+        pp=$(pair $layer ibv_rc_pingpong -g 0 -n "$ITERS" $E | awk '/iters in/ {print $(NF-1)}')
         # ib_send_lat's columns: bytes iterations t_min t_max t_typical t_avg ...
-        sl=$(pair $layer ib_send_lat -n "$ITERS" | awk '$1 == "2" {print $5, $6}' | head -1)
+        sl=$(pair $layer ib_send_lat -n "$ITERS" $E | awk '$1 == "2" {print $5, $6}' | head -1)
         set -- $sl
         echo "run $r $layer ibv_rc_pingpong_us_per_iter ${pp:-?} ib_send_lat_typical_us ${1:-?} ib_send_lat_avg_us ${2:-?}"
         echo "${pp:-999999}" >> "$DROP/pp_$layer"

@@ -4,7 +4,10 @@
 //! backs the uverbs descriptor, at the file offsets `mlx5_ib` gives them. On x86-64
 //! a page mapped through the interposed `mmap` is read-only and each store is
 //! trapped and forwarded on the thread that made it ([`crate::mmio_trap`],
-//! [`forward`]); this module's thread then sleeps (one look a second).
+//! [`forward`]); this module's thread then sleeps (one look a second), except while
+//! a page is hot (a busy poller's, left writable): then the poll wrappers forward its
+//! doorbells ([`flush_hot`]) and the thread looks every [`HOT_TICK`] and traps the
+//! page again once [`COOL_LOOKS`] looks saw no empty poll.
 //!
 //! The layer also maps every UAR page of a context itself (a *shadow* page,
 //! [`add_shadow`]). A program whose `mmap` does not reach this library (UCX's UCM
@@ -143,8 +146,18 @@ pub fn uar_key(pgoff: u64) -> u64 {
 /// `addr` through the interposed `mmap` (trapping its stores where it can,
 /// [`crate::mmio_trap::add_page`]).
 pub fn add_page(file: u64, addr: usize, key: u64) {
-    crate::mmio_trap::add_page(addr);
-    lock().pages.push(Page {
+    let trapped = crate::mmio_trap::add_page(addr);
+    let mut w = lock();
+    if trapped {
+        if let Some(s) = w
+            .pages
+            .iter()
+            .find(|p| p.shadow && p.file == file && p.key == key)
+        {
+            crate::mmio_trap::set_shadow(addr, s.addr);
+        }
+    }
+    w.pages.push(Page {
         file,
         addr,
         key,
@@ -156,12 +169,21 @@ pub fn add_page(file: u64, addr: usize, key: u64) {
 /// `file`: watched while the application has no mapping of that page made through
 /// the interposed `mmap` (then its stores land in this memory, not in a trap).
 pub fn add_shadow(file: u64, addr: usize, key: u64) {
-    lock().pages.push(Page {
+    let mut w = lock();
+    for p in w
+        .pages
+        .iter()
+        .filter(|p| !p.shadow && p.file == file && p.key == key)
+    {
+        crate::mmio_trap::set_shadow(p.addr, addr);
+    }
+    w.pages.push(Page {
         file,
         addr,
         key,
         shadow: true,
     });
+    drop(w);
     // A trapping watcher sleeps; it looks again (and, while the page stays
     // unclaimed, watches it).
     wake_watcher();
@@ -169,6 +191,12 @@ pub fn add_shadow(file: u64, addr: usize, key: u64) {
 
 /// Stops watching the shadow mapping at `addr` (before the layer unmaps it).
 pub fn remove_shadow(addr: usize) {
+    // A page hot through this shadow is trapped again, and what was stored before
+    // that is forwarded, before the shadow goes.
+    crate::mmio_trap::clear_shadow(addr);
+    if let Some(nic) = NIC.get() {
+        scan_shadow(nic, addr);
+    }
     lock().pages.retain(|p| !(p.shadow && p.addr == addr));
 }
 
@@ -329,9 +357,6 @@ unsafe fn take(addr: usize) -> u64 {
 /// mapped behind the library's back are looked at; otherwise the application's
 /// pages and the shadows of pages it has not mapped through the interposed `mmap`.
 fn scan(nic: &Nic, trapped: bool) -> bool {
-    let bus = nic.ctx.bus();
-    let uar = uar_bar_offset(nic.uar);
-    let bf = nic.bf_reg_size() as usize;
     let mut w = lock();
     let Watch { pages, qps, cqs } = &mut *w;
     let mut work = false;
@@ -341,65 +366,177 @@ fn scan(nic: &Nic, trapped: bool) -> bool {
         } else {
             !trapped
         };
-        if !look {
-            continue;
+        if look {
+            // SAFETY: a watched page, mapped while it is in the list (under the lock).
+            work |= unsafe { scan_page(nic, p.file, p.addr, qps, cqs) };
         }
-        // SAFETY: offset 0x20 of a watched page.
-        if unsafe { take(p.addr + CQ_DOORBELL) } != 0 {
-            work = true;
-            for c in cqs.iter_mut().filter(|c| c.file == p.file) {
-                // SAFETY: the CQ's doorbell record, allocated while the CQ exists (it
-                // leaves the watch before DESTROY_CQ returns).
-                let v = unsafe { &*(c.arm_dbr as *const AtomicU32) }.load(Ordering::Acquire);
-                if v != c.last {
-                    c.last = v;
-                    let word = u32::from_be(v);
-                    if crate::trace() {
-                        eprintln!("uapi: CQ {:#x} arm {word:#010x}", c.cqn);
-                    }
-                    bus.write64(
-                        uar + CQ_DOORBELL,
-                        (u64::from(word) << 32) | u64::from(c.cqn),
-                    );
-                    FORWARDED.fetch_add(1, Ordering::Relaxed);
+    }
+    work
+}
+
+/// Takes the CQ arm and send registers of the page at `addr` of context `file` and
+/// forwards what moved (see the module's documentation); true if something rang.
+///
+/// # Safety
+///
+/// `addr` is a watched page, read-write (an application page in `watch` mode or a
+/// shadow), mapped while the caller holds the watch lock.
+unsafe fn scan_page(
+    nic: &Nic,
+    file: u64,
+    addr: usize,
+    qps: &mut [QpWatch],
+    cqs: &mut [CqWatch],
+) -> bool {
+    let bus = nic.ctx.bus();
+    let uar = uar_bar_offset(nic.uar);
+    let bf = nic.bf_reg_size() as usize;
+    let mut work = false;
+    // SAFETY: offset 0x20 of a watched page.
+    if unsafe { take(addr + CQ_DOORBELL) } != 0 {
+        work = true;
+        for c in cqs.iter_mut().filter(|c| c.file == file) {
+            // SAFETY: the CQ's doorbell record, allocated while the CQ exists (it
+            // leaves the watch before DESTROY_CQ returns).
+            let v = unsafe { &*(c.arm_dbr as *const AtomicU32) }.load(Ordering::Acquire);
+            if v != c.last {
+                c.last = v;
+                let word = u32::from_be(v);
+                if crate::trace() {
+                    eprintln!("uapi: CQ {:#x} arm {word:#010x}", c.cqn);
                 }
+                bus.write64(
+                    uar + CQ_DOORBELL,
+                    (u64::from(word) << 32) | u64::from(c.cqn),
+                );
+                FORWARDED.fetch_add(1, Ordering::Relaxed);
             }
         }
-        let mut rang = false;
-        for k in 0..4 {
-            for half in 0..2 {
-                let off = BF_OFFSET + k * bf + half * bf / 2;
-                if off + 8 > 4096 {
-                    continue;
+    }
+    let mut rang = false;
+    for off in send_registers(bf) {
+        // SAFETY: an aligned register inside a watched page.
+        rang |= unsafe { take(addr + off) } != 0;
+    }
+    if rang {
+        work = true;
+        for q in qps.iter_mut().filter(|q| q.file == file) {
+            // SAFETY: the QP's doorbell record, which stays allocated while the
+            // QP exists (the QP is removed from the watch before DESTROY_QP
+            // returns).
+            let v = unsafe { &*(q.sq_dbr as *const AtomicU32) }.load(Ordering::Acquire);
+            if v != q.last {
+                if crate::trace() {
+                    eprintln!("uapi: QP {:#x} SQ counter {:#x}", q.qpn, u32::from_be(v));
                 }
-                // SAFETY: an aligned register inside a watched page.
-                rang |= unsafe { take(p.addr + off) } != 0;
-            }
-        }
-        if rang {
-            work = true;
-            for q in qps.iter_mut().filter(|q| q.file == p.file) {
-                // SAFETY: the QP's doorbell record, which stays allocated while the
-                // QP exists (the QP is removed from the watch before DESTROY_QP
-                // returns).
-                let v = unsafe { &*(q.sq_dbr as *const AtomicU32) }.load(Ordering::Acquire);
-                if v != q.last {
-                    if crate::trace() {
-                        eprintln!("uapi: QP {:#x} SQ counter {:#x}", q.qpn, u32::from_be(v));
-                    }
-                    q.last = v;
-                    bus.write64(uar + BF_OFFSET, u64::from(q.qpn) << 8);
-                    FORWARDED.fetch_add(1, Ordering::Relaxed);
-                }
+                q.last = v;
+                bus.write64(uar + BF_OFFSET, u64::from(q.qpn) << 8);
+                FORWARDED.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
     work
 }
 
+/// Offsets of the send registers of a UAR page: both halves of the first four
+/// BlueFlame registers of `bf` bytes (libmlx5 alternates between the halves,
+/// `mlx5_bf.offset ^= buf_size`).
+fn send_registers(bf: usize) -> impl Iterator<Item = usize> {
+    (0..8)
+        .map(move |i| BF_OFFSET + (i / 2) * bf + (i % 2) * bf / 2)
+        .filter(|off| off + 8 <= 4096)
+}
+
+/// Whether a page is hot ([`crate::mmio_trap`]): its doorbells are plain stores
+/// that [`flush_hot`] forwards. One load: the poll wrapper's test.
+#[inline(always)]
+pub fn hot() -> bool {
+    crate::mmio_trap::HOT_COUNT.load(Ordering::Relaxed) != 0
+}
+
+/// Forwards the doorbells stored in the hot pages since the last look (read
+/// through the layer's shadow of each): called by the poll wrappers and the
+/// completion channel's `read` while a page is hot, and by the watcher thread. A
+/// look that finds every register zero takes no lock.
+#[cold]
+#[inline(never)]
+pub fn flush_hot() -> bool {
+    let Some(nic) = NIC.get() else {
+        return false;
+    };
+    let bf = nic.bf_reg_size() as usize;
+    let mut work = false;
+    crate::mmio_trap::for_each_hot(|shadow| {
+        let set = |off: usize| {
+            // SAFETY: an aligned word of a hot page's shadow, the layer's own
+            // read-write mapping, unmapped only after it leaves the hot table
+            // (closing a context while another thread polls its CQs is the
+            // program's use after free, as in rdma-core).
+            unsafe { &*((shadow + off) as *const AtomicU64) }.load(Ordering::Relaxed) != 0
+        };
+        if set(CQ_DOORBELL) || send_registers(bf).any(set) {
+            work |= scan_shadow(nic, shadow);
+        }
+    });
+    work
+}
+
+/// Scans the shadow page at `addr`, if it is still watched.
+fn scan_shadow(nic: &Nic, addr: usize) -> bool {
+    let mut w = lock();
+    let Watch { pages, qps, cqs } = &mut *w;
+    let Some(file) = pages
+        .iter()
+        .find(|p| p.shadow && p.addr == addr)
+        .map(|p| p.file)
+    else {
+        return false;
+    };
+    // SAFETY: a watched shadow (read-write, mapped while listed, under the lock).
+    unsafe { scan_page(nic, file, addr, qps, cqs) }
+}
+
+/// Sleep between the watcher's looks at hot pages (a fallback: the poll wrapper
+/// forwards their doorbells).
+pub const HOT_TICK: Duration = Duration::from_micros(200);
+/// Looks at hot pages without an empty poll between them after which the watcher
+/// traps the pages again (1 ms: a busy poller descheduled for a look or two on a
+/// loaded machine stays hot).
+pub const COOL_LOOKS: u32 = 5;
+
+/// The environment variable naming a file to which the process appends, at exit,
+/// one line of its doorbell counts: `doorbells trapped T forwarded F pages_gone_hot
+/// H empty_polls_assisted A` (F counts the trapped ones too).
+pub const STATS_ENV: &str = "FERROVERBS_DOORBELL_STATS";
+
+extern "C" fn write_stats() {
+    let Some(path) = std::env::var_os(STATS_ENV) else {
+        return;
+    };
+    let line = format!(
+        "doorbells trapped {} forwarded {} pages_gone_hot {} empty_polls_assisted {}\n",
+        crate::mmio_trap::TRAPPED.load(Ordering::Relaxed),
+        FORWARDED.load(Ordering::Relaxed),
+        crate::mmio_trap::WENT_HOT.load(Ordering::Relaxed),
+        crate::poll_assist::assists(),
+    );
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+    {
+        let _ = f.write_all(line.as_bytes());
+    }
+}
+
 /// Starts the doorbell thread.
 pub fn start(nic: &'static Nic) {
     let _ = NIC.set(nic);
+    if std::env::var_os(STATS_ENV).is_some() {
+        // SAFETY: registers a function without arguments, run at exit.
+        unsafe { libc::atexit(write_stats) };
+    }
     let spawned = std::thread::Builder::new()
         .name("uapi-doorbells".into())
         .spawn(move || {
@@ -410,8 +547,47 @@ pub fn start(nic: &'static Nic) {
                 .and_then(|v| v.parse().ok())
                 .map_or(TICK, Duration::from_micros);
             let mut active = Instant::now();
+            let mut polls = crate::poll_assist::assists();
+            let mut hot_look = Instant::now();
+            let mut was_hot = false;
+            let mut quiet = 0;
             loop {
                 let trapped = crate::mmio_trap::enabled();
+                if trapped && hot() {
+                    // Hot pages: the poll wrapper forwards their doorbells; this
+                    // thread looks too, now and then, and traps them again once the
+                    // program stops polling (its next doorbell is then forwarded
+                    // at once, by the trap). The first look of a hot spell only
+                    // starts the count of polls.
+                    if !was_hot {
+                        was_hot = true;
+                        polls = crate::poll_assist::assists();
+                        hot_look = Instant::now();
+                        quiet = 0;
+                    }
+                    flush_hot();
+                    if hot_look.elapsed() >= HOT_TICK {
+                        let now = crate::poll_assist::assists();
+                        quiet = if now == polls { quiet + 1 } else { 0 };
+                        if quiet >= COOL_LOOKS {
+                            quiet = 0;
+                            for s in crate::mmio_trap::cool_all() {
+                                if s != 0 {
+                                    scan_shadow(nic, s);
+                                }
+                            }
+                        }
+                        polls = now;
+                        hot_look = Instant::now();
+                    }
+                    if unclaimed_shadows() == 0 {
+                        std::thread::sleep(HOT_TICK);
+                        continue;
+                    }
+                    // Pages mapped behind the library's back are watched as ever.
+                } else {
+                    was_hot = false;
+                }
                 if trapped {
                     // Reset before looking, so a shadow added meanwhile wakes the
                     // wait below at once.

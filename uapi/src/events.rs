@@ -132,6 +132,11 @@ impl EventFile {
         if len < self.rec {
             return Err(Errno::EINVAL);
         }
+        // A program about to wait for a completion event may have rung its
+        // doorbells (and armed its CQ) in a hot UAR page: forward them first.
+        if crate::doorbell::hot() {
+            crate::doorbell::flush_hot();
+        }
         loop {
             let fd = {
                 let mut g = self.lock();

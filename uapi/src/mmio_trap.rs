@@ -16,6 +16,12 @@
 //! it. A fault on any other address goes to the handler the program had installed
 //! before (or installs later, through [`app_sigaction`]), or to the default action.
 //!
+//! A fault per post costs a signal round trip. After a send doorbell of a
+//! busy-polling program the page goes *hot* (`maybe_go_hot`): it stays writable,
+//! its doorbells are plain stores, and the poll wrappers forward them
+//! ([`crate::doorbell::flush_hot`]) until the watcher thread, seeing no empty poll
+//! for a look, traps it again ([`cool_all`]).
+//!
 //! The handler runs on a thread stopped at a store in libmlx5's post or arm path: it
 //! holds none of this library's or the simulator's locks, so the device's doorbell
 //! work (which takes them) may run there; errno is preserved.
@@ -36,6 +42,164 @@ static INSTALLED: AtomicBool = AtomicBool::new(false);
 static GAVE_UP: AtomicBool = AtomicBool::new(false);
 /// Stores the handler decoded and forwarded.
 pub static TRAPPED: AtomicUsize = AtomicUsize::new(0);
+/// The layer's shadow mapping of the page in each slot of [`PAGES`] (0: none known);
+/// a page goes hot only with one, through which hot pages are read.
+static SHADOW_OF: [AtomicUsize; MAX_PAGES] = [EMPTY; MAX_PAGES];
+
+/// Most pages hot at once.
+pub const HOT_SLOTS: usize = 8;
+/// Hot pages: index + 1 of their slot in [`PAGES`] (0: free).
+static HOT: [AtomicUsize; HOT_SLOTS] = [EMPTY; HOT_SLOTS];
+/// How many pages are hot (the poll wrapper's one load).
+pub static HOT_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Serialises the hot transitions (the handler's and the watcher's); held only
+/// around `mprotect` and the table updates, never while faulting.
+static HOT_LOCK: AtomicBool = AtomicBool::new(false);
+/// Times a page went hot (for tests and the statistics).
+pub static WENT_HOT: AtomicUsize = AtomicUsize::new(0);
+/// Empty assisted polls counted at the last send doorbell trapped.
+static LAST_ASSISTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// CQ arm doorbells trapped (an event-driven program arms its CQ before each wait).
+/// A trapped arm does not update the watch's last-forwarded arm record, so once one
+/// was trapped no page goes hot: a scan would forward that arm again, and a second
+/// arm after the event it asked for would ask for another.
+static ARMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+struct HotGuard;
+impl Drop for HotGuard {
+    fn drop(&mut self) {
+        HOT_LOCK.store(false, Ordering::Release);
+    }
+}
+/// Takes [`HOT_LOCK`] (a spin lock: the handler may take it, and no holder faults
+/// or waits while holding it).
+fn hot_lock() -> HotGuard {
+    while HOT_LOCK
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::hint::spin_loop();
+    }
+    HotGuard
+}
+
+fn slot_of(page: usize) -> Option<usize> {
+    (page != 0)
+        .then(|| PAGES.iter().position(|s| s.load(Ordering::Acquire) == page))
+        .flatten()
+}
+
+/// Records `shadow` as the layer's own mapping of trapped page `page`.
+pub fn set_shadow(page: usize, shadow: usize) {
+    if let Some(i) = slot_of(page) {
+        SHADOW_OF[i].store(shadow, Ordering::Release);
+    }
+}
+
+/// Forgets the shadow `shadow` (before it is unmapped): a page hot through it is
+/// trapped again first. The caller then reads the shadow once more for the stores
+/// that landed before.
+pub fn clear_shadow(shadow: usize) {
+    let _g = hot_lock();
+    for (i, s) in SHADOW_OF.iter().enumerate() {
+        if shadow != 0 && s.load(Ordering::Acquire) == shadow {
+            cool_slot(i);
+            s.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// Makes the page of slot `i` trapped again if it is hot (under [`HOT_LOCK`]).
+fn cool_slot(i: usize) {
+    for h in HOT.iter() {
+        if h.load(Ordering::Acquire) == i + 1 {
+            let page = PAGES[i].load(Ordering::Acquire);
+            if page != 0 && !GAVE_UP.load(Ordering::Acquire) {
+                // SAFETY: a page of this layer that is still mapped (unmapping
+                // removes it from the table first, under this lock).
+                unsafe { libc::mprotect(page as *mut libc::c_void, PAGE, libc::PROT_READ) };
+            }
+            h.store(0, Ordering::Release);
+            HOT_COUNT.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Calls `f` with the shadow of every hot page.
+pub fn for_each_hot(mut f: impl FnMut(usize)) {
+    for h in HOT.iter() {
+        let i = h.load(Ordering::Acquire);
+        if i != 0 {
+            let s = SHADOW_OF[i - 1].load(Ordering::Acquire);
+            if s != 0 {
+                f(s);
+            }
+        }
+    }
+}
+
+/// Traps every hot page again (read-only first: a store after that faults and is
+/// forwarded by the handler) and returns their shadows, which the caller reads
+/// once more for the stores that landed before.
+pub fn cool_all() -> [usize; HOT_SLOTS] {
+    let mut out = [0; HOT_SLOTS];
+    let _g = hot_lock();
+    for (k, h) in HOT.iter().enumerate() {
+        let i = h.load(Ordering::Acquire);
+        if i != 0 {
+            out[k] = SHADOW_OF[i - 1].load(Ordering::Acquire);
+            cool_slot(i - 1);
+        }
+    }
+    out
+}
+
+/// After a trapped send doorbell of a busy-polling program (an empty poll since the
+/// previous send doorbell, and no CQ arm ever trapped: a program that waits for
+/// completion events arms its CQ before each wait), leaves `page` writable so
+/// that the next doorbells are plain stores, read by the poll wrapper
+/// ([`crate::doorbell::flush_hot`]) and, as a fallback, the watcher thread, which
+/// traps the page again once the polls stop. Async-signal-safe: atomics, a spin
+/// lock no holder can fault under, `mprotect` and a futex wake.
+fn maybe_go_hot(page: usize) {
+    let a = crate::poll_assist::assists();
+    let polled = LAST_ASSISTS.swap(a, Ordering::AcqRel) != a;
+    if !polled || ARMS.load(Ordering::Acquire) != 0 {
+        return;
+    }
+    let Some(i) = slot_of(page) else {
+        return;
+    };
+    if SHADOW_OF[i].load(Ordering::Acquire) == 0 {
+        return;
+    }
+    {
+        let _g = hot_lock();
+        if GAVE_UP.load(Ordering::Acquire) || HOT.iter().any(|h| h.load(Ordering::Acquire) == i + 1)
+        {
+            return;
+        }
+        let Some(free) = HOT.iter().find(|h| h.load(Ordering::Acquire) == 0) else {
+            return;
+        };
+        // SAFETY: a page of this layer that is still mapped (as above).
+        if unsafe {
+            libc::mprotect(
+                page as *mut libc::c_void,
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        } != 0
+        {
+            return;
+        }
+        free.store(i + 1, Ordering::Release);
+        HOT_COUNT.fetch_add(1, Ordering::AcqRel);
+        WENT_HOT.fetch_add(1, Ordering::Relaxed);
+    }
+    crate::doorbell::wake_watcher();
+}
+
 /// The page offset and value of the last store forwarded (for tests).
 pub static LAST: [std::sync::atomic::AtomicU64; 2] = [
     std::sync::atomic::AtomicU64::new(0),
@@ -89,8 +253,16 @@ pub fn add_page(addr: usize) -> bool {
 
 /// Stops trapping the page at `addr` (before it is unmapped).
 pub fn remove_page(addr: usize) {
-    for slot in PAGES.iter() {
+    let _g = hot_lock();
+    for (i, slot) in PAGES.iter().enumerate() {
         if slot.load(Ordering::Acquire) == addr {
+            for h in HOT.iter() {
+                if h.load(Ordering::Acquire) == i + 1 {
+                    h.store(0, Ordering::Release);
+                    HOT_COUNT.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            SHADOW_OF[i].store(0, Ordering::Release);
             slot.store(0, Ordering::Release);
         }
     }
@@ -302,7 +474,13 @@ extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         }
         // Unknown store: every page back to read-write for the watcher; the store
         // runs again when the handler returns.
+        let _g = hot_lock();
         GAVE_UP.store(true, Ordering::Release);
+        for h in HOT.iter() {
+            if h.swap(0, Ordering::AcqRel) != 0 {
+                HOT_COUNT.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
         for s in PAGES.iter() {
             let p = s.swap(0, Ordering::AcqRel);
             if p != 0 {
@@ -378,6 +556,11 @@ unsafe fn emulate(page: usize, addr: usize, uc: &mut libc::ucontext_t) -> bool {
         _ => value & 0xff,
     };
     crate::doorbell::forward(addr - page, s.width, value);
+    if addr - page >= 0x800 {
+        maybe_go_hot(page);
+    } else if addr - page == 0x20 {
+        ARMS.fetch_add(1, Ordering::AcqRel);
+    }
     LAST[0].store((addr - page) as u64, Ordering::Relaxed);
     LAST[1].store(value, Ordering::Relaxed);
     TRAPPED.fetch_add(1, Ordering::Release);

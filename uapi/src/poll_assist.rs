@@ -95,6 +95,12 @@ pub fn stats() -> (u64, u64) {
     )
 }
 
+/// Empty polls that serviced the device so far (the trap's sign of a busy poller,
+/// [`crate::mmio_trap`]).
+pub fn assists() -> u64 {
+    ASSISTS.load(Ordering::Relaxed)
+}
+
 /// The wrapper installed in `ibv_context.ops.poll_cq`: libmlx5's poll, and on an
 /// empty CQ the device serviced for the next poll (kept out of line, so that a poll
 /// that finds completions costs a load, a call and a test more than libmlx5's own).
@@ -105,6 +111,11 @@ unsafe extern "C" fn assisted_poll_cq(cq: *mut c_void, n: c_int, wc: *mut c_void
     // libmlx5's function, which stays mapped for the life of the process (providers
     // are never unloaded while a context is open).
     let orig: PollCq = unsafe { std::mem::transmute::<usize, PollCq>(orig) };
+    // Doorbells of a hot UAR page are plain stores: forward them before polling
+    // (one load when no page is hot).
+    if crate::doorbell::hot() {
+        crate::doorbell::flush_hot();
+    }
     // SAFETY: the arguments are the caller's, passed on unchanged to the function
     // rdma-core's `ibv_poll_cq` would have called.
     let r = unsafe { orig(cq, n, wc) };
@@ -127,6 +138,9 @@ unsafe extern "C" fn assisted_start_poll<const K: usize>(
     // `start_poll` the entry held, and a slot is never changed once set; the
     // provider stays mapped while its contexts are open.
     let orig: StartPoll = unsafe { std::mem::transmute::<usize, StartPoll>(orig) };
+    if crate::doorbell::hot() {
+        crate::doorbell::flush_hot();
+    }
     // SAFETY: the caller's arguments, passed on unchanged to the function rdma-core's
     // inline `ibv_start_poll` would have called.
     let r = unsafe { orig(cq, attr) };
