@@ -800,16 +800,20 @@ impl CqeAt<'_> {
 /// The owner keeps the ring's DMA buffer, the `wr_id` table and the bus alive;
 /// [`SqSlots::open`] hands out a [`Slots`] for one batch (a copy of the position,
 /// kept in registers, and a borrow of the owner to save it back).
+///
+/// `repr(C)`, the position and the gates first, the per-length tables after: a post
+/// to a QP whose state is cold reads one or two cache lines of it, not one per field.
+#[repr(C)]
 pub(crate) struct SqSlots<B: Bus> {
-    fixed: SlotsFixed,
     pos: SlotPos,
+    /// The most `one_lim` may be: 0 (closed for good) when the queue may use
+    /// BlueFlame; the owner sets it ([`SqSlots::set_one_cap`]).
+    one_cap: u32,
     /// The one-request inline entry's gate ([`SqSlots::take_one_inline`]): a payload
     /// of `1..=one_lim` bytes takes it. At most `one_cap`
     /// ([`SqSlots::refresh_one_limit`]).
     one_lim: usize,
-    /// The most `one_lim` may be: 0 (closed for good) when the queue may use
-    /// BlueFlame; the owner sets it ([`SqSlots::set_one_cap`]).
-    one_cap: u32,
+    fixed: SlotsFixed,
     /// The 8-byte doorbell of the one-request entry: the direct register, or, when
     /// the bus offers none, `_spare` (unused: [`SqSlots::ring_one`] then rings
     /// through the bus).
@@ -834,15 +838,11 @@ pub(crate) struct SqSlots<B: Bus> {
 }
 
 /// What does not change: the ring, the table, the register.
+#[repr(C)]
 struct SlotsFixed {
     ring: NonNull<u8>,
     ids: NonNull<AtomicU64>,
     mask: u32,
-    /// The direct register, or `None`.
-    reg: Option<NonNull<AtomicU64>>,
-    /// `reg_len - 8` (the register is a power of two of bytes): `off & reg_mask` is
-    /// a word inside it.
-    reg_mask: usize,
     /// `min(mask, 255)`: a chunk (see [`SqSlots`]) is `chunk_mask + 1` slots.
     chunk_mask: u32,
     /// The budget placed beyond the position's chunk (WQEBBs known free after
@@ -855,6 +855,11 @@ struct SlotsFixed {
     /// ([`WqeSlots::index`](crate::ring::WqeSlots::index)), kept exact by every
     /// take (which moves the index and `left` by the same WQEBBs).
     end: std::cell::Cell<u16>,
+    /// The direct register, or `None`.
+    reg: Option<NonNull<AtomicU64>>,
+    /// `reg_len - 8` (the register is a power of two of bytes): `off & reg_mask` is
+    /// a word inside it.
+    reg_mask: usize,
 }
 
 /// A position in the ring (see [`SqSlots`]), relative to the end of its budget `e =

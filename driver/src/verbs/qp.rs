@@ -794,6 +794,9 @@ pub(crate) fn geometry_with(limits: &Limits, cap: &QpCap, ovh: u32) -> Result<Ge
 /// [`QueuePair::to_init`], [`QueuePair::to_rtr`], [`QueuePair::to_rts`]) takes it
 /// through the states. Posting takes `&mut self`: one thread at a time, no lock.
 /// Dropping it issues `DESTROY_QP` and releases its UAR and memory.
+///
+/// `repr(C)`: the queues, then the send ring's slots, as the post path reads them.
+#[repr(C)]
 pub struct QueuePair<'a, B: Bus> {
     pub(super) q: Queues<B>,
     /// The send ring as the typed entries write it (bounds proved once).
@@ -814,33 +817,37 @@ pub struct QueuePair<'a, B: Bus> {
 
 /// The queues of a QP: its buffer, the ring writers, the state shared with its CQs,
 /// and what posting needs. Everything the fast path touches lives here.
+///
+/// `repr(C)`: what every post reads or writes (state, counters, the shared
+/// completion state's pointer) first, next to the send ring's writer.
+#[repr(C)]
 pub(crate) struct Queues<B: Bus> {
-    pub(super) sq: SqRing<B>,
-    pub(super) rq: RqRing<B>,
-    pub(crate) shared: Arc<WqShared>,
-    pub(super) bus: Arc<B>,
     pub(crate) state: QpState,
     atomics: bool,
-    /// The last `sq_done` value acted on.
-    sq_seen: u32,
-    /// The RQ counter up to which receives were reclaimed.
-    rq_tail: u16,
-    pub(crate) geo: Geometry,
-    sq_cfg: SqConfig,
-    pub(crate) buf: Mem<B>,
-    /// UD: the largest message (the port MTU, from RESET→INIT); `u32::MAX` for RC.
-    max_msg: u32,
-    /// Send WRs posted (counters).
-    pub(super) posted: u64,
     /// High-water mark of the WQEBBs outstanding after a post (counters).
     pub(super) sq_hwm: u16,
     /// `DONE | index` of the last WQE of the latest post, for the high-water mark
     /// (`note_posted`); `HwmPrev::FRESH` after (re)start.
     pub(super) hwm_prev: super::counters::HwmPrev,
+    /// The last `sq_done` value acted on.
+    sq_seen: u32,
+    /// The RQ counter up to which receives were reclaimed.
+    rq_tail: u16,
+    /// UD: the largest message (the port MTU, from RESET→INIT); `u32::MAX` for RC.
+    max_msg: u32,
+    /// Send WRs posted (counters).
+    pub(super) posted: u64,
+    pub(crate) shared: Arc<WqShared>,
+    pub(super) bus: Arc<B>,
     /// The error of the latest post that the one-request inline entry's out-of-line
     /// paths refused (they return a flag, so that the entry's result is built in
     /// registers: `post::send_one_inline`).
     pub(super) last_err: PostError,
+    pub(super) sq: SqRing<B>,
+    pub(super) rq: RqRing<B>,
+    pub(crate) geo: Geometry,
+    sq_cfg: SqConfig,
+    pub(crate) buf: Mem<B>,
 }
 
 impl<B: Bus> super::post::SqOwner<B> for QueuePair<'_, B> {

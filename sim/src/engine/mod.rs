@@ -526,43 +526,47 @@ impl Flight {
 }
 
 /// The requester side of a QP.
+///
+/// `repr(C)`: the fields every message reads first (timers, the WQEs in flight and
+/// their counters, the WQE being transmitted), the READ/atomic state last.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub struct Sq {
-    /// SQ WQEBB counter of the next WQE to fetch.
-    pub fetched: u32,
+    /// After an RNR NAK: no transmission before this device time.
+    pub rnr_until: Option<u64>,
+    /// When the local ACK timer fires (armed while PSNs are outstanding).
+    pub ack_deadline: Option<u64>,
     /// Fetched, not completed.
     pub wqes: VecDeque<Flight>,
     /// Index in `wqes` of the next WQE to transmit.
     pub tx: usize,
+    /// The PSN the last go-back-N restarted from: a further NAK or implied NAK for it
+    /// while it is still the oldest unacknowledged PSN is the same loss, not a new one.
+    pub retry_psn: Option<Psn>,
+    /// SQ WQEBB counter of the next WQE to fetch.
+    pub fetched: u32,
     /// PSN for the next fetched WQE.
     pub next_psn: Psn,
     /// Oldest PSN not yet acknowledged.
     pub una: Psn,
+    /// The PSN after the last one transmitted (the sent frontier; a retransmission
+    /// does not move it back).
+    pub psn_hi: Psn,
     /// READ/atomic requests outstanding.
     pub reads_out: u32,
     /// Transport retries left (sequence NAKs).
     pub retries_left: u8,
     /// RNR retries left (7: infinite).
     pub rnr_left: u8,
-    /// After an RNR NAK: no transmission before this device time.
-    pub rnr_until: Option<u64>,
-    /// The PSN after the last one transmitted (the sent frontier; a retransmission
-    /// does not move it back).
-    pub psn_hi: Psn,
-    /// When the local ACK timer fires (armed while PSNs are outstanding).
-    pub ack_deadline: Option<u64>,
-    /// The PSN the last go-back-N restarted from: a further NAK or implied NAK for it
-    /// while it is still the oldest unacknowledged PSN is the same loss, not a new one.
-    pub retry_psn: Option<Psn>,
     /// A locally failed WQE is queued: nothing more is fetched.
     pub stalled: bool,
     /// Data of the WQE being transmitted.
     pub txd: WqeData,
-    /// Data of the READ/atomic being completed.
-    pub rxd: WqeData,
     /// The data of a completed READ/atomic that goes in its CQE (requester scatter
     /// to CQE, `qpc.cs_req`), until the WQE's CQE is written.
     pub req_scat: Option<ReqScat>,
+    /// Data of the READ/atomic being completed.
+    pub rxd: WqeData,
 }
 
 /// The data of an RDMA READ response or an atomic result that goes in the
@@ -648,7 +652,11 @@ pub enum Resource {
 }
 
 /// The responder side of a QP.
+///
+/// `repr(C)`: what every request reads first (sequence state, the message in
+/// progress, the cached windows), the receive WQE and the replay resources last.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub struct Resp {
     /// Expected PSN.
     pub epsn: Psn,
@@ -656,42 +664,55 @@ pub struct Resp {
     pub msn: u32,
     /// A sequence NAK was sent for the current gap.
     pub nak_sent: bool,
-    /// The message in progress.
-    pub cur: InMsg,
-    /// The receive WQE being filled.
-    pub rwqe: RecvWqe,
-    /// Replay resources, oldest first.
-    pub res: VecDeque<Resource>,
     /// The PSN of an ACK owed and not sent yet (ACKs coalesce within a batch).
     pub ack_due: Option<Psn>,
+    /// The message in progress.
+    pub cur: InMsg,
+    /// The cached translation of the last mapping a SEND's payload was scattered to.
+    pub data_win: crate::iommu::Window,
+    /// The cached translation of the RQ ring's mapping.
+    pub rq_win: crate::iommu::Window,
     /// The cached translation of the doorbell record's mapping (its value is read at
     /// every use: the driver updates it concurrently; only the table search is
     /// saved). A `Cell` so that [`QpRt::rq_posted`] stays a `&self` read.
     pub dbr_win: std::cell::Cell<crate::iommu::Window>,
-    /// The cached translation of the RQ ring's mapping.
-    pub rq_win: crate::iommu::Window,
-    /// The cached translation of the last mapping a SEND's payload was scattered to.
-    pub data_win: crate::iommu::Window,
+    /// The receive WQE being filled.
+    pub rwqe: RecvWqe,
+    /// Replay resources, oldest first.
+    pub res: VecDeque<Resource>,
 }
 
+/// Scatter/gather entries the lists of a QP's WQE being transmitted and of its receive
+/// WQE being filled hold from the QP's creation (the capacity `Vec` gives them at their
+/// first entry): the first message of a QP allocates nothing on the data path.
+const SGES_AT_CREATE: usize = 4;
+
 /// The data-path state of one QP.
+///
+/// `repr(C)`, its fields in this order, so that what the packet path reads for every
+/// message sits together at the front: its list state, counters and QP state (the first
+/// cache line), then the context (its per-message fields first), the responder, and
+/// the requester (its per-message fields first, the READ/atomic state last). A QP
+/// whose state is cold (thousands of QPs used in turn) so costs a few cache lines per
+/// message, not one per field.
+#[repr(C)]
 pub struct QpRt {
-    /// Its context.
-    pub cfg: QpCfg,
-    /// Its state (mirrors the firmware's).
-    pub state: QpcState,
-    /// Requester.
-    pub sq: Sq,
+    /// Its place on the engine's lists.
+    sched: QpSched,
     /// RQ WQEs consumed (counter).
     pub rq_ci: u32,
     /// RQ WQEs the doorbell record showed posted at its last read and not consumed
     /// since: the device reads the record again only when these are used up
     /// ([`recv::take`]), as a ConnectX does.
     pub rq_known: u32,
+    /// Its state (mirrors the firmware's).
+    pub state: QpcState,
+    /// Its context.
+    pub cfg: QpCfg,
     /// Responder.
     pub resp: Resp,
-    /// Its place on the engine's lists.
-    sched: QpSched,
+    /// Requester.
+    pub sq: Sq,
 }
 
 impl QpRt {
@@ -703,10 +724,22 @@ impl QpRt {
                 psn_hi: Psn::new(cfg.sq_psn),
                 retries_left: cfg.retry_count,
                 rnr_left: cfg.rnr_retry,
+                txd: WqeData {
+                    sges: Vec::with_capacity(if cfg.sq_size != 0 { SGES_AT_CREATE } else { 0 }),
+                    ..WqeData::default()
+                },
                 ..Sq::default()
             },
             resp: Resp {
                 epsn: Psn::new(cfg.rq_psn),
+                rwqe: RecvWqe {
+                    sges: Vec::with_capacity(if cfg.rq_size != 0 || cfg.srqn.is_some() {
+                        SGES_AT_CREATE
+                    } else {
+                        0
+                    }),
+                    ..RecvWqe::default()
+                },
                 ..Resp::default()
             },
             cfg,

@@ -26,28 +26,58 @@ fn pri(f: Field) -> Field {
     f.at(qpc::primary_address_path.bit)
 }
 
+/// Pages of a [`QueueBuf`] kept in the buffer itself (besides its list): the first
+/// ones, which hold the whole SQ and RQ of a QP of up to 16 KiB of queues, so that a
+/// WQE's address is found without a read of the page list on the heap (a cache miss per
+/// QP when thousands of QPs are used in turn).
+const HEAD_PAGES: usize = 4;
+
 /// A work queue buffer laid over PAS pages.
 #[derive(Clone, Debug, Default)]
 pub struct QueueBuf {
+    /// `pages[..HEAD_PAGES]` (zeros past the end of `pages`).
+    head: [u64; HEAD_PAGES],
     pages: Vec<u64>,
     page_shift: u32,
     offset: u64,
 }
 
 impl QueueBuf {
+    /// The buffer over `pages` (IOVAs of `1 << page_shift` bytes each) from byte
+    /// `offset` of the first.
+    pub fn new(pages: Vec<u64>, page_shift: u32, offset: u64) -> QueueBuf {
+        let mut head = [0; HEAD_PAGES];
+        for (h, p) in head.iter_mut().zip(&pages) {
+            *h = *p;
+        }
+        QueueBuf {
+            head,
+            pages,
+            page_shift,
+            offset,
+        }
+    }
+
+    /// The IOVA of page `i`.
+    #[inline]
+    fn page(&self, i: u64) -> Option<u64> {
+        let i = usize::try_from(i).ok()?;
+        if i < HEAD_PAGES && i < self.pages.len() {
+            Some(self.head[i])
+        } else {
+            self.pages.get(i).copied()
+        }
+    }
+
     /// The IOVA of byte `byte` of the buffer. A WQEBB (or an RQ WQE of at most one
     /// stride) never crosses a page, since pages are at least 4 KiB and the queues are
     /// aligned to their element size.
     pub fn iova(&self, byte: u64) -> Option<u64> {
         let b = self.offset.checked_add(byte)?;
-        let page = self
-            .pages
-            .get(usize::try_from(b >> self.page_shift).ok()?)?;
+        let page = self.page(b >> self.page_shift)?;
         Some(page + (b & ((1u64 << self.page_shift) - 1)))
     }
-}
 
-impl QueueBuf {
     /// The IOVA of bytes `byte..byte + len` of the buffer if they lie in one page
     /// (so contiguous in IOVA space), else `None`.
     #[inline]
@@ -57,9 +87,7 @@ impl QueueBuf {
         if b >> self.page_shift != last >> self.page_shift {
             return None;
         }
-        let page = self
-            .pages
-            .get(usize::try_from(b >> self.page_shift).ok()?)?;
+        let page = self.page(b >> self.page_shift)?;
         Some(page + (b & ((1u64 << self.page_shift) - 1)))
     }
 }
@@ -96,22 +124,62 @@ pub fn ipv4_of_gid(gid: &[u8]) -> Option<Ipv4Addr> {
 }
 
 /// The data-path view of a QP context.
+///
+/// `repr(C)`: the fields the packet path reads for every message first (doorbell
+/// record, numbers, sizes, the queue buffer, the path and its headers), the rest after.
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct QpCfg {
+    /// Doorbell record IOVA.
+    pub dbr: u64,
+    /// Byte offset of the SQ in the buffer.
+    pub sq_base: u64,
     /// QP number.
     pub qpn: u32,
-    /// Service type.
-    pub st: ServiceType,
-    /// A QP1 (`qpc.st` QP1): its sends carry source QP 1 in the DETH.
-    pub gsi: bool,
+    /// Remote QP number.
+    pub remote_qpn: u32,
+    /// Path MTU in bytes.
+    pub pmtu: u32,
+    /// UAR page of the QP's doorbells.
+    pub uar: u32,
+    /// SQ size in WQEBBs (0: no SQ).
+    pub sq_size: u32,
     /// Protection domain.
     pub pd: u32,
+    /// User index (reported in CQEs, CQE version 1).
+    pub user_index: u32,
+    /// RQ size in WQEs (0: no RQ).
+    pub rq_size: u32,
     /// Send CQ.
     pub cqn_snd: Option<u32>,
     /// Receive CQ.
     pub cqn_rcv: Option<u32>,
-    /// User index (reported in CQEs, CQE version 1).
-    pub user_index: u32,
+    /// The work queue buffer.
+    pub buf: QueueBuf,
+    /// The SRQ receive WQEs come from (`rq_type` SRQ).
+    pub srqn: Option<u32>,
+    /// Service type.
+    pub st: ServiceType,
+    /// The Q counter set its events count into (`qpc.counter_set_id`; 0: none).
+    pub counter_set: u8,
+    /// Local ACK timeout exponent: 4.096 µs × 2^`ack_timeout` (0: no timer).
+    pub ack_timeout: u8,
+    /// Remote write enabled.
+    pub rwe: bool,
+    /// Remote read enabled.
+    pub rre: bool,
+    /// Remote atomic enabled.
+    pub rae: bool,
+    /// A QP1 (`qpc.st` QP1): its sends carry source QP 1 in the DETH.
+    pub gsi: bool,
+    /// RNR NAK timer code the responder sends.
+    pub min_rnr_nak: u8,
+    /// The resolved path, once the QP has one (INIT2RTR) and it is IPv4 RoCEv2.
+    pub path: Option<Path>,
+    /// The Ethernet, IPv4 and UDP headers of that path, built with it.
+    pub encap: Option<crate::wire::encap::Encap>,
+    /// Largest message.
+    pub max_msg: u64,
     /// The largest received SEND placed in its CQE instead of the receive buffer
     /// (responder scatter to CQE, `qpc.cs_res`; 0: none).
     pub scatter_cqe: u32,
@@ -119,57 +187,21 @@ pub struct QpCfg {
     /// CQE instead of the local buffer (requester scatter to CQE, `qpc.cs_req`; 0:
     /// none).
     pub req_scatter_cqe: u32,
-    /// The Q counter set its events count into (`qpc.counter_set_id`; 0: none).
-    pub counter_set: u8,
-    /// UAR page of the QP's doorbells.
-    pub uar: u32,
-    /// The work queue buffer.
-    pub buf: QueueBuf,
-    /// SQ size in WQEBBs (0: no SQ).
-    pub sq_size: u32,
-    /// Byte offset of the SQ in the buffer.
-    pub sq_base: u64,
-    /// RQ size in WQEs (0: no RQ).
-    pub rq_size: u32,
-    /// The SRQ receive WQEs come from (`rq_type` SRQ).
-    pub srqn: Option<u32>,
     /// RQ WQE stride in bytes.
     pub rq_stride: u32,
-    /// Doorbell record IOVA.
-    pub dbr: u64,
-    /// Path MTU in bytes.
-    pub pmtu: u32,
-    /// Largest message.
-    pub max_msg: u64,
-    /// Remote QP number.
-    pub remote_qpn: u32,
     /// First PSN the requester sends (`next_send_psn` at RTR2RTS).
     pub sq_psn: u32,
     /// First PSN the responder expects (`next_rcv_psn` at INIT2RTR).
     pub rq_psn: u32,
-    /// Remote read enabled.
-    pub rre: bool,
-    /// Remote write enabled.
-    pub rwe: bool,
-    /// Remote atomic enabled.
-    pub rae: bool,
     /// Outstanding READ/atomic requests as requester.
     pub sra_max: u32,
-    /// RNR NAK timer code the responder sends.
-    pub min_rnr_nak: u8,
+    /// READ/atomic requests remembered as responder (`2^log_rra_max`,
+    /// max_dest_rd_atomic).
+    pub rra_max: u32,
     /// Transport retry count.
     pub retry_count: u8,
     /// RNR retry count (7 = infinite).
     pub rnr_retry: u8,
-    /// Local ACK timeout exponent: 4.096 µs × 2^`ack_timeout` (0: no timer).
-    pub ack_timeout: u8,
-    /// READ/atomic requests remembered as responder (`2^log_rra_max`,
-    /// max_dest_rd_atomic).
-    pub rra_max: u32,
-    /// The resolved path, once the QP has one (INIT2RTR) and it is IPv4 RoCEv2.
-    pub path: Option<Path>,
-    /// The Ethernet, IPv4 and UDP headers of that path, built with it.
-    pub encap: Option<crate::wire::encap::Encap>,
     /// The local port (1-based; from RST2INIT).
     pub port: u8,
     /// UD: the QP's Q_Key (`qpc.q_key`).
@@ -250,11 +282,11 @@ impl QpCfg {
             req_scatter_cqe: Self::req_scatter_cqe(fw, qp, g(qpc::cs_req)),
             counter_set: g(qpc::counter_set_id) as u8,
             uar: qp.uar,
-            buf: QueueBuf {
-                pages: qp.pages.clone(),
-                page_shift: 12 + g(qpc::log_page_size).min(19) as u32,
-                offset: g(qpc::page_offset) * 64,
-            },
+            buf: QueueBuf::new(
+                qp.pages.clone(),
+                12 + g(qpc::log_page_size).min(19) as u32,
+                g(qpc::page_offset) * 64,
+            ),
             sq_size,
             sq_base: u64::from(rq_size) * u64::from(rq_stride),
             rq_size,

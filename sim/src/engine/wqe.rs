@@ -781,6 +781,14 @@ fn data_part(
             {
                 return false;
             }
+            if inline_segs == 0 {
+                // The first inline segment: the pointer segments before it (kept in
+                // `data.sges` only while the part has no inline one) open the list of
+                // pieces, so that a part of pointer segments only never writes (nor
+                // allocates) `data.pieces`.
+                data.pieces
+                    .extend(data.sges.iter().map(|&s| Piece::Gather(s)));
+            }
             let start = data.inline.len() as u32;
             data.inline.extend_from_slice(&rest[4..4 + n]);
             data.pieces.push(Piece::Inline {
@@ -808,7 +816,9 @@ fn data_part(
                 return false;
             }
             data.sges.push(sge);
-            data.pieces.push(Piece::Gather(sge));
+            if inline_segs != 0 {
+                data.pieces.push(Piece::Gather(sge));
+            }
             total = total.saturating_add(len);
             at += 16;
         }
