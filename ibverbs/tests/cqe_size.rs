@@ -10,7 +10,6 @@
 
 use std::ffi::{c_int, c_void};
 use std::ptr;
-use std::time::{Duration, Instant};
 
 use ibverbs::abi;
 
@@ -18,59 +17,15 @@ use ibverbs::abi;
 mod net;
 
 mod loopback;
-use loopback::connect;
+use loopback::*;
 
 extern "C" {
-    fn ibv_get_device_list(num: *mut c_int) -> *mut *mut abi::ibv_device;
-    fn ibv_open_device(dev: *mut abi::ibv_device) -> *mut abi::ibv_context;
-    fn ibv_alloc_pd(ctx: *mut abi::ibv_context) -> *mut abi::ibv_pd;
-    fn ibv_reg_mr(
-        pd: *mut abi::ibv_pd,
-        addr: *mut c_void,
-        len: usize,
-        acc: c_int,
-    ) -> *mut abi::ibv_mr;
-    fn ibv_create_cq(
-        ctx: *mut abi::ibv_context,
-        cqe: c_int,
-        cq_context: *mut c_void,
-        ch: *mut c_void,
-        vec: c_int,
-    ) -> *mut abi::ibv_cq;
-    fn ibv_create_qp(pd: *mut abi::ibv_pd, init: *mut abi::ibv_qp_init_attr) -> *mut abi::ibv_qp;
     fn ibv_destroy_qp(qp: *mut abi::ibv_qp) -> c_int;
     fn ibv_destroy_cq(cq: *mut abi::ibv_cq) -> c_int;
 }
 
 type PostRecv =
     unsafe extern "C" fn(*mut c_void, *mut abi::ibv_recv_wr, *mut *mut abi::ibv_recv_wr) -> c_int;
-type PostSend = unsafe extern "C" fn(
-    *mut abi::ibv_qp,
-    *mut abi::ibv_send_wr,
-    *mut *mut abi::ibv_send_wr,
-) -> c_int;
-type PollCq = unsafe extern "C" fn(*mut abi::ibv_cq, c_int, *mut abi::ibv_wc) -> c_int;
-
-/// Polls `cq` through `poll` until one completion arrives (at most 120 s).
-///
-/// # Safety
-///
-/// `cq` is a live CQ of the library and `poll` its `ops.poll_cq`.
-unsafe fn one(poll: PollCq, cq: *mut abi::ibv_cq) -> abi::ibv_wc {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        // SAFETY: an all-zero `ibv_wc` is valid (plain integers).
-        let mut wc: abi::ibv_wc = unsafe { std::mem::zeroed() };
-        // SAFETY: the caller's promise; `wc` has room for one.
-        let got = unsafe { poll(cq, 1, &mut wc) };
-        assert!(got >= 0);
-        if got == 1 {
-            return wc;
-        }
-        assert!(Instant::now() < deadline, "no completion in 120 s");
-        std::thread::yield_now();
-    }
-}
 
 #[test]
 fn mlx5_cqe_size_128_places_up_to_64_bytes_in_the_cqe() {

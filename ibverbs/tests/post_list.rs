@@ -16,39 +16,13 @@ use ibverbs::abi;
 mod net;
 
 mod loopback;
-use loopback::connect;
-
-extern "C" {
-    fn ibv_get_device_list(num: *mut c_int) -> *mut *mut abi::ibv_device;
-    fn ibv_open_device(dev: *mut abi::ibv_device) -> *mut abi::ibv_context;
-    fn ibv_alloc_pd(ctx: *mut abi::ibv_context) -> *mut abi::ibv_pd;
-    fn ibv_reg_mr(
-        pd: *mut abi::ibv_pd,
-        addr: *mut c_void,
-        len: usize,
-        acc: c_int,
-    ) -> *mut abi::ibv_mr;
-    fn ibv_create_cq(
-        ctx: *mut abi::ibv_context,
-        cqe: c_int,
-        cq_context: *mut c_void,
-        ch: *mut c_void,
-        vec: c_int,
-    ) -> *mut abi::ibv_cq;
-    fn ibv_create_qp(pd: *mut abi::ibv_pd, init: *mut abi::ibv_qp_init_attr) -> *mut abi::ibv_qp;
-}
+use loopback::*;
 
 type PostRecv = unsafe extern "C" fn(
     *mut abi::ibv_qp,
     *mut abi::ibv_recv_wr,
     *mut *mut abi::ibv_recv_wr,
 ) -> c_int;
-type PostSend = unsafe extern "C" fn(
-    *mut abi::ibv_qp,
-    *mut abi::ibv_send_wr,
-    *mut *mut abi::ibv_send_wr,
-) -> c_int;
-type PollCq = unsafe extern "C" fn(*mut abi::ibv_cq, c_int, *mut abi::ibv_wc) -> c_int;
 
 const IBV_WR_RDMA_WRITE: u32 = 0;
 const IBV_WR_SEND: u32 = 2;

@@ -17,31 +17,14 @@ use ibverbs::abi;
 mod net;
 
 mod loopback;
-use loopback::connect;
+use loopback::*;
 
 extern "C" {
-    fn ibv_get_device_list(num: *mut c_int) -> *mut *mut abi::ibv_device;
-    fn ibv_open_device(dev: *mut abi::ibv_device) -> *mut abi::ibv_context;
-    fn ibv_alloc_pd(ctx: *mut abi::ibv_context) -> *mut abi::ibv_pd;
-    fn ibv_reg_mr(
-        pd: *mut abi::ibv_pd,
-        addr: *mut c_void,
-        len: usize,
-        acc: c_int,
-    ) -> *mut abi::ibv_mr;
-    fn ibv_create_cq(
-        ctx: *mut abi::ibv_context,
-        cqe: c_int,
-        cq_context: *mut c_void,
-        ch: *mut c_void,
-        vec: c_int,
-    ) -> *mut abi::ibv_cq;
     fn ibv_create_srq(pd: *mut abi::ibv_pd, init: *mut abi::ibv_srq_init_attr)
         -> *mut abi::ibv_srq;
     fn ibv_modify_srq(srq: *mut abi::ibv_srq, attr: *mut abi::ibv_srq_attr, mask: c_int) -> c_int;
     fn ibv_query_srq(srq: *mut abi::ibv_srq, attr: *mut abi::ibv_srq_attr) -> c_int;
     fn ibv_destroy_srq(srq: *mut abi::ibv_srq) -> c_int;
-    fn ibv_create_qp(pd: *mut abi::ibv_pd, init: *mut abi::ibv_qp_init_attr) -> *mut abi::ibv_qp;
     fn ibv_destroy_qp(qp: *mut abi::ibv_qp) -> c_int;
     fn ibv_get_async_event(ctx: *mut abi::ibv_context, ev: *mut abi::ibv_async_event) -> c_int;
     fn ibv_ack_async_event(ev: *mut abi::ibv_async_event);
@@ -49,12 +32,6 @@ extern "C" {
 
 type PostRecv =
     unsafe extern "C" fn(*mut c_void, *mut abi::ibv_recv_wr, *mut *mut abi::ibv_recv_wr) -> c_int;
-type PostSend = unsafe extern "C" fn(
-    *mut abi::ibv_qp,
-    *mut abi::ibv_send_wr,
-    *mut *mut abi::ibv_send_wr,
-) -> c_int;
-type PollCq = unsafe extern "C" fn(*mut abi::ibv_cq, c_int, *mut abi::ibv_wc) -> c_int;
 
 struct Ctx(*mut abi::ibv_context);
 // SAFETY: the library's verbs may be called from any thread.

@@ -1,12 +1,65 @@
 //! Connecting an RC QP of the library to another QP of the same NIC (loopback), as
-//! the C API tests do it.
+//! the C API tests do it, and the entry points and `ops` types those tests share
+//! (each test uses some of them).
+#![allow(dead_code)]
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
+use std::time::{Duration, Instant};
 
 use ibverbs::abi;
 
 extern "C" {
+    pub fn ibv_get_device_list(num: *mut c_int) -> *mut *mut abi::ibv_device;
+    pub fn ibv_open_device(dev: *mut abi::ibv_device) -> *mut abi::ibv_context;
+    pub fn ibv_alloc_pd(ctx: *mut abi::ibv_context) -> *mut abi::ibv_pd;
+    pub fn ibv_reg_mr(
+        pd: *mut abi::ibv_pd,
+        addr: *mut c_void,
+        len: usize,
+        acc: c_int,
+    ) -> *mut abi::ibv_mr;
+    pub fn ibv_create_cq(
+        ctx: *mut abi::ibv_context,
+        cqe: c_int,
+        cq_context: *mut c_void,
+        ch: *mut c_void,
+        vec: c_int,
+    ) -> *mut abi::ibv_cq;
+    pub fn ibv_create_qp(
+        pd: *mut abi::ibv_pd,
+        init: *mut abi::ibv_qp_init_attr,
+    ) -> *mut abi::ibv_qp;
     fn ibv_modify_qp(qp: *mut abi::ibv_qp, attr: *mut abi::ibv_qp_attr, mask: c_int) -> c_int;
+}
+
+/// `ops.post_send` of a context.
+pub type PostSend = unsafe extern "C" fn(
+    *mut abi::ibv_qp,
+    *mut abi::ibv_send_wr,
+    *mut *mut abi::ibv_send_wr,
+) -> c_int;
+/// `ops.poll_cq` of a context.
+pub type PollCq = unsafe extern "C" fn(*mut abi::ibv_cq, c_int, *mut abi::ibv_wc) -> c_int;
+
+/// Polls `cq` through `poll` until one completion arrives (at most 120 s).
+///
+/// # Safety
+///
+/// `cq` is a live CQ of the library and `poll` its `ops.poll_cq`.
+pub unsafe fn one(poll: PollCq, cq: *mut abi::ibv_cq) -> abi::ibv_wc {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        // SAFETY: an all-zero `ibv_wc` is valid (plain integers).
+        let mut wc: abi::ibv_wc = unsafe { std::mem::zeroed() };
+        // SAFETY: the caller's promise; `wc` has room for one.
+        let got = unsafe { poll(cq, 1, &mut wc) };
+        assert!(got >= 0);
+        if got == 1 {
+            return wc;
+        }
+        assert!(Instant::now() < deadline, "no completion in 120 s");
+        std::thread::yield_now();
+    }
 }
 
 /// RESET -> INIT -> RTR -> RTS towards `dest` on this NIC (loopback), with the
