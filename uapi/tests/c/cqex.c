@@ -28,17 +28,11 @@
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
-static int failures;
+#include "checker.h"
 
-static void check(const char *name, int ok, const char *detail)
-{
-	if (ok) {
-		printf("PASS %s\n", name);
-	} else {
-		printf("FAIL %s: %s\n", name, detail);
-		failures++;
-	}
-}
+/* No remote access (SENDs only), and the local ACK timeout exponent. */
+#define ACCESS 0
+#define ACK_TIMEOUT 18
 
 static double now(void)
 {
@@ -54,41 +48,6 @@ static const char *object_of(const void *f)
 	if (!f || !dladdr(f, &i) || !i.dli_fname)
 		return "?";
 	return i.dli_fname;
-}
-
-static int to_rts(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid)
-{
-	struct ibv_qp_attr a = {0};
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-					  IBV_QP_ACCESS_FLAGS))
-		return 1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return 2;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 18;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-		return 3;
-	return 0;
 }
 
 #define MSG 64
@@ -313,7 +272,7 @@ static int two_process(int port, int ex, int iters, const char *host)
 	int c = tcp_exchange(host, port, &mine, &theirs);
 	union ibv_gid pg;
 	memcpy(pg.raw, theirs.gid, 16);
-	int rts = c >= 0 ? to_rts(s.qp, theirs.qpn, &pg) : -1;
+	int rts = c >= 0 ? qp_to_rts(s.qp, ACCESS, theirs.qpn, &pg, ACK_TIMEOUT) : -1;
 	/* The first receive posted before the peer can send (the barrier below). */
 	ok = c >= 0 && !rts && !post_recv(&s, 0);
 	if (ok && !host)
@@ -504,8 +463,8 @@ int main(int argc, char **argv)
 	check("qps", ok, "creation failed");
 	if (!ok)
 		return 1;
-	int r0 = to_rts(s[0].qp, s[1].qp->qp_num, &gid);
-	int r1 = to_rts(s[1].qp, s[0].qp->qp_num, &gid);
+	int r0 = qp_to_rts(s[0].qp, ACCESS, s[1].qp->qp_num, &gid, ACK_TIMEOUT);
+	int r1 = qp_to_rts(s[1].qp, ACCESS, s[0].qp->qp_num, &gid, ACK_TIMEOUT);
 	snprintf(d, sizeof d, "modify steps %d %d", r0, r1);
 	check("connect", !r0 && !r1, d);
 
