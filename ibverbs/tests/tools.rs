@@ -18,6 +18,10 @@
 
 mod support;
 
+#[path = "../../tests/common/pingpong_output.rs"]
+mod pingpong_output;
+use pingpong_output::check_completion_clock;
+
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -141,37 +145,6 @@ fn ibv_rc_pingpong_between_two_processes() {
     pingpong_done(&c);
     assert!(c.contains(&format!("GID ::ffff:{}", net::host(12))), "{c}");
     assert!(c.contains("remote address: LID 0x0000, QPN"), "{c}");
-}
-
-/// The receive-completion clock figures `ibv_rc_pingpong -t` prints (rdma-core
-/// `libibverbs/examples/rc_pingpong.c`: the deltas of successive receive CQE
-/// timestamps read with `ibv_wc_read_completion_ts`, in device clock cycles),
-/// checked against its own wall-clock time per iteration: each iteration completes
-/// one receive, so the average delta is about `usec/iter` times the device clock
-/// (156.25 MHz, `hca_core_clock`). Timestamps that did not move give a minimum of 0.
-fn check_completion_clock(out: &str) {
-    let figure = |label: &str| -> f64 {
-        let l = out
-            .lines()
-            .find(|l| l.starts_with(label))
-            .unwrap_or_else(|| panic!("no {label:?} in:\n{out}"));
-        l.rsplit(' ').next().unwrap().trim().parse().unwrap()
-    };
-    let max = figure("Max receive completion clock cycles =");
-    let min = figure("Min receive completion clock cycles =");
-    let avg = figure("Average receive completion clock cycles =");
-    assert!(min > 0.0 && min <= avg && avg <= max, "{out}");
-    let usec_per_iter: f64 = out
-        .lines()
-        .find(|l| l.contains(" iters in ") && l.ends_with("usec/iter"))
-        .and_then(|l| l.split(" = ").nth(1))
-        .and_then(|v| v.trim_end_matches(" usec/iter").parse().ok())
-        .unwrap_or_else(|| panic!("no usec/iter in:\n{out}"));
-    let cycles_per_iter = usec_per_iter * 156.25;
-    assert!(
-        avg > 0.5 * cycles_per_iter && avg < 2.0 * cycles_per_iter,
-        "average {avg} cycles vs {usec_per_iter} usec/iter at 156.25 MHz:\n{out}"
-    );
 }
 
 /// `-t`: the CQ from `ibv_create_cq_ex` with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`
