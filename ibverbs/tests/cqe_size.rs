@@ -8,7 +8,6 @@
 //! 65-byte SEND is in the buffer before the poll. Two RC QPs of one simulated NIC
 //! (host 88 of this process's loopback /24) connected to each other.
 
-use std::ffi::{c_int, c_void};
 use std::ptr;
 
 use ibverbs::abi;
@@ -17,15 +16,12 @@ use ibverbs::abi;
 mod net;
 
 mod loopback;
-use loopback::*;
+use loopback::send_pair::send_pair;
+use loopback::{ibv_create_cq, ibv_get_device_list, ibv_open_device};
 
 extern "C" {
-    fn ibv_destroy_qp(qp: *mut abi::ibv_qp) -> c_int;
-    fn ibv_destroy_cq(cq: *mut abi::ibv_cq) -> c_int;
+    fn ibv_destroy_cq(cq: *mut abi::ibv_cq) -> std::ffi::c_int;
 }
-
-type PostRecv =
-    unsafe extern "C" fn(*mut c_void, *mut abi::ibv_recv_wr, *mut *mut abi::ibv_recv_wr) -> c_int;
 
 #[test]
 fn mlx5_cqe_size_128_places_up_to_64_bytes_in_the_cqe() {
@@ -40,17 +36,6 @@ fn mlx5_cqe_size_128_places_up_to_64_bytes_in_the_cqe() {
         assert_eq!(n, 1);
         let ctx = ibv_open_device(*list);
         assert!(!ctx.is_null());
-        let ops = (*ctx).ops;
-        let post_recv: PostRecv = std::mem::transmute(ops[abi::ops::POST_RECV]);
-        let post_send: PostSend = std::mem::transmute(ops[abi::ops::POST_SEND]);
-        let poll_cq: PollCq = std::mem::transmute(ops[abi::ops::POLL_CQ]);
-        let pd = ibv_alloc_pd(ctx);
-        assert!(!pd.is_null());
-        let mut buf = vec![0u8; 16 * 1024];
-        let base = buf.as_mut_ptr();
-        let mr = ibv_reg_mr(pd, base as *mut c_void, buf.len(), 1);
-        assert!(!mr.is_null());
-        let lkey = (*mr).lkey;
         for bad in ["100", "0", "256", "abc", ""] {
             // SAFETY: the only test of this process; no other thread reads it.
             std::env::set_var("MLX5_CQE_SIZE", bad);
@@ -65,98 +50,13 @@ fn mlx5_cqe_size_128_places_up_to_64_bytes_in_the_cqe() {
         assert!(!cq.is_null());
         assert_eq!(ibv_destroy_cq(cq), 0);
         std::env::set_var("MLX5_CQE_SIZE", "128");
-        let scq = ibv_create_cq(ctx, 16, ptr::null_mut(), ptr::null_mut(), 0);
-        let rcq = ibv_create_cq(ctx, 16, ptr::null_mut(), ptr::null_mut(), 0);
-        assert!(!scq.is_null() && !rcq.is_null());
-        let mut qi = abi::ibv_qp_init_attr {
-            qp_context: ptr::null_mut(),
-            send_cq: scq,
-            recv_cq: scq,
-            srq: ptr::null_mut(),
-            cap: abi::ibv_qp_cap {
-                max_send_wr: 8,
-                max_recv_wr: 8,
-                max_send_sge: 1,
-                max_recv_sge: 2,
-                max_inline_data: 0,
-            },
-            qp_type: 2,
-            sq_sig_all: 1,
-        };
-        let sender = ibv_create_qp(pd, &mut qi);
-        qi.recv_cq = rcq;
-        let receiver = ibv_create_qp(pd, &mut qi);
-        assert!(!sender.is_null() && !receiver.is_null());
-        connect(sender, (*receiver).qp_num, gid, 1, 1);
-        connect(receiver, (*sender).qp_num, gid, 1, 1);
-
-        let (src, dst) = (0usize, 8192usize);
+        let mut p = send_pair(gid);
         for (k, m) in [1usize, 17, 32, 33, 48, 63, 64, 65, 100]
             .into_iter()
             .enumerate()
         {
-            let at = |off: usize| base.add(off);
-            ptr::write_bytes(at(dst), 0xee, 1024);
-            for i in 0..m {
-                *at(src + i) = (i * 13 + k + 1) as u8;
-            }
-            // Two entries: 5 bytes at dst, 200 at dst + 256.
-            let mut rs = [
-                abi::ibv_sge {
-                    addr: at(dst) as u64,
-                    length: 5,
-                    lkey,
-                },
-                abi::ibv_sge {
-                    addr: at(dst + 256) as u64,
-                    length: 200,
-                    lkey,
-                },
-            ];
-            let mut rw = abi::ibv_recv_wr {
-                wr_id: 100 + k as u64,
-                next: ptr::null_mut(),
-                sg_list: rs.as_mut_ptr(),
-                num_sge: 2,
-            };
-            let mut rbad = ptr::null_mut();
-            assert_eq!(post_recv(receiver as *mut c_void, &mut rw, &mut rbad), 0);
-            let mut s = abi::ibv_sge {
-                addr: at(src) as u64,
-                length: m as u32,
-                lkey,
-            };
-            let mut w: abi::ibv_send_wr = std::mem::zeroed();
-            w.wr_id = 7;
-            w.sg_list = &mut s;
-            w.num_sge = 1;
-            w.opcode = 2; // IBV_WR_SEND
-            w.send_flags = 2; // IBV_SEND_SIGNALED
-            let mut sbad = ptr::null_mut();
-            assert_eq!(post_send(sender, &mut w, &mut sbad), 0);
-            let sw = one(poll_cq, scq);
-            assert_eq!((sw.status, sw.wr_id), (0, 7), "{m} bytes: {sw:?}");
-            // The responder is done: the buffer shows where the message went.
-            let untouched = *at(dst) == 0xee;
-            assert_eq!(untouched, m <= 64, "{m} bytes: in the CQE iff 64 or fewer");
-            let rwc = one(poll_cq, rcq);
-            assert_eq!(rwc.status, 0, "{m} bytes: {rwc:?}");
-            assert_eq!((rwc.wr_id, rwc.byte_len), (100 + k as u64, m as u32));
-            assert_eq!(rwc.opcode, 128, "IBV_WC_RECV");
-            assert_eq!(rwc.src_qp, (*sender).qp_num);
-            let got = std::slice::from_raw_parts(at(dst), 1024);
-            let msg = std::slice::from_raw_parts(at(src), m);
-            let first = m.min(5);
-            assert_eq!(&got[..first], &msg[..first], "{m} bytes: first entry");
-            assert_eq!(
-                &got[256..256 + m - first],
-                &msg[first..],
-                "{m} bytes: second"
-            );
-            assert_eq!(got[first], 0xee);
-            assert_eq!(got[256 + m - first], 0xee, "{m} bytes: nothing more");
+            p.send_and_check(k, m, 64);
         }
-        assert_eq!(ibv_destroy_qp(receiver), 0);
-        assert_eq!(ibv_destroy_qp(sender), 0);
+        p.destroy_qps();
     }
 }

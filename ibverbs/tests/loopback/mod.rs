@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use ibverbs::abi;
 
+pub mod send_pair;
+
 extern "C" {
     pub fn ibv_get_device_list(num: *mut c_int) -> *mut *mut abi::ibv_device;
     pub fn ibv_open_device(dev: *mut abi::ibv_device) -> *mut abi::ibv_context;
@@ -29,6 +31,7 @@ extern "C" {
         pd: *mut abi::ibv_pd,
         init: *mut abi::ibv_qp_init_attr,
     ) -> *mut abi::ibv_qp;
+    pub fn ibv_destroy_qp(qp: *mut abi::ibv_qp) -> c_int;
     fn ibv_modify_qp(qp: *mut abi::ibv_qp, attr: *mut abi::ibv_qp_attr, mask: c_int) -> c_int;
 }
 
