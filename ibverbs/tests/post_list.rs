@@ -36,11 +36,7 @@ fn a_send_list_is_posted_in_order_and_stops_at_the_failed_request() {
     let gid = ferroverbs_sim::link::udp::gid_for(net::host(87));
     // SAFETY: the verbs API used as its contract says.
     unsafe {
-        let mut n = 0;
-        let list = ibv_get_device_list(&mut n);
-        assert_eq!(n, 1);
-        let ctx = ibv_open_device(*list);
-        assert!(!ctx.is_null());
+        let ctx = open_only_device();
         let ops = (*ctx).ops;
         let post_recv: PostRecv = std::mem::transmute(ops[abi::ops::POST_RECV]);
         let post_send: PostSend = std::mem::transmute(ops[abi::ops::POST_SEND]);

@@ -44,11 +44,7 @@ fn srq_verbs_through_the_c_abi() {
     let gid = ferroverbs_sim::link::udp::gid_for(net::host(83));
     // SAFETY: the verbs API used as its contract says.
     unsafe {
-        let mut n = 0;
-        let list = ibv_get_device_list(&mut n);
-        assert_eq!(n, 1);
-        let ctx = ibv_open_device(*list);
-        assert!(!ctx.is_null());
+        let ctx = open_only_device();
         let ops = (*ctx).ops;
         let post_srq_recv: PostRecv = std::mem::transmute(ops[abi::ops::POST_SRQ_RECV]);
         let post_recv: PostRecv = std::mem::transmute(ops[abi::ops::POST_RECV]);

@@ -20,11 +20,9 @@ use ibverbs::abi_ex::{self, c as cx};
 mod net;
 
 mod loopback;
-use loopback::connect;
+use loopback::{connect, open_only_device};
 
 extern "C" {
-    fn ibv_get_device_list(num: *mut c_int) -> *mut *mut abi::ibv_device;
-    fn ibv_open_device(dev: *mut abi::ibv_device) -> *mut abi::ibv_context;
     fn ibv_alloc_pd(ctx: *mut abi::ibv_context) -> *mut abi::ibv_pd;
     fn ibv_reg_mr(
         pd: *mut abi::ibv_pd,
@@ -175,11 +173,7 @@ fn the_wr_and_cq_ex_interfaces_and_memory_windows_through_the_c_abi() {
     // SAFETY: the verbs API used as its contract says; the buffers outlive the
     // requests that name them (the test waits for every completion).
     unsafe {
-        let mut n = 0;
-        let list = ibv_get_device_list(&mut n);
-        assert_eq!(n, 1);
-        let ctx = ibv_open_device(*list);
-        assert!(!ctx.is_null());
+        let ctx = open_only_device();
         let vctx = (ctx as *mut u8).sub(std::mem::offset_of!(abi::verbs_context, context))
             as *mut abi::verbs_context;
         let create_qp_ex: CreateQpEx = std::mem::transmute((*vctx).ext[abi::vops::CREATE_QP_EX]);

@@ -35,6 +35,23 @@ extern "C" {
     fn ibv_modify_qp(qp: *mut abi::ibv_qp, attr: *mut abi::ibv_qp_attr, mask: c_int) -> c_int;
 }
 
+/// Opens the library's only device (`FERROVERBS_DEVICE` names one simulated NIC).
+///
+/// # Safety
+///
+/// The library was loaded with its device set.
+pub unsafe fn open_only_device() -> *mut abi::ibv_context {
+    let mut n = 0;
+    // SAFETY: the verbs API used as its contract says.
+    unsafe {
+        let list = ibv_get_device_list(&mut n);
+        assert_eq!(n, 1);
+        let ctx = ibv_open_device(*list);
+        assert!(!ctx.is_null());
+        ctx
+    }
+}
+
 /// `ops.post_send` of a context.
 pub type PostSend = unsafe extern "C" fn(
     *mut abi::ibv_qp,

@@ -36,11 +36,7 @@ pub struct SendPair {
 pub unsafe fn send_pair(gid: [u8; 16]) -> SendPair {
     // SAFETY: the verbs API used as its contract says (the caller's promise).
     unsafe {
-        let mut n = 0;
-        let list = ibv_get_device_list(&mut n);
-        assert_eq!(n, 1);
-        let ctx = ibv_open_device(*list);
-        assert!(!ctx.is_null());
+        let ctx = open_only_device();
         let ops = (*ctx).ops;
         let pd = ibv_alloc_pd(ctx);
         assert!(!pd.is_null());
