@@ -36,6 +36,7 @@ use ferroverbs_hw::datapath::uar::{self, UarRegister};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::clock::Clock;
+use crate::engine::cq::device_ticks;
 
 /// A firmware revision, as `major.minor.subminor`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -326,8 +327,12 @@ impl Bar {
             return 0;
         }
         match off {
-            iseg::INTERNAL_TIMER_H => (self.clock.now_ns() >> 32) as u32,
-            iseg::INTERNAL_TIMER_L => self.clock.now_ns() as u32,
+            // The free-running counter of the device clock (PRM `initial_seg`
+            // `internal_timer_h/l`), the same count as the CQE `timestamp`: ticks of
+            // `device_frequency_khz`, not nanoseconds (Linux `mlx5_read_time` reads
+            // it as cycles and converts with that frequency).
+            iseg::INTERNAL_TIMER_H => (device_ticks(self.clock.now_ns()) >> 32) as u32,
+            iseg::INTERNAL_TIMER_L => device_ticks(self.clock.now_ns()) as u32,
             // The doorbell vector reads as zero.
             iseg::CMD_DBELL => 0,
             iseg::INITIALIZING => {
@@ -834,9 +839,20 @@ mod tests {
         }
         assert_eq!(b.health_counter(), 1, "24-bit counter wraps");
         assert_eq!(b.read32(iseg::INTERNAL_TIMER_L), 0);
-        clock.advance(Duration::from_nanos(0x1_0000_0005));
+        // 156,250 kHz: 5 ticks per 32 ns. 2^32 ticks + 5 ticks.
+        clock.advance(Duration::from_nanos(((1u64 << 32) + 5) * 32 / 5 + 1));
         assert_eq!(b.read32(iseg::INTERNAL_TIMER_H), 1);
         assert_eq!(b.read32(iseg::INTERNAL_TIMER_L), 5);
+        // One second of device time is device_frequency_khz * 1000 ticks.
+        let before = (u64::from(b.read32(iseg::INTERNAL_TIMER_H)) << 32)
+            | u64::from(b.read32(iseg::INTERNAL_TIMER_L));
+        clock.advance(Duration::from_secs(1));
+        let after = (u64::from(b.read32(iseg::INTERNAL_TIMER_H)) << 32)
+            | u64::from(b.read32(iseg::INTERNAL_TIMER_L));
+        assert_eq!(
+            after - before,
+            u64::from(crate::engine::cq::DEVICE_FREQUENCY_KHZ) * 1000
+        );
     }
 
     #[test]
