@@ -24,6 +24,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod any_bus;
 pub mod clock;
 pub mod cmdif;
 pub mod device;
@@ -37,6 +38,7 @@ mod regs;
 pub mod ring;
 pub mod verbs;
 
+pub use any_bus::AnyBus;
 pub use clock::{Clock, MonotonicClock, SteppedClock};
 pub use device::{
     AtomicCap, Context, Device, DeviceAttr, DeviceConfig, DeviceId, FwVersion, GidConfig, GidEntry,

@@ -188,11 +188,19 @@ pub fn run(a: &RunArgs) -> Result<ExitCode, CliError> {
     let ip = match a.device {
         DeviceSpec::Sim => Ipv4Addr::LOCALHOST,
         DeviceSpec::SimUdp(sa) => *sa.ip(),
-        DeviceSpec::Vfio(_) => {
+        DeviceSpec::Vfio(bdf) => {
+            // Pre-flight, before the program starts: open the device as
+            // `ferroverbs devinfo -d vfio:BDF` does, so a machine without VFIO gets
+            // the same set-up error naming the fix (exit code 3).
+            let nic = super::device::open_vfio(&bdf)?;
+            drop(nic);
+            // The device opened: the preloaded library's data path over VFIO (UAR
+            // mapping from the BAR, IOVA-translated user memory) is not built yet.
             return Err(CliError::unsupported(
                 "ferroverbs run --device vfio:...",
-                "the userspace RDMA interface runs on the simulator only",
-            ))
+                "the device opened, but the userspace RDMA interface's data path runs \
+                 on the simulator only",
+            ));
         }
     };
     let lib = library()?;
