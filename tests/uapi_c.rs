@@ -36,6 +36,10 @@
 //!   untouched after the completion event until the poll; with 128-byte CQEs
 //!   Debian's libmlx5 v44 copies them from the wrong address, which the checker
 //!   recognises exactly: rdma-core fixed it upstream in commit 45184d2c8).
+//! * `uapi/tests/c/lastsend.c`: an RDMA WRITE posted on a hot UAR page (its doorbell
+//!   a plain store) and its QP destroyed at once, with no poll between, still
+//!   reaches the responder, as on a ConnectX, which sees the doorbell before the
+//!   DESTROY_QP command that follows it.
 //! * `uapi/tests/c/cmbind.c` binds rdma_cm ids with the raw write ABI: the NIC's
 //!   address, a loopback address (to this device, with its GID, as Linux's
 //!   `cma_bind_loopback`), another address (EADDRNOTAVAIL), IPv6 (EAFNOSUPPORT), a
@@ -175,6 +179,29 @@ fn rdma_cm_binds_routes_and_refuses_as_linux() {
     if let Some((dir, exe)) = compile("cmbind", "/usr/include/rdma/rdma_user_cm.h", &[]) {
         let ip = uapi_support::net::host(106).to_string();
         run_checker_with(&exe, &[&ip], &[], 106, 15);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn a_write_rung_just_before_destroy_qp_reaches_the_responder() {
+    if let Some((dir, exe)) = compile(
+        "lastsend",
+        "/usr/include/infiniband/verbs.h",
+        &["-libverbs"],
+    ) {
+        let stats = dir.join("stats");
+        let path = stats.to_str().unwrap();
+        run_checker_with(&exe, &[], &[("FERROVERBS_DOORBELL_STATS", path)], 110, 10);
+        // The last doorbell was a store to a hot page (not a trapped one, which is
+        // forwarded at once): the case this checks.
+        let line = std::fs::read_to_string(&stats).unwrap();
+        let w: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(w.get(5), Some(&"pages_gone_hot"), "{line}");
+        assert!(
+            w[6].parse::<u64>().unwrap() >= 1,
+            "no page went hot: {line}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -481,6 +481,41 @@ pub fn flush_hot() -> bool {
     work
 }
 
+/// Forwards every doorbell a program stored that has not reached the device yet
+/// (those of hot pages and of watched pages; a trapped store is forwarded when it is
+/// made). Called before a command that changes or destroys a QP and at exit: a
+/// ConnectX sees a doorbell store long before the command the program issues after
+/// it (PCIe posted writes are not passed by later posted writes, PCIe base
+/// specification's ordering rules), so a send a program rang just before it destroys
+/// its QP or exits has left the port on hardware and must leave it here too.
+pub fn forward_pending() {
+    let Some(nic) = NIC.get() else {
+        return;
+    };
+    if hot() {
+        flush_hot();
+    }
+    scan(nic, crate::mmio_trap::enabled());
+}
+
+/// At exit, [`forward_pending`], unless another thread holds the watch for longer
+/// than 100 ms (the process may exit from a thread that interrupted one holding it).
+extern "C" fn forward_at_exit() {
+    for _ in 0..100 {
+        match WATCH.try_lock() {
+            Ok(g) => {
+                drop(g);
+                forward_pending();
+                return;
+            }
+            Err(std::sync::TryLockError::Poisoned(_)) => return,
+            Err(std::sync::TryLockError::WouldBlock) => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+        }
+    }
+}
+
 /// Scans the shadow page at `addr`, if it is still watched.
 fn scan_shadow(nic: &Nic, addr: usize) -> bool {
     let mut w = lock();
@@ -533,6 +568,9 @@ extern "C" fn write_stats() {
 /// Starts the doorbell thread.
 pub fn start(nic: &'static Nic) {
     let _ = NIC.set(nic);
+    // SAFETY: registers a function without arguments of this library (which stays
+    // loaded), run at exit.
+    unsafe { libc::atexit(forward_at_exit) };
     if std::env::var_os(STATS_ENV).is_some() {
         // SAFETY: registers a function without arguments, run at exit.
         unsafe { libc::atexit(write_stats) };

@@ -1402,6 +1402,8 @@ impl Ucontext {
 
     fn destroy_qp_handle(&mut self, h: u32) -> Result<u32, Errno> {
         let qp = self.qps.get(&h).ok_or(Errno::ENOENT)?;
+        // Doorbells rung before the command reach the device first.
+        crate::doorbell::forward_pending();
         crate::doorbell::remove_qp(qp.qpn);
         events::unroute_async(events::Object::Qp, qp.qpn);
         let mut input = new_input(Opcode::DestroyQp, 0, destroy_qp_in::SIZE);
@@ -1729,6 +1731,8 @@ impl Ucontext {
             }
             ferroverbs_hw::control::qp::rst2init_qp_in::opt_param_mask.set(&mut input, opt.into());
         }
+        // Doorbells rung before the command reach the device first.
+        crate::doorbell::forward_pending();
         exec(nic, &input, t.out_layout().size())?;
         qp.state = next;
         if mask & qp_mask::QKEY != 0 {
