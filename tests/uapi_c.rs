@@ -40,6 +40,10 @@
 //!   a plain store) and its QP destroyed at once, with no poll between, still
 //!   reaches the responder, as on a ConnectX, which sees the doorbell before the
 //!   DESTROY_QP command that follows it.
+//! * `uapi/tests/c/clock.c`: mlx5_ib's clock pages through libmlx5:
+//!   `ibv_query_rt_values_ex` reads the device clock (the core clock page, its loads
+//!   trapped) at `hca_core_clock` kHz; `mlx5dv_get_clock_info` and `mlx5dv_ts_to_ns`
+//!   turn it into CLOCK_REALTIME; the pages' mmap errnos are mlx5_ib's.
 //! * `uapi/tests/c/cmbind.c` binds rdma_cm ids with the raw write ABI: the NIC's
 //!   address, a loopback address (to this device, with its GID, as Linux's
 //!   `cma_bind_loopback`), another address (EADDRNOTAVAIL), IPv6 (EAFNOSUPPORT), a
@@ -203,5 +207,16 @@ fn a_write_rung_just_before_destroy_qp_reaches_the_responder() {
             "no page went hot: {line}"
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn clock_pages_give_the_device_clock_and_its_wall_clock_translation() {
+    if let Some((dir, exe)) = compile(
+        "clock",
+        "/usr/include/infiniband/mlx5dv.h",
+        &["-libverbs", "-lmlx5"],
+    ) {
+        run_checker(dir, exe, 111, 12);
     }
 }

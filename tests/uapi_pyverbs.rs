@@ -38,6 +38,10 @@ const MODULES: &[&str] = &[
     "test_relaxed_ordering",
     "test_parent_domain",
     "test_mlx5_huge_page",
+    "test_mlx5_timestamp",
+    "test_mlx5_cq",
+    "test_mlx5_uar",
+    "test_fork",
 ];
 
 /// The tests that must pass (`module.Class.test`).
@@ -135,6 +139,16 @@ const MUST_PASS: &[&str] = &[
     "test_relaxed_ordering.RoTestCase.test_ro_rc_traffic",
     "test_shared_pd.SharedPDTestCase.test_imported_rc_ex_rdma_write",
     "test_relaxed_ordering.RoTestCase.test_ro_ud_traffic",
+    "test_mlx5_timestamp.TimeAPITest.test_query_rt_values",
+    "test_mlx5_timestamp.TimeStampTest.test_timestamp_free_running_rc_traffic",
+    "test_mlx5_timestamp.TimeStampTest.test_timestamp_real_time_rc_traffic",
+    "test_mlx5_cq.DvCqTest.test_dv_cq_cqe_size_128",
+    "test_mlx5_cq.DvCqTest.test_dv_cq_cqe_size_64",
+    "test_mlx5_cq.DvCqTest.test_dv_cq_cqe_size_environment_var",
+    "test_mlx5_cq.DvCqTest.test_dv_cq_cqe_size_with_bad_size",
+    "test_mlx5_cq.DvCqTest.test_dv_cq_traffic",
+    "test_mlx5_uar.Mlx5UarTestCase.test_alloc_uar",
+    "test_fork.ForkAPITest.test_is_fork_initialized",
 ];
 
 /// Tests that may be skipped, by name prefix, with the reason the suite prints
@@ -216,6 +230,26 @@ const MAY_SKIP: &[(&str, &[&str], &str)] = &[
         "test_qp.QPTest.test_query_ud_qp",
         &["Create UD QP"],
         "no block_lb_mc capability (no multicast): that create flag is EOPNOTSUPP",
+    ),
+    (
+        "test_mlx5_timestamp.TimeStampTest.test_timestamp_",
+        &["Create QP type 8 is not supported"],
+        "raw Ethernet QPs (TIR/TIS objects) are not simulated: CREATE_QP EOPNOTSUPP",
+    ),
+    (
+        "test_mlx5_cq.DvCqTest.test_dv_cq_compression_flags",
+        &["CQE 128B compression"],
+        "no CQE compression: the capabilities report none (the device writes every CQE whole)",
+    ),
+    (
+        "test_mlx5_cq.DvCqTest.test_dv_cq_padding",
+        &["CQE 128B padding"],
+        "no 128-byte CQE padding capability (cqe_128_always 0)",
+    ),
+    (
+        "test_mlx5_cq.DvCqTest.test_scatter_to_cqe_control_by_qp",
+        &["Create DC QP is not supported"],
+        "no DC transport: creating a DC QP is EOPNOTSUPP",
     ),
 ];
 

@@ -119,6 +119,11 @@ abi_structs! {
         clock_info_versions: 47, hca_core_clock_offset: 48, log_uar_size: 56,
         num_uars_per_page: 60, num_dyn_bfregs: 64, dump_fill_mkey: 68,
     }
+    /// The clock info page (`MLX5_IB_MMAP_CLOCK_INFO`).
+    clock_info = "mlx5_ib_clock_info", size 56, {
+        sign: 0, resv: 4, nsec: 8, cycles: 16, frac: 24, mult: 32, shift: 36, mask: 40,
+        overflow_period: 48,
+    }
     query_device = "ib_uverbs_query_device", size 8, { response: 0 }
     query_device_resp = "ib_uverbs_query_device_resp", size 176, {
         fw_ver: 0, node_guid: 8, sys_image_guid: 16, max_mr_size: 24, page_size_cap: 32,

@@ -371,6 +371,9 @@ impl UFile {
         match command {
             // MLX5_IB_MMAP_REGULAR_PAGE, MLX5_IB_MMAP_WC_PAGE, MLX5_IB_MMAP_NC_PAGE.
             0 | 2 | 3 => {}
+            // MLX5_IB_MMAP_CORE_CLOCK, MLX5_IB_MMAP_CLOCK_INFO.
+            5 => return crate::clock::map_core_clock(len, prot),
+            7 => return crate::clock::map_clock_info(index, len, prot),
             // MLX5_IB_MMAP_GET_CONTIGUOUS_PAGES: Linux answers ENOSYS.
             1 => return Err(Errno::ENOSYS),
             _ => return Err(Errno::EINVAL),

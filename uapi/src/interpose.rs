@@ -507,7 +507,8 @@ pub unsafe extern "C" fn sigaction(
     unsafe { real::sigaction(sig, act, old) }
 }
 
-/// `munmap(2)`: a UAR page stops being watched before it goes.
+/// `munmap(2)`: a UAR page stops being watched, and a core clock page trapped,
+/// before it goes.
 ///
 /// # Safety
 ///
@@ -515,6 +516,9 @@ pub unsafe extern "C" fn sigaction(
 #[no_mangle]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     crate::doorbell::remove_pages(addr as usize, len);
+    if len == 4096 {
+        crate::mmio_trap::remove_load_page(addr as usize);
+    }
     // SAFETY: plain syscall with the caller's arguments.
     unsafe { libc::syscall(libc::SYS_munmap, addr, len) as c_int }
 }

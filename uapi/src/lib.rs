@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod abi;
+pub mod clock;
 pub mod doorbell;
 pub mod events;
 pub mod fdtab;

@@ -46,6 +46,14 @@ pub static TRAPPED: AtomicUsize = AtomicUsize::new(0);
 /// a page goes hot only with one, through which hot pages are read.
 static SHADOW_OF: [AtomicUsize; MAX_PAGES] = [EMPTY; MAX_PAGES];
 
+/// Most pages whose loads are trapped at once (core clock pages).
+pub const MAX_LOAD_PAGES: usize = 16;
+/// Pages whose loads are trapped: this layer's `PROT_NONE` mappings, each standing
+/// for a device register page ([`crate::clock`]); read lock-free by the handler.
+static LOAD_PAGES: [AtomicUsize; MAX_LOAD_PAGES] = [EMPTY; MAX_LOAD_PAGES];
+/// Loads the handler decoded and answered.
+pub static LOADS: AtomicUsize = AtomicUsize::new(0);
+
 /// Most pages hot at once.
 pub const HOT_SLOTS: usize = 8;
 /// Hot pages: index + 1 of their slot in [`PAGES`] (0: free).
@@ -268,6 +276,37 @@ pub fn remove_page(addr: usize) {
     }
 }
 
+/// Whether loads can be trapped here (x86-64, with the handler installed).
+pub fn loads_trappable() -> bool {
+    cfg!(target_arch = "x86_64") && install()
+}
+
+/// Traps loads from the page at `addr` (this layer's `PROT_NONE` mapping of one
+/// page): each is answered by [`crate::clock::core_clock_load`]. False if the table
+/// is full or loads cannot be trapped.
+pub fn add_load_page(addr: usize) -> bool {
+    if !loads_trappable() {
+        return false;
+    }
+    LOAD_PAGES.iter().any(|slot| {
+        slot.compare_exchange(0, addr, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    })
+}
+
+/// Stops trapping loads from the page at `addr` (before it is unmapped); true if it
+/// was such a page.
+pub fn remove_load_page(addr: usize) -> bool {
+    LOAD_PAGES.iter().any(|slot| {
+        slot.compare_exchange(addr, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    })
+}
+
+fn load_trapped(page: usize) -> bool {
+    page != 0 && LOAD_PAGES.iter().any(|s| s.load(Ordering::Acquire) == page)
+}
+
 fn trapped(page: usize) -> bool {
     page != 0 && PAGES.iter().any(|s| s.load(Ordering::Acquire) == page)
 }
@@ -346,11 +385,20 @@ pub enum Src {
     Imm(u64),
 }
 
-/// Decodes the x86-64 `mov` to memory at the start of `code` (Intel SDM vol. 2:
-/// `MOV r/m, r` 88/89 and `MOV r/m, imm` C6/C7 /0, with operand-size, segment and REX
-/// prefixes): the forms a compiler emits for a volatile or relaxed atomic store.
-/// `None` for anything else.
-pub fn decode(code: &[u8]) -> Option<Store> {
+/// The opcode, ModRM `reg` field, REX byte and operand-size prefix of a one-byte-opcode
+/// instruction with a memory operand at the start of `code`, and its length up to
+/// the end of the displacement (Intel SDM vol. 2, 2.1: legacy prefixes, REX, opcode,
+/// ModRM, SIB, displacement). `None` for a register operand (ModRM mod 3) or bytes
+/// that end early.
+struct Operands {
+    op: u8,
+    reg: u8,
+    rex: u8,
+    opsize: bool,
+    len: usize,
+}
+
+fn operands(code: &[u8]) -> Option<Operands> {
     let mut i = 0;
     let mut opsize = false;
     loop {
@@ -369,7 +417,6 @@ pub fn decode(code: &[u8]) -> Option<Store> {
         rex = b;
         i += 1;
     }
-    let w = rex & 8 != 0;
     let op = *code.get(i)?;
     i += 1;
     let modrm = *code.get(i)?;
@@ -392,6 +439,56 @@ pub fn decode(code: &[u8]) -> Option<Store> {
         2 => 4,
         _ => 0,
     };
+    Some(Operands {
+        op,
+        reg,
+        rex,
+        opsize,
+        len: i,
+    })
+}
+
+/// A decoded load: its length in bytes, its width (4 or 8) and the general register
+/// it writes (x86 encoding, 0 = rax ... 15 = r15).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Load {
+    /// Instruction length.
+    pub len: usize,
+    /// Bytes loaded.
+    pub width: usize,
+    /// The destination register.
+    pub dst: u8,
+}
+
+/// Decodes the x86-64 `MOV r32, r/m32` or `MOV r64, r/m64` (8B /r, Intel SDM vol. 2)
+/// from memory at the start of `code`: what a compiler emits for the relaxed atomic
+/// 32-bit load of rdma-core's `mmio_read32_be`. `None` for anything else (16-bit
+/// loads, which keep the register's upper bits, included).
+pub fn decode_load(code: &[u8]) -> Option<Load> {
+    let o = operands(code)?;
+    if o.op != 0x8b || (o.opsize && o.rex & 8 == 0) || o.len > code.len() {
+        return None;
+    }
+    Some(Load {
+        len: o.len,
+        width: if o.rex & 8 != 0 { 8 } else { 4 },
+        dst: o.reg | ((o.rex & 4) << 1),
+    })
+}
+
+/// Decodes the x86-64 `mov` to memory at the start of `code` (Intel SDM vol. 2:
+/// `MOV r/m, r` 88/89 and `MOV r/m, imm` C6/C7 /0, with operand-size, segment and REX
+/// prefixes): the forms a compiler emits for a volatile or relaxed atomic store.
+/// `None` for anything else.
+pub fn decode(code: &[u8]) -> Option<Store> {
+    let Operands {
+        op,
+        reg,
+        rex,
+        opsize,
+        len: i,
+    } = operands(code)?;
+    let w = rex & 8 != 0;
     let wide = if w {
         8
     } else if opsize {
@@ -443,7 +540,12 @@ pub fn decode(code: &[u8]) -> Option<Store> {
 
 #[cfg(target_arch = "x86_64")]
 fn greg(uc: &libc::ucontext_t, reg: u8) -> u64 {
-    // The x86 register number to glibc's `gregs` index (sys/ucontext.h REG_*).
+    uc.uc_mcontext.gregs[greg_index(reg)] as u64
+}
+
+/// The x86 register number to glibc's `gregs` index (sys/ucontext.h REG_*).
+#[cfg(target_arch = "x86_64")]
+fn greg_index(reg: u8) -> usize {
     let idx = match reg {
         0 => libc::REG_RAX,
         1 => libc::REG_RCX,
@@ -455,13 +557,23 @@ fn greg(uc: &libc::ucontext_t, reg: u8) -> u64 {
         7 => libc::REG_RDI,
         r => libc::REG_R8 + i32::from(r - 8),
     };
-    uc.uc_mcontext.gregs[idx as usize] as u64
+    idx as usize
 }
 
 extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SIGSEGV.
     let addr = unsafe { (*info).si_addr() } as usize;
     let page = addr & !(PAGE - 1);
+    if load_trapped(page) {
+        // SAFETY: `ctx` is the interrupted thread's ucontext (SA_SIGINFO).
+        if unsafe { emulate_load(page, addr, &mut *(ctx as *mut libc::ucontext_t)) } {
+            return;
+        }
+        // A load the handler does not know: the page becomes readable with the
+        // registers' values of now (frozen from then on), and the load runs again.
+        crate::clock::freeze(page);
+        return;
+    }
     if trapped(page) {
         // SAFETY: errno is thread-local; restored before returning.
         let errno = unsafe { *libc::__errno_location() };
@@ -531,18 +643,8 @@ extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
 #[cfg(target_arch = "x86_64")]
 unsafe fn emulate(page: usize, addr: usize, uc: &mut libc::ucontext_t) -> bool {
     let rip = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as usize;
-    // The bytes of the instruction's page from RIP, at most 15 (the longest x86
-    // instruction): an instruction that does not fit there continues on the next
-    // page, which is then mapped, and only then are 15 bytes read.
-    let in_page = (PAGE - rip % PAGE).min(15);
-    // SAFETY: the faulting instruction's page is mapped and readable (x86-64 user
-    // pages that execute are readable).
-    let mut s = decode(unsafe { std::slice::from_raw_parts(rip as *const u8, in_page) });
-    if s.is_none() && in_page < 15 {
-        // SAFETY: as above, the instruction crosses into the next page.
-        s = decode(unsafe { std::slice::from_raw_parts(rip as *const u8, 15) });
-    }
-    let Some(s) = s else {
+    // SAFETY: the caller's context.
+    let Some(s) = (unsafe { decode_at_rip(uc, decode) }) else {
         return false;
     };
     let value = match s.src {
@@ -570,6 +672,54 @@ unsafe fn emulate(page: usize, addr: usize, uc: &mut libc::ucontext_t) -> bool {
 
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn emulate(_page: usize, _addr: usize, _uc: &mut libc::ucontext_t) -> bool {
+    false
+}
+
+/// The bytes of the faulting instruction at RIP of `uc`, at most 15 (the longest x86
+/// instruction), decoded by `f`: first those left in RIP's page (an instruction that
+/// does not fit there continues on the next page, which is then mapped), then 15.
+///
+/// # Safety
+///
+/// `uc` is the context of a thread that faulted on a data access.
+#[cfg(target_arch = "x86_64")]
+unsafe fn decode_at_rip<T>(uc: &libc::ucontext_t, f: impl Fn(&[u8]) -> Option<T>) -> Option<T> {
+    let rip = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as usize;
+    let in_page = (PAGE - rip % PAGE).min(15);
+    // SAFETY: the faulting instruction's page is mapped and readable (x86-64 user
+    // pages that execute are readable).
+    let d = f(unsafe { std::slice::from_raw_parts(rip as *const u8, in_page) });
+    if d.is_some() || in_page == 15 {
+        return d;
+    }
+    // SAFETY: as above, the instruction crosses into the next page.
+    f(unsafe { std::slice::from_raw_parts(rip as *const u8, 15) })
+}
+
+/// Answers the load at `addr` in load-trapped page `page` with the device register's
+/// bytes there and steps over it; false if the instruction is not one
+/// [`decode_load`] knows.
+///
+/// # Safety
+///
+/// `uc` is the context of the thread that faulted on `addr`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn emulate_load(page: usize, addr: usize, uc: &mut libc::ucontext_t) -> bool {
+    // SAFETY: the caller's context.
+    let Some(l) = (unsafe { decode_at_rip(uc, decode_load) }) else {
+        return false;
+    };
+    let value = crate::clock::core_clock_load(addr - page, l.width);
+    // A 32-bit load zero-extends into the 64-bit register (Intel SDM vol. 1, 3.4.1.1).
+    uc.uc_mcontext.gregs[greg_index(l.dst)] = value as i64;
+    let rip = uc.uc_mcontext.gregs[libc::REG_RIP as usize];
+    uc.uc_mcontext.gregs[libc::REG_RIP as usize] = rip + l.len as i64;
+    LOADS.fetch_add(1, Ordering::Relaxed);
+    true
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn emulate_load(_page: usize, _addr: usize, _uc: &mut libc::ucontext_t) -> bool {
     false
 }
 
@@ -677,6 +827,81 @@ mod tests {
             0
         );
         remove_page(p);
+        // SAFETY: the page mapped above.
+        unsafe { libc::munmap(p as *mut libc::c_void, PAGE) };
+    }
+
+    #[test]
+    fn decodes_the_loads_of_mmio_read32() {
+        // mov (%rdi),%eax
+        assert_eq!(
+            decode_load(&[0x8b, 0x07]),
+            Some(Load {
+                len: 2,
+                width: 4,
+                dst: 0
+            })
+        );
+        // mov 0x4(%rax),%edx
+        assert_eq!(
+            decode_load(&[0x8b, 0x50, 0x04]),
+            Some(Load {
+                len: 3,
+                width: 4,
+                dst: 2
+            })
+        );
+        // mov 0x4(%rdi),%r8d
+        assert_eq!(
+            decode_load(&[0x44, 0x8b, 0x47, 0x04]),
+            Some(Load {
+                len: 4,
+                width: 4,
+                dst: 8
+            })
+        );
+        // mov (%rdi),%rax
+        assert_eq!(
+            decode_load(&[0x48, 0x8b, 0x07]),
+            Some(Load {
+                len: 3,
+                width: 8,
+                dst: 0
+            })
+        );
+        // mov (%rdi),%ax keeps the upper bits: refused; so are register forms,
+        // stores and truncated bytes.
+        assert_eq!(decode_load(&[0x66, 0x8b, 0x07]), None);
+        assert_eq!(decode_load(&[0x8b, 0xc2]), None);
+        assert_eq!(decode_load(&[0x89, 0x07]), None);
+        assert_eq!(decode_load(&[0x8b, 0x87, 0x00]), None);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_load_from_a_load_trapped_page_is_answered_and_stepped_over() {
+        // SAFETY: a new anonymous page with no access, unmapped at the end.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                PAGE,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let p = p as usize;
+        assert!(add_load_page(p));
+        let before = LOADS.load(Ordering::Acquire);
+        // SAFETY: an aligned word of the page (no access: the load traps and is
+        // answered by the handler; no NIC in this process, so with 0).
+        let v = unsafe { std::ptr::read_volatile((p + 4) as *const u32) };
+        assert_eq!(v, 0);
+        assert_eq!(LOADS.load(Ordering::Acquire), before + 1);
+        assert!(remove_load_page(p));
+        assert!(!remove_load_page(p));
         // SAFETY: the page mapped above.
         unsafe { libc::munmap(p as *mut libc::c_void, PAGE) };
     }

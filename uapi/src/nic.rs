@@ -154,6 +154,7 @@ pub fn nic() -> Result<&'static Nic, String> {
         Ok(n) => {
             crate::events::start(n);
             crate::doorbell::start(n);
+            crate::clock::set_nic(n);
             lower_caller_priority();
         }
         Err(e) => eprintln!("ferroverbs-uapi: {e}"),

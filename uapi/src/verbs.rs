@@ -2117,6 +2117,17 @@ fn ucontext_resp(nic: &Nic, total: u32, cqe_version: u8, room: usize) -> Resp {
         d.u8(p::eth_min_inline, 1);
         d.u32(p::log_uar_size, 12);
         d.u32(p::num_uars_per_page, 1);
+        // Linux `set_ucontext_resp`: the core clock page's offset (with
+        // MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_CORE_CLOCK_OFFSET) where its loads can be
+        // trapped, and the clock info page (bit MLX5_IB_CLOCK_INFO_V1) for a device
+        // with a clock.
+        if nic.dev.hca_core_clock_khz != 0 {
+            if crate::mmio_trap::loads_trappable() {
+                d.u32(p::comp_mask, 1);
+                d.u64(p::hca_core_clock_offset, crate::clock::CORE_CLOCK_OFFSET);
+            }
+            d.u8(p::clock_info_versions, 1);
+        }
     }
     d
 }
