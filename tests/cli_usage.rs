@@ -91,6 +91,10 @@ fn bad_options_are_usage_errors_with_exit_code_2() {
         &["perf", "write-bw", "-l", "3", "-n", "100"],
         &["perf", "write-bw", "-l", "8", "-Q", "3"],
         &["perf", "write-bw", "-l", "10", "-t", "8"],
+        // Impairment specs the NIC would refuse.
+        &["run", "--impair", "loss=2", "--", "true"],
+        &["run", "--impair", "jitter=1", "--", "true"],
+        &["run", "--impair", "delay=5", "--", "true"],
     ] {
         let o = ferroverbs(args);
         let err = stderr(&o);
@@ -98,6 +102,11 @@ fn bad_options_are_usage_errors_with_exit_code_2() {
         assert!(err.contains("error:"), "{args:?}: {err}");
         assert!(o.stdout.is_empty(), "{args:?}");
     }
+    let err = stderr(&ferroverbs(&["run", "--impair", "loss=2", "--", "true"]));
+    assert!(
+        err.contains("loss=2: expected a probability from 0 to 1"),
+        "{err}"
+    );
     let err = stderr(&ferroverbs(&["perf", "send-lat", "-q", "4"]));
     assert!(err.contains("Usage: ferroverbs perf send-lat"), "{err}");
     assert!(err.contains("bandwidth tests"), "{err}");

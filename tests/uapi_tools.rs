@@ -133,6 +133,50 @@ fn ibv_rc_pingpong_with_the_doorbell_watcher() {
     );
 }
 
+/// Seeded loss on both NICs' egress (`FERROVERBS_IMPAIR`, what `ferroverbs run
+/// --impair` sets): libmlx5's RC QPs recover by the device's retransmissions (NAKs
+/// for gaps, the ACK timeout for a lost last packet or ACK), every buffer checked;
+/// each side's `FERROVERBS_STATS` line counts the frames its link dropped and the
+/// retransmissions.
+#[test]
+fn ibv_rc_pingpong_recovers_from_seeded_loss() {
+    if !have("ibv_rc_pingpong") {
+        return;
+    }
+    let _s = serial();
+    let envs = [
+        ("FERROVERBS_IMPAIR", "loss=0.02,seed=11"),
+        ("FERROVERBS_STATS", "1"),
+        // 0.27 s: the timer runs on real time while the peer may wait for a CPU.
+        ("FERROVERBS_MIN_ACK_TIMEOUT", "16"),
+    ];
+    let args = ["-g", "0", "-n", "200", "-c"];
+    let ((so, se), (co, ce)) =
+        uapi_support::pair_outputs("ibv_rc_pingpong", &args, &envs, (90, 91), 11, LIMIT);
+    let mut lost = 0;
+    let mut retransmits = 0;
+    for (out, err) in [(&so, &se), (&co, &ce)] {
+        assert!(out.contains("200 iters in"), "{out}");
+        assert!(!out.contains("invalid data"), "{out}");
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("ferroverbs-uapi: link"))
+            .unwrap_or_else(|| panic!("no stats line:\n{err}"));
+        let count = |key: &str| -> u64 {
+            let at = line.find(key).unwrap_or_else(|| panic!("{key} in {line}")) + key.len();
+            let digits: String = line[at..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().unwrap()
+        };
+        lost += count("lost: ");
+        retransmits += count("retransmits ");
+    }
+    assert!(lost > 0, "nothing was lost:\n{se}\n{ce}");
+    assert!(retransmits > 0, "nothing was retransmitted:\n{se}\n{ce}");
+}
+
 #[test]
 fn ibv_rc_pingpong_with_completion_events() {
     pingpong("ibv_rc_pingpong", &["-e"], 13, 14, 2);

@@ -110,20 +110,10 @@ impl Nic {
     }
 
     /// A summary of the simulated NIC's wire and data path counters (link datagrams,
-    /// drops, NAKs, retransmits), for `FERROVERBS_STATS=1`.
+    /// drops, NAKs, retransmits, impairments), for `FERROVERBS_STATS=1`.
     pub fn stats(&self) -> Option<String> {
         let (sim, link) = (self.sim.as_ref()?, self.link.as_ref()?);
-        let d = sim.stats().data_path;
-        Some(format!(
-            "link {:?}; device rx {} (bad ICRC {}, malformed {}), naks {}, rnr naks {}, retransmits {}",
-            link.stats(),
-            d.rx_frames,
-            d.rx_bad_icrc,
-            d.rx_malformed,
-            d.naks,
-            d.rnr_naks,
-            d.retransmits
-        ))
+        Some(link.summary(sim))
     }
 
     fn open(spec: &DeviceSpec) -> Result<Nic, String> {
@@ -133,8 +123,9 @@ impl Nic {
                 let min_ack_timeout = min_ack_timeout_from_env()?;
                 let cfg = UdpConfig::new(*addr).port(port);
                 let sim = Sim::new(cfg.sim_config(true));
-                let link = UdpLink::attach(&sim, cfg)
-                    .map_err(|e| format!("cannot bind the simulated NIC to {addr}:{port}: {e}"))?;
+                let link = UdpLink::attach(&sim, cfg).map_err(|e| {
+                    format!("cannot attach the simulated NIC at {addr}:{port}: {e}")
+                })?;
                 let clock = sim.clock().clone();
                 let config = DeviceConfig::default()
                     .with_clock(Arc::new(ferroverbs::SteppedClock::new(

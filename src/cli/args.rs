@@ -60,6 +60,12 @@ pub struct RunArgs {
     /// UDP port of the RoCE v2 link; both sides of a pair use the same).
     #[arg(short = 'd', long, value_name = "DEV", default_value = "sim")]
     pub device: DeviceSpec,
+    /// Seeded impairments of every frame the NIC sends, in order: `loss=P`,
+    /// `duplicate=P`, `reorder=P`, `corrupt=P`, `delay=D[:JITTER]`, `drop=FROM:COUNT`,
+    /// `rate=BYTES_PER_SEC:BACKLOG`, `seed=N` (`--impair loss=0.01,seed=7`; the
+    /// program sees `FERROVERBS_IMPAIR`).
+    #[arg(long, value_name = "SPEC", value_parser = impairment_spec)]
+    pub impair: Option<String>,
     /// The program and its arguments (after `--`).
     #[arg(
         required = true,
@@ -68,6 +74,12 @@ pub struct RunArgs {
         value_name = "PROGRAM"
     )]
     pub program: Vec<std::ffi::OsString>,
+}
+
+/// An impairment spec, checked by parsing it as the NIC will.
+fn impairment_spec(s: &str) -> Result<String, String> {
+    s.parse::<ferroverbs_sim::link::Impairments>()
+        .map(|_| s.to_string())
 }
 
 /// `ferroverbs devinfo`.

@@ -217,12 +217,16 @@ pub fn run(a: &RunArgs) -> Result<ExitCode, CliError> {
         preload.push(old);
     }
     let (prog, args) = a.program.split_first().expect("clap requires the program");
-    let status = std::process::Command::new(prog)
-        .args(args)
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(args)
         .env("SYSFS_PATH", &sys)
         .env("LD_PRELOAD", preload)
-        .env("FERROVERBS_DEVICE", a.device.to_string())
-        .status();
+        .env("FERROVERBS_DEVICE", a.device.to_string());
+    if let Some(spec) = &a.impair {
+        // Checked by the argument parser; the NIC parses the same spec.
+        cmd.env(ferroverbs_sim::link::faults::ENV_VAR, spec);
+    }
+    let status = cmd.status();
     let _ = fs::remove_dir_all(&dir);
     let status =
         status.map_err(|e| CliError::setup(format!("running {}", Path::new(prog).display()), e))?;

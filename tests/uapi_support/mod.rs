@@ -195,6 +195,20 @@ pub fn pair(
     unreachable!("the third attempt returns")
 }
 
+/// [`pair`] once, with both outputs: ((stdout, stderr) of the server, of the
+/// client). Fails the test unless both exit 0.
+#[allow(dead_code)]
+pub fn pair_outputs(
+    tool: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    hosts: (u8, u8),
+    slot: u16,
+    limit: Duration,
+) -> ((String, String), (String, String)) {
+    pair_once(tool, args, envs, hosts.0, hosts.1, slot, limit, true)
+}
+
 /// One run of [`pair`]: ((stdout, stderr) of the server, of the client). Fails
 /// the test unless both exit 0, except for a calibration failure when not `last`.
 #[allow(clippy::too_many_arguments)]

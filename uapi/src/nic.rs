@@ -90,7 +90,7 @@ impl Nic {
         let cfg = UdpConfig::new(addr).port(port);
         let sim = Sim::new(cfg.sim_config(true));
         let link = UdpLink::attach(&sim, cfg)
-            .map_err(|e| format!("cannot bind the simulated NIC to {addr}:{port}: {e}"))?;
+            .map_err(|e| format!("cannot attach the simulated NIC at {addr}:{port}: {e}"))?;
         let clock = sim.clock().clone();
         let config = DeviceConfig::default()
             .with_clock(Arc::new(ferroverbs::SteppedClock::new(
@@ -155,12 +155,27 @@ pub fn nic() -> Result<&'static Nic, String> {
             crate::events::start(n);
             crate::doorbell::start(n);
             crate::clock::set_nic(n);
+            if std::env::var_os(STATS_ENV).is_some() {
+                // SAFETY: registers a function of this library (which stays loaded)
+                // without arguments, run at exit.
+                unsafe { libc::atexit(print_stats) };
+            }
             lower_caller_priority();
         }
         Err(e) => eprintln!("ferroverbs-uapi: {e}"),
     }
     *g = Some(r.clone());
     r
+}
+
+/// The environment variable that asks for a line of the NIC's wire counters on
+/// stderr at exit (as the drop-in prints one when the device is closed).
+pub const STATS_ENV: &str = "FERROVERBS_STATS";
+
+extern "C" fn print_stats() {
+    if let Some(Ok(n)) = NIC.try_lock().ok().and_then(|g| g.clone()) {
+        eprintln!("ferroverbs-uapi: {}", n.link.summary(&n.sim));
+    }
 }
 
 /// The environment variable with the nice value the application's thread takes once

@@ -171,6 +171,86 @@ impl Impairments {
     }
 }
 
+/// The environment variable whose [`Impairments`] spec a UDP link applies to its
+/// egress when its configuration names none (`FERROVERBS_IMPAIR=loss=0.01,seed=7`).
+pub const ENV_VAR: &str = "FERROVERBS_IMPAIR";
+
+impl std::str::FromStr for Impairments {
+    type Err = String;
+
+    /// Parses a comma-separated spec, stages in the order written: `loss=P`,
+    /// `duplicate=P`, `reorder=P`, `corrupt=P` (probabilities in `0..=1`),
+    /// `delay=D` or `delay=D:JITTER` (durations with a unit: `ns`, `us`, `ms`, `s`),
+    /// `drop=FROM:COUNT` (frames by index), `rate=BYTES_PER_SEC:BACKLOG`, and
+    /// `seed=N`. The error names the item that is wrong.
+    fn from_str(spec: &str) -> Result<Self, String> {
+        fn prob(k: &str, v: &str) -> Result<f64, String> {
+            match v.parse::<f64>() {
+                Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+                _ => Err(format!("{k}={v}: expected a probability from 0 to 1")),
+            }
+        }
+        fn dur(k: &str, v: &str) -> Result<Duration, String> {
+            let bad = || format!("{k}: {v:?} is not a duration (e.g. 250us, 2ms, 1s)");
+            let i = v.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+            let n: u64 = v[..i].parse().map_err(|_| bad())?;
+            Ok(match &v[i..] {
+                "ns" => Duration::from_nanos(n),
+                "us" => Duration::from_micros(n),
+                "ms" => Duration::from_millis(n),
+                "s" => Duration::from_secs(n),
+                _ => return Err(bad()),
+            })
+        }
+        fn pair<'a>(k: &str, v: &'a str) -> Result<(&'a str, &'a str), String> {
+            v.split_once(':')
+                .ok_or_else(|| format!("{k}={v}: expected two values separated by ':'"))
+        }
+        let mut imp = Impairments::new();
+        for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (k, v) = item
+                .split_once('=')
+                .ok_or_else(|| format!("{item:?}: expected NAME=VALUE"))?;
+            imp = match k {
+                "loss" => imp.loss(prob(k, v)?),
+                "duplicate" => imp.duplicate(prob(k, v)?),
+                "reorder" => imp.reorder(prob(k, v)?),
+                "corrupt" => imp.corrupt(prob(k, v)?),
+                "delay" => match v.split_once(':') {
+                    Some((d, j)) => imp.delay(dur(k, d)?, dur(k, j)?),
+                    None => imp.delay(dur(k, v)?, Duration::ZERO),
+                },
+                "drop" => {
+                    let (a, b) = pair(k, v)?;
+                    let n = |x: &str| {
+                        x.parse::<u64>()
+                            .map_err(|_| format!("{k}={v}: {x:?} is not a frame count"))
+                    };
+                    imp.drop_frames(n(a)?, n(b)?)
+                }
+                "rate" => {
+                    let (a, b) = pair(k, v)?;
+                    let r = a
+                        .parse::<u64>()
+                        .map_err(|_| format!("{k}={v}: {a:?} is not bytes per second"))?;
+                    imp.rate_limit(r, dur(k, b)?)
+                }
+                "seed" => imp.seeded(
+                    v.parse::<u64>()
+                        .map_err(|_| format!("seed={v}: expected an unsigned integer"))?,
+                ),
+                _ => {
+                    return Err(format!(
+                        "{k:?}: unknown impairment (loss, duplicate, reorder, corrupt, \
+                         delay, drop, rate, seed)"
+                    ))
+                }
+            };
+        }
+        Ok(imp)
+    }
+}
+
 /// What the middleware did, summed over every link of a fabric.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FaultStats {
@@ -302,6 +382,9 @@ struct State {
     seq: u64,
     /// Frames on their way through the stages (reused).
     work: VecDeque<(Vec<u8>, u64)>,
+    /// The stages (and seed) of every direction without impairments of its own
+    /// ([`Faults::impair_all`]).
+    default: Option<(u64, Vec<Stage>)>,
 }
 
 /// The middleware of a fabric (one per fabric; see the module documentation).
@@ -336,12 +419,29 @@ impl Faults {
         let _ = self.clock.set(c.clone());
     }
 
-    fn now(&self) -> u64 {
+    /// Device time (ns) of the recorded clock (0 before one is recorded).
+    pub(crate) fn now(&self) -> u64 {
         self.clock.get().map_or(0, Clock::now_ns)
+    }
+
+    /// Gives every direction that has no impairments of its own the stages of `imp`,
+    /// each direction drawing from its own generator (seeded by `imp`'s seed, else
+    /// `seed`, and the direction's addresses); an empty chain removes them. What a
+    /// UDP link's egress uses ([`super::udp::UdpConfig::impairments`]).
+    pub(crate) fn impair_all(&self, seed: u64, imp: Impairments) {
+        let mut st = lock(&self.state);
+        st.default = (!imp.stages.is_empty()).then(|| (imp.seed.unwrap_or(seed), imp.stages));
+        self.refresh(&st);
+    }
+
+    /// Records the thread that releases delayed frames (woken when one is queued).
+    pub(crate) fn set_wire(&self, t: Thread) {
+        let _ = self.wire.set(t);
     }
 
     fn refresh(&self, st: &State) {
         let busy = !st.delayed.is_empty()
+            || st.default.is_some()
             || st
                 .links
                 .values()
@@ -371,7 +471,15 @@ impl Faults {
                     delayed,
                     seq,
                     work,
+                    default,
                 } = &mut *st;
+                if let Some((seed, stages)) = default {
+                    links.entry((from, to)).or_insert_with(|| {
+                        let mut l = Link::new(*seed, from, to);
+                        l.stages = stages.clone();
+                        l
+                    });
+                }
                 match links.get_mut(&(from, to)) {
                     Some(link) if !link.stages.is_empty() || link.cut || link.held.is_some() => {
                         self.run(link, frame, now, work);
@@ -550,7 +658,7 @@ impl Faults {
         self.refresh(&st);
     }
 
-    fn stats(&self) -> FaultStats {
+    pub(crate) fn stats(&self) -> FaultStats {
         let c = &self.counters;
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         FaultStats {
@@ -568,7 +676,7 @@ impl Faults {
 }
 
 /// Longest sleep of the wire thread when nothing is delayed.
-const WIRE_IDLE: Duration = Duration::from_millis(100);
+pub(crate) const WIRE_IDLE: Duration = Duration::from_millis(100);
 
 /// Starts (once) the wire thread of a fabric with threaded devices: nothing steps such
 /// a fabric, so this thread releases delayed frames when they are due and frames held
@@ -697,6 +805,31 @@ mod tests {
         }
         f.release(&mut |fr| got.push(fr[60]));
         (got, f.stats())
+    }
+
+    #[test]
+    fn specs_parse_in_order_and_name_what_is_wrong() {
+        let imp: Impairments =
+            "loss=0.01, delay=250us:50us,corrupt=0.5,seed=7,drop=3:2,rate=1000:1ms"
+                .parse()
+                .unwrap();
+        assert_eq!(
+            imp,
+            Impairments::new()
+                .loss(0.01)
+                .delay(Duration::from_micros(250), Duration::from_micros(50))
+                .corrupt(0.5)
+                .seeded(7)
+                .drop_frames(3, 2)
+                .rate_limit(1000, Duration::from_millis(1))
+        );
+        assert_eq!("".parse::<Impairments>().unwrap(), Impairments::new());
+        let err = |s: &str| s.parse::<Impairments>().unwrap_err();
+        assert!(err("loss=2").contains("loss=2"), "{}", err("loss=2"));
+        assert!(err("delay=5").contains("not a duration"));
+        assert!(err("jitter=1").contains("unknown impairment"));
+        assert!(err("loss").contains("NAME=VALUE"));
+        assert!(err("drop=3").contains("two values"));
     }
 
     #[test]

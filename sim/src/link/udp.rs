@@ -79,7 +79,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Duration;
 
-use super::{lock, FramePool, PcapWriter, RxQueue, Uplink, MAX_FRAME};
+use super::faults::{self, Faults};
+use super::{lock, FaultStats, FramePool, Impairments, PcapWriter, RxQueue, Uplink, MAX_FRAME};
 use crate::device::{Sim, SimConfig, WeakSim};
 use crate::mode::Ingress;
 use crate::wire::{bth, ethernet, frame, ipv4, roce, udp, Opcode};
@@ -169,6 +170,11 @@ pub struct UdpConfig {
     /// Capture every frame to this pcap file (shared with other links of the process
     /// capturing there). `None`: `FERROVERBS_PCAP` decides.
     pub pcap: Option<PathBuf>,
+    /// Seeded impairments of every frame the link sends (the fabric's middleware,
+    /// [`super::faults`], on each destination: loss, duplication, reordering,
+    /// corruption, delay, ...); the capture shows the frames that leave. `None`: the
+    /// spec in `FERROVERBS_IMPAIR` ([`super::faults::ENV_VAR`]), if set.
+    pub impairments: Option<Impairments>,
 }
 
 impl UdpConfig {
@@ -180,7 +186,14 @@ impl UdpConfig {
             peer_port: None,
             entropy_ports: true,
             pcap: None,
+            impairments: None,
         }
+    }
+
+    /// Impairs the frames the link sends (see [`UdpConfig::impairments`]).
+    pub fn impair(mut self, imp: Impairments) -> UdpConfig {
+        self.impairments = Some(imp);
+        self
     }
 
     /// Sets the local port (and, unless set, the peers' port).
@@ -306,6 +319,8 @@ struct Inner {
     /// A device thread is (about to be) blocked in [`Ingress::wait`].
     waiting: AtomicBool,
     c: Counters,
+    /// The egress impairments, if any.
+    faults: Option<Faults>,
 }
 
 /// The largest datagram a frame buffer holds.
@@ -661,7 +676,29 @@ impl Ingress for Inner {
 
 impl Uplink for Inner {
     fn transmit(&self, frame: Vec<u8>) {
-        self.send(frame);
+        match &self.faults {
+            Some(f) if f.active() => f.forward(frame, &mut |fr| self.send(fr)),
+            _ => self.send(frame),
+        }
+    }
+}
+
+/// Releases the link's delayed frames when they are due, and frames held back for
+/// reordering that no later frame released (within [`faults::WIRE_IDLE`]); ends with
+/// the link.
+fn release_thread(inner: std::sync::Weak<Inner>) {
+    loop {
+        let wait = {
+            let Some(i) = inner.upgrade() else { return };
+            let Some(f) = &i.faults else { return };
+            f.release(&mut |fr| i.send(fr));
+            match f.next_release() {
+                Some(t) => Duration::from_nanos(t.saturating_sub(f.now())),
+                None if f.active() => Duration::from_millis(1),
+                None => faults::WIRE_IDLE,
+            }
+        };
+        std::thread::park_timeout(wait.min(faults::WIRE_IDLE));
     }
 }
 
@@ -708,6 +745,24 @@ impl UdpLink {
             .first()
             .copied()
             .unwrap_or(mac_for(cfg.addr));
+        let impairments = match cfg.impairments.clone() {
+            Some(i) => Some(i),
+            None => match std::env::var(faults::ENV_VAR) {
+                Ok(spec) if !spec.trim().is_empty() => Some(spec.parse().map_err(|e| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("{}={spec}: {e}", faults::ENV_VAR),
+                    )
+                })?),
+                _ => None,
+            },
+        };
+        let faults = impairments.filter(|i| !i.stages.is_empty()).map(|imp| {
+            let f = Faults::new();
+            f.set_clock(sim.clock());
+            f.impair_all(u64::from(u32::from(cfg.addr)), imp);
+            f
+        });
         let inner = Arc::new(Inner {
             sock,
             addr: cfg.addr,
@@ -724,7 +779,17 @@ impl UdpLink {
             wake_rx,
             waiting: AtomicBool::new(false),
             c: Counters::default(),
+            faults,
         });
+        if inner.faults.is_some() {
+            let weak = Arc::downgrade(&inner);
+            let t = std::thread::Builder::new()
+                .name("ferroverbs-udp-faults".into())
+                .spawn(move || release_thread(weak))?;
+            if let Some(f) = &inner.faults {
+                f.set_wire(t.thread().clone());
+            }
+        }
         let uplink: Arc<dyn Uplink> = inner.clone();
         sim.set_uplink(Some(uplink), inner.pool.clone());
         let ingress: Arc<dyn Ingress> = inner.clone();
@@ -764,6 +829,32 @@ impl UdpLink {
         if self.inner.waiting.load(Ordering::SeqCst) {
             self.inner.wake();
         }
+    }
+
+    /// One line of the link's and `sim`'s wire counters (datagrams, drops, ICRC
+    /// failures, NAKs, retransmits, and what the impairments did), for the
+    /// `FERROVERBS_STATS` report of the libraries.
+    pub fn summary(&self, sim: &Sim) -> String {
+        let d = sim.stats().data_path;
+        let mut s = format!(
+            "link {:?}; device rx {} (bad ICRC {}, malformed {}), naks {}, rnr naks {}, retransmits {}",
+            self.stats(),
+            d.rx_frames,
+            d.rx_bad_icrc,
+            d.rx_malformed,
+            d.naks,
+            d.rnr_naks,
+            d.retransmits
+        );
+        if let Some(f) = self.fault_stats() {
+            s += &format!("; impairments {f:?}");
+        }
+        s
+    }
+
+    /// What the egress impairments did (`None`: the link has none).
+    pub fn fault_stats(&self) -> Option<FaultStats> {
+        self.inner.faults.as_ref().map(Faults::stats)
     }
 
     /// The pcap writer this link captures to, if any.
