@@ -1,12 +1,14 @@
 /* What the C checkers of the uAPI layer share: the PASS/FAIL report and the
  * RESET -> INIT -> RTR -> RTS sequence of an RC QP connected to a QP of the same
- * simulated NIC (port 1, GID index 0, 1024-byte MTU, PSNs 0). Each checker prints
+ * simulated NIC (port 1, GID index 0, 1024-byte MTU, PSNs 0), opening the device,
+ * an RC QP and an RDMA WRITE. Each checker prints
  * "PASS name" / "FAIL name: detail" per case and exits 1 when `failures` is not 0. */
 #ifndef FERROVERBS_CHECKER_H
 #define FERROVERBS_CHECKER_H
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <infiniband/verbs.h>
 
@@ -65,6 +67,54 @@ static inline int qp_to_rts(struct ibv_qp *qp, unsigned int access, uint32_t des
 				  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
 		return 3;
 	return 0;
+}
+
+/* The first device's context (the list in `*list`, for ibv_free_device_list); exits
+ * with 2 when there is none or it cannot be opened. */
+static inline struct ibv_context *open_first_device(struct ibv_device ***list)
+{
+	int n;
+	*list = ibv_get_device_list(&n);
+	if (!*list || n < 1) {
+		perror("ibv_get_device_list");
+		exit(2);
+	}
+	struct ibv_context *ctx = ibv_open_device((*list)[0]);
+	if (!ctx) {
+		perror("ibv_open_device");
+		exit(2);
+	}
+	return ctx;
+}
+
+/* An RC QP of `pd` on `cq` (send and receive), 8 WRs and one SGE each way. */
+static inline struct ibv_qp *rc_qp(struct ibv_pd *pd, struct ibv_cq *cq)
+{
+	struct ibv_qp_init_attr ia = {0};
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 8;
+	ia.cap.max_recv_wr = 8;
+	ia.cap.max_send_sge = 1;
+	ia.cap.max_recv_sge = 1;
+	ia.send_cq = cq;
+	ia.recv_cq = cq;
+	return ibv_create_qp(pd, &ia);
+}
+
+/* A signaled RDMA WRITE of `len` bytes at `src` (in `mr`) to `dst` under `rkey`. */
+static inline int post_write(struct ibv_qp *qp, struct ibv_mr *mr, void *src, uint64_t dst,
+			     uint32_t rkey, uint32_t len, uint64_t wr_id)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)src, .length = len, .lkey = mr->lkey};
+	struct ibv_send_wr wr = {0}, *bad;
+	wr.wr_id = wr_id;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.rdma.remote_addr = dst;
+	wr.wr.rdma.rkey = rkey;
+	return ibv_post_send(qp, &wr, &bad);
 }
 
 #endif

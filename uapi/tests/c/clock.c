@@ -50,18 +50,9 @@ static int mmap_errno(struct ibv_context *ctx, size_t len, int prot, off_t pgoff
 
 int main(void)
 {
-	int n;
 	char d[160];
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1) {
-		perror("ibv_get_device_list");
-		return 2;
-	}
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	if (!ctx) {
-		perror("ibv_open_device");
-		return 2;
-	}
+	struct ibv_device **list;
+	struct ibv_context *ctx = open_first_device(&list);
 	struct ibv_device_attr_ex ax;
 	int r = ibv_query_device_ex(ctx, NULL, &ax);
 	snprintf(d, sizeof d, "r %d hca_core_clock %llu", r,

@@ -26,34 +26,10 @@ static int readable(int fd, int ms)
 	return poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
 }
 
-static int write_one(struct ibv_qp *qp, struct ibv_mr *mr, void *src, uint64_t dst,
-		     uint32_t rkey, uint32_t len)
-{
-	struct ibv_sge sge = {.addr = (uintptr_t)src, .length = len, .lkey = mr->lkey};
-	struct ibv_send_wr wr = {0}, *bad;
-	wr.wr_id = 7;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = IBV_WR_RDMA_WRITE;
-	wr.send_flags = IBV_SEND_SIGNALED;
-	wr.wr.rdma.remote_addr = dst;
-	wr.wr.rdma.rkey = rkey;
-	return ibv_post_send(qp, &wr, &bad);
-}
-
 int main(void)
 {
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1) {
-		perror("ibv_get_device_list");
-		return 2;
-	}
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	if (!ctx) {
-		perror("ibv_open_device");
-		return 2;
-	}
+	struct ibv_device **list;
+	struct ibv_context *ctx = open_first_device(&list);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	size_t len = 1 << 16;
 	char *buf = aligned_alloc(4096, len);
@@ -67,18 +43,8 @@ int main(void)
 	check("objects", pd && mr && ch && cqa && cqb, "creation failed");
 	if (!(pd && mr && ch && cqa && cqb))
 		return 1;
-	struct ibv_qp_init_attr ia = {0};
-	ia.qp_type = IBV_QPT_RC;
-	ia.cap.max_send_wr = 8;
-	ia.cap.max_recv_wr = 8;
-	ia.cap.max_send_sge = 1;
-	ia.cap.max_recv_sge = 1;
-	ia.send_cq = cqa;
-	ia.recv_cq = cqa;
-	struct ibv_qp *qa = ibv_create_qp(pd, &ia);
-	ia.send_cq = cqb;
-	ia.recv_cq = cqb;
-	struct ibv_qp *qb = ibv_create_qp(pd, &ia);
+	struct ibv_qp *qa = rc_qp(pd, cqa);
+	struct ibv_qp *qb = rc_qp(pd, cqb);
 	union ibv_gid gid;
 	check("qps", qa && qb && !ibv_query_gid(ctx, 1, 0, &gid), "creation failed");
 	if (!qa || !qb)
@@ -93,7 +59,7 @@ int main(void)
 	for (int i = 0; i < 4096; i++)
 		buf[i] = (char)(i * 7 + 3);
 	check("req_notify", ibv_req_notify_cq(cqa, 0) == 0, "failed");
-	check("post_write", write_one(qa, mr, buf, (uintptr_t)(buf + 32768), mr->rkey, 4096) == 0,
+	check("post_write", post_write(qa, mr, buf, (uintptr_t)(buf + 32768), mr->rkey, 4096, 7) == 0,
 	      "failed");
 	check("channel_readable", readable(ch->fd, 20000), "no POLLIN within 20 s");
 	struct ibv_cq *ecq;
@@ -117,7 +83,7 @@ int main(void)
 
 	/* A remote access error: CQE at the requester, async event at the responder. */
 	check("post_bad_rkey",
-	      write_one(qa, mr, buf, (uintptr_t)(buf + 32768), mr->rkey ^ 0x5500, 64) == 0,
+	      post_write(qa, mr, buf, (uintptr_t)(buf + 32768), mr->rkey ^ 0x5500, 64, 7) == 0,
 	      "failed");
 	got = 0;
 	for (int k = 0; k < 200000000 && !got; k++)

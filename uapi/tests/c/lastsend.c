@@ -20,52 +20,22 @@
 #define ACK_TIMEOUT 14
 #define WARM 300
 
-static int post_write(struct ibv_qp *qp, struct ibv_mr *mr, void *src, uint64_t dst,
-		      uint32_t len)
-{
-	struct ibv_sge sge = {.addr = (uintptr_t)src, .length = len, .lkey = mr->lkey};
-	struct ibv_send_wr wr = {0}, *bad;
-	wr.wr_id = 1;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = IBV_WR_RDMA_WRITE;
-	wr.send_flags = IBV_SEND_SIGNALED;
-	wr.wr.rdma.remote_addr = dst;
-	wr.wr.rdma.rkey = mr->rkey;
-	return ibv_post_send(qp, &wr, &bad);
-}
-
 int main(void)
 {
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1) {
-		perror("ibv_get_device_list");
-		return 2;
-	}
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	struct ibv_device **list;
+	struct ibv_context *ctx = open_first_device(&list);
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	size_t len = 1 << 16;
 	char *buf = aligned_alloc(4096, len);
 	memset(buf, 0, len);
 	struct ibv_mr *mr = pd ? ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | ACCESS) : NULL;
-	struct ibv_cq *cqa = ctx ? ibv_create_cq(ctx, 16, NULL, NULL, 0) : NULL;
-	struct ibv_cq *cqb = ctx ? ibv_create_cq(ctx, 16, NULL, NULL, 0) : NULL;
+	struct ibv_cq *cqa = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_cq *cqb = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 	check("objects", pd && mr && cqa && cqb, "creation failed");
 	if (!(pd && mr && cqa && cqb))
 		return 1;
-	struct ibv_qp_init_attr ia = {0};
-	ia.qp_type = IBV_QPT_RC;
-	ia.cap.max_send_wr = 8;
-	ia.cap.max_recv_wr = 8;
-	ia.cap.max_send_sge = 1;
-	ia.cap.max_recv_sge = 1;
-	ia.send_cq = cqa;
-	ia.recv_cq = cqa;
-	struct ibv_qp *qa = ibv_create_qp(pd, &ia);
-	ia.send_cq = cqb;
-	ia.recv_cq = cqb;
-	struct ibv_qp *qb = ibv_create_qp(pd, &ia);
+	struct ibv_qp *qa = rc_qp(pd, cqa);
+	struct ibv_qp *qb = rc_qp(pd, cqb);
 	union ibv_gid gid;
 	check("qps", qa && qb && !ibv_query_gid(ctx, 1, 0, &gid), "creation failed");
 	if (!qa || !qb)
@@ -78,7 +48,7 @@ int main(void)
 	int done = 0;
 	for (int i = 0; i < WARM; i++) {
 		buf[0] = (char)i;
-		if (post_write(qa, mr, buf, (uintptr_t)(buf + 4096), 64))
+		if (post_write(qa, mr, buf, (uintptr_t)(buf + 4096), mr->rkey, 64, 1))
 			break;
 		struct ibv_wc wc;
 		int got = 0;
@@ -95,7 +65,7 @@ int main(void)
 	/* The last WRITE, then DESTROY_QP with no poll between. */
 	for (int i = 0; i < 256; i++)
 		buf[8192 + i] = (char)(i * 13 + 5);
-	check("post_last", post_write(qa, mr, buf + 8192, (uintptr_t)(buf + 16384), 256) == 0,
+	check("post_last", post_write(qa, mr, buf + 8192, (uintptr_t)(buf + 16384), mr->rkey, 256, 2) == 0,
 	      "failed");
 	check("destroy_qp_a", ibv_destroy_qp(qa) == 0, "failed");
 	int arrived = 0;

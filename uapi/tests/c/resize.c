@@ -93,18 +93,9 @@ static int sends(struct ibv_qp *qb, struct ibv_qp *qc, struct ibv_cq *cq2, struc
 
 int main(void)
 {
-	int n;
 	char d[160];
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1) {
-		perror("ibv_get_device_list");
-		return 2;
-	}
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	if (!ctx) {
-		perror("ibv_open_device");
-		return 2;
-	}
+	struct ibv_device **list;
+	struct ibv_context *ctx = open_first_device(&list);
 	struct ibv_device_attr attr;
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	size_t len = 1 << 16;
