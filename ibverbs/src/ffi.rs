@@ -21,8 +21,8 @@ use std::sync::{Mutex, OnceLock};
 use ferroverbs::verbs::{requester_completion, HotReq};
 use ferroverbs::verbs::{
     AddressHandle, AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap,
-    QpInitAttr, QpType, QueuePair, RecvWr, RemoteAddr, SendBatch, SendData, SendFlags, SendOp,
-    SendWr, Sge, SharedReceiveQueue, SrqAttr,
+    QpInitAttr, QpState, QpType, QueuePair, RecvWr, RemoteAddr, SendBatch, SendData, SendFlags,
+    SendOp, SendWr, Sge, SharedReceiveQueue, SrqAttr,
 };
 use ferroverbs::GidEntry;
 use ferroverbs_sim::Sim;
@@ -1491,12 +1491,28 @@ pub(crate) unsafe extern "C" fn modify_qp(
         let (to, qa) =
             convert::qp_attr_from_ibv(a, mask, g.state(), q.sim_link, q.min_ack_timeout)?;
         g.modify(to, &qa).or_errno()?;
+        if to == QpState::Reset {
+            // libmlx5 `mlx5_modify_qp`: at RESET the QP's completions nobody polled
+            // leave its CQs (`mlx5_cq_clean` of the receive CQ, then of the send CQ
+            // if another, each under the CQ's lock), as its rings start over.
+            clean_cqs(q.send_cq, q.recv_cq, g.qp_num());
+        }
         let st = convert::qp_state_to_ibv(g.state());
         // SAFETY: `state` is a plain field of our object the application may read;
         // written under the QP lock.
         unsafe { (*(qp as *mut QpObj)).ibv.qp_base.state = st };
         Ok(())
     })
+}
+
+/// Removes the completions of QP `qpn` from its CQs `send` and `recv` (rdma-core
+/// `mlx5_cq_clean`: the receive CQ, then the send CQ when it is another), each
+/// under its lock, which waits for a poller of the CQ to finish.
+fn clean_cqs(send: &CqObj, recv: &CqObj, qpn: u32) {
+    recv.cq.lock().discard_completions_of(qpn);
+    if !std::ptr::eq(send, recv) {
+        send.cq.lock().discard_completions_of(qpn);
+    }
 }
 
 pub(crate) unsafe extern "C" fn query_qp(
@@ -1538,7 +1554,13 @@ pub(crate) unsafe extern "C" fn destroy_qp(qp: *mut abi::ibv_qp) -> c_int {
         // SAFETY: created by `create_qp`, destroyed once.
         let b = unsafe { QpObj::take(qp) };
         let (pd, s, r, srq) = (b.pd, b.send_cq, b.recv_cq, b.srq);
+        let qpn = b.qp.lock().qp_num();
         let res = b.qp.into_inner().destroy();
+        if res.is_ok() {
+            // libmlx5 `mlx5_destroy_qp`: the QP's completions leave its CQs (a
+            // later QP of the same number must not meet them).
+            clean_cqs(s, r, qpn);
+        }
         pd.users.release();
         s.users.release();
         r.users.release();
