@@ -159,8 +159,8 @@ fn reset_removes_the_qps_unpolled_completions_and_keeps_the_others() {
             assert_eq!(post_send(qp, &mut w, &mut bad), 0);
         };
         // B: four receives (100..103, slots 0..3), C: one (500, slot 8).
-        for k in 0..4 {
-            recv(b, 100 + k as u64, &mut sges[k]);
+        for (k, s) in sges[..4].iter_mut().enumerate() {
+            recv(b, 100 + k as u64, s);
         }
         recv(c, 500, &mut sges[8]);
         // A SENDs 64 bytes to B, D 32 to C; their completions say the messages
