@@ -3,13 +3,16 @@
 //! stay in their order, and the QP, connected again, completes only its new work
 //! (the debug check of the RQ's software tail passes: no stale counter is met). A
 //! receive completion of a QP with an SRQ that is discarded gives its WQE back to
-//! the SRQ. Two deterministic simulated NICs.
+//! the SRQ. The survivors keep their order and bytes across the ring's wrap, with
+//! 64- and 128-byte CQEs (a message the device placed in a 128-byte CQE moves with
+//! it). Two deterministic simulated NICs.
 
 mod verbs_support;
 use verbs_support::*;
 
 use ferroverbs::verbs::{
-    AccessFlags as A, Mtu, QpCap, QpInitAttr, RecvWr, SendWr, SrqAttr, WcOpcode, WcStatus,
+    AccessFlags as A, CqOptions, CqeSize, Mtu, QpCap, QpInitAttr, RecvWr, SendWr, SrqAttr,
+    WcOpcode, WcStatus,
 };
 
 #[test]
@@ -136,4 +139,96 @@ fn a_discarded_srq_receive_gives_its_wqe_back() {
     let mut left = Vec::new();
     poll_all(&mut rcq, &mut left);
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// An 8-entry CQ on B for QPs `qb` and `qc`: six completions polled (so the next
+/// ones cross the ring's end), then received messages alternately for `qb` and
+/// `qc` (entries 6..=9); `qb` reset and its two discarded, `qc`'s two polled in
+/// order with their bytes; then more for `qc`, polled as usual (the cursor and its
+/// owner parity after the move are right).
+fn survivors_across_the_wrap(size: CqeSize) {
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let mut scq = ca.create_cq(64).unwrap();
+    let opts = CqOptions {
+        cqe_size: size,
+        ..CqOptions::default()
+    };
+    let mut rcq = cb.create_cq_with(7, opts).unwrap();
+    assert_eq!(rcq.capacity(), 7);
+    let cap = QpCap::default();
+    let mut qa = pa.create_qp(&QpInitAttr::new(&scq, &scq, cap)).unwrap();
+    let mut qd = pa.create_qp(&QpInitAttr::new(&scq, &scq, cap)).unwrap();
+    let init = |q| {
+        let a = QpInitAttr::new(&rcq, &rcq, cap);
+        if q && size == CqeSize::Bytes128 {
+            a.with_scatter_to_cqe()
+        } else {
+            a
+        }
+    };
+    let mut qb = pb.create_qp(&init(false)).unwrap();
+    let mut qc = pb.create_qp(&init(true)).unwrap();
+    connect(&mut qa, &ga, &mut qb, &gb, Mtu::Mtu1024);
+    connect(&mut qd, &ga, &mut qc, &gb, Mtu::Mtu1024);
+    let rbuf = pb.alloc_mr(8192, A::LOCAL_WRITE).unwrap();
+    let src = pa.alloc_mr(256, A::empty()).unwrap();
+    src.write(0, &pattern(256, 5));
+    let mut seq = 0u64;
+    let mut to = |q: &mut ferroverbs::verbs::QueuePair<'_, _>,
+                  from: &mut ferroverbs::verbs::QueuePair<'_, _>,
+                  len: u32| {
+        seq += 1;
+        let slot = (seq % 32) as usize * 256;
+        q.post_recv(&[RecvWr::new(1000 + seq, &[rbuf.sge(slot, 256).unwrap()])])
+            .unwrap();
+        from.post_send(&[SendWr::send(seq, &[src.sge(0, len).unwrap()]).signaled()])
+            .unwrap();
+        assert_eq!(wait(&net, &mut scq, 1)[0].status, WcStatus::Success);
+        (1000 + seq, slot, len)
+    };
+    for _ in 0..6 {
+        to(&mut qc, &mut qd, 8);
+    }
+    assert_eq!(wait(&net, &mut rcq, 6).len(), 6);
+    let b1 = to(&mut qb, &mut qa, 40);
+    let c1 = to(&mut qc, &mut qd, 56);
+    let b2 = to(&mut qb, &mut qa, 40);
+    let c2 = to(&mut qc, &mut qd, 24);
+    let _ = (b1, b2);
+    qb.reset().unwrap();
+    assert_eq!(rcq.discard_completions_of(qb.qp_num()), 2);
+    let got = wait(&net, &mut rcq, 2);
+    let c = qc.qp_num();
+    for (w, (id, slot, len)) in got.iter().zip([c1, c2]) {
+        assert_eq!(
+            (w.wr_id, w.qp_num, w.status, w.byte_len),
+            (id, c, WcStatus::Success, len)
+        );
+        let mut bytes = vec![0u8; len as usize];
+        rbuf.read(slot, &mut bytes);
+        assert_eq!(bytes, pattern(256, 5)[..len as usize], "wr {id}");
+    }
+    let mut more = Vec::new();
+    poll_all(&mut rcq, &mut more);
+    assert!(more.is_empty(), "{more:?}");
+    // On from the moved cursor: nine more (the ring wraps again).
+    for _ in 0..9 {
+        let (id, _, len) = to(&mut qc, &mut qd, 16);
+        let w = wait(&net, &mut rcq, 1)[0];
+        assert_eq!(
+            (w.wr_id, w.status, w.byte_len),
+            (id, WcStatus::Success, len)
+        );
+    }
+}
+
+#[test]
+fn survivors_keep_their_order_across_the_wrap_with_64_byte_cqes() {
+    survivors_across_the_wrap(CqeSize::Bytes64);
+}
+
+#[test]
+fn survivors_keep_their_order_and_data_across_the_wrap_with_128_byte_cqes() {
+    survivors_across_the_wrap(CqeSize::Bytes128);
 }
