@@ -886,8 +886,9 @@ const REREG_ERR_CMD: c_int = -4;
 
 /// `ibv_rereg_mr`: libibverbs's input checks (`verbs.c`: flags beyond the three,
 /// a translation without address or length, access without its flag:
-/// `IBV_REREG_MR_ERR_INPUT` with errno EINVAL; a PD of another context too), then
-/// what Linux's `mlx5_ib_rereg_user_mr` does:
+/// `IBV_REREG_MR_ERR_INPUT` with errno EINVAL) and the kernel's (no flag, a PD not
+/// of the context: `IBV_REREG_MR_ERR_CMD` with EINVAL, as `ib_uverbs_rereg_mr`
+/// answers), then what Linux's `mlx5_ib_rereg_user_mr` does:
 ///
 /// * no new translation, and an access change a UMR can make (only local write,
 ///   remote write and remote read differ, `can_use_umr_rereg_access`): the PD and
@@ -930,13 +931,22 @@ pub(crate) unsafe extern "C" fn rereg_mr(
         {
             return input(libc::EINVAL);
         }
+        let cmd_err = |e: c_int| {
+            set_errno(e);
+            REREG_ERR_CMD
+        };
+        // The kernel's own checks (`ib_uverbs_rereg_mr`): no flag at all, or a PD
+        // that is not one of the context's, is EINVAL from the command.
+        if flags == 0 {
+            return cmd_err(libc::EINVAL);
+        }
         // SAFETY: the caller's MR, used by no other thread during the call.
         let o = unsafe { &mut *(mr as *mut MrObj) };
         let new_pd: &'static PdObj = if flags & REREG_PD != 0 {
             // SAFETY: the caller's PD.
             match unsafe { PdObj::from_ibv(pd) } {
                 Ok(p) if p.ibv.context == o.ibv.context => p,
-                _ => return input(libc::EINVAL),
+                _ => return cmd_err(libc::EINVAL),
             }
         } else {
             o.pd

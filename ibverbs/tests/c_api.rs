@@ -777,6 +777,14 @@ fn rereg_mr_keeps_the_keys_in_place_and_renews_them_for_a_new_translation() {
             let r = ibv_rereg_mr(mr, flags, d.pd, addr, 4096, acc);
             assert_eq!((r, errno()), (ERR_INPUT, libc::EINVAL), "flags {flags}");
         }
+        // The kernel's checks: no flag, no PD to move to.
+        const ERR_CMD: c_int = -4;
+        for (flags, pd) in [(0, d.pd), (PD, ptr::null_mut())] {
+            set_errno(0);
+            let r = ibv_rereg_mr(mr, flags, pd, ptr::null_mut(), 0, 0);
+            assert_eq!((r, errno()), (ERR_CMD, libc::EINVAL), "flags {flags}");
+        }
+        assert_eq!(((*mr).lkey, (*mr).pd), (key, d.pd));
         // Access and PD changed in place: the keys stay, the PD moves.
         assert_eq!(
             ibv_rereg_mr(mr, ACCESS, ptr::null_mut(), ptr::null_mut(), 0, LW | RW),
