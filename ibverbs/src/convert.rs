@@ -69,6 +69,10 @@ pub fn errno_of(e: &VerbsError) -> i32 {
         VerbsError::Device(_) => libc::EIO,
         VerbsError::CapExceeded { .. } => libc::ENOMEM,
         VerbsError::CqInUse { .. } => libc::EBUSY,
+        // `mlx5r_umr_post_send_wait`: a UMR that completed in error is EFAULT; one
+        // that never completed, the device's failure (EIO).
+        VerbsError::UmrFailed { .. } => libc::EFAULT,
+        VerbsError::UmrTimeout { .. } => libc::EIO,
         _ => libc::EINVAL,
     }
 }

@@ -79,7 +79,7 @@ export! {
     ibv_query_srq = f::query_srq;
     ibv_rate_to_mbps = f::rate_to_mbps;
     ibv_reg_mr = f::reg_mr;
-    ibv_rereg_mr = f::unsupported_int;
+    ibv_rereg_mr = f::rereg_mr;
     ibv_resize_cq = f::resize_cq;
     ibv_resolve_eth_l2_from_gid = f::unsupported_int;
     ibv_wc_status_str = f::wc_status_str;

@@ -21,8 +21,8 @@ use std::sync::{Mutex, OnceLock};
 use ferroverbs::verbs::{requester_completion, HotReq};
 use ferroverbs::verbs::{
     AddressHandle, AsyncEvent, CompletionChannel, CompletionQueue, MemoryRegion, Pd, QpCap,
-    QpInitAttr, QpType, QueuePair, RecvWr, RemoteAddr, SendBatch, SendData, SendFlags, SendOp,
-    SendWr, Sge, SharedReceiveQueue, SrqAttr,
+    QpInitAttr, QpState, QpType, QueuePair, RecvWr, RemoteAddr, SendBatch, SendData, SendFlags,
+    SendOp, SendWr, Sge, SharedReceiveQueue, SrqAttr,
 };
 use ferroverbs::GidEntry;
 use ferroverbs_sim::Sim;
@@ -876,6 +876,136 @@ pub(crate) unsafe extern "C" fn reg_mr_iova2(
     unsafe { reg_mr_impl(pd, addr, len, iova, access as c_int) }
 }
 
+/// `IBV_REREG_MR_CHANGE_TRANSLATION`, `_CHANGE_PD`, `_CHANGE_ACCESS` (`verbs.h`).
+const REREG_TRANSLATION: c_int = 1;
+const REREG_PD: c_int = 2;
+const REREG_ACCESS: c_int = 4;
+/// `IBV_REREG_MR_ERR_INPUT`, `IBV_REREG_MR_ERR_CMD` (`enum ibv_rereg_mr_err_code`).
+const REREG_ERR_INPUT: c_int = -1;
+const REREG_ERR_CMD: c_int = -4;
+
+/// `ibv_rereg_mr`: libibverbs's input checks (`verbs.c`: flags beyond the three,
+/// a translation without address or length, access without its flag:
+/// `IBV_REREG_MR_ERR_INPUT` with errno EINVAL) and the kernel's (no flag, a PD not
+/// of the context: `IBV_REREG_MR_ERR_CMD` with EINVAL, as `ib_uverbs_rereg_mr`
+/// answers), then what Linux's `mlx5_ib_rereg_user_mr` does:
+///
+/// * no new translation, and an access change a UMR can make (only local write,
+///   remote write and remote read differ, `can_use_umr_rereg_access`): the PD and
+///   the rights change in place on the region's mkey (`mlx5r_umr_rereg_pd_access`,
+///   [`MemoryRegion::rereg_pd_access`]), lkey and rkey stay, so keys a peer was
+///   given before keep working. One more condition is the driver's: a region
+///   registered with no write right is mapped read-only for the device, so granting
+///   it one takes the next path;
+/// * anything else (a new translation, a remote atomic change): a new registration
+///   with what changes (a new translation is registered at its own address, as
+///   `ibv_cmd_rereg_mr` passes `hca_va = addr`) and the old one deregistered
+///   (`create_real_mr`): the keys change, and the application reads them from
+///   `mr`. Linux changes a translation in place only for regions of its mkey cache
+///   (`can_use_umr_rereg_pas` needs `mr->mmkey.cache_ent`); the driver has none.
+///
+/// A change the device refuses is `IBV_REREG_MR_ERR_CMD` with its errno (EFAULT
+/// for a UMR that completed in error) and leaves the region as it was.
+///
+/// # Safety
+///
+/// `mr` is NULL or a live MR of ours that no other thread uses meanwhile (the
+/// verbs contract of `ibv_rereg_mr`); `pd` NULL or a live PD of ours.
+pub(crate) unsafe extern "C" fn rereg_mr(
+    mr: *mut abi::ibv_mr,
+    flags: c_int,
+    pd: *mut abi::ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    guard(REREG_ERR_CMD, || {
+        let input = |e: c_int| {
+            set_errno(e);
+            REREG_ERR_INPUT
+        };
+        if mr.is_null()
+            || flags & !(REREG_TRANSLATION | REREG_PD | REREG_ACCESS) != 0
+            || (flags & REREG_TRANSLATION != 0 && (length == 0 || addr.is_null()))
+            || (access != 0 && flags & REREG_ACCESS == 0)
+        {
+            return input(libc::EINVAL);
+        }
+        let cmd_err = |e: c_int| {
+            set_errno(e);
+            REREG_ERR_CMD
+        };
+        // The kernel's own checks (`ib_uverbs_rereg_mr`): no flag at all, or a PD
+        // that is not one of the context's, is EINVAL from the command.
+        if flags == 0 {
+            return cmd_err(libc::EINVAL);
+        }
+        // SAFETY: the caller's MR, used by no other thread during the call.
+        let o = unsafe { &mut *(mr as *mut MrObj) };
+        let new_pd: &'static PdObj = if flags & REREG_PD != 0 {
+            // SAFETY: the caller's PD.
+            match unsafe { PdObj::from_ibv(pd) } {
+                Ok(p) if p.ibv.context == o.ibv.context => p,
+                _ => return cmd_err(libc::EINVAL),
+            }
+        } else {
+            o.pd
+        };
+        let acc = if flags & REREG_ACCESS != 0 {
+            match convert::access_from_ibv(access as u32) {
+                Ok(a) => a,
+                Err(e) => return input(e),
+            }
+        } else {
+            o.mr.access()
+        };
+        if flags & REREG_TRANSLATION == 0 && o.mr.can_rereg_in_place(acc) {
+            if let Err(e) = o.mr.rereg_pd_access(&new_pd.pd, acc) {
+                set_errno(convert::errno_of(&e));
+                return REREG_ERR_CMD;
+            }
+            new_pd.users.acquire();
+            let old_pd = std::mem::replace(&mut o.pd, new_pd);
+            old_pd.users.release();
+            o.ibv.pd = new_pd as *const PdObj as *mut abi::ibv_pd;
+            return 0;
+        }
+        let (start, len, iova) = if flags & REREG_TRANSLATION != 0 {
+            (addr, length, addr as u64)
+        } else {
+            (o.ibv.addr, o.ibv.length, o.mr.addr())
+        };
+        let Some(start_nn) = NonNull::new(start as *mut u8) else {
+            return input(libc::EINVAL);
+        };
+        // SAFETY: as in `reg_mr_impl`: the application keeps the memory allocated
+        // until the region is deregistered or registered elsewhere again.
+        let new = match unsafe { new_pd.pd.reg_mr_raw_iova(start_nn, len, acc, iova) } {
+            Ok(m) => m,
+            Err(e) => {
+                set_errno(convert::errno_of(&e));
+                return REREG_ERR_CMD;
+            }
+        };
+        new_pd.users.acquire();
+        let old = std::mem::replace(&mut o.mr, new);
+        let old_pd = std::mem::replace(&mut o.pd, new_pd);
+        let r = old.deregister();
+        old_pd.users.release();
+        o.ibv.pd = new_pd as *const PdObj as *mut abi::ibv_pd;
+        (o.ibv.addr, o.ibv.length) = (start, len);
+        (o.ibv.handle, o.ibv.lkey, o.ibv.rkey) = (o.mr.lkey(), o.mr.lkey(), o.mr.rkey());
+        match r {
+            Ok(_) => 0,
+            Err(e) => {
+                // The device failed (a fatal state): the region holds the new keys.
+                set_errno(convert::errno_of(&e));
+                REREG_ERR_CMD
+            }
+        }
+    })
+}
+
 pub(crate) unsafe extern "C" fn dereg_mr(mr: *mut abi::ibv_mr) -> c_int {
     // SAFETY: the caller's MR.
     int_verb(unsafe { MrObj::from_ibv(mr) }, |_| {
@@ -1491,12 +1621,28 @@ pub(crate) unsafe extern "C" fn modify_qp(
         let (to, qa) =
             convert::qp_attr_from_ibv(a, mask, g.state(), q.sim_link, q.min_ack_timeout)?;
         g.modify(to, &qa).or_errno()?;
+        if to == QpState::Reset {
+            // libmlx5 `mlx5_modify_qp`: at RESET the QP's completions nobody polled
+            // leave its CQs (`mlx5_cq_clean` of the receive CQ, then of the send CQ
+            // if another, each under the CQ's lock), as its rings start over.
+            clean_cqs(q.send_cq, q.recv_cq, g.qp_num());
+        }
         let st = convert::qp_state_to_ibv(g.state());
         // SAFETY: `state` is a plain field of our object the application may read;
         // written under the QP lock.
         unsafe { (*(qp as *mut QpObj)).ibv.qp_base.state = st };
         Ok(())
     })
+}
+
+/// Removes the completions of QP `qpn` from its CQs `send` and `recv` (rdma-core
+/// `mlx5_cq_clean`: the receive CQ, then the send CQ when it is another), each
+/// under its lock, which waits for a poller of the CQ to finish.
+fn clean_cqs(send: &CqObj, recv: &CqObj, qpn: u32) {
+    recv.cq.lock().discard_completions_of(qpn);
+    if !std::ptr::eq(send, recv) {
+        send.cq.lock().discard_completions_of(qpn);
+    }
 }
 
 pub(crate) unsafe extern "C" fn query_qp(
@@ -1538,7 +1684,13 @@ pub(crate) unsafe extern "C" fn destroy_qp(qp: *mut abi::ibv_qp) -> c_int {
         // SAFETY: created by `create_qp`, destroyed once.
         let b = unsafe { QpObj::take(qp) };
         let (pd, s, r, srq) = (b.pd, b.send_cq, b.recv_cq, b.srq);
+        let qpn = b.qp.lock().qp_num();
         let res = b.qp.into_inner().destroy();
+        if res.is_ok() {
+            // libmlx5 `mlx5_destroy_qp`: the QP's completions leave its CQs (a
+            // later QP of the same number must not meet them).
+            clean_cqs(s, r, qpn);
+        }
         pd.users.release();
         s.users.release();
         r.users.release();

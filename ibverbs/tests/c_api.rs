@@ -4,7 +4,8 @@
 //! query) answer as rdma-core does for a provider without the op (the context's
 //! `cmd_fd` names the device to `ibv_import_device`, which refuses it so); the IBVERBS_1.0
 //! compatibility versions (reached with `dlvsym`, as a program linked against them
-//! binds) list the device. All tests share one simulated NIC (host 84 of this process's
+//! binds) list the device; `ibv_rereg_mr` keeps a region's keys for what a UMR
+//! changes in place and renews them otherwise, as Linux's mlx5_ib. All tests share one simulated NIC (host 84 of this process's
 //! loopback /24).
 
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -67,6 +68,22 @@ extern "C" {
     ) -> c_int;
     fn ibv_resize_cq(cq: *mut abi::ibv_cq, cqe: c_int) -> c_int;
     fn ibv_fork_init() -> c_int;
+    fn ibv_reg_mr(
+        pd: *mut abi::ibv_pd,
+        addr: *mut c_void,
+        len: usize,
+        acc: c_int,
+    ) -> *mut abi::ibv_mr;
+    fn ibv_rereg_mr(
+        mr: *mut abi::ibv_mr,
+        flags: c_int,
+        pd: *mut abi::ibv_pd,
+        addr: *mut c_void,
+        len: usize,
+        acc: c_int,
+    ) -> c_int;
+    fn ibv_dereg_mr(mr: *mut abi::ibv_mr) -> c_int;
+    fn ibv_dealloc_pd(pd: *mut abi::ibv_pd) -> c_int;
     fn ibv_is_fork_initialized() -> c_int;
 }
 
@@ -724,5 +741,83 @@ fn resize_cq_waits_for_a_concurrent_poller() {
             assert_eq!(ibv_destroy_qp(qp), 0);
         }
         assert_eq!(ibv_destroy_cq(cq), 0);
+    }
+}
+
+#[test]
+fn rereg_mr_keeps_the_keys_in_place_and_renews_them_for_a_new_translation() {
+    // IBV_REREG_MR_CHANGE_TRANSLATION, _PD, _ACCESS; IBV_ACCESS_LOCAL_WRITE,
+    // _REMOTE_WRITE, _REMOTE_ATOMIC; IBV_REREG_MR_ERR_INPUT.
+    const TRANS: c_int = 1;
+    const PD: c_int = 2;
+    const ACCESS: c_int = 4;
+    const LW: c_int = 1;
+    const RW: c_int = 2;
+    const ATOMIC: c_int = 8;
+    const ERR_INPUT: c_int = -1;
+    let d = dev();
+    let mut a = vec![0u8; 8192];
+    let mut b = vec![0u8; 4096];
+    // SAFETY: the verbs API used as its contract says; the buffers outlive the MR.
+    unsafe {
+        let pd2 = ibv_alloc_pd(d.ctx);
+        assert!(!pd2.is_null());
+        let mr = ibv_reg_mr(d.pd, a.as_mut_ptr() as *mut c_void, a.len(), LW);
+        assert!(!mr.is_null());
+        let key = (*mr).lkey;
+        assert_eq!((*mr).rkey, key);
+        // libibverbs's input checks: unknown flags, access without its flag, a
+        // translation without an address.
+        for (flags, addr, acc) in [
+            (8, ptr::null_mut(), 0),
+            (PD, ptr::null_mut(), LW),
+            (TRANS, ptr::null_mut(), 0),
+        ] {
+            set_errno(0);
+            let r = ibv_rereg_mr(mr, flags, d.pd, addr, 4096, acc);
+            assert_eq!((r, errno()), (ERR_INPUT, libc::EINVAL), "flags {flags}");
+        }
+        // The kernel's checks: no flag, no PD to move to.
+        const ERR_CMD: c_int = -4;
+        for (flags, pd) in [(0, d.pd), (PD, ptr::null_mut())] {
+            set_errno(0);
+            let r = ibv_rereg_mr(mr, flags, pd, ptr::null_mut(), 0, 0);
+            assert_eq!((r, errno()), (ERR_CMD, libc::EINVAL), "flags {flags}");
+        }
+        assert_eq!(((*mr).lkey, (*mr).pd), (key, d.pd));
+        // Access and PD changed in place: the keys stay, the PD moves.
+        assert_eq!(
+            ibv_rereg_mr(mr, ACCESS, ptr::null_mut(), ptr::null_mut(), 0, LW | RW),
+            0
+        );
+        assert_eq!(((*mr).lkey, (*mr).rkey), (key, key));
+        assert_eq!(ibv_rereg_mr(mr, PD, pd2, ptr::null_mut(), 0, 0), 0);
+        assert_eq!(((*mr).lkey, (*mr).pd), (key, pd2));
+        // The region holds the new PD, no longer the old one.
+        set_errno(0);
+        assert_eq!(ibv_dealloc_pd(pd2), libc::EBUSY);
+        assert_eq!(ibv_rereg_mr(mr, PD, d.pd, ptr::null_mut(), 0, 0), 0);
+        assert_eq!((*mr).pd, d.pd);
+        // Remote atomic is no UMR change: a new registration, new keys.
+        assert_eq!(
+            ibv_rereg_mr(mr, ACCESS, ptr::null_mut(), ptr::null_mut(), 0, LW | ATOMIC),
+            0
+        );
+        let key2 = (*mr).lkey;
+        assert_ne!(key2, key);
+        assert_eq!(
+            ((*mr).rkey, (*mr).addr, (*mr).length),
+            (key2, a.as_mut_ptr() as *mut c_void, a.len())
+        );
+        // A new translation: new keys, the new range.
+        let baddr = b.as_mut_ptr() as *mut c_void;
+        assert_eq!(
+            ibv_rereg_mr(mr, TRANS, ptr::null_mut(), baddr, b.len(), 0),
+            0
+        );
+        assert_ne!((*mr).lkey, key2);
+        assert_eq!(((*mr).addr, (*mr).length), (baddr, b.len()));
+        assert_eq!(ibv_dereg_mr(mr), 0);
+        assert_eq!(ibv_dealloc_pd(pd2), 0);
     }
 }

@@ -62,6 +62,10 @@ const MUST_PASS: &[&str] = &[
     "test_mlx5_huge_page.ResourcesOnHugePageTest.test_obj_on_huge",
     "test_mlx5_huge_page.ResourcesOnHugePageTest.test_prefer_obj_on_huge",
     "test_mr.MRTest.test_reg_mr_bad_flags",
+    "test_mr.MRTest.test_mr_rereg_access",
+    "test_mr.MRTest.test_mr_rereg_access_bad_flow",
+    "test_mr.MRTest.test_mr_rereg_pd",
+    "test_mr.MRTest.test_mr_rereg_addr",
     "test_mr.MWTest.test_invalidate_mw_type1",
     "test_mr.MWTest.test_mw_type1",
     "test_mr.MWTest.test_mw_type2",
@@ -196,11 +200,6 @@ const MAY_SKIP: &[(&str, &[&str], &str)] = &[
         "test_mr.DmaBuf",
         &["/dev/dri/renderD", "Reg dma-buf MR is not supported"],
         "no GPU render node that exports a dma-buf; ibv_reg_dmabuf_mr is not offered (EOPNOTSUPP)",
-    ),
-    (
-        "test_mr.MRTest.test_mr_rereg_",
-        &["Rereg MR is not supported"],
-        "ibv_rereg_mr is not offered (EOPNOTSUPP, docs/ibverbs-compat.md)",
     ),
     (
         "test_odp.",

@@ -27,6 +27,7 @@ use crate::dma::{DmaBuf, PAGE_SIZE};
 use crate::ring::{self, CqConfig, QueueMem};
 use crate::Context;
 
+mod clean;
 mod resize;
 
 /// The size of a CQ's entries (`cqc.cqe_sz`; libmlx5 takes it from `MLX5_CQE_SIZE` or

@@ -657,8 +657,8 @@ impl<B: Bus> CqeCursor<B> {
     }
 
     /// Moves the cursor to consumer index `ci` and publishes it (see
-    /// [`CqeCursor::start_at`]).
-    fn seek(&mut self, ci: u32) {
+    /// [`CqeCursor::start_at`]; a CQ cleaned of a QP's completions moves on so).
+    pub(crate) fn seek(&mut self, ci: u32) {
         // `end - first = n * stride - stride + 1`.
         let n = (self.end as usize - self.first as usize).div_ceil(self.stride) as u32;
         let k = ci & (n - 1);

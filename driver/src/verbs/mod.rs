@@ -138,6 +138,7 @@ mod pd;
 pub mod pool;
 mod post;
 mod qp;
+mod rereg;
 pub(crate) mod scatter;
 mod srq;
 mod wc;
@@ -158,6 +159,7 @@ pub use pd::Pd;
 pub use pool::{BufferPool, PoolConfig, PoolError, Slot, MAX_SLOTS, MAX_SLOT_ALIGN, MAX_SLOT_SIZE};
 pub use post::SendBatch;
 pub use qp::{BadWr, PostError, QpCap, QpInitAttr, QueuePair};
+pub use rereg::UMR_WAIT;
 pub use srq::{SharedReceiveQueue, SrqAttr, SrqInfo};
 pub use wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::RecvWr;
@@ -287,6 +289,22 @@ pub enum Error {
         creating: &'static str,
         /// The device the new object was to be created on.
         device: crate::DeviceId,
+    },
+    /// The device completed the UMR that was to change a memory region in place
+    /// with an error ([`MemoryRegion::rereg_pd_access`]; Linux answers EFAULT).
+    #[error("the UMR on key {key:#x} completed in error (syndrome {syndrome:#x})")]
+    UmrFailed {
+        /// The region's key.
+        key: u32,
+        /// The error CQE's syndrome.
+        syndrome: u8,
+    },
+    /// The UMR that was to change a memory region in place did not complete within
+    /// [`UMR_WAIT`].
+    #[error("the UMR on key {key:#x} did not complete within {UMR_WAIT:?}")]
+    UmrTimeout {
+        /// The region's key.
+        key: u32,
     },
     /// The bus gave an IOVA whose page offset differs from the buffer's (memory keys
     /// translate page by page, so both must agree).

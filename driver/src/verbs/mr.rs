@@ -431,6 +431,9 @@ impl<'ctx, B: Bus> Pd<'ctx, B> {
             access.contains(AccessFlags::REMOTE_ATOMIC).into(),
         );
         m(mkc::qpn).set(&mut input, MKC_QPN_NONE.into());
+        // A UMR may change the region in place (Linux `reg_create` sets `umr_en` on
+        // user regions; `MemoryRegion::rereg_pd_access` relies on it).
+        m(mkc::umr_en).set(&mut input, 1);
         let variant = self.context().next_key_variant()?;
         m(mkc::mkey_7_0).set(&mut input, variant.into());
         m(mkc::pd).set(&mut input, self.pdn().into());
@@ -498,6 +501,12 @@ impl<'a, B: Bus> MemoryRegion<'a, B> {
     /// The protection domain.
     pub fn pd(&self) -> &'a Pd<'a, B> {
         self.pd
+    }
+
+    /// Records a PD and rights the device gave the region's key in place.
+    pub(super) fn set_pd_access(&mut self, pd: &'a Pd<'a, B>, access: AccessFlags) {
+        self.pd = pd;
+        self.access = access;
     }
 
     fn check(&self, offset: usize, len: usize) -> std::result::Result<(), RangeError> {

@@ -463,6 +463,11 @@ impl WqShared {
         let _ = self.srq.set(srq);
     }
 
+    /// The SRQ the QP takes its receive WQEs from, if it has one.
+    pub(crate) fn srq(&self) -> Option<&Arc<SrqShared>> {
+        self.srq.get()
+    }
+
     /// Copies `data`, the message of a responder CQE with `MLX5_INLINE_SCATTER_32`,
     /// into the receive WQE it completes (`counter`: the CQE's `wqe_counter`, the RQ
     /// slot or the SRQ WQE index), before the WQE is retired (rdma-core
@@ -1628,8 +1633,10 @@ impl<'a, B: Bus> QueuePair<'a, B> {
         self.modify(QpState::Err, &QpAttr::new())
     }
 
-    /// Any state → RESET. The rings start over, so poll the QP's completions out of
-    /// its CQs first.
+    /// Any state → RESET. The rings start over, so the QP's completions still in its
+    /// CQs must go first: polled, or removed with
+    /// [`CompletionQueue::discard_completions_of`](super::CompletionQueue::discard_completions_of)
+    /// (what libmlx5's `ibv_modify_qp` to RESET does, and the drop-in's with it).
     pub fn reset(&mut self) -> Result<()> {
         self.modify(QpState::Reset, &QpAttr::new())
     }
