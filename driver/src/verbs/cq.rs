@@ -2,7 +2,6 @@
 //! (`mlx5-controlpath.md` §4.5), polled with the [`ring`](crate::ring) consumer and
 //! turned into [`WorkCompletion`]s (`mlx5-datapath.md` §7, §8.4).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use ferroverbs_hw::control::cmd::{new_input, Opcode};
@@ -946,7 +945,7 @@ impl<'ctx, B: Bus> CompletionQueue<'ctx, B> {
 /// (an index, so that a CQE of any of thousands of QPs finds its QP in one lookup).
 pub(crate) struct QpTable {
     list: Vec<Arc<WqShared>>,
-    at: HashMap<u32, usize>,
+    at: QpnIndex,
     /// The list's length after it was last swept of destroyed QPs.
     swept_len: usize,
 }
@@ -955,7 +954,7 @@ impl QpTable {
     fn new(first: Arc<WqShared>) -> QpTable {
         let mut t = QpTable {
             list: Vec::new(),
-            at: HashMap::new(),
+            at: QpnIndex::default(),
             swept_len: 0,
         };
         t.push(first);
@@ -978,6 +977,58 @@ impl QpTable {
     }
 }
 
+/// Bits of a QPN that select the slot in a page of [`QpnIndex`].
+const QPN_PAGE_BITS: u32 = 8;
+/// Slots of a page of [`QpnIndex`].
+const QPN_PAGE: usize = 1 << QPN_PAGE_BITS;
+/// A free slot of [`QpnIndex`].
+const QPN_NONE: u32 = u32::MAX;
+
+/// A CQ's index from QPN to the position of its QP in [`QpTable::list`], looked up by
+/// direct indexing: the QPN's high bits select a page of 256 slots (allocated when a
+/// QPN in it is first attached), its low byte the slot. Devices hand QPNs out from a
+/// bitmap, mostly consecutive (mlx5 firmware; the simulator's firmware round-robin
+/// from its first QPN), so the QPs of a CQ fill few pages, and the slots of QPs
+/// created together share cache lines (16 per line): with thousands of QPs the
+/// lookup of a CQE's QP reads one line of the index, where a hash map's buckets
+/// cost a miss per QP.
+#[derive(Default)]
+struct QpnIndex {
+    pages: Vec<Option<Box<[u32; QPN_PAGE]>>>,
+}
+
+impl QpnIndex {
+    /// The position of `qpn`.
+    #[inline(always)]
+    fn get(&self, qpn: u32) -> Option<usize> {
+        let page = self
+            .pages
+            .get((qpn >> QPN_PAGE_BITS) as usize)?
+            .as_deref()?;
+        let i = page[qpn as usize & (QPN_PAGE - 1)];
+        (i != QPN_NONE).then_some(i as usize)
+    }
+
+    /// Maps `qpn` (24 bits, as in a CQE) to position `i`, replacing what it mapped to.
+    fn insert(&mut self, qpn: u32, i: usize) {
+        let qpn = qpn & 0x00ff_ffff;
+        let p = (qpn >> QPN_PAGE_BITS) as usize;
+        if self.pages.len() <= p {
+            self.pages.resize_with(p + 1, || None);
+        }
+        let page = self.pages[p].get_or_insert_with(|| Box::new([QPN_NONE; QPN_PAGE]));
+        // A CQ holds fewer QPs than 2^32 (each one a device object).
+        page[qpn as usize & (QPN_PAGE - 1)] = u32::try_from(i).unwrap_or(QPN_NONE);
+    }
+
+    /// Forgets every QPN (the pages are kept for the QPs attached next).
+    fn clear(&mut self) {
+        for page in self.pages.iter_mut().flatten() {
+            page.fill(QPN_NONE);
+        }
+    }
+}
+
 /// Finds the live QP `qpn` in `qps`, trying `last` first.
 #[inline]
 fn find<'q>(qps: &'q QpTable, qpn: u32, last: &mut usize) -> Option<&'q WqShared> {
@@ -986,7 +1037,7 @@ fn find<'q>(qps: &'q QpTable, qpn: u32, last: &mut usize) -> Option<&'q WqShared
             return Some(q);
         }
     }
-    let i = *qps.at.get(&qpn)?;
+    let i = qps.at.get(qpn)?;
     let q = qps.list.get(i).filter(|q| q.qpn == qpn && q.alive())?;
     *last = i;
     Some(q)
@@ -1445,4 +1496,35 @@ fn decode_other(
         _ => return false,
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The QPN index maps each attached QPN to its position, the later of two QPs
+    /// with one number (a reused QPN), nothing to an unknown QPN (in an allocated
+    /// page or beyond the pages), and is empty again after `clear`.
+    #[test]
+    fn qpn_index_maps_numbers_directly() {
+        let mut ix = QpnIndex::default();
+        assert_eq!(ix.get(0x48), None);
+        ix.insert(0x48, 1);
+        ix.insert(0x49, 2);
+        ix.insert(0x1_2345, 3);
+        assert_eq!(ix.get(0x48), Some(1));
+        assert_eq!(ix.get(0x49), Some(2));
+        assert_eq!(ix.get(0x1_2345), Some(3));
+        assert_eq!(ix.get(0x4a), None);
+        assert_eq!(ix.get(0x1_2344), None);
+        assert_eq!(ix.get(0xff_ffff), None);
+        // Two pages (0x48 and 0x49 share one), page table to 0x123.
+        assert_eq!(ix.pages.iter().flatten().count(), 2);
+        assert_eq!(ix.pages.len(), 0x124);
+        ix.insert(0x48, 7);
+        assert_eq!(ix.get(0x48), Some(7));
+        ix.clear();
+        assert_eq!(ix.get(0x48), None);
+        assert_eq!(ix.get(0x1_2345), None);
+    }
 }

@@ -993,6 +993,23 @@ pub(super) fn poll_side<B: Bus>(
     Ok(n)
 }
 
+/// Polls the receiver `side` until its CQ is empty (reposting each receive, as
+/// [`poll_side`]); returns the completions taken.
+fn drain<B: Bus>(
+    side: &mut Side<'_, '_, '_, B>,
+    wc: &mut [WorkCompletion; POLL_BATCH],
+    recv_sge: &[[Sge; 1]],
+) -> Result<usize, CliError> {
+    let mut moved = 0;
+    loop {
+        let k = poll_side(side, wc, recv_sge, |_| {})?;
+        moved += k;
+        if k < POLL_BATCH {
+            return Ok(moved);
+        }
+    }
+}
+
 /// A signaled SEND of `parts` inline, or of `sge`.
 fn send_wr<'a>(use_inline: bool, parts: &'a [&'a [u8]; 1], sge: &'a [Sge; 1]) -> SendWr<'a> {
     if use_inline {
@@ -1479,6 +1496,15 @@ fn bw<B: Bus>(
                 if unpumped >= budget {
                     pump();
                     unpumped = 0;
+                    // A receiver in this process takes what the devices delivered
+                    // meanwhile, as perftest's server process polls while the client
+                    // posts: with thousands of QPs a round posts far more requests
+                    // than a cache holds, and the receive CQEs (and each QP's receive
+                    // queue, reposted) would be read back cold after the round.
+                    if let (Some(b), Some(rb), true) = (b.as_deref_mut(), &rb, cfg.test.has_recv())
+                    {
+                        moved += drain(b, &mut wc, rb)?;
+                    }
                 }
             }
         }
@@ -1503,13 +1529,7 @@ fn bw<B: Bus>(
             // The receiver takes every completion there is and reposts its receive
             // requests, so that its queues keep up with the devices' progress during
             // the round (with many QPs, more than one batch arrives per round).
-            loop {
-                let k = poll_side(b, &mut wc, rb, |_| {})?;
-                moved += k;
-                if k < POLL_BATCH {
-                    break;
-                }
-            }
+            moved += drain(b, &mut wc, rb)?;
         }
         if moved == 0 {
             wait(a, b.as_deref_mut(), pump);
