@@ -79,8 +79,8 @@ impl<B: Bus> Poller<B> {
         let qps = self.qps.get_mut().unwrap_or_else(|p| p.into_inner());
         let srq = qps
             .at
-            .get(&qpn)
-            .and_then(|&k| qps.list.get(k))
+            .get(qpn)
+            .and_then(|k| qps.list.get(k))
             .and_then(|q| q.srq().cloned());
         let mut freed = 0u32;
         // A whole entry: a 128-byte one's first half may hold scattered data.
