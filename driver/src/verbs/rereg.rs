@@ -31,15 +31,7 @@ use ferroverbs_hw::control::qp::{
 };
 use ferroverbs_hw::datapath::cqe::{sw_owned, CQE_OP_OWN_INIT, MLX5_CQE_REQ};
 use ferroverbs_hw::datapath::uar::{uar_bar_offset, MLX5_BF_OFFSET};
-use ferroverbs_hw::datapath::umr::{
-    MwUmr, MLX5_MKEY_MASK_LR, MLX5_MKEY_MASK_PD, MLX5_UMR_CHECK_FREE,
-    MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_ATOMIC, MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ,
-    MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_WRITE, MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ,
-    MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE, MLX5_WQE_UMR_CTRL_FLAG_INLINE,
-    MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC, MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_LOCAL_WRITE,
-    MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_READ,
-    MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE, UMR_NO_KLM_BYTES, UMR_QPN_NONE,
-};
+use ferroverbs_hw::datapath::umr::{MwUmr, UMR_NO_KLM_BYTES};
 use ferroverbs_hw::datapath::wqe::{
     MLX5_FENCE_MODE_INITIATOR_SMALL, MLX5_OPCODE_UMR, MLX5_WQE_CTRL_CQ_UPDATE,
 };
@@ -124,47 +116,7 @@ impl<'a, B: Bus> MemoryRegion<'a, B> {
 /// The UMR of `mlx5r_umr_rereg_pd_access` for the region whose key is `key`: PD
 /// `pdn` and the rights `access`.
 fn rereg_umr<B: Bus>(ctx: &Context<B>, key: u32, pdn: u32, access: AccessFlags) -> MwUmr {
-    let mut mask = MLX5_MKEY_MASK_LR
-        | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_LOCAL_WRITE
-        | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_READ
-        | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE
-        | MLX5_MKEY_MASK_PD;
-    if ctx.cap(g::atomic) != 0 {
-        mask |= MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC;
-    }
-    let mut acc = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ;
-    for (flag, bit) in [
-        (
-            AccessFlags::LOCAL_WRITE,
-            MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_WRITE,
-        ),
-        (
-            AccessFlags::REMOTE_READ,
-            MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ,
-        ),
-        (
-            AccessFlags::REMOTE_WRITE,
-            MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE,
-        ),
-        (
-            AccessFlags::REMOTE_ATOMIC,
-            MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_ATOMIC,
-        ),
-    ] {
-        if access.contains(flag) {
-            acc |= bit;
-        }
-    }
-    MwUmr {
-        key,
-        flags: MLX5_UMR_CHECK_FREE | MLX5_WQE_UMR_CTRL_FLAG_INLINE,
-        mkey_mask: mask,
-        access: acc,
-        qpn: UMR_QPN_NONE,
-        variant: key as u8,
-        pd: pdn,
-        ..MwUmr::default()
-    }
+    MwUmr::rereg_pd_access(key, pdn, access.bits(), ctx.cap(g::atomic) != 0)
 }
 
 /// The firmware objects of one UMR QP, destroyed when dropped (QP before CQ).

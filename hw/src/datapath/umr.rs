@@ -303,6 +303,46 @@ impl MwUmr {
         }
     }
 
+    /// The UMR of Linux `mlx5r_umr_rereg_pd_access` (`drivers/infiniband/hw/mlx5/umr.c`)
+    /// for the region whose key is `key`: PD `pdn` and the verbs access flags
+    /// `ibv_access` (`IBV_ACCESS_LOCAL_WRITE` 1, `_REMOTE_WRITE` 2, `_REMOTE_READ` 4,
+    /// `_REMOTE_ATOMIC` 8 of `<infiniband/verbs.h>`; other bits are ignored). Flags
+    /// `MLX5_UMR_CHECK_FREE` (the key must be in use) | inline; the mask PD | LR | LW |
+    /// RR | RW, and A when the device has atomics (`atomic`: `get_umr_update_pd_mask`,
+    /// `get_umr_update_access_mask`); the rights with local read always set, QPN
+    /// [`UMR_QPN_NONE`] and the key's own variant byte.
+    pub fn rereg_pd_access(key: u32, pdn: u32, ibv_access: u32, atomic: bool) -> MwUmr {
+        let mut mask = MLX5_MKEY_MASK_LR
+            | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_LOCAL_WRITE
+            | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_READ
+            | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE
+            | MLX5_MKEY_MASK_PD;
+        if atomic {
+            mask |= MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC;
+        }
+        let mut access = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ;
+        for (verbs, bit) in [
+            (1, MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_WRITE),
+            (4, MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ),
+            (2, MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE),
+            (8, MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_ATOMIC),
+        ] {
+            if ibv_access & verbs != 0 {
+                access |= bit;
+            }
+        }
+        MwUmr {
+            key,
+            flags: MLX5_UMR_CHECK_FREE | MLX5_WQE_UMR_CTRL_FLAG_INLINE,
+            mkey_mask: mask,
+            access,
+            qpn: UMR_QPN_NONE,
+            variant: key as u8,
+            pd: pdn,
+            ..MwUmr::default()
+        }
+    }
+
     /// Reads the segments after the control segment (`rest`, the WQE from byte 16 up
     /// to its DS) of a UMR WQE whose control `imm` is `key`; `None` when `rest` is too
     /// short for what the UMR control segment announces.
@@ -363,5 +403,45 @@ mod tests {
         assert!(b[128..].iter().all(|&x| x == 0));
         assert_eq!(MwUmr::parse(u.key, &b), Some(u));
         assert_eq!(MwUmr::parse(u.key, &b[..100]), None);
+    }
+    #[test]
+    fn a_rereg_pd_access_umr_asks_what_linux_asks() {
+        // IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, bits outside the four ignored.
+        let u = MwUmr::rereg_pd_access(0xabcd_ef07, 0x33, 1 | 2 | 0x100, false);
+        assert_eq!(
+            u.access,
+            MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ
+                | MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_WRITE
+                | MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE
+        );
+        assert_eq!(u.mkey_mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC, 0);
+        let a = MwUmr::rereg_pd_access(0xabcd_ef07, 0x33, 4 | 8, true);
+        assert_eq!(
+            a.access,
+            MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ
+                | MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ
+                | MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_ATOMIC
+        );
+        assert_eq!(
+            a.mkey_mask,
+            u.mkey_mask | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC
+        );
+        let mut b = [0xeeu8; UMR_NO_KLM_BYTES];
+        u.emit(&mut b);
+        // CHECK_FREE | INLINE, the mask at 8, QPN 0xffffff with the key's variant
+        // byte and the PD in the mkey context.
+        assert_eq!(b[0], 0xc0);
+        assert_eq!(
+            &b[8..16],
+            &(MLX5_MKEY_MASK_LR
+                | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_LOCAL_WRITE
+                | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_READ
+                | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE
+                | MLX5_MKEY_MASK_PD)
+                .to_be_bytes()
+        );
+        assert_eq!(&b[48 + 4..48 + 8], &[0xff, 0xff, 0xff, 0x07]);
+        assert_eq!(&b[48 + 12..48 + 16], &[0, 0, 0, 0x33]);
+        assert_eq!(MwUmr::parse(u.key, &b), Some(u));
     }
 }

@@ -32,24 +32,13 @@ use ferroverbs_hw::control::qp::{
 use ferroverbs_hw::control::uar_pd_td::{alloc_pd_out, dealloc_pd_in};
 use ferroverbs_hw::datapath::cqe::{sw_owned, CQE_OP_OWN_INIT, MLX5_CQE_REQ};
 use ferroverbs_hw::datapath::uar::{uar_bar_offset, MLX5_BF_OFFSET};
-use ferroverbs_hw::datapath::umr::{
-    MwUmr, MLX5_MKEY_MASK_LR, MLX5_MKEY_MASK_PD, MLX5_UMR_CHECK_FREE,
-    MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_ATOMIC, MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ,
-    MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_WRITE, MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ,
-    MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE, MLX5_WQE_UMR_CTRL_FLAG_INLINE,
-    MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC, MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_LOCAL_WRITE,
-    MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_READ,
-    MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE, UMR_NO_KLM_BYTES, UMR_QPN_NONE,
-};
+use ferroverbs_hw::datapath::umr::{MwUmr, UMR_NO_KLM_BYTES};
 use ferroverbs_hw::datapath::wqe::{
     MLX5_FENCE_MODE_INITIATOR_SMALL, MLX5_OPCODE_UMR, MLX5_WQE_CTRL_CQ_UPDATE,
 };
 use ferroverbs_hw::{Bus, DmaPerm};
 
-use super::{
-    caps_atomic, exec, Mapped, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
-    ACCESS_REMOTE_WRITE,
-};
+use super::{caps_atomic, exec, Mapped};
 use crate::nic::Nic;
 use crate::user::PAGE;
 use crate::Errno;
@@ -275,47 +264,7 @@ fn destroy_objects(nic: &Nic, q: &UmrQp) {
 /// The UMR of `mlx5r_umr_rereg_pd_access` for the region whose key is `key`: PD
 /// `pdn` and the verbs access flags `access` (see the module documentation).
 fn rereg_umr(nic: &Nic, key: u32, pdn: u32, access: u32) -> MwUmr {
-    let mut mask = MLX5_MKEY_MASK_LR
-        | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_LOCAL_WRITE
-        | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_READ
-        | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE
-        | MLX5_MKEY_MASK_PD;
-    if caps_atomic(nic) {
-        mask |= MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC;
-    }
-    let mut acc = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ;
-    for (verbs, bit) in [
-        (
-            ACCESS_LOCAL_WRITE,
-            MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_WRITE,
-        ),
-        (
-            ACCESS_REMOTE_READ,
-            MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ,
-        ),
-        (
-            ACCESS_REMOTE_WRITE,
-            MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE,
-        ),
-        (
-            ACCESS_REMOTE_ATOMIC,
-            MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_ATOMIC,
-        ),
-    ] {
-        if access & verbs != 0 {
-            acc |= bit;
-        }
-    }
-    MwUmr {
-        key,
-        flags: MLX5_UMR_CHECK_FREE | MLX5_WQE_UMR_CTRL_FLAG_INLINE,
-        mkey_mask: mask,
-        access: acc,
-        qpn: UMR_QPN_NONE,
-        variant: key as u8,
-        pd: pdn,
-        ..MwUmr::default()
-    }
+    MwUmr::rereg_pd_access(key, pdn, access, caps_atomic(nic))
 }
 
 /// Changes the PD and the access rights of the region whose key is `key` in place
