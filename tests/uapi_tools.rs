@@ -177,6 +177,42 @@ fn ibv_rc_pingpong_recovers_from_seeded_loss() {
     assert!(retransmits > 0, "nothing was retransmitted:\n{se}\n{ce}");
 }
 
+/// `FERROVERBS_MTU=4096`: the port reports `active_mtu` 4096, so `-m 4096` passes
+/// the modify to RTR, and an 8000-byte SEND leaves in two packets (eight at the
+/// default 1024): each side's link sends at most three datagrams per iteration (the
+/// message and an ACK), every buffer checked.
+#[test]
+fn ibv_rc_pingpong_with_a_4096_byte_mtu() {
+    if !have("ibv_rc_pingpong") {
+        return;
+    }
+    let _s = serial();
+    let envs = [("FERROVERBS_MTU", "4096"), ("FERROVERBS_STATS", "1")];
+    let args = ["-g", "0", "-n", "50", "-c", "-m", "4096", "-s", "8000"];
+    let ((so, se), (co, ce)) =
+        uapi_support::pair_outputs("ibv_rc_pingpong", &args, &envs, (92, 93), 12, LIMIT);
+    for (out, err) in [(&so, &se), (&co, &ce)] {
+        assert!(out.contains("50 iters in"), "{out}\n{err}");
+        assert!(!out.contains("invalid data"), "{out}");
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("ferroverbs-uapi: link"))
+            .unwrap_or_else(|| panic!("no stats line:\n{err}"));
+        let key = "tx_datagrams: ";
+        let at = line.find(key).unwrap_or_else(|| panic!("{key} in {line}")) + key.len();
+        let tx: u64 = line[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .unwrap();
+        assert!(
+            (100..=150).contains(&tx),
+            "{tx} datagrams for 50 iterations: {line}"
+        );
+    }
+}
+
 #[test]
 fn ibv_rc_pingpong_with_completion_events() {
     pingpong("ibv_rc_pingpong", &["-e"], 13, 14, 2);

@@ -407,6 +407,43 @@ impl Mtu {
         128 << (self as u32)
     }
 
+    /// The MTU of `bytes` (256, 512, 1024, 2048 or 4096), `None` for any other.
+    pub fn from_bytes(bytes: u32) -> Option<Mtu> {
+        [
+            Mtu::Mtu256,
+            Mtu::Mtu512,
+            Mtu::Mtu1024,
+            Mtu::Mtu2048,
+            Mtu::Mtu4096,
+        ]
+        .into_iter()
+        .find(|m| m.bytes() == bytes)
+    }
+
+    /// The MTU a simulated NIC's port is given by the value `v` of an environment
+    /// variable (`FERROVERBS_MTU` of the drop-in and the uAPI layer): 256, 512, 1024,
+    /// 2048 or 4096; `None` when unset or empty. The error names the value and what
+    /// is expected. A larger MTU means fewer packets but four times the bytes in a
+    /// requester's 256-packet window, which a slow receiver may not drain within the
+    /// ACK timeout; the UDP link carries frames of up to 4352 bytes, enough for 4096.
+    pub fn from_env(v: Option<&str>) -> std::result::Result<Option<Mtu>, String> {
+        match v.map(str::trim).filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(t) => t
+                .parse::<u32>()
+                .ok()
+                .and_then(Mtu::from_bytes)
+                .map(Some)
+                .ok_or_else(|| format!("{t}: expected 256, 512, 1024, 2048 or 4096")),
+        }
+    }
+
+    /// The smallest Ethernet MTU whose [`Mtu::for_ethernet`] is this MTU: its bytes and
+    /// the 96 bytes of headers `iboe_get_mtu` leaves room for.
+    pub fn ethernet_mtu(self) -> u32 {
+        self.bytes() + 40 + 8 + 12 + 4 + 28 + 4
+    }
+
     /// The largest IB MTU whose RoCE packets fit an Ethernet MTU of `eth_mtu` bytes
     /// (Linux `iboe_get_mtu`: subtract GRH 40, UDP 8, BTH 12, XRC 4, AtomicETH 28 and
     /// ICRC 4 bytes); at least 256.
@@ -790,6 +827,24 @@ impl<B: Bus> Context<B> {
         Ok(vport_mtus(&vctx).1)
     }
 
+    /// Sets the port's Ethernet MTU to `eth_mtu` bytes, what `ip link set mtu` does to a
+    /// ConnectX through mlx5_core (`mlx5_modify_nic_vport_mtu`: MODIFY_NIC_VPORT_CONTEXT
+    /// with `field_select.mtu`, the vport MTU counting the Ethernet header, a VLAN tag
+    /// and the FCS, 22 bytes more): the port's `active_mtu` becomes
+    /// [`Mtu::for_ethernet`] of it.
+    pub fn set_ethernet_mtu(&self, eth_mtu: u16) -> Result<()> {
+        use prm::{
+            modify_nic_vport_context_in as m, modify_nic_vport_field_select as fs,
+            nic_vport_context as v,
+        };
+        let mut input = cmd_in(op::MODIFY_NIC_VPORT_CONTEXT, 0, m::SIZE);
+        fs::mtu.at(m::field_select.bit).set(&mut input, 1);
+        v::mtu
+            .at(m::nic_vport_context.bit)
+            .set(&mut input, u64::from(eth_mtu) + 14 + 4 + 4);
+        self.lock()?.exec(&input, 16).map(|_| ())
+    }
+
     /// Port attributes: `QUERY_VPORT_STATE`, `QUERY_NIC_VPORT_CONTEXT` and the GID
     /// table through `QUERY_ROCE_ADDRESS`.
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
@@ -900,6 +955,30 @@ impl<B: Bus> Drop for Context<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_mtu_from_the_environment_is_one_of_the_five_and_fits_its_ethernet_mtu() {
+        assert_eq!(Mtu::from_env(None), Ok(None));
+        assert_eq!(Mtu::from_env(Some(" ")), Ok(None));
+        assert_eq!(Mtu::from_env(Some("4096")), Ok(Some(Mtu::Mtu4096)));
+        assert_eq!(Mtu::from_env(Some(" 256 ")), Ok(Some(Mtu::Mtu256)));
+        for bad in ["1500", "0", "-1", "4k"] {
+            let e = Mtu::from_env(Some(bad)).unwrap_err();
+            assert!(e.starts_with(bad) && e.contains("expected 256"), "{e}");
+        }
+        for m in [
+            Mtu::Mtu256,
+            Mtu::Mtu512,
+            Mtu::Mtu1024,
+            Mtu::Mtu2048,
+            Mtu::Mtu4096,
+        ] {
+            assert_eq!(Mtu::from_bytes(m.bytes()), Some(m));
+            assert_eq!(Mtu::for_ethernet(m.ethernet_mtu()), m);
+        }
+        // The simulator's 1500 gives 1024, as `iboe_get_mtu` does.
+        assert_eq!(Mtu::for_ethernet(1500), Mtu::Mtu1024);
+    }
 
     #[test]
     fn mtus_of_their_ib_encoding() {

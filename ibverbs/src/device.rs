@@ -139,7 +139,7 @@ impl Nic {
                 let ctx = Device::open(AnyBus::Sim(sim.bus()), config)
                     .map_err(|e| format!("bring-up of the simulated NIC failed: {e}"))?;
                 if let Some(mtu) = mtu_from_env()? {
-                    set_vport_mtu(&ctx, mtu)
+                    ctx.set_ethernet_mtu(mtu.ethernet_mtu() as u16)
                         .map_err(|e| format!("setting the simulated NIC's MTU failed: {e}"))?;
                 }
                 Ok(Nic {
@@ -198,43 +198,12 @@ pub fn parse_min_ack_timeout(v: Option<&str>) -> Result<u8, String> {
 /// The environment variable that sets the RoCE MTU of a simulated NIC.
 pub const MTU_ENV: &str = "FERROVERBS_MTU";
 
-/// `FERROVERBS_MTU` (256, 512, 1024, 2048 or 4096): the simulated NIC's vport gets the
-/// Ethernet MTU that makes its port report that `active_mtu` (the UDP link carries
-/// frames of up to 4352 bytes, enough for 4096). Unset: the simulator's Ethernet MTU of
-/// 1500, `active_mtu` 1024. (A larger MTU means fewer packets but four times the bytes
-/// in the requester's 256-packet window, which a slow receiver may not drain within
-/// the ACK timeout.)
-fn mtu_from_env() -> Result<Option<u16>, String> {
-    let Ok(v) = std::env::var(MTU_ENV) else {
-        return Ok(None);
-    };
-    match v.trim() {
-        "256" | "512" | "1024" | "2048" | "4096" => {
-            let m: u16 = v.trim().parse().map_err(|e| format!("{MTU_ENV}: {e}"))?;
-            // Mtu::for_ethernet leaves 96 bytes of headers; the vport MTU adds 22.
-            Ok(Some(m + 96 + 22))
-        }
-        other => Err(format!(
-            "{MTU_ENV}={other}: expected 256, 512, 1024, 2048 or 4096"
-        )),
-    }
-}
-
-/// `MODIFY_NIC_VPORT_CONTEXT` with `field_select.mtu` (what `ip link set mtu` does to
-/// a ConnectX through mlx5_core).
-fn set_vport_mtu(ctx: &Context<AnyBus>, mtu: u16) -> Result<(), ferroverbs::Error> {
-    use ferroverbs_hw::control::cmd::{new_input, Opcode};
-    use ferroverbs_hw::control::vport::{
-        modify_nic_vport_context_in as m, modify_nic_vport_context_out,
-        modify_nic_vport_field_select as fs, nic_vport_context as v,
-    };
-    let mut input = new_input(Opcode::ModifyNicVportContext, 0, m::SIZE);
-    fs::mtu.at(m::field_select.bit).set(&mut input, 1);
-    v::mtu
-        .at(m::nic_vport_context.bit)
-        .set(&mut input, u64::from(mtu));
-    ctx.exec_cmd(&input, modify_nic_vport_context_out::SIZE)
-        .map(|_| ())
+/// `FERROVERBS_MTU` ([`ferroverbs::Mtu::from_env`]): the RoCE MTU the simulated NIC's
+/// port reports, set as its Ethernet MTU; unset, the simulator's 1500 (`active_mtu`
+/// 1024).
+fn mtu_from_env() -> Result<Option<ferroverbs::Mtu>, String> {
+    ferroverbs::Mtu::from_env(std::env::var(MTU_ENV).ok().as_deref())
+        .map_err(|e| format!("{MTU_ENV}={e}"))
 }
 
 static NIC: Mutex<Option<&'static Nic>> = Mutex::new(None);

@@ -24,6 +24,10 @@ use ferroverbs_sim::{Sim, SimBus};
 pub const DEVICE_ENV: &str = "FERROVERBS_DEVICE";
 /// The environment variable that sets the shortest ACK timeout exponent of RC QPs.
 pub const MIN_ACK_TIMEOUT_ENV: &str = "FERROVERBS_MIN_ACK_TIMEOUT";
+/// The environment variable that sets the RoCE MTU the simulated NIC's port reports
+/// (256 ... 4096, [`ferroverbs::Mtu::from_env`]), as the drop-in's; unset, the
+/// simulator's Ethernet MTU of 1500 gives 1024.
+pub const MTU_ENV: &str = "FERROVERBS_MTU";
 
 /// The process's NIC, brought up.
 pub struct Nic {
@@ -86,6 +90,8 @@ impl Nic {
             // loaded machine does not exhaust the retries of an RC QP.
             _ => 18,
         };
+        let mtu = ferroverbs::Mtu::from_env(std::env::var(MTU_ENV).ok().as_deref())
+            .map_err(|e| format!("{MTU_ENV}={e}"))?;
         let (addr, port) = (*sa.ip(), sa.port());
         let cfg = UdpConfig::new(addr).port(port);
         let sim = Sim::new(cfg.sim_config(true));
@@ -103,6 +109,10 @@ impl Nic {
             .with_gid(GidEntry::ipv4(0, addr.octets(), mac_for(addr)));
         let ctx = ferroverbs::Device::open(sim.bus(), config)
             .map_err(|e| format!("bring-up of the simulated NIC failed: {e}"))?;
+        if let Some(m) = mtu {
+            ctx.set_ethernet_mtu(m.ethernet_mtu() as u16)
+                .map_err(|e| format!("setting the simulated NIC's MTU failed: {e}"))?;
+        }
         let ctx: &'static Context<SimBus> = Box::leak(Box::new(ctx));
         let dev = ctx
             .query_device()
