@@ -42,6 +42,7 @@ const MODULES: &[&str] = &[
     "test_mlx5_cq",
     "test_mlx5_uar",
     "test_fork",
+    "test_mlx5_raw_wqe",
 ];
 
 /// The tests that must pass (`module.Class.test`).
@@ -149,6 +150,7 @@ const MUST_PASS: &[&str] = &[
     "test_mlx5_cq.DvCqTest.test_dv_cq_traffic",
     "test_mlx5_uar.Mlx5UarTestCase.test_alloc_uar",
     "test_fork.ForkAPITest.test_is_fork_initialized",
+    "test_mlx5_raw_wqe.RawWqeTest.test_mixed_raw_wqe_traffic",
 ];
 
 /// Tests that may be skipped, by name prefix, with the reason the suite prints
