@@ -243,15 +243,7 @@ static int two_process(int port, int ex, int iters, const char *host)
 	} else if (mr) {
 		s.cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 	}
-	struct ibv_qp_init_attr ia = {0};
-	ia.qp_type = IBV_QPT_RC;
-	ia.cap.max_send_wr = 8;
-	ia.cap.max_recv_wr = 8;
-	ia.cap.max_send_sge = 1;
-	ia.cap.max_recv_sge = 1;
-	ia.send_cq = s.cq;
-	ia.recv_cq = s.cq;
-	s.qp = s.cq ? ibv_create_qp(pd, &ia) : NULL;
+	s.qp = s.cq ? rc_qp(pd, s.cq) : NULL;
 	s.rbuf = buf;
 	s.sbuf = buf + 2048;
 	union ibv_gid gid;
