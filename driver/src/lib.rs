@@ -33,6 +33,7 @@ pub mod eq;
 pub mod error;
 pub mod hca;
 pub mod health;
+pub mod neighbour;
 pub mod prm;
 mod regs;
 pub mod ring;

@@ -120,24 +120,10 @@ pub fn access_from_ibv(bits: u32) -> Result<AccessFlags, i32> {
 }
 
 /// The MAC of a peer on the simulated link (derived from its IPv4-mapped GID), or
-/// from the kernel's neighbour table (`/proc/net/arp`) for a VFIO NIC.
+/// from the host's neighbour table for a VFIO NIC ([`ferroverbs::neighbour`]).
 pub fn dmac_for_gid(gid: &[u8; 16]) -> Option<[u8; 6]> {
     let ip = addr_of_gid(gid)?;
-    if let Ok(arp) = std::fs::read_to_string("/proc/net/arp") {
-        for line in arp.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() >= 4 && f[0] == ip.to_string() {
-                let m: Vec<u8> = f[3]
-                    .split(':')
-                    .filter_map(|x| u8::from_str_radix(x, 16).ok())
-                    .collect();
-                if m.len() == 6 && m != [0; 6] {
-                    return Some([m[0], m[1], m[2], m[3], m[4], m[5]]);
-                }
-            }
-        }
-    }
-    Some(mac_for(ip))
+    Some(ferroverbs::neighbour::arp_mac(ip).unwrap_or_else(|| mac_for(ip)))
 }
 
 /// The driver's QP attributes of an `ibv_qp_attr` and its mask, and the target state.

@@ -1,12 +1,14 @@
-//! `ferroverbs run [--device sim[:IPv4[:PORT]]] -- PROGRAM [ARGS]`: runs an
+//! `ferroverbs run [--device sim[:IPv4[:PORT]]|vfio:BDF] -- PROGRAM [ARGS]`: runs an
 //! unmodified program on the system's rdma-core (libibverbs + libmlx5) with the
 //! userspace RDMA interface of `uapi/` (`libferroverbs_uapi.so`) in front of it.
 //!
 //! It writes the sysfs tree libibverbs and libmlx5 read ([`write_sysfs`]) into a
 //! temporary directory, and runs the program with `SYSFS_PATH` pointing at it,
-//! `LD_PRELOAD` naming the library, and `FERROVERBS_DEVICE` naming the simulated NIC;
-//! the tree is removed when the program ends, and the program's exit status is the
-//! command's.
+//! `LD_PRELOAD` naming the library, and `FERROVERBS_DEVICE` naming the NIC; the tree
+//! is removed when the program ends, and the program's exit status is the command's.
+//! A ConnectX on VFIO is opened once before the program starts (its set-up errors
+//! name the fix) for the MAC its sysfs entries show, with the address of
+//! `FERROVERBS_VFIO_IPV4` as GID 0.
 
 use std::ffi::OsString;
 use std::fs;
@@ -91,6 +93,34 @@ fn put(root: &Path, rel: &str, text: &str) -> io::Result<()> {
     fs::write(p, format!("{text}\n"))
 }
 
+/// What the sysfs tree says of the NIC.
+#[derive(Clone, Copy, Debug)]
+pub struct SysfsNic<'a> {
+    /// The IPv4 address of GID 0.
+    pub ip: Ipv4Addr,
+    /// The port's MAC (the node GUID is its EUI-64).
+    pub mac: [u8; 6],
+    /// The PCI device id (libmlx5 claims the ConnectX ids of its table).
+    pub pci_device: u16,
+    /// `board_id`.
+    pub board_id: &'a str,
+    /// `node_desc`.
+    pub node_desc: &'a str,
+}
+
+impl SysfsNic<'static> {
+    /// The simulated ConnectX-5 (15b3:1017) at `ip`.
+    pub fn simulated(ip: Ipv4Addr) -> Self {
+        SysfsNic {
+            ip,
+            mac: mac_for(ip),
+            pci_device: 0x1017,
+            board_id: "FERROVERBS_SIM",
+            node_desc: "ferroverbs simulated ConnectX-5",
+        }
+    }
+}
+
 /// The PCI function of the simulated device in the sysfs tree.
 pub const PCI_DEVICE: &str = "devices/pci0000:00/0000:00:05.0";
 
@@ -104,8 +134,14 @@ pub const PCI_DEVICE: &str = "devices/pci0000:00/0000:00:05.0";
 /// id: UCX finds the function from the link's target (`realpath`, two components
 /// up, `uct_ib_device_get_sysfs_path`) and offers its mlx5 transports only for the
 /// ids of its ConnectX table.
-pub fn write_sysfs(root: &Path, ip: Ipv4Addr, dev: (u32, u32)) -> io::Result<()> {
-    let mac = mac_for(ip);
+pub fn write_sysfs(root: &Path, nic: &SysfsNic, dev: (u32, u32)) -> io::Result<()> {
+    let SysfsNic {
+        ip,
+        mac,
+        pci_device,
+        board_id,
+        node_desc,
+    } = *nic;
     let guid = ferroverbs_hw::control::roce::eui64(mac);
     let ib = format!("{PCI_DEVICE}/infiniband/{IBDEV}");
     fs::create_dir_all(root.join(&ib))?;
@@ -125,10 +161,14 @@ pub fn write_sysfs(root: &Path, ip: Ipv4Addr, dev: (u32, u32)) -> io::Result<()>
     put(
         root,
         &format!("{device}/modalias"),
-        "pci:v000015B3d00001017sv000015B3sd00000008bc02sc00i00",
+        &format!("pci:v000015B3d0000{pci_device:04X}sv000015B3sd00000008bc02sc00i00"),
     )?;
     put(root, &format!("{device}/vendor"), "0x15b3")?;
-    put(root, &format!("{device}/device"), "0x1017")?;
+    put(
+        root,
+        &format!("{device}/device"),
+        &format!("{pci_device:#06x}"),
+    )?;
     put(root, &format!("{device}/subsystem_vendor"), "0x15b3")?;
     put(root, &format!("{device}/subsystem_device"), "0x0008")?;
     // A ConnectX-5's PCIe Gen3 x16.
@@ -147,13 +187,9 @@ pub fn write_sysfs(root: &Path, ip: Ipv4Addr, dev: (u32, u32)) -> io::Result<()>
     put(root, &format!("{ib}/node_type"), "1: CA")?;
     put(root, &format!("{ib}/node_guid"), &hex_groups(&guid))?;
     put(root, &format!("{ib}/sys_image_guid"), &hex_groups(&guid))?;
-    put(root, &format!("{ib}/hca_type"), "MT4119")?;
-    put(root, &format!("{ib}/board_id"), "FERROVERBS_SIM")?;
-    put(
-        root,
-        &format!("{ib}/node_desc"),
-        "ferroverbs simulated ConnectX-5",
-    )?;
+    put(root, &format!("{ib}/hca_type"), &format!("MT{pci_device}"))?;
+    put(root, &format!("{ib}/board_id"), board_id)?;
+    put(root, &format!("{ib}/node_desc"), node_desc)?;
     let port = format!("{ib}/ports/1");
     put(root, &format!("{port}/state"), "4: ACTIVE")?;
     put(root, &format!("{port}/phys_state"), "5: LinkUp")?;
@@ -185,22 +221,41 @@ fn null_dev() -> io::Result<(u32, u32)> {
 
 /// Runs `ferroverbs run` and returns the program's exit code.
 pub fn run(a: &RunArgs) -> Result<ExitCode, CliError> {
-    let ip = match a.device {
-        DeviceSpec::Sim => Ipv4Addr::LOCALHOST,
-        DeviceSpec::SimUdp(sa) => *sa.ip(),
+    let nic = match a.device {
+        DeviceSpec::Sim => SysfsNic::simulated(Ipv4Addr::LOCALHOST),
+        DeviceSpec::SimUdp(sa) => SysfsNic::simulated(*sa.ip()),
         DeviceSpec::Vfio(bdf) => {
             // Pre-flight, before the program starts: open the device as
             // `ferroverbs devinfo -d vfio:BDF` does, so a machine without VFIO gets
-            // the same set-up error naming the fix (exit code 3).
+            // the same set-up error naming the fix (exit code 3); the port's MAC is
+            // the one sysfs shows. The program opens the device again (one process
+            // at a time holds a VFIO group).
             let nic = super::device::open_vfio(&bdf)?;
+            let port = nic
+                .ctx
+                .query_port(1)
+                .map_err(|e| CliError::setup(format!("QUERY_PORT on vfio:{bdf}"), e))?;
+            let pci_device = nic.info.pci_id.1;
             drop(nic);
-            // The device opened: the preloaded library's data path over VFIO (UAR
-            // mapping from the BAR, IOVA-translated user memory) is not built yet.
-            return Err(CliError::unsupported(
-                "ferroverbs run --device vfio:...",
-                "the device opened, but the userspace RDMA interface's data path runs \
-                 on the simulator only",
-            ));
+            if a.impair.is_some() {
+                return Err(CliError::unsupported(
+                    "ferroverbs run --impair on vfio:...",
+                    "the simulated link (impairments are the simulator's)",
+                ));
+            }
+            let ip = ferroverbs::vfio::vfio_ipv4(
+                std::env::var(ferroverbs::vfio::VFIO_IPV4_ENV)
+                    .ok()
+                    .as_deref(),
+            )
+            .map_err(CliError::setup_msg)?;
+            SysfsNic {
+                ip,
+                mac: port.mac,
+                pci_device,
+                board_id: "FERROVERBS_VFIO",
+                node_desc: "ConnectX through ferroverbs VFIO",
+            }
         }
     };
     let lib = library()?;
@@ -209,7 +264,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode, CliError> {
     let dev = null_dev().map_err(|e| CliError::setup("stat /dev/null", e))?;
     // What a killed run of an earlier process with this PID left behind.
     let _ = fs::remove_dir_all(&dir);
-    write_sysfs(&sys, ip, dev)
+    write_sysfs(&sys, &nic, dev)
         .map_err(|e| CliError::setup(format!("writing the sysfs tree in {}", sys.display()), e))?;
     let mut preload = OsString::from(lib.as_os_str());
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
@@ -273,6 +328,42 @@ mod tests {
             .set_modified(t)
             .unwrap();
         assert_eq!(library_near(&root), Some(top));
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A ConnectX-6 on VFIO shows its own PCI id (which libmlx5 matches), its MAC's
+    /// node GUID and the address of GID 0; the simulated NIC shows a ConnectX-5.
+    #[test]
+    fn the_tree_shows_the_nic_it_is_written_for() {
+        let root = std::env::temp_dir().join(format!("ferroverbs-sysfs-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let nic = SysfsNic {
+            ip: Ipv4Addr::new(10, 0, 0, 9),
+            mac: [0xb8, 0xce, 0xf6, 0x10, 0x20, 0x30],
+            pci_device: 0x101b,
+            board_id: "FERROVERBS_VFIO",
+            node_desc: "ConnectX through ferroverbs VFIO",
+        };
+        write_sysfs(&root, &nic, (1, 3)).unwrap();
+        let read = |rel: &str| fs::read_to_string(root.join(rel)).unwrap();
+        let ib = "class/infiniband/mlx5_0";
+        assert_eq!(read(&format!("{PCI_DEVICE}/device")), "0x101b\n");
+        assert!(read(&format!("{PCI_DEVICE}/modalias")).starts_with("pci:v000015B3d0000101Bsv"));
+        assert_eq!(read(&format!("{ib}/hca_type")), "MT4123\n");
+        assert_eq!(read(&format!("{ib}/node_guid")), "bace:f6ff:fe10:2030\n");
+        assert_eq!(
+            read(&format!("{ib}/ports/1/gids/0")),
+            "0000:0000:0000:0000:0000:ffff:0a00:0009\n"
+        );
+        assert_eq!(read(&format!("{ib}/board_id")), "FERROVERBS_VFIO\n");
+        write_sysfs(
+            &root,
+            &SysfsNic::simulated(Ipv4Addr::new(127, 0, 77, 1)),
+            (1, 3),
+        )
+        .unwrap();
+        assert_eq!(read(&format!("{PCI_DEVICE}/device")), "0x1017\n");
+        assert_eq!(read(&format!("{ib}/hca_type")), "MT4119\n");
         fs::remove_dir_all(&root).unwrap();
     }
 }

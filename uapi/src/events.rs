@@ -349,8 +349,8 @@ pub fn start(nic: &'static Nic) {
                 None if crate::trace() => {
                     eprintln!(
                         "uapi: idle second; link {:?}; device {:?}",
-                        nic.link.stats(),
-                        nic.sim.stats().data_path
+                        nic.link.as_ref().map(|l| l.stats()),
+                        nic.sim.as_ref().map(|s| s.stats().data_path)
                     );
                 }
                 None => {}

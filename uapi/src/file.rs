@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use ferroverbs_hw::datapath::uar::uar_bar_offset;
+
 use crate::abi::{self, cmd, Req};
 use crate::nic::Nic;
 use crate::user;
@@ -186,8 +188,16 @@ impl UFile {
     /// a command that may have made or destroyed one (GET_CONTEXT, UAR_OBJ_ALLOC,
     /// UAR_OBJ_DESTROY). A program whose `mmap` bypasses this library maps the same
     /// memfd pages; the watcher reads them through these ([`crate::doorbell`]).
+    ///
+    /// Over VFIO there are none: the application's UAR pages are the BAR's, and a
+    /// memfd page mapped behind the library's back is not one (see docs/uapi.md).
     pub fn sync_uars(&mut self, fd: i32) {
-        let want = self.uar_pgoffs();
+        let on_sim = self.ctx.as_ref().is_some_and(|c| c.nic().sim.is_some());
+        let want = if on_sim {
+            self.uar_pgoffs()
+        } else {
+            Vec::new()
+        };
         let gone: Vec<usize> = self
             .shadows
             .iter()
@@ -368,9 +378,24 @@ impl UFile {
             return Err(Errno::EINVAL);
         }
         let (command, index) = if dynamic { (0, 0) } else { mmap_command(pgoff) };
+        let vfio = ctx.nic().vfio();
         match command {
+            // MLX5_IB_MMAP_WC_PAGE without write-combining: Linux `uar_mmap` answers
+            // EPERM (`!dev->wc_support`), and libmlx5 maps the NC page instead.
+            2 if vfio.is_some() => return Err(Errno::EPERM),
             // MLX5_IB_MMAP_REGULAR_PAGE, MLX5_IB_MMAP_WC_PAGE, MLX5_IB_MMAP_NC_PAGE.
             0 | 2 | 3 => {}
+            // MLX5_IB_MMAP_CORE_CLOCK over VFIO: the init segment's page itself,
+            // read-only (Linux maps it uncached and refuses VM_WRITE).
+            5 if vfio.is_some() => {
+                if len != user::PAGE as usize {
+                    return Err(Errno::EINVAL);
+                }
+                if prot & (libc::PROT_WRITE | libc::PROT_EXEC) != 0 {
+                    return Err(Errno::EPERM);
+                }
+                return map_bar_page(vfio, crate::clock::CORE_CLOCK_PAGE, false);
+            }
             // MLX5_IB_MMAP_CORE_CLOCK, MLX5_IB_MMAP_CLOCK_INFO.
             5 => return crate::clock::map_core_clock(len, prot),
             7 => return crate::clock::map_clock_info(index, len, prot),
@@ -383,6 +408,12 @@ impl UFile {
         }
         if prot & libc::PROT_EXEC != 0 {
             return Err(Errno::EPERM);
+        }
+        if vfio.is_some() {
+            // Every UAR page of every context is the NIC's one UAR (the one the QPs
+            // and CQs name): its BAR page, where libmlx5's stores are the device's
+            // MMIO writes, as from Linux's `mlx5_ib_mmap`.
+            return map_bar_page(vfio, uar_bar_offset(ctx.nic().uar), true);
         }
         // SAFETY: a new shared mapping of the memfd page; no existing memory is
         // touched.
@@ -415,6 +446,19 @@ impl UFile {
             c.destroy_all();
         }
     }
+}
+
+/// A BAR page mapped into the program (over VFIO), its errno Linux's `mlx5_ib_mmap`
+/// would give when the mapping fails (`io_remap_pfn_range`: EAGAIN, ENOMEM).
+fn map_bar_page(
+    vfio: Option<&ferroverbs::vfio::VfioBus>,
+    off: usize,
+    writable: bool,
+) -> Result<usize, Errno> {
+    let bus = vfio.ok_or(Errno::ENODEV)?;
+    bus.map_bar0_page(off, writable)
+        .map(|p| p.as_ptr() as usize)
+        .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::ENOMEM)))
 }
 
 /// The command and index of an mmap page offset (rdma-core `providers/mlx5/mlx5.h:

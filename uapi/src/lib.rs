@@ -62,6 +62,7 @@ impl Errno {
     pub const EINVAL: Errno = Errno(libc::EINVAL);
     pub const EMFILE: Errno = Errno(libc::EMFILE);
     pub const ENOTTY: Errno = Errno(libc::ENOTTY);
+    pub const ETIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
     pub const ENOSPC: Errno = Errno(libc::ENOSPC);
     pub const ENOSYS: Errno = Errno(libc::ENOSYS);
     pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);

@@ -15,12 +15,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::nic::NicBus;
 use ferroverbs::verbs::{Pd, QpState};
 use ferroverbs::{Clock, GidEntry, MonotonicClock};
 use ferroverbs_cm::engine::ConnId;
 use ferroverbs_cm::service::{CmEvent, ConnParam, QpTransitionAttr, Service};
-use ferroverbs_sim::link::udp::mac_for;
-use ferroverbs_sim::SimBus;
 
 use crate::abi::qp_mask as m;
 use crate::abi::ucma::*;
@@ -73,7 +72,7 @@ struct File {
 
 /// The process's CM over the NIC.
 struct Device {
-    svc: Service<'static, SimBus>,
+    svc: Service<'static, NicBus>,
     /// The service's clock (its time-outs' time base).
     clock: Arc<MonotonicClock>,
     nic: &'static Nic,
@@ -97,17 +96,18 @@ static DEVICE: OnceLock<Result<Arc<Mutex<Device>>, String>> = OnceLock::new();
 fn device(nic: &'static Nic) -> Result<Arc<Mutex<Device>>, Errno> {
     DEVICE
         .get_or_init(|| {
-            let pd: &'static Pd<'static, SimBus> =
+            let pd: &'static Pd<'static, NicBus> =
                 Box::leak(Box::new(nic.ctx.alloc_pd().map_err(|e| e.to_string())?));
-            let gid = GidEntry::ipv4(0, nic.ipv4.octets(), mac_for(nic.ipv4));
-            // The UDP link's convention: a peer's MAC follows from its IPv4 address.
-            let resolve = |ip: IpAddr| match ip {
-                IpAddr::V4(v4) => Some(mac_for(v4)),
+            let gid = GidEntry::ipv4(0, nic.ipv4.octets(), nic.mac);
+            // On the UDP link a peer's MAC follows from its IPv4 address; over VFIO
+            // it is the host's neighbour table's.
+            let resolve = move |ip: IpAddr| match ip {
+                IpAddr::V4(v4) => nic.dmac(v4).ok(),
                 IpAddr::V6(_) => None,
             };
             // QP1's completions on a channel: the CM thread sleeps on its
             // descriptor until a MAD arrives or the next time-out is due.
-            let chan: &'static ferroverbs::verbs::CompletionChannel<'static, SimBus> = Box::leak(
+            let chan: &'static ferroverbs::verbs::CompletionChannel<'static, NicBus> = Box::leak(
                 Box::new(nic.ctx.create_comp_channel().map_err(|e| e.to_string())?),
             );
             let clock = Arc::new(MonotonicClock::new());

@@ -28,7 +28,7 @@ use ferroverbs_hw::control::qp::{
 use ferroverbs_hw::control::srq::{create_srq_input, create_srq_out, destroy_srq_in, SrqParams};
 use ferroverbs_hw::control::uar_pd_td::{alloc_pd_out, dealloc_pd_in};
 use ferroverbs_hw::{Bus, DmaPerm};
-use ferroverbs_sim::link::udp::{addr_of_gid, mac_for};
+use ferroverbs_sim::link::udp::addr_of_gid;
 
 use crate::abi::{self, cmd, qp_mask, Req, Resp};
 use crate::events::{self, EventFile, Route};
@@ -363,6 +363,11 @@ impl Ucontext {
     /// Whether `pgoff` is the mmap page offset of a live allocated UAR.
     pub fn uar_offset(&self, pgoff: u64) -> bool {
         self.uars.values().any(|u| u.pgoff == pgoff)
+    }
+
+    /// The NIC the context is on.
+    pub fn nic(&self) -> &'static Nic {
+        self.nic
     }
 
     /// The mmap page offsets of the live allocated UARs.
@@ -1561,7 +1566,7 @@ impl Ucontext {
                 let Some(ip) = addr_of_gid(&dgid) else {
                     return Err(Errno::EINVAL);
                 };
-                let dmac = mac_for(ip);
+                let dmac = nic.dmac(ip)?;
                 let sgid = a.u8(dd::sgid_index);
                 if u32::from(sgid) >= nic.port.gid_tbl_len.max(1) {
                     return Err(Errno::EINVAL);
@@ -2028,6 +2033,7 @@ impl Ucontext {
         }
         let dgid = a.gid(abi::ah_attr::grh + abi::global_route::dgid);
         let ip = addr_of_gid(&dgid).ok_or(Errno::EINVAL)?;
+        let dmac = self.nic.dmac(ip)?;
         let h = self.handle();
         self.pd_use(pd_h)?;
         self.ahs.insert(h, Ah { pd: pd_h });
@@ -2037,7 +2043,7 @@ impl Ucontext {
         // Linux `mlx5_ib_create_ah`: the length up to the MAC, and the MAC the GID
         // resolves to.
         d.u32(abi::mlx5_create_ah_resp::response_length, 10);
-        d.bytes(abi::mlx5_create_ah_resp::dmac, &mac_for(ip));
+        d.bytes(abi::mlx5_create_ah_resp::dmac, &dmac);
         if let Err(e) = c.respond(&r).and_then(|_| c.respond_udata(&d)) {
             self.ahs.remove(&h);
             self.pd_unuse(pd_h);

@@ -72,7 +72,7 @@ pub use iova::{
 };
 pub use irq::{irq_set_buffer, new_eventfd, Msix, MSIX_INDEX};
 pub use region::{rmb, wmb, Mmio};
-pub use spec::{DeviceSpec, DeviceSpecError, PciAddress};
+pub use spec::{vfio_ipv4, DeviceSpec, DeviceSpecError, PciAddress, VFIO_IPV4_ENV};
 pub use sysfs::{
     driver_keeps_group_viable, is_vfio_driver, parse_hex_u16, parse_numa_node, HugepageCounts,
     PciDeviceInfo, Sysfs,
@@ -278,6 +278,8 @@ pub struct VfioBus {
     bus_master: BusMaster,
     msix: Option<Msix>,
     mmio: Mmio,
+    /// BAR0's offset in the device file (`VFIO_DEVICE_GET_REGION_INFO`).
+    bar0_offset: u64,
     dma: Mutex<DmaSpace<Container>>,
     device: Arc<DeviceFd>,
     group: Group,
@@ -391,6 +393,7 @@ impl VfioBus {
             bus_master,
             msix,
             mmio,
+            bar0_offset: bar.offset,
             dma: Mutex::new(dma),
             device,
             group,
@@ -440,6 +443,20 @@ impl VfioBus {
     /// The group, device and container, for tools that need the raw fds.
     pub fn parts(&self) -> (&Group, &DeviceFd, &Container) {
         (&self.group, &self.device, &self.container)
+    }
+
+    /// Maps BAR0's page at `off` (a UAR page, the clock page) into the process for
+    /// the process to keep and unmap, as Linux's `mlx5_ib_mmap` maps a UAR page for
+    /// libmlx5: one page of the device file at BAR0's offset, `mmap(MAP_SHARED)`;
+    /// a page outside BAR0 or not page-aligned is EINVAL.
+    pub fn map_bar0_page(&self, off: usize, writable: bool) -> std::io::Result<NonNull<u8>> {
+        region::map_region_page(
+            self.device.file(),
+            self.bar0_offset,
+            self.mmio.len() as u64,
+            off,
+            writable,
+        )
     }
 
     /// The bus-master guard (the command register as found).

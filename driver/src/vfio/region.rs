@@ -216,6 +216,60 @@ impl Mmio {
     }
 }
 
+/// The size of a BAR page a process maps (a UAR page, the init segment's clock page).
+pub const BAR_PAGE: usize = 4096;
+
+/// The device file offset of the page at `off` of a region that starts at file
+/// offset `region_offset` and is `region_len` bytes long, if `off` is a page offset
+/// inside the region.
+pub fn region_page_offset(region_offset: u64, region_len: u64, off: usize) -> Option<u64> {
+    let off = u64::try_from(off).ok()?;
+    if !off.is_multiple_of(BAR_PAGE as u64) || off.checked_add(BAR_PAGE as u64)? > region_len {
+        return None;
+    }
+    region_offset.checked_add(off)
+}
+
+/// Maps one page of a device region into the process for the process to keep (what
+/// Linux's `mlx5_ib_mmap` gives libmlx5 for a UAR page or the clock page:
+/// `io_remap_pfn_range` of the BAR page, uncached): `mmap(MAP_SHARED)` of `file` at
+/// [`region_page_offset`], read-write or read-only. The mapping belongs to the
+/// caller, who unmaps it (`munmap` of [`BAR_PAGE`] bytes); a page outside the region
+/// or not page-aligned is `EINVAL`.
+pub fn map_region_page(
+    file: &File,
+    region_offset: u64,
+    region_len: u64,
+    off: usize,
+    writable: bool,
+) -> io::Result<NonNull<u8>> {
+    use std::os::fd::AsRawFd;
+    let at = region_page_offset(region_offset, region_len, off)
+        .and_then(|a| libc::off_t::try_from(a).ok())
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let prot = if writable {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_READ
+    };
+    // SAFETY: a new shared mapping of one page of the device file, placed by the
+    // kernel (no address hint, no MAP_FIXED): no existing memory is touched.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            BAR_PAGE,
+            prot,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            at,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,6 +395,56 @@ mod tests {
         assert!(page[0x908..0xa00].iter().all(|&b| b == 0), "nothing else");
         assert!(page[0xa40..0xc00].iter().all(|&b| b == 0), "nothing else");
         assert!(bytes[..4096].iter().all(|&b| b == 0), "offset respected");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A page of a region at a nonzero file offset maps the file's bytes there:
+    /// what the process stores through a writable page is in the file, a read-only
+    /// page reads them, and pages outside the region or not aligned are EINVAL.
+    #[test]
+    fn region_pages_map_the_file_at_the_region_offset() {
+        assert_eq!(region_page_offset(4096, 8192, 0), Some(4096));
+        assert_eq!(region_page_offset(4096, 8192, 4096), Some(8192));
+        assert_eq!(region_page_offset(4096, 8192, 8192), None, "past the end");
+        assert_eq!(region_page_offset(4096, 8192, 0x800), None, "not a page");
+        assert_eq!(
+            region_page_offset(u64::MAX - 4095, 8192, 4096),
+            None,
+            "wraps"
+        );
+        assert_eq!(region_page_offset(0, u64::MAX, usize::MAX & !4095), None);
+        let (path, file) = device_file("page");
+        let page = map_region_page(&file, 4096, 8192, 4096, true).unwrap();
+        // SAFETY: bytes 0x800..0x808 of the one page just mapped read-write, which
+        // nothing else references; unmapped below.
+        unsafe {
+            ptr::write_volatile(
+                page.as_ptr().add(0x800).cast::<[u8; 8]>(),
+                [9, 8, 7, 6, 5, 4, 3, 2],
+            );
+            libc::munmap(page.as_ptr().cast(), BAR_PAGE);
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(
+            &bytes[8192 + 0x800..8192 + 0x808],
+            &[9, 8, 7, 6, 5, 4, 3, 2]
+        );
+        assert!(
+            bytes[..8192].iter().all(|&b| b == 0),
+            "only the second region page"
+        );
+        let ro = map_region_page(&file, 4096, 8192, 4096, false).unwrap();
+        // SAFETY: a read of the page just mapped read-only; unmapped after.
+        let v = unsafe {
+            let v = ptr::read_volatile(ro.as_ptr().add(0x800));
+            libc::munmap(ro.as_ptr().cast(), BAR_PAGE);
+            v
+        };
+        assert_eq!(v, 9);
+        for off in [8192, 0x800, usize::MAX & !4095] {
+            let e = map_region_page(&file, 4096, 8192, off, true).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "offset {off:#x}");
+        }
         std::fs::remove_file(&path).unwrap();
     }
 }

@@ -133,6 +133,25 @@ impl DeviceSpec {
     pub const ROCEV2_PORT: u16 = 4791;
 }
 
+/// The environment variable with the IPv4 address of a ConnectX on VFIO (the
+/// address of its RoCE v2 GID, with the port's MAC) for the tools that run other
+/// programs on it: the driver owns the PCI function, so no kernel netdev holds an
+/// address for it.
+pub const VFIO_IPV4_ENV: &str = "FERROVERBS_VFIO_IPV4";
+
+/// The IPv4 address in [`VFIO_IPV4_ENV`]'s value, or a message naming the variable
+/// and what it expects.
+pub fn vfio_ipv4(v: Option<&str>) -> Result<Ipv4Addr, String> {
+    let v = v.map(str::trim).filter(|v| !v.is_empty()).ok_or_else(|| {
+        format!(
+            "{VFIO_IPV4_ENV} is not set: a ConnectX on VFIO has no kernel netdev, so its \
+             RoCE address (GID 0) is given here, e.g. {VFIO_IPV4_ENV}=10.0.0.1"
+        )
+    })?;
+    v.parse()
+        .map_err(|_| format!("{VFIO_IPV4_ENV}={v}: expected an IPv4 address (A.B.C.D)"))
+}
+
 impl fmt::Display for DeviceSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -318,6 +337,23 @@ mod tests {
         assert_eq!(
             PciAddress::new(0, 0x3b, 0, 1).unwrap().to_string(),
             "0000:3b:00.1"
+        );
+    }
+
+    #[test]
+    fn the_vfio_address_is_named_when_missing_or_wrong() {
+        assert_eq!(
+            vfio_ipv4(Some(" 10.0.0.7 ")),
+            Ok(Ipv4Addr::new(10, 0, 0, 7))
+        );
+        for v in [None, Some(""), Some("  ")] {
+            let e = vfio_ipv4(v).unwrap_err();
+            assert!(e.contains("FERROVERBS_VFIO_IPV4 is not set"), "{e}");
+        }
+        let e = vfio_ipv4(Some("10.0.0")).unwrap_err();
+        assert!(
+            e.contains("FERROVERBS_VFIO_IPV4=10.0.0: expected an IPv4"),
+            "{e}"
         );
     }
 }
