@@ -355,3 +355,55 @@ fn a_lossy_link_through_the_verbs_api_threaded() {
     );
     assert!(s.delayed > 0 && s.lost > 0 && s.reordered > 0, "{s:?}");
 }
+
+/// A port whose physical link goes down sends and receives nothing, as a ConnectX
+/// without a link: a SEND posted meanwhile is dropped at the port (counted as
+/// `tx_no_link`), retransmitted at the ACK timeout once the link is back, and
+/// completes once, intact; frames sent to the port while it is down are dropped
+/// there (`rx_link_down`).
+#[test]
+fn a_send_across_a_link_down_is_retransmitted_when_the_link_returns() {
+    let (net, (ca, ga), (cb, gb)) = two_nics(false);
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let mut cqa = ca.create_cq(64).unwrap();
+    let mut cqb = cb.create_cq(64).unwrap();
+    let mut qa = pa.create_qp(&QpInitAttr::new(&cqa, &cqa, cap())).unwrap();
+    let mut qb = pb.create_qp(&QpInitAttr::new(&cqb, &cqb, cap())).unwrap();
+    let (na, nb) = (qa.qp_num(), qb.qp_num());
+    bring_up(&mut qa, &gb, nb, 0x200, 0x100, 12, 7, 7);
+    bring_up(&mut qb, &ga, na, 0x100, 0x200, 12, 7, 7);
+    let src = pa.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
+    let dst = pb.alloc_mr(4096, A::LOCAL_WRITE).unwrap();
+    let (sg, dsg) = ([src.sge(0, 64).unwrap()], [dst.sge(0, 64).unwrap()]);
+    qb.post_recv(&[RecvWr::new(9, &dsg), RecvWr::new(10, &dsg)])
+        .unwrap();
+    src.write(0, b"sent while the link was down");
+    assert!(net.a.set_link(1, false));
+    qa.post_send(&[SendWr::send(1, &sg).signaled()]).unwrap();
+    net.fabric.run_until_idle();
+    let s = net.a.stats().data_path;
+    assert_eq!((s.tx_no_link, s.rx_link_down), (1, 0));
+    assert_eq!(net.b.stats().data_path.rx_frames, 0, "nothing left port A");
+    // B's frames to A are dropped at A's port.
+    qb.post_send(&[SendWr::send(2, &[dst.sge(64, 8).unwrap()]).signaled()])
+        .unwrap();
+    net.fabric.run_until_idle();
+    assert_eq!(net.a.stats().data_path.rx_link_down, 1);
+    assert_eq!(cqa.poll(&mut [WorkCompletion::default(); 2]), 0);
+    assert!(net.a.set_link(1, true));
+    qa.post_recv(&[RecvWr::new(20, &[src.sge(128, 64).unwrap()])])
+        .unwrap();
+    let w = drain(&net, &mut cqa, 2);
+    let mut got: Vec<_> = w.iter().map(|c| (c.wr_id, c.status)).collect();
+    got.sort_by_key(|g| g.0);
+    assert_eq!(got, vec![(1, WcStatus::Success), (20, WcStatus::Success)]);
+    let r = drain(&net, &mut cqb, 2);
+    let mut got: Vec<_> = r.iter().map(|c| (c.wr_id, c.status)).collect();
+    got.sort_by_key(|g| g.0);
+    assert_eq!(got, vec![(2, WcStatus::Success), (9, WcStatus::Success)]);
+    let mut bytes = [0u8; 28];
+    dst.read(0, &mut bytes);
+    assert_eq!(&bytes, b"sent while the link was down");
+    assert!(net.a.stats().data_path.retransmits >= 1);
+    assert_eq!(cqa.poll(&mut [WorkCompletion::default(); 2]), 0, "once");
+}

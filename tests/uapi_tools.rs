@@ -177,6 +177,34 @@ fn ibv_rc_pingpong_recovers_from_seeded_loss() {
     assert!(retransmits > 0, "nothing was retransmitted:\n{se}\n{ce}");
 }
 
+/// `--impair down=AT:FOR` takes the simulated port's link down and back up: every
+/// context's async file gets `IBV_EVENT_PORT_ERR` then `IBV_EVENT_PORT_ACTIVE` for
+/// port 1, as Linux's uverbs delivers a port event to each ucontext
+/// (`ibv_asyncwatch` prints each event it reads; it runs until killed).
+#[test]
+fn ibv_asyncwatch_sees_the_port_go_down_and_come_back() {
+    if !have("ibv_asyncwatch") {
+        return;
+    }
+    let _s = serial();
+    let dev = format!("sim:{}", net::host(94));
+    let (_, out, err) = uapi_support::Proc::spawn(
+        "ibv_asyncwatch",
+        &dev,
+        &["ibv_asyncwatch"],
+        &[("FERROVERBS_IMPAIR", "down=400ms:400ms")],
+    )
+    .finish(Duration::from_secs(8));
+    let down = out
+        .find("event_type IBV_EVENT_PORT_ERR (10), port 1")
+        .unwrap_or_else(|| panic!("no PORT_ERR:\n{out}\n{err}"));
+    let up = out
+        .find("event_type IBV_EVENT_PORT_ACTIVE (9), port 1")
+        .unwrap_or_else(|| panic!("no PORT_ACTIVE:\n{out}\n{err}"));
+    assert!(down < up, "{out}");
+    assert_eq!(out.matches("event_type").count(), 2, "{out}");
+}
+
 /// `FERROVERBS_MTU=4096`: the port reports `active_mtu` 4096, so `-m 4096` passes
 /// the modify to RTR, and an 8000-byte SEND leaves in two packets (eight at the
 /// default 1024): each side's link sends at most three datagrams per iteration (the

@@ -328,6 +328,7 @@ impl Sim {
         let fw = Firmware::new(cfg.fw);
         let rx = RxQueue::new();
         let macs = fw.ports().iter().map(|p| p.mac).collect();
+        let links: Vec<bool> = fw.ports().iter().map(|p| p.oper_up()).collect();
         let dev = Device {
             bar,
             fw,
@@ -338,7 +339,13 @@ impl Sim {
             delivery_errors: 0,
             ignored: 0,
             stray: 0,
-            engine: Engine::new(macs, rx.clone(), FramePool::new()),
+            engine: {
+                let mut e = Engine::new(macs, rx.clone(), FramePool::new());
+                for (i, up) in links.iter().enumerate() {
+                    e.set_link(i as u8 + 1, *up);
+                }
+                e
+            },
             doorbells: cfg.doorbells,
             rx_batch: std::collections::VecDeque::new(),
             rx_spent: Vec::new(),
@@ -627,11 +634,16 @@ impl Sim {
 
     /// The physical link of `port` (1-based) goes up or down. A change of the port's
     /// operational state is reported with a PORT_CHANGE event (sub-type ACTIVE or
-    /// DOWN) once the HCA is initialized. Returns `false` for an unknown port.
+    /// DOWN) once the HCA is initialized. While the link is down the port sends and
+    /// receives nothing (frames dropped and counted: `tx_no_link`, `rx_link_down`).
+    /// Returns `false` for an unknown port.
     pub fn set_link(&self, port: u8, up: bool) -> bool {
         let (known, sig) = {
             let mut d = self.dev();
             let known = d.fw.set_link(&self.shared.iommu, port, up);
+            let now = self.shared.clock.now_ns();
+            let Device { fw, engine, .. } = &mut *d;
+            engine.sync(fw, &self.shared.iommu, &self.shared.irqs, now);
             (known, d.fw.take_irqs())
         };
         for v in sig {

@@ -62,7 +62,7 @@ pub struct RunArgs {
     pub device: DeviceSpec,
     /// Seeded impairments of every frame the NIC sends, in order: `loss=P`,
     /// `duplicate=P`, `reorder=P`, `corrupt=P`, `delay=D[:JITTER]`, `drop=FROM:COUNT`,
-    /// `rate=BYTES_PER_SEC:BACKLOG`, `seed=N` (`--impair loss=0.01,seed=7`; the
+    /// `down=AT:FOR` (the port's link down for a while), `rate=BYTES_PER_SEC:BACKLOG`, `seed=N` (`--impair loss=0.01,seed=7`; the
     /// program sees `FERROVERBS_IMPAIR`).
     #[arg(long, value_name = "SPEC", value_parser = impairment_spec)]
     pub impair: Option<String>,

@@ -319,7 +319,52 @@ fn ib_event(ev: &ferroverbs::AsyncEvent) -> Option<(Object, u32, u32)> {
     }
 }
 
+/// A port event's port and `enum ib_event_type` (`IBV_EVENT_PORT_ACTIVE` 9,
+/// `IBV_EVENT_PORT_ERR` 10: Linux `mlx5_ib_handle_event` for the PORT_CHANGE
+/// sub-types ACTIVE and DOWN).
+fn port_event(ev: &ferroverbs::AsyncEvent) -> Option<(u8, u32)> {
+    use ferroverbs_hw::datapath::eqe::{
+        MLX5_PORT_CHANGE_SUBTYPE_ACTIVE as ACTIVE, MLX5_PORT_CHANGE_SUBTYPE_DOWN as DOWN,
+    };
+    match *ev {
+        ferroverbs::AsyncEvent::PortChange { port, sub_type } if sub_type == ACTIVE => {
+            Some((port, 9))
+        }
+        ferroverbs::AsyncEvent::PortChange { port, sub_type } if sub_type == DOWN => {
+            Some((port, 10))
+        }
+        _ => None,
+    }
+}
+
+/// The async files of the open contexts.
+fn async_files() -> Vec<Arc<EventFile>> {
+    let g = FILES.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_ref().map_or_else(Vec::new, |m| {
+        m.values()
+            .filter(|f| f.rec == ASYNC_RECORD)
+            .cloned()
+            .collect()
+    })
+}
+
+/// The size of an async file's record (`struct ib_uverbs_async_event_desc`).
+const ASYNC_RECORD: usize = crate::abi::async_event_desc::SIZE;
+
 fn deliver_async(ev: ferroverbs::AsyncEvent) {
+    // A device event goes to every context's async file, its `element` the port
+    // number (Linux `ib_uverbs_event_handler`: `uverbs_async_handler(async_file,
+    // event->element.port_num, ...)` for each registered ucontext).
+    if let Some((port, ty)) = port_event(&ev) {
+        let files = async_files();
+        if crate::trace() {
+            eprintln!("uapi: port event {ev:?} -> {ty} ({} files)", files.len());
+        }
+        for f in files {
+            f.push_async(u64::from(port), ty, None);
+        }
+        return;
+    }
     let Some((obj, n, ty)) = ib_event(&ev) else {
         return;
     };

@@ -127,8 +127,12 @@ pub struct DataPathStats {
     pub tx_bytes: u64,
     /// Bytes of the frames that could not be sent.
     pub tx_error_bytes: u64,
-    /// Frames that could not be sent (no fabric attached and not for this device).
+    /// Frames that could not be sent (no fabric attached, or the sending port's
+    /// link is down, and not for this device).
     pub tx_no_link: u64,
+    /// Frames that arrived while the receiving port's link was down: dropped, as a
+    /// port without a link receives nothing.
+    pub rx_link_down: u64,
     /// Inline one-packet SENDs fetched and transmitted at once by the requester's path
     /// for them (`transport::requester`).
     pub tx_send_only_fast: u64,
@@ -224,6 +228,10 @@ pub struct Net {
     pub macs: Vec<[u8; 6]>,
     /// The outer headers of the paths sent on lately.
     pub encaps: transport::EncapCache,
+    /// Ports whose physical link is down (bit `i`: port `i + 1`): what they send to
+    /// the fabric is dropped ([`DataPathStats::tx_no_link`]) and what arrives for
+    /// them too ([`DataPathStats::rx_link_down`]); loopback within the device goes on.
+    pub links_down: u32,
     /// Frames for the fabric not handed over yet: [`Net::flush`] gives them to the
     /// uplink in one batch before the engine call that built them returns.
     pub outbox: Vec<Vec<u8>>,
@@ -250,13 +258,30 @@ impl Net {
             }
             return;
         }
-        if self.uplink.is_some() {
+        if self.uplink.is_some() && !self.port_down(&frame, 6) {
             self.outbox.push(frame);
         } else {
             stats.tx_no_link += 1;
             stats.tx_error_bytes += frame.len() as u64;
             self.pool.put(frame);
         }
+    }
+
+    /// Whether the port whose MAC is at byte `at` of `frame` (6: the source, 0: the
+    /// destination) has its link down. One test of a zero word while every link is
+    /// up.
+    #[inline]
+    pub fn port_down(&self, frame: &[u8], at: usize) -> bool {
+        if self.links_down == 0 {
+            return false;
+        }
+        let Some(mac) = frame.get(at..at + 6) else {
+            return false;
+        };
+        self.macs
+            .iter()
+            .position(|m| m[..] == *mac)
+            .is_some_and(|i| i < 32 && self.links_down & (1 << i) != 0)
     }
 
     /// An empty frame buffer: from the device's spares, refilled from the pool in
@@ -1065,6 +1090,7 @@ impl Engine {
                 pool,
                 rx,
                 macs,
+                links_down: 0,
                 encaps: transport::EncapCache::default(),
                 outbox: Vec::with_capacity(64),
                 spare: Vec::with_capacity(SPARE_BATCH),
@@ -1087,6 +1113,19 @@ impl Engine {
     /// The frame pool.
     pub fn pool(&self) -> &Arc<FramePool> {
         &self.net.pool
+    }
+
+    /// Port `port` (1-based) is up or down (see [`Net::links_down`]): from the
+    /// firmware's [`DataPathEvent::PortState`], and at creation.
+    pub fn set_link(&mut self, port: u8, up: bool) {
+        let Some(bit) = u32::from(port).checked_sub(1).filter(|b| *b < 32) else {
+            return;
+        };
+        if up {
+            self.net.links_down &= !(1 << bit);
+        } else {
+            self.net.links_down |= 1 << bit;
+        }
     }
 
     /// Connects the device to a fabric (or disconnects it).
@@ -1145,6 +1184,7 @@ impl Engine {
                 DataPathEvent::QpModified { qpn, from, to } => {
                     self.qp_modified(fw, io, irqs, now, qpn, from, to);
                 }
+                DataPathEvent::PortState { port, up } => self.set_link(port, up),
             }
         }
         self.events = events;
@@ -1360,6 +1400,10 @@ impl Engine {
     pub fn receive(&mut self, fw: &mut Firmware, io: &Iommu, irqs: &Irqs, now: u64, frame: &[u8]) {
         self.stats.rx_frames += 1;
         self.stats.rx_bytes += frame.len() as u64;
+        if self.net.port_down(frame, 0) {
+            self.stats.rx_link_down += 1;
+            return;
+        }
         if let Some(s) = wire::frame::parse_rc_send_only(frame) {
             let qpn = s.bth.dest_qp;
             let mut cx = ctx!(self, fw, io, irqs, now);

@@ -516,6 +516,14 @@ pub enum DataPathEvent {
     CqResized(u32),
     /// Every object is gone (forced teardown, function disabled or reset).
     Reset,
+    /// Port `port`'s (1-based) operational state changed: while it is down the port
+    /// sends and receives nothing.
+    PortState {
+        /// The port.
+        port: u8,
+        /// Whether it is up now.
+        up: bool,
+    },
 }
 
 /// How many objects each table holds, for tests.
@@ -979,15 +987,22 @@ impl Firmware {
         std::mem::take(&mut self.pending_irqs)
     }
 
-    /// Posts a PORT_CHANGE event for port `index` (0-based) if its operational state
-    /// differs from `was_up` and the HCA is initialized; the vector joins the pending
-    /// interrupts.
+    /// Tells the data path of a change of port `index`'s (0-based) operational state
+    /// from `was_up`, and posts a PORT_CHANGE event for it if the HCA is initialized;
+    /// the vector joins the pending interrupts.
     fn port_event(&mut self, io: &Iommu, index: usize, was_up: bool) {
         let Some(p) = self.ports.get(index) else {
             return;
         };
         let up = p.oper_up();
-        if up == was_up || self.state != HcaState::Initialized {
+        if up == was_up {
+            return;
+        }
+        self.datapath_events.push(DataPathEvent::PortState {
+            port: index as u8 + 1,
+            up,
+        });
+        if self.state != HcaState::Initialized {
             return;
         }
         use ferroverbs_hw::datapath::eqe::{

@@ -88,6 +88,17 @@ pub enum Stage {
         /// Frames dropped.
         count: u64,
     },
+    /// The attaching NIC's port 1 loses its physical link at device time `from` and
+    /// gets it back at `until` ([`Sim::set_link`](crate::Sim::set_link): a
+    /// PORT_CHANGE event each time, and the port sends and receives nothing
+    /// meanwhile). Acted on by the UDP link ([`super::udp::UdpLink::attach`]); frames
+    /// pass this stage unchanged (the device drops them).
+    LinkDown {
+        /// When the link goes down (device time since the clock's zero).
+        from: Duration,
+        /// When it comes back.
+        until: Duration,
+    },
     /// Serialize frames at `bytes_per_sec`; a frame that would wait more than
     /// `backlog` behind earlier ones is dropped.
     RateLimit {
@@ -157,6 +168,11 @@ impl Impairments {
         self.then(Stage::Outage { from, until })
     }
 
+    /// Appends [`Stage::LinkDown`].
+    pub fn link_down(self, from: Duration, until: Duration) -> Self {
+        self.then(Stage::LinkDown { from, until })
+    }
+
     /// Appends [`Stage::DropFrames`].
     pub fn drop_frames(self, from: u64, count: u64) -> Self {
         self.then(Stage::DropFrames { from, count })
@@ -181,8 +197,10 @@ impl std::str::FromStr for Impairments {
     /// Parses a comma-separated spec, stages in the order written: `loss=P`,
     /// `duplicate=P`, `reorder=P`, `corrupt=P` (probabilities in `0..=1`),
     /// `delay=D` or `delay=D:JITTER` (durations with a unit: `ns`, `us`, `ms`, `s`),
-    /// `drop=FROM:COUNT` (frames by index), `rate=BYTES_PER_SEC:BACKLOG`, and
-    /// `seed=N`. The error names the item that is wrong.
+    /// `drop=FROM:COUNT` (frames by index), `down=AT:FOR` (the port's link goes down
+    /// at device time `AT` for `FOR`, [`Stage::LinkDown`]),
+    /// `rate=BYTES_PER_SEC:BACKLOG`, and `seed=N`. The error names the item that is
+    /// wrong.
     fn from_str(spec: &str) -> Result<Self, String> {
         fn prob(k: &str, v: &str) -> Result<f64, String> {
             match v.parse::<f64>() {
@@ -228,6 +246,11 @@ impl std::str::FromStr for Impairments {
                     };
                     imp.drop_frames(n(a)?, n(b)?)
                 }
+                "down" => {
+                    let (a, b) = pair(k, v)?;
+                    let from = dur(k, a)?;
+                    imp.link_down(from, from.saturating_add(dur(k, b)?))
+                }
                 "rate" => {
                     let (a, b) = pair(k, v)?;
                     let r = a
@@ -242,7 +265,7 @@ impl std::str::FromStr for Impairments {
                 _ => {
                     return Err(format!(
                         "{k:?}: unknown impairment (loss, duplicate, reorder, corrupt, \
-                         delay, drop, rate, seed)"
+                         delay, drop, down, rate, seed)"
                     ))
                 }
             };
@@ -585,6 +608,7 @@ impl Faults {
                             continue;
                         }
                     }
+                    Stage::LinkDown { .. } => {}
                     Stage::DropFrames { from, count } => {
                         if index >= from && index - from < count {
                             bump(&c.lost);
@@ -810,7 +834,7 @@ mod tests {
     #[test]
     fn specs_parse_in_order_and_name_what_is_wrong() {
         let imp: Impairments =
-            "loss=0.01, delay=250us:50us,corrupt=0.5,seed=7,drop=3:2,rate=1000:1ms"
+            "loss=0.01, delay=250us:50us,corrupt=0.5,seed=7,drop=3:2,rate=1000:1ms,down=2s:500ms"
                 .parse()
                 .unwrap();
         assert_eq!(
@@ -822,6 +846,7 @@ mod tests {
                 .seeded(7)
                 .drop_frames(3, 2)
                 .rate_limit(1000, Duration::from_millis(1))
+                .link_down(Duration::from_secs(2), Duration::from_millis(2500))
         );
         assert_eq!("".parse::<Impairments>().unwrap(), Impairments::new());
         let err = |s: &str| s.parse::<Impairments>().unwrap_err();
@@ -830,6 +855,8 @@ mod tests {
         assert!(err("jitter=1").contains("unknown impairment"));
         assert!(err("loss").contains("NAME=VALUE"));
         assert!(err("drop=3").contains("two values"));
+        assert!(err("down=1s").contains("two values"));
+        assert!(err("down=1s:x").contains("not a duration"));
     }
 
     #[test]

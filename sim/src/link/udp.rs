@@ -683,6 +683,42 @@ impl Uplink for Inner {
     }
 }
 
+/// Starts a thread per [`faults::Stage::LinkDown`] of `stages` that takes port 1's
+/// link down and up at its times on the device clock ([`Sim::set_link`]). Each
+/// thread looks at the clock at least every 10 ms and ends once its link is back up
+/// or the device is gone (a virtual clock that never reaches the time ends it then).
+fn link_flaps(sim: &Sim, stages: &[faults::Stage]) -> io::Result<()> {
+    for st in stages {
+        let faults::Stage::LinkDown { from, until } = *st else {
+            continue;
+        };
+        let (weak, clock) = (sim.downgrade(), sim.clock().clone());
+        std::thread::Builder::new()
+            .name("ferroverbs-link-flap".into())
+            .spawn(move || {
+                for (at, up) in [(from, false), (until, true)] {
+                    loop {
+                        let now = clock.now();
+                        if now >= at {
+                            break;
+                        }
+                        std::thread::sleep((at - now).min(Duration::from_millis(10)));
+                        if weak.upgrade().is_none() {
+                            return;
+                        }
+                    }
+                    match weak.upgrade() {
+                        Some(sim) => {
+                            sim.set_link(1, up);
+                        }
+                        None => return,
+                    }
+                }
+            })?;
+    }
+    Ok(())
+}
+
 /// Releases the link's delayed frames when they are due, and frames held back for
 /// reordering that no later frame released (within [`faults::WIRE_IDLE`]); ends with
 /// the link.
@@ -757,6 +793,9 @@ impl UdpLink {
                 _ => None,
             },
         };
+        if let Some(imp) = &impairments {
+            link_flaps(sim, &imp.stages)?;
+        }
         let faults = impairments.filter(|i| !i.stages.is_empty()).map(|imp| {
             let f = Faults::new();
             f.set_clock(sim.clock());
@@ -846,6 +885,12 @@ impl UdpLink {
             d.rnr_naks,
             d.retransmits
         );
+        if d.tx_no_link + d.rx_link_down > 0 {
+            s += &format!(
+                "; link down: tx dropped {}, rx dropped {}",
+                d.tx_no_link, d.rx_link_down
+            );
+        }
         if let Some(f) = self.fault_stats() {
             s += &format!("; impairments {f:?}");
         }
