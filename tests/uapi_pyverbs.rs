@@ -43,6 +43,7 @@ const MODULES: &[&str] = &[
     "test_mlx5_uar",
     "test_fork",
     "test_mlx5_raw_wqe",
+    "test_mlx5_query_port",
 ];
 
 /// The tests that must pass (`module.Class.test`).
@@ -151,6 +152,7 @@ const MUST_PASS: &[&str] = &[
     "test_mlx5_uar.Mlx5UarTestCase.test_alloc_uar",
     "test_fork.ForkAPITest.test_is_fork_initialized",
     "test_mlx5_raw_wqe.RawWqeTest.test_mixed_raw_wqe_traffic",
+    "test_mlx5_query_port.Mlx5DVQueryPortTestCase.test_dv_query_port",
 ];
 
 /// Tests that may be skipped, by name prefix, with the reason the suite prints

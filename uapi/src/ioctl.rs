@@ -155,6 +155,7 @@ fn dispatch(f: &mut UFile, object: u16, method: u16, a: &Attrs) -> Result<(), Er
     let known = matches!(
         (object, method),
         (io::OBJECT_DEVICE, io::METHOD_QUERY_CONTEXT)
+            | (io::OBJECT_DEVICE, io::MLX5_METHOD_QUERY_PORT)
             | (io::OBJECT_ASYNC_EVENT, io::METHOD_ASYNC_EVENT_ALLOC)
             | (io::OBJECT_MR, io::METHOD_QUERY_MR)
             | (io::OBJECT_PD, io::MLX5_METHOD_PD_QUERY)
@@ -180,6 +181,24 @@ fn dispatch(f: &mut UFile, object: u16, method: u16, a: &Attrs) -> Result<(), Er
             let room = a.get(UCTX).map_or(0, |x| usize::from(x.len));
             let d = ctx.query_context(room);
             a.put(UCTX, &d.0, 0, false)
+        }
+        (io::OBJECT_DEVICE, io::MLX5_METHOD_QUERY_PORT) => {
+            use io::{MLX5_QUERY_PORT as INFO, MLX5_QUERY_PORT_PORT_NUM as PORT};
+            a.only(&[PORT, INFO])?;
+            // Linux `MLX5_IB_METHOD_QUERY_PORT`: a u32 port number, which must be a
+            // port of the device; the answer fills vport, vhca ids, steering ICM
+            // addresses and reg_c0 only for an e-switch representor (switchdev
+            // mode) or a multi-port device. This NIC is neither: every flag is
+            // clear and the structure is zeros (`uverbs_copy_to_struct_or_zero`:
+            // the caller's room beyond the structure is zeroed too).
+            let port = a.bytes(PORT)?;
+            let port = <[u8; 4]>::try_from(port.as_slice()).map_err(|_| Errno::EINVAL)?;
+            if u32::from_ne_bytes(port) != 1 {
+                return Err(Errno::EINVAL);
+            }
+            let room = a.get(INFO).map_or(0, |x| usize::from(x.len));
+            let info = vec![0u8; room.max(crate::abi::ioctl::mlx5_query_port::SIZE)];
+            a.put(INFO, &info, crate::abi::ioctl::mlx5_query_port::SIZE, true)
         }
         (io::OBJECT_ASYNC_EVENT, io::METHOD_ASYNC_EVENT_ALLOC) => {
             let id = io::ASYNC_EVENT_ALLOC_FD_HANDLE;

@@ -13,6 +13,11 @@ abi_structs! {
     /// One attribute: inline data (`len` ≤ 8), a pointer, an object handle or a
     /// descriptor in `data`.
     attr = "ib_uverbs_attr", size 16, { attr_id: 0, len: 2, flags: 4, attr_data: 6, data: 8 }
+    /// MLX5_IB_METHOD_QUERY_PORT's answer (`mlx5dv_query_port`).
+    mlx5_query_port = "mlx5_ib_uapi_query_port", size 40, {
+        flags: 0, vport: 8, vport_vhca_id: 10, esw_owner_vhca_id: 12,
+        vport_steering_icm_rx: 16, vport_steering_icm_tx: 24, reg_c0: 32,
+    }
     /// QP_CREATE's capabilities, in and out.
     qp_cap = "ib_uverbs_qp_cap", size 20, {
         max_send_wr: 0, max_recv_wr: 4, max_send_sge: 8, max_recv_sge: 12, max_inline_data: 16,
@@ -49,6 +54,9 @@ pub const IDS: &[(&str, u16)] = &[
     ("UVERBS_ATTR_QUERY_MR_RESP_RKEY", QUERY_MR_RESP_RKEY),
     ("UVERBS_ATTR_QUERY_MR_RESP_LENGTH", QUERY_MR_RESP_LENGTH),
     ("UVERBS_ATTR_QUERY_MR_RESP_IOVA", QUERY_MR_RESP_IOVA),
+    ("MLX5_IB_METHOD_QUERY_PORT", MLX5_METHOD_QUERY_PORT),
+    ("MLX5_IB_ATTR_QUERY_PORT_PORT_NUM", MLX5_QUERY_PORT_PORT_NUM),
+    ("MLX5_IB_ATTR_QUERY_PORT", MLX5_QUERY_PORT),
     ("MLX5_IB_METHOD_PD_QUERY", MLX5_METHOD_PD_QUERY),
     ("MLX5_IB_ATTR_QUERY_PD_HANDLE", MLX5_QUERY_PD_HANDLE),
     ("MLX5_IB_ATTR_QUERY_PD_RESP_PDN", MLX5_QUERY_PD_RESP_PDN),
@@ -152,6 +160,9 @@ mod ids {
     pub const QUERY_MR_RESP_RKEY: u16 = 2;
     pub const QUERY_MR_RESP_LENGTH: u16 = 3;
     pub const QUERY_MR_RESP_IOVA: u16 = 4;
+    pub const MLX5_METHOD_QUERY_PORT: u16 = 0x1000;
+    pub const MLX5_QUERY_PORT_PORT_NUM: u16 = 0x1000;
+    pub const MLX5_QUERY_PORT: u16 = 0x1001;
     pub const MLX5_METHOD_PD_QUERY: u16 = 0x1000;
     pub const MLX5_QUERY_PD_HANDLE: u16 = 0x1000;
     pub const MLX5_QUERY_PD_RESP_PDN: u16 = 0x1001;

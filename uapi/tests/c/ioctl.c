@@ -1,7 +1,8 @@
 /* The uverbs ioctl methods (RDMA_VERBS_IOCTL) and descriptor duplication, raw on
  * /dev/infiniband/uverbs0 (run under `ferroverbs run`): header and attribute rules
  * with Linux's errnos, mlx5_ib's UAR_OBJ_ALLOC/DESTROY and the mmap of the page it
- * gives, QUERY_CONTEXT, PD_QUERY, QUERY_MR, ASYNC_EVENT_ALLOC, and a dup'd descriptor
+ * gives, QUERY_CONTEXT, mlx5_ib's QUERY_PORT, PD_QUERY, QUERY_MR, ASYNC_EVENT_ALLOC,
+ * and a dup'd descriptor
  * naming the same ucontext. Prints "PASS name" or "FAIL name ..." per case and exits
  * 1 if any failed. Layouts and ids from the installed <rdma/...> headers. */
 #include <errno.h>
@@ -224,6 +225,31 @@ int main(void)
 	expect("query_mr", run(fd, &c), 0);
 	expect("query_mr_keys", lkey == rmr.lkey && rkey == rmr.rkey ? 0 : -1, 0);
 	expect("query_mr_length_iova", mlen == sizeof buf && iova == 0x10000 ? 0 : -1, 0);
+
+	/* mlx5_ib's QUERY_PORT (mlx5dv_query_port): port 1 of a port that is no e-switch
+	 * representor: no flag, zeros, the caller's room beyond the structure zeroed. */
+	struct {
+		struct mlx5_ib_uapi_query_port info;
+		uint64_t extra;
+	} qp;
+	memset(&qp, 0xa5, sizeof qp);
+	uint32_t port = 1;
+	start(&c, UVERBS_OBJECT_DEVICE, MLX5_IB_METHOD_QUERY_PORT);
+	add(&c, MLX5_IB_ATTR_QUERY_PORT_PORT_NUM, 4, port, 1);
+	struct ib_uverbs_attr *qpa = add(&c, MLX5_IB_ATTR_QUERY_PORT, sizeof qp, (uintptr_t)&qp, 1);
+	expect("mlx5_query_port", run(fd, &c), 0);
+	int zeros = 1;
+	for (size_t i = 0; i < sizeof qp; i++)
+		zeros &= ((unsigned char *)&qp)[i] == 0;
+	expect("mlx5_query_port_zeros", zeros ? 0 : -1, 0);
+	expect("mlx5_query_port_written", qpa->flags & UVERBS_ATTR_F_VALID_OUTPUT ? 0 : -1, 0);
+	c.attrs[0].data = 2;
+	expect("mlx5_query_port_no_port_2", run(fd, &c), EINVAL);
+	c.attrs[0].data = 1;
+	c.attrs[1].len = sizeof qp.info - 8;
+	expect("mlx5_query_port_short_output", run(fd, &c), EINVAL);
+	c.hdr.num_attrs = 1;
+	expect("mlx5_query_port_output_missing", run(fd, &c), EINVAL);
 
 	/* Another async event file. */
 	start(&c, UVERBS_OBJECT_ASYNC_EVENT, UVERBS_METHOD_ASYNC_EVENT_ALLOC);
