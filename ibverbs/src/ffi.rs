@@ -397,6 +397,13 @@ impl AppFd {
                 set_errno(libc::EAGAIN);
                 return None;
             }
+            // The program stops polling to wait: the device thread, napping while
+            // the program's empty polls did its work, carries the traffic again now.
+            if let Ok(n) = device::nic() {
+                if let Some(sim) = &n.sim {
+                    sim.end_assist();
+                }
+            }
             self.wait();
         }
     }

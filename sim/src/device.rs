@@ -262,6 +262,9 @@ struct Shared {
     servicing: AtomicBool,
     /// Device time of the last [`Sim::try_service`] that got to service (0: never).
     assisted_ns: AtomicU64,
+    /// The device thread's nap while an application thread assists
+    /// ([`Service::nap`]), ended early by [`Sim::end_assist`].
+    nap: (Mutex<()>, std::sync::Condvar),
     /// Longest ingress waits of the device thread that timed out with frames queued
     /// ([`SimStats::late_frames`]).
     late_frames: AtomicU64,
@@ -368,6 +371,7 @@ impl Sim {
             threaded: mode == Mode::Threaded,
             servicing: AtomicBool::new(false),
             assisted_ns: AtomicU64::new(0),
+            nap: (Mutex::new(()), std::sync::Condvar::new()),
             late_frames: AtomicU64::new(0),
         });
         if mode == Mode::Threaded {
@@ -468,6 +472,18 @@ impl Sim {
             self.shared.assisted_ns.store(now, Ordering::Relaxed);
         }
         r
+    }
+
+    /// The application thread that assisted ([`Sim::try_service`]) is about to block
+    /// (in a completion channel's read): the device thread stops napping and carries
+    /// the traffic again at once, instead of after the rest of its nap (up to
+    /// [`crate::mode::ASSIST_NAP`], which an event-driven ping-pong paid per message).
+    pub fn end_assist(&self) {
+        if self.shared.assisted_ns.swap(0, Ordering::Relaxed) == 0 {
+            return;
+        }
+        let _g = self.shared.nap.0.lock().unwrap_or_else(|e| e.into_inner());
+        self.shared.nap.1.notify_all();
     }
 
     /// Device time at which the next data-path timer expires, if any.
@@ -1092,6 +1108,14 @@ impl Service for Shared {
         t != 0 && self.clock.now_ns().saturating_sub(t) < crate::mode::ASSIST_NAP.as_nanos() as u64
     }
 
+    fn nap(&self, d: Duration) {
+        let g = self.nap.0.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self
+            .nap
+            .1
+            .wait_timeout_while(g, d, |_| self.assisted_ns.load(Ordering::Relaxed) != 0);
+    }
+
     fn parked_past_frames(&self) {
         if !self.rx.is_empty() {
             self.late_frames.fetch_add(1, Ordering::Relaxed);
@@ -1157,5 +1181,44 @@ impl Bus for SimBus {
 
     fn irq_eventfd(&self, vector: u16) -> Option<i32> {
         self.shared.irqs.eventfd(vector)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An application thread that assisted the device (an empty poll) and then
+    /// blocks ends the device thread's nap: `end_assist` clears the assistance and
+    /// wakes a nap in progress, which would otherwise last its whole length.
+    #[test]
+    fn end_assist_ends_the_device_threads_nap() {
+        let sim = Sim::new(SimConfig::threaded(7, 1));
+        // The device thread may be servicing at the instant: try again (bounded).
+        let polled = (0..10_000).any(|_| {
+            let ok = sim.try_service().is_some();
+            if !ok {
+                std::thread::yield_now();
+            }
+            ok
+        });
+        assert!(polled && sim.shared.assisted(), "an empty poll assisted");
+        let shared = Arc::clone(&sim.shared);
+        let t0 = std::time::Instant::now();
+        let napper = std::thread::spawn(move || shared.nap(Duration::from_secs(60)));
+        std::thread::sleep(Duration::from_millis(20));
+        sim.end_assist();
+        napper.join().unwrap();
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the nap was not ended"
+        );
+        assert!(!sim.shared.assisted());
+        // Without assistance there is no nap at all.
+        let t1 = std::time::Instant::now();
+        sim.shared.nap(Duration::from_secs(60));
+        assert!(t1.elapsed() < Duration::from_secs(30));
+        // Ending an assistance that is not there does nothing.
+        sim.end_assist();
     }
 }

@@ -96,6 +96,12 @@ pub trait Service: Send + Sync + 'static {
     fn assisted(&self) -> bool {
         false
     }
+    /// Naps for at most `d` while an application thread assists ([`Service::assisted`]):
+    /// a nap that ends early when the application stops assisting (default: a
+    /// sleep of `d`).
+    fn nap(&self, d: Duration) {
+        thread::sleep(d);
+    }
     /// Called when the thread's longest wait in the ingress ([`MAX_PARK`]) ended by
     /// its timeout: frames found queued then waited for it (a missed wake-up; the
     /// target counts them). Default: nothing.
@@ -167,8 +173,11 @@ fn run<T: Service>(target: Weak<T>, stop: Arc<AtomicBool>) {
             continue;
         }
         if assisted {
-            // A sleep, not a park: the frames the application reads would unpark it.
-            thread::sleep(due.map_or(ASSIST_NAP, |d| d.min(ASSIST_NAP)));
+            // Not a park: the frames the application reads would unpark it.
+            match target.upgrade() {
+                Some(t) => t.nap(due.map_or(ASSIST_NAP, |d| d.min(ASSIST_NAP))),
+                None => break,
+            }
             idle_since = None;
             continue;
         }

@@ -159,6 +159,13 @@ impl EventFile {
             if fl >= 0 && fl & libc::O_NONBLOCK != 0 {
                 return Err(Errno::EAGAIN);
             }
+            // The program stops polling to wait: the device thread, napping while
+            // the program's empty polls did its work, carries the traffic again now.
+            if let Ok(n) = crate::nic::nic() {
+                if let Some(sim) = &n.sim {
+                    sim.end_assist();
+                }
+            }
             let mut p = libc::pollfd {
                 fd,
                 events: libc::POLLIN,
