@@ -161,11 +161,7 @@ impl EventFile {
             }
             // The program stops polling to wait: the device thread, napping while
             // the program's empty polls did its work, carries the traffic again now.
-            if let Ok(n) = crate::nic::nic() {
-                if let Some(sim) = &n.sim {
-                    sim.end_assist();
-                }
-            }
+            crate::nic::end_assist();
             let mut p = libc::pollfd {
                 fd,
                 events: libc::POLLIN,

@@ -225,6 +225,19 @@ impl Nic {
 
 static NIC: Mutex<Option<Result<&'static Nic, String>>> = Mutex::new(None);
 
+/// The simulated NIC once it is up (read without a lock by [`end_assist`]).
+static UP_SIM: std::sync::OnceLock<&'static Sim> = std::sync::OnceLock::new();
+
+/// A thread of the program is about to block in a completion channel's `read`: the
+/// simulated device's thread, napping while the program's empty polls did its work,
+/// carries the traffic again at once ([`Sim::end_assist`]). Nothing before the NIC
+/// is up, nothing over VFIO; no lock.
+pub fn end_assist() {
+    if let Some(sim) = UP_SIM.get() {
+        sim.end_assist();
+    }
+}
+
 /// The NIC, brought up on first use (with the event and doorbell threads). A failed
 /// bring-up is reported on stderr once and then remembered.
 pub fn nic() -> Result<&'static Nic, String> {
@@ -235,6 +248,9 @@ pub fn nic() -> Result<&'static Nic, String> {
     let r = Nic::open().map(|n| &*Box::leak(Box::new(n)));
     match &r {
         Ok(n) => {
+            if let Some(sim) = &n.sim {
+                let _ = UP_SIM.set(sim);
+            }
             crate::events::start(n);
             // Over VFIO the program's stores reach the BAR itself: no doorbell
             // thread, and no device thread to give the CPU to.
