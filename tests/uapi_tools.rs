@@ -205,6 +205,28 @@ fn ibv_asyncwatch_sees_the_port_go_down_and_come_back() {
     assert_eq!(out.matches("event_type").count(), 2, "{out}");
 }
 
+/// QUERY_PORT answers the port's state as it is at the query: with its link down
+/// (`--impair down=0ms:...`, from the NIC's start) `ibv_devinfo -v` shows the port
+/// DOWN and its physical state DISABLED, as Linux's `mlx5_query_port_roce` answers
+/// for a netdev without carrier.
+#[test]
+fn ibv_devinfo_shows_the_port_down_while_its_link_is_down() {
+    if !have("ibv_devinfo") {
+        return;
+    }
+    let dev = format!("sim:{}", net::host(95));
+    let (st, out, err) = uapi_support::Proc::spawn(
+        "ibv_devinfo",
+        &dev,
+        &["ibv_devinfo", "-v"],
+        &[("FERROVERBS_IMPAIR", "down=0ms:600s")],
+    )
+    .finish(Duration::from_secs(120));
+    assert!(st.is_some_and(|s| s.success()), "{out}\n{err}");
+    assert!(out.contains("state:\t\t\tPORT_DOWN (1)"), "{out}");
+    assert!(out.contains("phys_state:\t\tDISABLED (3)"), "{out}");
+}
+
 /// `FERROVERBS_MTU=4096`: the port reports `active_mtu` 4096, so `-m 4096` passes
 /// the modify to RTR, and an 8000-byte SEND leaves in two packets (eight at the
 /// default 1024): each side's link sends at most three datagrams per iteration (the

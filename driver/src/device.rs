@@ -845,6 +845,17 @@ impl<B: Bus> Context<B> {
         self.lock()?.exec(&input, 16).map(|_| ())
     }
 
+    /// The port's operational state alone (`QUERY_VPORT_STATE`, one command): what
+    /// changes when its link goes down or up, for callers that keep the rest of
+    /// [`Context::query_port`].
+    pub fn port_state(&self, port: u8) -> Result<PortState> {
+        self.check_port(port)?;
+        let st = self
+            .lock()?
+            .exec(&cmd_in(op::QUERY_VPORT_STATE, 0, 16), 16)?;
+        Ok(port_state_of(&st))
+    }
+
     /// Port attributes: `QUERY_VPORT_STATE`, `QUERY_NIC_VPORT_CONTEXT` and the GID
     /// table through `QUERY_ROCE_ADDRESS`.
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
@@ -866,11 +877,7 @@ impl<B: Bus> Context<B> {
         }
         drop(hca);
         let (vport_mtu, active_mtu) = vport_mtus(&vctx);
-        let state = match prm::query_vport_state_out::state.get(&st) as u8 {
-            0 => PortState::Down,
-            1 => PortState::Active,
-            v => PortState::Other(v),
-        };
+        let state = port_state_of(&st);
         let ctx = prm::query_nic_vport_context_out::nic_vport_context.bit;
         let mac_field = prm::nic_vport_context::permanent_address.at(ctx).get(&vctx);
         let m = mac_field.to_be_bytes();
@@ -915,6 +922,15 @@ impl<B: Bus> Context<B> {
         let r = self.lock_any().shutdown();
         tracing::info!(ok = r.is_ok(), "device closed");
         r
+    }
+}
+
+/// The operational state in a `QUERY_VPORT_STATE` output.
+fn port_state_of(st: &[u8]) -> PortState {
+    match prm::query_vport_state_out::state.get(st) as u8 {
+        0 => PortState::Down,
+        1 => PortState::Active,
+        v => PortState::Other(v),
     }
 }
 

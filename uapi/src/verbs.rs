@@ -527,7 +527,10 @@ impl Ucontext {
         r.u32(f::max_msg_sz, p.max_msg_sz.min(u64::from(u32::MAX)) as u32);
         r.u32(f::gid_tbl_len, p.gid_tbl_len);
         r.u16(f::pkey_tbl_len, 1);
-        let active = matches!(p.state, ferroverbs::PortState::Active);
+        // The state as it is now (the link may have gone down since bring-up; Linux
+        // `mlx5_query_port_roce` reads the netdev's carrier at every query).
+        let state = self.nic.ctx.port_state(port).unwrap_or(p.state);
+        let active = matches!(state, ferroverbs::PortState::Active);
         r.u8(f::state, if active { 4 } else { 1 });
         r.u8(f::max_mtu, p.max_mtu as u8);
         r.u8(f::active_mtu, p.active_mtu as u8);
