@@ -6,7 +6,7 @@
 //! the ones after it not posted. Two RC QPs of one simulated NIC (host 87 of this
 //! process's loopback /24).
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::ptr;
 use std::time::{Duration, Instant};
 
@@ -36,18 +36,11 @@ fn a_send_list_is_posted_in_order_and_stops_at_the_failed_request() {
     let gid = ferroverbs_sim::link::udp::gid_for(net::host(87));
     // SAFETY: the verbs API used as its contract says.
     unsafe {
-        let ctx = open_only_device();
-        let ops = (*ctx).ops;
-        let post_recv: PostRecv = std::mem::transmute(ops[abi::ops::POST_RECV]);
-        let post_send: PostSend = std::mem::transmute(ops[abi::ops::POST_SEND]);
-        let poll_cq: PollCq = std::mem::transmute(ops[abi::ops::POLL_CQ]);
-        let pd = ibv_alloc_pd(ctx);
-        let mut buf = vec![0u8; 64 * 1024];
-        let base = buf.as_mut_ptr() as u64;
         // IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE.
-        let mr = ibv_reg_mr(pd, buf.as_mut_ptr() as *mut c_void, buf.len(), 1 | 2);
-        assert!(!mr.is_null());
-        let (lkey, rkey) = ((*mr).lkey, (*mr).rkey);
+        let o = open_with_buffer(64 * 1024, 1 | 2);
+        let post_recv: PostRecv = o.op(abi::ops::POST_RECV);
+        let (ctx, pd, post_send, poll_cq) = (o.ctx, o.pd, o.post_send, o.poll_cq);
+        let (mut buf, base, lkey, rkey) = (o.buf, o.base, o.lkey, o.rkey);
         let cq = ibv_create_cq(ctx, 256, ptr::null_mut(), ptr::null_mut(), 0);
         assert!(!cq.is_null());
         let mut qi = abi::ibv_qp_init_attr {

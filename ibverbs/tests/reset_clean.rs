@@ -6,7 +6,7 @@
 //! calls them. Four RC QPs of one simulated NIC (host 211 of this process's
 //! loopback /24): A and D complete into one CQ, B and C into another; A↔B, D↔C.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::ptr;
 use std::time::{Duration, Instant};
 
@@ -84,21 +84,14 @@ fn reset_removes_the_qps_unpolled_completions_and_keeps_the_others() {
     let gid = ferroverbs_sim::link::udp::gid_for(net::host(211));
     // SAFETY: the verbs API used as its contract says.
     unsafe {
-        let ctx = open_only_device();
-        let ops = (*ctx).ops;
-        let post_recv: PostRecv = std::mem::transmute(ops[abi::ops::POST_RECV]);
-        let post_send: PostSend = std::mem::transmute(ops[abi::ops::POST_SEND]);
-        let poll_cq: PollCq = std::mem::transmute(ops[abi::ops::POLL_CQ]);
-        let pd = ibv_alloc_pd(ctx);
-        let mut buf = vec![0u8; 16 * 1024];
-        let base = buf.as_mut_ptr() as u64;
+        // IBV_ACCESS_LOCAL_WRITE.
+        let o = open_with_buffer(16 * 1024, 1);
+        let post_recv: PostRecv = o.op(abi::ops::POST_RECV);
+        let (ctx, pd, post_send, poll_cq) = (o.ctx, o.pd, o.post_send, o.poll_cq);
+        let (mut buf, base, lkey) = (o.buf, o.base, o.lkey);
         for (i, b) in buf[..256].iter_mut().enumerate() {
             *b = (i * 7 + 3) as u8;
         }
-        // IBV_ACCESS_LOCAL_WRITE.
-        let mr = ibv_reg_mr(pd, buf.as_mut_ptr() as *mut c_void, buf.len(), 1);
-        assert!(!mr.is_null());
-        let lkey = (*mr).lkey;
         let cq_ad = ibv_create_cq(ctx, 64, ptr::null_mut(), ptr::null_mut(), 0);
         let cq_bc = ibv_create_cq(ctx, 64, ptr::null_mut(), ptr::null_mut(), 0);
         assert!(!cq_ad.is_null() && !cq_bc.is_null());

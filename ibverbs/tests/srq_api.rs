@@ -44,18 +44,11 @@ fn srq_verbs_through_the_c_abi() {
     let gid = ferroverbs_sim::link::udp::gid_for(net::host(83));
     // SAFETY: the verbs API used as its contract says.
     unsafe {
-        let ctx = open_only_device();
-        let ops = (*ctx).ops;
-        let post_srq_recv: PostRecv = std::mem::transmute(ops[abi::ops::POST_SRQ_RECV]);
-        let post_recv: PostRecv = std::mem::transmute(ops[abi::ops::POST_RECV]);
-        let post_send: PostSend = std::mem::transmute(ops[abi::ops::POST_SEND]);
-        let poll_cq: PollCq = std::mem::transmute(ops[abi::ops::POLL_CQ]);
-        let pd = ibv_alloc_pd(ctx);
-        assert!(!pd.is_null());
-        let mut buf = vec![0u8; 64 * 1024];
-        let mr = ibv_reg_mr(pd, buf.as_mut_ptr() as *mut c_void, buf.len(), 1);
-        assert!(!mr.is_null());
-        let lkey = (*mr).lkey;
+        let o = open_with_buffer(64 * 1024, 1);
+        let post_srq_recv: PostRecv = o.op(abi::ops::POST_SRQ_RECV);
+        let post_recv: PostRecv = o.op(abi::ops::POST_RECV);
+        let (ctx, pd, post_send, poll_cq) = (o.ctx, o.pd, o.post_send, o.poll_cq);
+        let (mut buf, lkey) = (o.buf, o.lkey);
         let cq = ibv_create_cq(ctx, 64, ptr::null_mut(), ptr::null_mut(), 0);
         assert!(!cq.is_null());
 

@@ -52,6 +52,65 @@ pub unsafe fn open_only_device() -> *mut abi::ibv_context {
     }
 }
 
+/// What a C-ABI test starts from: the only device opened, the data-path entries of
+/// its `ops` every test calls, a PD, and a zeroed buffer registered in it.
+pub struct Opened {
+    pub ctx: *mut abi::ibv_context,
+    pub post_send: PostSend,
+    pub poll_cq: PollCq,
+    pub pd: *mut abi::ibv_pd,
+    pub buf: Vec<u8>,
+    pub base: u64,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+impl Opened {
+    /// Entry `index` of the context's `ops` (`abi::ops::*`) as the function type `F`.
+    ///
+    /// # Safety
+    ///
+    /// `F` is the C type of that entry.
+    pub unsafe fn op<F: Copy>(&self, index: usize) -> F {
+        // SAFETY: the context is live; the entry is a function of type `F` (the
+        // caller's promise), a pointer-sized value.
+        unsafe { std::mem::transmute_copy(&(*self.ctx).ops[index]) }
+    }
+}
+
+/// Opens the only device ([`open_only_device`]), allocates a PD and registers a
+/// zeroed buffer of `len` bytes with `access` (`ibv_access_flags`).
+///
+/// # Safety
+///
+/// As [`open_only_device`].
+pub unsafe fn open_with_buffer(len: usize, access: c_int) -> Opened {
+    // SAFETY: the verbs API used as its contract says (the caller's promise).
+    unsafe {
+        let ctx = open_only_device();
+        let ops = (*ctx).ops;
+        let post_send: PostSend = std::mem::transmute(ops[abi::ops::POST_SEND]);
+        let poll_cq: PollCq = std::mem::transmute(ops[abi::ops::POLL_CQ]);
+        let pd = ibv_alloc_pd(ctx);
+        assert!(!pd.is_null());
+        let mut buf = vec![0u8; len];
+        let base = buf.as_mut_ptr() as u64;
+        let mr = ibv_reg_mr(pd, buf.as_mut_ptr() as *mut c_void, buf.len(), access);
+        assert!(!mr.is_null());
+        let (lkey, rkey) = ((*mr).lkey, (*mr).rkey);
+        Opened {
+            ctx,
+            post_send,
+            poll_cq,
+            pd,
+            buf,
+            base,
+            lkey,
+            rkey,
+        }
+    }
+}
+
 /// `ops.post_send` of a context.
 pub type PostSend = unsafe extern "C" fn(
     *mut abi::ibv_qp,
