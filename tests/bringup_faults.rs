@@ -35,6 +35,8 @@ const STEPS: &[(Op, Option<u16>, Option<u32>, Step)] = &[
     (Op::QueryHcaCap, Some(1), Some(1), Step::QueryGeneralCaps),
     (Op::SetHcaCap, Some(0), None, Step::SetGeneralCaps),
     (Op::QueryHcaCap, Some(1), Some(2), Step::SetGeneralCaps),
+    // The ODP page, CUR (cap type 2): the device reports `pg`.
+    (Op::QueryHcaCap, Some(5), None, Step::OdpCaps),
     (Op::QueryHcaCap, Some(8), None, Step::RoceCaps),
     (Op::SetHcaCap, Some(8), None, Step::RoceCaps),
     (Op::QueryPages, Some(2), None, Step::InitPages),

@@ -110,6 +110,7 @@ fn bring_up_and_teardown_follow_the_firmware_order_with_one_trace_event_per_comm
                 ("QUERY_HCA_CAP", 7),
                 ("SET_HCA_CAP", 6),
                 ("QUERY_HCA_CAP", 7),
+                ("QUERY_HCA_CAP", 5),
                 ("QUERY_HCA_CAP", 8),
                 ("QUERY_HCA_CAP", 9),
                 ("SET_HCA_CAP", 8),

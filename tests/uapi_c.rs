@@ -220,3 +220,14 @@ fn clock_pages_give_the_device_clock_and_its_wall_clock_translation() {
         run_checker(dir, exe, 111, 12);
     }
 }
+
+/// On-demand paging through libmlx5: the capabilities, an ODP region over a hole and
+/// untouched pages, WRITEs and READs that follow the process's page tables,
+/// `ibv_advise_mr`'s errnos, and a WRITE into an inaccessible page completing in
+/// error.
+#[test]
+fn on_demand_paging_follows_the_page_tables() {
+    if let Some((dir, exe)) = compile("odp", "/usr/include/infiniband/verbs.h", &["-libverbs"]) {
+        run_checker(dir, exe, 112, 21);
+    }
+}

@@ -465,6 +465,37 @@ fn perftest_all_sizes() {
     }
 }
 
+/// perftest's `--odp`: its buffers registered with `IBV_ACCESS_ON_DEMAND` (it first
+/// checks `ibv_query_device_ex`'s ODP capabilities for the transport and the test's
+/// operation), the device reaching them through the process's page tables.
+#[test]
+fn perftest_on_demand_paging() {
+    perftest(
+        "ib_write_bw",
+        &["--odp", "-n", "200"],
+        &[65536],
+        200,
+        3,
+        (150, 151),
+    );
+    perftest(
+        "ib_send_bw",
+        &["--odp", "-n", "200"],
+        &[65536],
+        200,
+        4,
+        (152, 153),
+    );
+    perftest(
+        "ib_read_lat",
+        &["--odp", "-n", "200"],
+        &[2],
+        200,
+        5,
+        (154, 155),
+    );
+}
+
 #[test]
 fn perftest_bandwidth_with_completion_events() {
     perftest(

@@ -68,6 +68,9 @@ impl<S: Bus> Bus for AnyBus<S> {
     fn dma_map(&self, vaddr: usize, len: usize, perm: DmaPerm) -> Result<u64, BusError> {
         each!(self, b => b.dma_map(vaddr, len, perm))
     }
+    fn dma_map_on_demand(&self, vaddr: usize, len: usize, perm: DmaPerm) -> Result<u64, BusError> {
+        each!(self, b => b.dma_map_on_demand(vaddr, len, perm))
+    }
     fn dma_unmap(&self, iova: u64, len: usize) -> Result<(), BusError> {
         each!(self, b => b.dma_unmap(iova, len))
     }

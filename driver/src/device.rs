@@ -645,6 +645,12 @@ impl<B: Bus> Context<B> {
         self.verdict.get().copied()
     }
 
+    /// An on-demand paging capability (current value, `odp_cap`), by field: 0 when
+    /// the device reports no `pg`.
+    pub fn odp_cap(&self, f: Field) -> u64 {
+        self.caps.odp(f)
+    }
+
     /// A general capability (current value), by field.
     pub fn cap(&self, f: Field) -> u64 {
         self.caps.gen(f)

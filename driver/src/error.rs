@@ -353,6 +353,8 @@ pub enum Step {
     RoceCaps,
     /// `QUERY_HCA_CAP` / `SET_HCA_CAP` of the atomic capabilities.
     AtomicCaps,
+    /// `QUERY_HCA_CAP` of the on-demand paging capabilities.
+    OdpCaps,
     /// `QUERY_PAGES(init)` and `MANAGE_PAGES(give)`.
     InitPages,
     /// `INIT_HCA`.
@@ -385,6 +387,7 @@ impl fmt::Display for Step {
             Step::SetGeneralCaps => "setting general capabilities",
             Step::RoceCaps => "querying/setting RoCE capabilities",
             Step::AtomicCaps => "querying/setting atomic capabilities",
+            Step::OdpCaps => "querying on-demand paging capabilities",
             Step::InitPages => "giving init pages",
             Step::InitHca => "INIT_HCA",
             Step::EnableRoce => "enabling RoCE on the NIC vport",

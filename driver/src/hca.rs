@@ -95,6 +95,8 @@ pub(crate) struct Caps {
     pub(crate) roce_cur: Option<Vec<u8>>,
     /// The atomic capabilities (current), when the device has atomics.
     pub(crate) atomic_cur: Option<Vec<u8>>,
+    /// The on-demand paging capabilities (current), when the device has them (`pg`).
+    pub(crate) odp_cur: Option<Vec<u8>>,
 }
 
 impl Caps {
@@ -104,6 +106,7 @@ impl Caps {
             general_max: vec![0; CAP_LEN],
             roce_cur: None,
             atomic_cur: None,
+            odp_cur: None,
         }
     }
 
@@ -120,6 +123,11 @@ impl Caps {
     /// An atomic capability field (current value), 0 without atomics.
     pub(crate) fn atomic(&self, f: ferroverbs_hw::Field) -> u64 {
         self.atomic_cur.as_deref().map_or(0, |c| f.get(c))
+    }
+
+    /// An on-demand paging capability field (current value), 0 without `pg`.
+    pub(crate) fn odp(&self, f: ferroverbs_hw::Field) -> u64 {
+        self.odp_cur.as_deref().map_or(0, |c| f.get(c))
     }
 
     /// Whether the device executes the verbs' atomics as `IBV_ATOMIC_HCA` promises
@@ -325,6 +333,14 @@ impl<B: Bus> Hca<B> {
         // Atomic before RoCE, as Linux's `set_hca_cap` orders them.
         if self.caps.gen(prm::cmd_hca_cap::atomic) == 1 {
             self.atomic_caps().map_err(at(Step::AtomicCaps))?;
+        }
+        // Then on-demand paging (Linux `handle_hca_cap_odp`, which only reads them
+        // when the device reports its SRQ-receive bits current already).
+        if self.caps.gen(prm::cmd_hca_cap::pg) == 1 {
+            let cur = self
+                .query_cap(query_cap_op(CapType::Odp, CapMode::Cur))
+                .map_err(at(Step::OdpCaps))?;
+            self.caps.odp_cur = Some(cur);
         }
         if self.caps.gen(prm::cmd_hca_cap::roce) == 1 {
             self.roce_caps().map_err(at(Step::RoceCaps))?;

@@ -199,6 +199,21 @@ pub trait Bus: Send + Sync {
     /// The caller keeps the memory alive and in place until [`Bus::dma_unmap`].
     fn dma_map(&self, vaddr: usize, len: usize, perm: DmaPerm) -> Result<u64, BusError>;
 
+    /// Maps `len` bytes at `vaddr` for device access *on demand* (on-demand paging,
+    /// Linux's ODP regions): the memory need not be mapped now nor stay mapped; the
+    /// device reaches it through the process's page tables at each access, as a
+    /// ConnectX resolves a page fault through the kernel, and an access to a page the
+    /// process does not have (or may not write) faults. Removed by
+    /// [`Bus::dma_unmap`]. A bus that can only map memory in place (VFIO's type-1
+    /// IOMMU pins it) refuses: [`BusError::MapRefused`].
+    fn dma_map_on_demand(&self, vaddr: usize, len: usize, perm: DmaPerm) -> Result<u64, BusError> {
+        let _ = (vaddr, perm);
+        Err(BusError::MapRefused {
+            len,
+            reason: "this bus cannot map memory on demand".into(),
+        })
+    }
+
     /// Removes the mapping made by [`Bus::dma_map`] that starts at `iova`.
     fn dma_unmap(&self, iova: u64, len: usize) -> Result<(), BusError>;
 

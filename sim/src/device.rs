@@ -1175,6 +1175,10 @@ impl Bus for SimBus {
         self.shared.iommu.map(vaddr, len, perm)
     }
 
+    fn dma_map_on_demand(&self, vaddr: usize, len: usize, perm: DmaPerm) -> Result<u64, BusError> {
+        self.shared.iommu.map_on_demand(vaddr, len, perm)
+    }
+
     fn dma_unmap(&self, iova: u64, len: usize) -> Result<(), BusError> {
         self.shared.iommu.unmap(iova, len)
     }

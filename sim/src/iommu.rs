@@ -88,6 +88,9 @@ struct Mapping {
     /// Start and length of the page-granular IOVA span allocated for it.
     span: u64,
     span_len: u64,
+    /// Mapped on demand ([`Iommu::map_on_demand`]): reached through the process's
+    /// page tables at each access, never dereferenced in place.
+    demand: bool,
 }
 
 /// First-fit allocator of page-granular IOVA ranges, with coalescing on free.
@@ -199,6 +202,59 @@ impl Maps {
     }
 }
 
+/// One mapped piece of an access ([`Iommu::walk`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct Piece {
+    /// Host address of its first byte.
+    host: usize,
+    /// Its offset in the access.
+    at: usize,
+    /// Its length.
+    len: usize,
+    /// In an on-demand mapping.
+    demand: bool,
+}
+
+/// The device's accesses of on-demand memory ([`Iommu::map_on_demand`]): through the
+/// kernel, which resolves the page faults (or refuses them) as Linux's ODP page
+/// fault handler does for a ConnectX.
+mod demand {
+    /// Copies `dst.len()` bytes of this process's memory at `host` into `dst`:
+    /// `false` if some page of it is not mapped readable.
+    pub(super) fn read(host: usize, dst: &mut [u8]) -> bool {
+        let local = libc::iovec {
+            iov_base: dst.as_mut_ptr().cast(),
+            iov_len: dst.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: host as *mut libc::c_void,
+            iov_len: dst.len(),
+        };
+        // SAFETY: `local` is `dst`, ours to write; the kernel checks `remote` against
+        // the process's mappings (EFAULT, or a short count, for a hole) and never
+        // lets the copy touch memory the process does not have.
+        let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        n >= 0 && n as usize == dst.len()
+    }
+
+    /// Copies `src` to this process's memory at `host`: `false` if some page of it
+    /// is not mapped writable (the pages before it may have been written).
+    pub(super) fn write(host: usize, src: &[u8]) -> bool {
+        let local = libc::iovec {
+            iov_base: src.as_ptr() as *mut libc::c_void,
+            iov_len: src.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: host as *mut libc::c_void,
+            iov_len: src.len(),
+        };
+        // SAFETY: `local` is `src`, only read by the kernel; the kernel checks
+        // `remote` against the process's mappings and their protections.
+        let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
+        n >= 0 && n as usize == src.len()
+    }
+}
+
 /// The IOVA map table and the checked accessors of host memory.
 #[derive(Debug)]
 pub struct Iommu {
@@ -249,6 +305,29 @@ impl Iommu {
     /// The caller promises (the [`Bus::dma_map`](ferroverbs_hw::Bus::dma_map)
     /// contract) that the bytes stay alive and in place until [`Iommu::unmap`].
     pub fn map(&self, vaddr: usize, len: usize, perm: DmaPerm) -> Result<u64, BusError> {
+        self.insert(vaddr, len, perm, false)
+    }
+
+    /// Maps `len` bytes of this process's memory at `vaddr` on demand, as an ODP
+    /// region of Linux's mlx5_ib (`ib_umem_odp_get`: nothing pinned, the device's
+    /// page faults resolved through the process's page tables): no promise is asked
+    /// of the caller. Every access goes through the kernel
+    /// (`process_vm_readv`/`process_vm_writev` on this process), so a page the
+    /// process has not touched is faulted in, one it has unmapped since (or may not
+    /// write) is an [`IommuFault::NotMapped`], and a page unmapped under an access
+    /// cannot make the device touch memory that is gone. Accesses of such a mapping
+    /// take the general path (no [`Window`] covers it).
+    pub fn map_on_demand(&self, vaddr: usize, len: usize, perm: DmaPerm) -> Result<u64, BusError> {
+        self.insert(vaddr, len, perm, true)
+    }
+
+    fn insert(
+        &self,
+        vaddr: usize,
+        len: usize,
+        perm: DmaPerm,
+        demand: bool,
+    ) -> Result<u64, BusError> {
         let end = vaddr
             .checked_add(len)
             .filter(|_| len > 0)
@@ -274,6 +353,7 @@ impl Iommu {
             perm,
             span,
             span_len,
+            demand,
         };
         // The allocator never hands out a span twice, so `iova` is not present.
         maps.by_iova.insert(iova, m);
@@ -328,17 +408,19 @@ impl Iommu {
     /// Whether the whole range is mapped with the given permission.
     pub fn check(&self, iova: u64, len: usize, access: Access) -> Result<(), IommuFault> {
         let maps = self.read_maps();
-        Self::walk(&maps, iova, len, access, |_, _, _| ())
+        Self::walk(&maps, iova, len, access, |_| true)
     }
 
-    /// Calls `f(host, offset_in_access, chunk_len)` for each mapped piece of
-    /// `[iova, iova + len)`, after checking the whole range first.
+    /// Calls `f` with each mapped [`Piece`] of `[iova, iova + len)`, after checking
+    /// the whole range first. `f` returns `false` when the piece's memory could not
+    /// be reached (an on-demand page the process does not have): the access then
+    /// faults at that piece ([`IommuFault::NotMapped`]), its earlier pieces done.
     fn walk(
         maps: &Maps,
         iova: u64,
         len: usize,
         access: Access,
-        mut f: impl FnMut(usize, usize, usize),
+        mut f: impl FnMut(Piece) -> bool,
     ) -> Result<(), IommuFault> {
         let not_mapped = |at: u64| IommuFault::NotMapped {
             iova: at,
@@ -362,13 +444,22 @@ impl Iommu {
                 if !allowed(m) {
                     return Err(IommuFault::Permission { iova, len, access });
                 }
-                f(m.host + off as usize, 0, len);
-                return Ok(());
+                let piece = Piece {
+                    host: m.host + off as usize,
+                    at: 0,
+                    len,
+                    demand: m.demand,
+                };
+                return if f(piece) {
+                    Ok(())
+                } else {
+                    Err(not_mapped(iova))
+                };
             }
         }
         // First pass: validate, collecting the pieces.
-        let mut pieces: [(usize, usize, usize); 4] = [(0, 0, 0); 4];
-        let mut more: Vec<(usize, usize, usize)> = Vec::new();
+        let mut pieces = [Piece::default(); 4];
+        let mut more: Vec<Piece> = Vec::new();
         let mut n = 0usize;
         let mut done = 0usize;
         while done < len {
@@ -386,7 +477,12 @@ impl Iommu {
                 });
             }
             let chunk = (m.len - off).min(len - done);
-            let piece = (m.host + off, done, chunk);
+            let piece = Piece {
+                host: m.host + off,
+                at: done,
+                len: chunk,
+                demand: m.demand,
+            };
             if n < pieces.len() {
                 pieces[n] = piece;
             } else {
@@ -395,8 +491,10 @@ impl Iommu {
             n += 1;
             done += chunk;
         }
-        for &(host, at, chunk) in pieces.iter().take(n).chain(more.iter()) {
-            f(host, at, chunk);
+        for &p in pieces.iter().take(n).chain(more.iter()) {
+            if !f(p) {
+                return Err(not_mapped(iova + p.at as u64));
+            }
         }
         Ok(())
     }
@@ -418,15 +516,20 @@ impl Iommu {
 
     /// [`Iommu::read`] with the table `maps` already read-locked by the caller.
     fn read_in(&self, maps: &Maps, iova: u64, buf: &mut [u8]) -> Result<(), IommuFault> {
-        let r = Self::walk(maps, iova, buf.len(), Access::Read, |host, at, chunk| {
-            // SAFETY: `walk` found `[host, host + chunk)` inside a live mapping that
+        let r = Self::walk(maps, iova, buf.len(), Access::Read, |p| {
+            let dst = &mut buf[p.at..p.at + p.len];
+            if p.demand {
+                return demand::read(p.host, dst);
+            }
+            // SAFETY: `walk` found `[host, host + len)` inside a live mapping that
             // allows reads, and the read lock held on the table (by the caller, who
             // lent `maps`) keeps that mapping live for the duration of the copy. The
             // Bus contract (`dma_map`) makes the mapper keep those bytes allocated and
             // in place until unmapped, and treat them as shared with the device, so
             // volatile byte reads are sound even if the driver writes them
-            // concurrently. `at + chunk <= buf.len()` by construction of the pieces.
-            unsafe { volatile_read(host as *const u8, &mut buf[at..at + chunk]) }
+            // concurrently. `at + len <= buf.len()` by construction of the pieces.
+            unsafe { volatile_read(p.host as *const u8, dst) };
+            true
         });
         // Later reads of the device must not be hoisted above this one (an owner bit
         // read first, then the body, as the device does for command entries).
@@ -452,12 +555,17 @@ impl Iommu {
     /// [`Iommu::write`] with the table `maps` already read-locked by the caller (and
     /// the release fence already passed).
     fn write_in(&self, maps: &Maps, iova: u64, data: &[u8]) -> Result<(), IommuFault> {
-        let r = Self::walk(maps, iova, data.len(), Access::Write, |host, at, chunk| {
+        let r = Self::walk(maps, iova, data.len(), Access::Write, |p| {
+            let src = &data[p.at..p.at + p.len];
+            if p.demand {
+                return demand::write(p.host, src);
+            }
             // SAFETY: as in `read_in`: the range lies in a live writable mapping, kept
             // live by the read lock the caller holds, and the mapper promised the
             // memory stays valid and is only accessed volatilely or atomically while
             // mapped.
-            unsafe { volatile_write(host as *mut u8, &data[at..at + chunk]) }
+            unsafe { volatile_write(p.host as *mut u8, src) };
+            true
         });
         if r.is_ok() {
             self.write_bytes
@@ -476,9 +584,15 @@ impl Iommu {
         fence(Ordering::Release);
         let n = data.len();
         let maps = self.read_maps();
-        let r = Self::walk(&maps, iova, n, Access::Write, |host, at, chunk| {
-            let piece = &data[at..at + chunk];
-            if at + chunk == n && chunk > 0 {
+        let r = Self::walk(&maps, iova, n, Access::Write, |p| {
+            let (host, chunk) = (p.host, p.len);
+            let piece = &data[p.at..p.at + chunk];
+            if p.demand {
+                // No entry with an owner byte lives in on-demand memory (queues are
+                // mapped in place); the bytes are written in order all the same.
+                return demand::write(host, piece);
+            }
+            if p.at + chunk == n && chunk > 0 {
                 // SAFETY: as in `write`; `host + chunk - 1` is the last byte of the
                 // checked piece.
                 unsafe {
@@ -490,6 +604,7 @@ impl Iommu {
                 // SAFETY: as in `write`.
                 unsafe { volatile_write(host as *mut u8, piece) }
             }
+            true
         });
         drop(maps);
         if r.is_ok() {
@@ -580,7 +695,7 @@ impl Iommu {
     /// The window of the mapping that holds `iova`, at the current generation.
     fn window_of(maps: &Maps, iova: u64) -> Option<Window> {
         let (start, m) = maps.floor(iova)?;
-        if iova - start >= m.len as u64 {
+        if iova - start >= m.len as u64 || m.demand {
             return None;
         }
         Some(Window {
@@ -1096,6 +1211,78 @@ mod tests {
                 assert_eq!(got, want, "allocation of {len:#x} aligned {align:#x}");
                 live.push((got.expect("space"), len));
             }
+        }
+    }
+
+    /// An on-demand mapping follows the process's page tables: a page never touched
+    /// reads as zeros, a written one reads back, a page unmapped since (or made
+    /// read-only) faults the access that reaches it (no crash, the fault counted), and
+    /// no cached window ever covers the mapping.
+    #[test]
+    fn on_demand_mappings_reach_memory_through_the_page_tables() {
+        let page = IOMMU_PAGE as usize;
+        // SAFETY: a fresh anonymous mapping of three pages, owned by this test.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                3 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let io = Iommu::new();
+        let iova = io
+            .map_on_demand(base as usize, 3 * page, DmaPerm::RW)
+            .unwrap();
+        let mut buf = [0xffu8; 16];
+        io.read(iova + 100, &mut buf).unwrap();
+        assert_eq!(buf, [0; 16], "an untouched page is zero-filled");
+        io.write(iova + page as u64 - 8, &[7u8; 16]).unwrap();
+        io.read(iova + page as u64 - 8, &mut buf).unwrap();
+        assert_eq!(buf, [7; 16], "a write across a page boundary reads back");
+        let mut w = Window::default();
+        io.read_cached(&mut w, iova, &mut buf[..4]).unwrap();
+        assert_eq!(w, Window::default(), "no window covers on-demand memory");
+        // SAFETY: the middle page of the mapping above; the IOMMU never dereferences
+        // on-demand memory, so removing it under the mapping is allowed.
+        assert_eq!(
+            unsafe { libc::munmap(base.cast::<u8>().add(page).cast(), page) },
+            0
+        );
+        // SAFETY: the last page of the mapping above.
+        let ro = unsafe {
+            libc::mprotect(
+                base.cast::<u8>().add(2 * page).cast(),
+                page,
+                libc::PROT_READ,
+            )
+        };
+        assert_eq!(ro, 0);
+        let hole = iova + page as u64;
+        assert_eq!(
+            io.read(hole + 8, &mut buf),
+            Err(IommuFault::NotMapped {
+                iova: hole + 8,
+                len: 16,
+                access: Access::Read
+            })
+        );
+        assert!(io.write(iova + 2 * page as u64, &[1; 8]).is_err());
+        io.read(iova + 2 * page as u64, &mut buf[..8]).unwrap();
+        assert_eq!(
+            buf[..8],
+            [0; 8],
+            "the refused write left the read-only page alone"
+        );
+        assert_eq!(io.faults(), 2);
+        io.unmap(iova, 3 * page).unwrap();
+        // SAFETY: the two pages of the mapping still mapped.
+        unsafe {
+            libc::munmap(base, page);
+            libc::munmap(base.cast::<u8>().add(2 * page).cast(), page);
         }
     }
 

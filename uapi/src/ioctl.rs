@@ -158,6 +158,7 @@ fn dispatch(f: &mut UFile, object: u16, method: u16, a: &Attrs) -> Result<(), Er
             | (io::OBJECT_DEVICE, io::MLX5_METHOD_QUERY_PORT)
             | (io::OBJECT_ASYNC_EVENT, io::METHOD_ASYNC_EVENT_ALLOC)
             | (io::OBJECT_MR, io::METHOD_QUERY_MR)
+            | (io::OBJECT_MR, io::METHOD_ADVISE_MR)
             | (io::OBJECT_PD, io::MLX5_METHOD_PD_QUERY)
             | (io::MLX5_OBJECT_UAR, io::MLX5_METHOD_UAR_OBJ_ALLOC)
             | (io::MLX5_OBJECT_UAR, io::MLX5_METHOD_UAR_OBJ_DESTROY)
@@ -236,6 +237,22 @@ fn dispatch(f: &mut UFile, object: u16, method: u16, a: &Attrs) -> Result<(), Er
             a.put(QUERY_MR_RESP_RKEY, &rkey.to_ne_bytes(), 4, true)?;
             a.put(QUERY_MR_RESP_LENGTH, &length.to_ne_bytes(), 8, true)?;
             a.put(QUERY_MR_RESP_IOVA, &iova.to_ne_bytes(), 8, false)
+        }
+        (io::OBJECT_MR, io::METHOD_ADVISE_MR) => {
+            use io::{ADVISE_MR_ADVICE, ADVISE_MR_FLAGS, ADVISE_MR_PD_HANDLE, ADVISE_MR_SGE_LIST};
+            a.only(&[
+                ADVISE_MR_PD_HANDLE,
+                ADVISE_MR_ADVICE,
+                ADVISE_MR_FLAGS,
+                ADVISE_MR_SGE_LIST,
+            ])?;
+            let pd = a.handle(ADVISE_MR_PD_HANDLE)?;
+            // A constant attribute, inline (`uverbs_get_const`); the flags a 32-bit
+            // flags attribute (`uverbs_get_flags32`: absent is 0).
+            let advice = a.get(ADVISE_MR_ADVICE).ok_or(Errno::EINVAL)?.data;
+            let flags = a.get(ADVISE_MR_FLAGS).map_or(0, |x| x.data);
+            let sges = crate::verbs::odp::parse_sges(&a.bytes(ADVISE_MR_SGE_LIST)?)?;
+            ctx.advise_mr(pd, advice, flags, &sges)
         }
         (io::OBJECT_PD, io::MLX5_METHOD_PD_QUERY) => {
             use io::{MLX5_QUERY_PD_HANDLE as HANDLE, MLX5_QUERY_PD_RESP_PDN as PDN};

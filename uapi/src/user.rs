@@ -89,3 +89,19 @@ pub fn check_mapped(addr: u64, len: u64) -> Result<(), Errno> {
         Err(Errno::EFAULT)
     }
 }
+
+/// Checks that every byte of `[addr, addr + len)` is readable by the process (what
+/// faulting the pages in needs; a `PROT_NONE` page is mapped to `mincore` but not
+/// readable): EFAULT otherwise. Reads the range through the kernel 64 KiB at a time
+/// into a scratch buffer, so nothing of the process is touched.
+pub fn check_readable(addr: u64, len: u64) -> Result<(), Errno> {
+    const CHUNK: u64 = 64 << 10;
+    let end = addr.checked_add(len).ok_or(Errno::EFAULT)?;
+    let mut at = addr;
+    while at < end {
+        let n = (end - at).min(CHUNK);
+        copy_in(at, n as usize)?;
+        at += n;
+    }
+    Ok(())
+}

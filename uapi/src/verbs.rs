@@ -37,6 +37,7 @@ use crate::nic::Nic;
 use crate::user::{self, PAGE};
 use crate::{fdtab, Errno};
 
+pub(crate) mod odp;
 mod resize_cq;
 mod umr;
 
@@ -111,6 +112,27 @@ impl Mapped {
             .bus()
             .dma_map(addr as usize, len, perm)
             .map_err(|_| Errno::ENOMEM)?;
+        Ok(Mapped {
+            iova,
+            len,
+            writable: perm == DmaPerm::RW,
+        })
+    }
+
+    /// An on-demand mapping (an ODP region, see [`odp`]): the pages need not be
+    /// mapped now; the device reaches them through the page tables at each access.
+    fn on_demand(nic: &Nic, addr: u64, len: usize, perm: DmaPerm) -> Result<Mapped, Errno> {
+        if addr == 0 {
+            return Err(Errno::EFAULT);
+        }
+        let iova = nic
+            .ctx
+            .bus()
+            .dma_map_on_demand(addr as usize, len, perm)
+            .map_err(|e| match e {
+                ferroverbs_hw::BusError::MapRefused { .. } => Errno::EOPNOTSUPP,
+                _ => Errno::ENOMEM,
+            })?;
         Ok(Mapped {
             iova,
             len,
@@ -504,6 +526,12 @@ impl Ucontext {
             // requires). libmlx5 reads the CQE `timestamp` itself for
             // `ibv_wc_read_completion_ts`.
             r.u64(p::timestamp_mask, d.completion_timestamp_mask);
+            let odp = odp::caps(nic);
+            r.u64(p::odp_caps, odp.general);
+            r.u32(p::odp_caps + 8, odp.rc);
+            r.u32(p::odp_caps + 12, odp.uc);
+            r.u32(p::odp_caps + 16, odp.ud);
+            r.u32(p::xrc_odp_caps, odp.xrc);
             r.u64(p::hca_core_clock, u64::from(d.hca_core_clock_khz));
             let mut drv = Resp::new(8);
             drv.u32(4, 8);
@@ -600,6 +628,7 @@ impl Ucontext {
         let pd_h = c.core.u32(q::pd_handle);
         let access = c.core.u32(q::access_flags);
         check_mr_access(access)?;
+        odp::on_demand(self.nic, access)?;
         if length == 0 || length > isize::MAX as u64 || start % PAGE != hca_va % PAGE {
             return Err(Errno::EINVAL);
         }
@@ -644,7 +673,12 @@ impl Ucontext {
     ) -> Result<(u32, u32, Mapped), Errno> {
         let writable = writable_access(access);
         let perm = if writable { DmaPerm::RW } else { DmaPerm::RO };
-        let mem = Mapped::new(self.nic, start, length as usize, perm)?;
+        let mem = if odp::on_demand(self.nic, access)? {
+            // Linux `create_user_odp_mr`: nothing pinned, nothing checked now.
+            Mapped::on_demand(self.nic, start, length as usize, perm)?
+        } else {
+            Mapped::new(self.nic, start, length as usize, perm)?
+        };
         let pas = mem.pas();
         let write_bit = if writable { MTT_WRITE } else { 0 };
         let mtt: Vec<u64> = pas.iter().map(|p| p | MTT_READ | write_bit).collect();
@@ -736,6 +770,7 @@ impl Ucontext {
         let access = if flags & ACCESS != 0 {
             let a = c.core.u32(q::access_flags);
             check_mr_access(a)?;
+            odp::on_demand(self.nic, a)?;
             a
         } else {
             mr.access
@@ -2177,8 +2212,8 @@ fn caps_atomic(nic: &Nic) -> bool {
 }
 
 /// Linux `ib_check_mr_access` with mlx5_ib's support: known flags only, remote
-/// write or atomic only with local write, no on-demand paging (the device reports no
-/// ODP capabilities). `IBV_ACCESS_MW_BIND` needs nothing of an mlx5 mkey: windows
+/// write or atomic only with local write (on-demand paging is [`odp::on_demand`]'s
+/// check). `IBV_ACCESS_MW_BIND` needs nothing of an mlx5 mkey: windows
 /// bind to any region of their PD.
 fn check_mr_access(access: u32) -> Result<(), Errno> {
     // IB_ACCESS_SUPPORTED: the flags up to IB_ACCESS_HUGETLB (1 << 7), and the
@@ -2193,9 +2228,6 @@ fn check_mr_access(access: u32) -> Result<(), Errno> {
         && access & ACCESS_LOCAL_WRITE == 0
     {
         return Err(Errno::EINVAL);
-    }
-    if access & ACCESS_ON_DEMAND != 0 {
-        return Err(Errno::EOPNOTSUPP);
     }
     Ok(())
 }

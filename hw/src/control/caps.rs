@@ -1,6 +1,7 @@
 //! Capabilities: QUERY_HCA_CAP / SET_HCA_CAP and the capability pages a verbs driver
 //! reads and sets: the general device capabilities ([`cmd_hca_cap`]) and the RoCE
-//! capabilities ([`roce_cap`]) and the atomic capabilities ([`atomic_caps`]).
+//! capabilities ([`roce_cap`]), the atomic capabilities ([`atomic_caps`]) and the
+//! on-demand paging capabilities ([`odp_cap`]).
 //!
 //! A capability page is 4096 bytes (`hca_cap_union`) at byte 0x10 of the QUERY_HCA_CAP
 //! output and of the SET_HCA_CAP input; [`in_command`] moves a field of a page there.
@@ -326,6 +327,43 @@ prm_layout! {
     }
 }
 
+prm_layout! {
+    /// The on-demand paging capabilities (cap type ODP, present when the general
+    /// page's `pg` is set): per transport, which operations may touch ODP memory.
+    pub mod odp_cap = "odp_cap" (0x800) {
+        /// Signature offloads may touch ODP memory.
+        sig: 0x40, 1;
+        /// RC ([`super::odp_per_transport_service_cap`]).
+        rc_odp_caps: 0x80, 0x20;
+        /// UC.
+        uc_odp_caps: 0xa0, 0x20;
+        /// UD.
+        ud_odp_caps: 0xc0, 0x20;
+        /// XRC.
+        xrc_odp_caps: 0xe0, 0x20;
+        /// DC.
+        dc_odp_caps: 0x100, 0x20;
+    }
+}
+
+prm_layout! {
+    /// One transport's ODP capabilities (a 32-bit field of [`odp_cap`]).
+    pub mod odp_per_transport_service_cap = "odp_per_transport_service_cap" (0x20) {
+        /// Sends may gather from ODP memory.
+        send: 0, 1;
+        /// Receives may scatter to ODP memory.
+        receive: 1, 1;
+        /// RDMA writes may target ODP memory.
+        write: 2, 1;
+        /// RDMA reads may target ODP memory.
+        read: 3, 1;
+        /// Atomics may target ODP memory.
+        atomic: 4, 1;
+        /// Receives from an SRQ may scatter to ODP memory.
+        srq_receive: 5, 1;
+    }
+}
+
 /// `atomic_caps.atomic_operations`: compare and swap (Linux `mlx5_ib.h`
 /// `MLX5_ATOMIC_OPS_CMP_SWAP`).
 pub const ATOMIC_OPS_CMP_SWAP: u64 = 1 << 0;
@@ -348,6 +386,8 @@ pub const LAYOUTS: &[&Layout] = &[
     &cmd_hca_cap::LAYOUT,
     &roce_cap::LAYOUT,
     &atomic_caps::LAYOUT,
+    &odp_cap::LAYOUT,
+    &odp_per_transport_service_cap::LAYOUT,
 ];
 
 header_enum! {

@@ -13,7 +13,10 @@
 
 use ferroverbs_hw::Field;
 
-use super::ifc::{atomic_caps as a, cmd_hca_cap as g, roce_cap as r};
+use super::ifc::{
+    atomic_caps as a, cmd_hca_cap as g, odp_cap as o, odp_per_transport_service_cap as t,
+    roce_cap as r,
+};
 use super::syndrome::Syndrome;
 use super::FwConfig;
 use ferroverbs_hw::control::caps::{ATOMIC_OPS_CMP_SWAP, ATOMIC_OPS_FETCH_ADD};
@@ -30,6 +33,8 @@ pub enum CapType {
     Atomic,
     /// `MLX5_CAP_ROCE` (4): `roce_cap`.
     Roce,
+    /// `MLX5_CAP_ODP` (2): `odp_cap`.
+    Odp,
 }
 
 impl CapType {
@@ -37,6 +42,7 @@ impl CapType {
     pub fn from_code(code: u16) -> Option<Self> {
         match code {
             0 => Some(CapType::General),
+            2 => Some(CapType::Odp),
             3 => Some(CapType::Atomic),
             4 => Some(CapType::Roce),
             _ => None,
@@ -47,6 +53,7 @@ impl CapType {
     pub fn code(self) -> u16 {
         match self {
             CapType::General => 0,
+            CapType::Odp => 2,
             CapType::Atomic => 3,
             CapType::Roce => 4,
         }
@@ -57,6 +64,7 @@ impl CapType {
             CapType::General => 0,
             CapType::Atomic => 1,
             CapType::Roce => 2,
+            CapType::Odp => 3,
         }
     }
 }
@@ -128,6 +136,37 @@ fn atomic_defaults() -> Vec<(Field, u64)> {
     ]
 }
 
+/// The on-demand paging capabilities (the general page's `pg` is set): RC sends,
+/// receives (plain and from an SRQ), RDMA writes, reads and atomics, and UD sends
+/// may touch ODP memory, what a ConnectX-5 reports for the transports the simulator
+/// has (Linux `mlx5_ib_internal_fill_odp_caps` turns them into `ibv_odp_caps`). The
+/// device reaches ODP memory through the process's page tables
+/// (`Iommu::map_on_demand`).
+fn odp_defaults() -> Vec<(Field, u64)> {
+    // One transport's 32-bit field, its flags placed by the per-transport layout.
+    let transport = |flags: &[Field]| {
+        let mut b = [0u8; 4];
+        for f in flags {
+            set(&mut b, *f, 1);
+        }
+        u64::from(u32::from_be_bytes(b))
+    };
+    vec![
+        (
+            o::rc_odp_caps,
+            transport(&[
+                t::send,
+                t::receive,
+                t::write,
+                t::read,
+                t::atomic,
+                t::srq_receive,
+            ]),
+        ),
+        (o::ud_odp_caps, transport(&[t::send])),
+    ]
+}
+
 /// The current value of the general capabilities of a ConnectX-5-like adapter.
 fn general_defaults(cfg: &FwConfig) -> Vec<(Field, u64)> {
     vec![
@@ -180,6 +219,8 @@ fn general_defaults(cfg: &FwConfig) -> Vec<(Field, u64)> {
         (g::log_max_transport_domain, 20),
         (g::log_max_pd, 24),
         (g::roce_rw_supported, 1),
+        // On-demand paging (the ODP page, `odp_defaults`).
+        (g::pg, 1),
         (g::log_uar_page_sz, 0),
         (
             g::device_frequency_khz,
@@ -220,8 +261,8 @@ fn roce_max_extra() -> Vec<(Field, u64)> {
 /// The capability images of the function.
 #[derive(Clone, Debug)]
 pub struct Caps {
-    cur: [Vec<u8>; 3],
-    max: [Vec<u8>; 3],
+    cur: [Vec<u8>; 4],
+    max: [Vec<u8>; 4],
 }
 
 fn set(img: &mut [u8], f: Field, v: u64) {
@@ -245,7 +286,11 @@ impl Caps {
             vec![0u8; CAP_IMAGE],
             vec![0u8; CAP_IMAGE],
             vec![0u8; CAP_IMAGE],
+            vec![0u8; CAP_IMAGE],
         ];
+        for (f, v) in odp_defaults() {
+            set(&mut cur[3], f, v);
+        }
         for (f, v) in general_defaults(cfg) {
             set(&mut cur[0], f, v);
         }
@@ -306,6 +351,10 @@ impl Caps {
             CapType::General => SETTABLE_GENERAL,
             CapType::Roce => SETTABLE_ROCE,
             CapType::Atomic => SETTABLE_ATOMIC,
+            // Read-only here: Linux's `handle_hca_cap_odp` sets the SRQ-receive bits
+            // only where the maximum image has them and the current lacks them;
+            // this device reports them current already.
+            CapType::Odp => &[],
         }
     }
 

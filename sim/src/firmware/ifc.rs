@@ -3,8 +3,8 @@
 //! `mlx5_ifc.h` name.
 
 pub use ferroverbs_hw::control::caps::{
-    atomic_caps, cmd_hca_cap, query_hca_cap_in, query_hca_cap_out, roce_cap, set_hca_cap_in,
-    set_hca_cap_out,
+    atomic_caps, cmd_hca_cap, odp_cap, odp_per_transport_service_cap, query_hca_cap_in,
+    query_hca_cap_out, roce_cap, set_hca_cap_in, set_hca_cap_out,
 };
 pub use ferroverbs_hw::control::cmd::{mbox_in, mbox_out};
 pub use ferroverbs_hw::control::cq::{
