@@ -97,6 +97,25 @@ impl Proc {
         }
     }
 
+    /// The threads of its process group (`ps`: state, kernel wait channel, name),
+    /// for a report of where it is stuck.
+    pub fn threads(&self) -> String {
+        let Some(pid) = self.child.as_ref().map(Child::id) else {
+            return String::new();
+        };
+        Command::new("ps")
+            .args([
+                "-L",
+                "-o",
+                "pid,tid,stat,wchan:32,comm",
+                "-g",
+                &pid.to_string(),
+            ])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_else(|e| format!("ps: {e}"))
+    }
+
     /// Whether it still runs.
     pub fn running(&mut self) -> bool {
         matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))

@@ -125,6 +125,12 @@ impl Mapped {
         if addr == 0 {
             return Err(Errno::EFAULT);
         }
+        // The page list of the region's mkey is built whole: as large a region as a
+        // pinned one may be (`user::MAX_PAGES`), ENOMEM beyond.
+        let end = addr.checked_add(len as u64).ok_or(Errno::EINVAL)?;
+        if (end - (addr & !(PAGE - 1))).div_ceil(PAGE) > user::MAX_PAGES {
+            return Err(Errno::ENOMEM);
+        }
         let iova = nic
             .ctx
             .bus()

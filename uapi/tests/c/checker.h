@@ -101,20 +101,29 @@ static inline struct ibv_qp *rc_qp(struct ibv_pd *pd, struct ibv_cq *cq)
 	return ibv_create_qp(pd, &ia);
 }
 
-/* A signaled RDMA WRITE of `len` bytes at `src` (in `mr`) to `dst` under `rkey`. */
-static inline int post_write(struct ibv_qp *qp, struct ibv_mr *mr, void *src, uint64_t dst,
-			     uint32_t rkey, uint32_t len, uint64_t wr_id)
+/* A signaled RDMA `op` (WRITE or READ) of `len` bytes between `local` (in `mr`) and
+ * `remote` under `rkey`. */
+static inline int post_rdma(struct ibv_qp *qp, enum ibv_wr_opcode op, struct ibv_mr *mr,
+			    void *local, uint64_t remote, uint32_t rkey, uint32_t len,
+			    uint64_t wr_id)
 {
-	struct ibv_sge sge = {.addr = (uintptr_t)src, .length = len, .lkey = mr->lkey};
+	struct ibv_sge sge = {.addr = (uintptr_t)local, .length = len, .lkey = mr->lkey};
 	struct ibv_send_wr wr = {0}, *bad;
 	wr.wr_id = wr_id;
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
-	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.opcode = op;
 	wr.send_flags = IBV_SEND_SIGNALED;
-	wr.wr.rdma.remote_addr = dst;
+	wr.wr.rdma.remote_addr = remote;
 	wr.wr.rdma.rkey = rkey;
 	return ibv_post_send(qp, &wr, &bad);
+}
+
+/* A signaled RDMA WRITE of `len` bytes at `src` (in `mr`) to `dst` under `rkey`. */
+static inline int post_write(struct ibv_qp *qp, struct ibv_mr *mr, void *src, uint64_t dst,
+			     uint32_t rkey, uint32_t len, uint64_t wr_id)
+{
+	return post_rdma(qp, IBV_WR_RDMA_WRITE, mr, src, dst, rkey, len, wr_id);
 }
 
 #endif

@@ -34,21 +34,6 @@ static int poll_one(struct ibv_cq *cq)
 	return -1;
 }
 
-static int post_read(struct ibv_qp *qp, struct ibv_mr *mr, void *dst, uint64_t src,
-		     uint32_t rkey, uint32_t len)
-{
-	struct ibv_sge sge = {.addr = (uintptr_t)dst, .length = len, .lkey = mr->lkey};
-	struct ibv_send_wr wr = {0}, *bad;
-	wr.wr_id = 3;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = IBV_WR_RDMA_READ;
-	wr.send_flags = IBV_SEND_SIGNALED;
-	wr.wr.rdma.remote_addr = src;
-	wr.wr.rdma.rkey = rkey;
-	return ibv_post_send(qp, &wr, &bad);
-}
-
 int main(void)
 {
 	struct ibv_device **list;
@@ -128,8 +113,10 @@ int main(void)
 			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 	check("remap", again == odp + PAGE, "mmap failed");
 	memset(odp + PAGE, 0x5a, PAGE);
-	st = post_read(qa, lmr, local + PAGE, (uintptr_t)(odp + PAGE), mr->rkey, 128) ? -2
-										   : poll_one(cqa);
+	st = post_rdma(qa, IBV_WR_RDMA_READ, lmr, local + PAGE, (uintptr_t)(odp + PAGE), mr->rkey,
+		       128, 3)
+		     ? -2
+		     : poll_one(cqa);
 	int same = 1;
 	for (int i = 0; i < 128; i++)
 		same &= local[PAGE + i] == 0x5a;
