@@ -14,7 +14,8 @@
 //! rdma-core does for its EQ buffer).
 //!
 //! This module holds the simulator's only `unsafe` code: the volatile copies between
-//! device buffers and mapped host memory. Every access is checked against the map
+//! device buffers and mapped host memory, and the copies through the kernel of
+//! memory mapped on demand ([`Iommu::map_on_demand`]). Every access is checked against the map
 //! table (bounds and permission) while the table is read-locked, so a mapping cannot
 //! be removed under a copy in flight. The promise that makes the copies sound is the
 //! one the [`Bus`](ferroverbs_hw::Bus) contract puts on `dma_map`'s caller: the mapped

@@ -138,6 +138,7 @@ abi_structs! {
         local_ca_ack_delay: 170, phys_port_cnt: 171,
     }
     ex_query_device = "ib_uverbs_ex_query_device", size 8, { comp_mask: 0, reserved: 4 }
+    sge = "ib_uverbs_sge", size 16, { addr: 0, length: 8, lkey: 12 }
     ex_query_device_resp = "ib_uverbs_ex_query_device_resp", size 304, {
         base: 0, comp_mask: 176, response_length: 180, odp_caps: 184, timestamp_mask: 208,
         hca_core_clock: 216, device_cap_flags_ex: 224, rss_caps: 232, max_wq_type_rq: 248,

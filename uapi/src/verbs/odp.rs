@@ -109,18 +109,22 @@ pub struct Sge {
     pub lkey: u32,
 }
 
-/// Parses ADVISE_MR's scatter list: EINVAL unless a whole number of 16-byte entries,
-/// at least one (`uverbs_attr_ptr_get_array_size`).
+/// Parses ADVISE_MR's scatter list: EINVAL unless a whole number of 16-byte entries
+/// (`ib_uverbs_sge`), at least one (`uverbs_attr_ptr_get_array_size`).
 pub fn parse_sges(bytes: &[u8]) -> Result<Vec<Sge>, Errno> {
-    if bytes.is_empty() || !bytes.len().is_multiple_of(16) {
+    use crate::abi::{sge as e, Req};
+    if bytes.is_empty() || !bytes.len().is_multiple_of(e::SIZE) {
         return Err(Errno::EINVAL);
     }
     Ok(bytes
-        .chunks_exact(16)
-        .map(|e| Sge {
-            addr: u64::from_ne_bytes(e[..8].try_into().expect("8 bytes")),
-            length: u32::from_ne_bytes(e[8..12].try_into().expect("4 bytes")),
-            lkey: u32::from_ne_bytes(e[12..].try_into().expect("4 bytes")),
+        .chunks_exact(e::SIZE)
+        .map(|b| {
+            let r = Req(b);
+            Sge {
+                addr: r.u64(e::addr),
+                length: r.u32(e::length),
+                lkey: r.u32(e::lkey),
+            }
         })
         .collect())
 }
