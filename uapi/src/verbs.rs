@@ -532,6 +532,8 @@ impl Ucontext {
             // requires). libmlx5 reads the CQE `timestamp` itself for
             // `ibv_wc_read_completion_ts`.
             r.u64(p::timestamp_mask, d.completion_timestamp_mask);
+            // `struct ib_uverbs_odp_caps`: `general_caps` (u64), then
+            // `per_transport_caps` rc, uc, ud (u32 each).
             let odp = odp::caps(nic);
             r.u64(p::odp_caps, odp.general);
             r.u32(p::odp_caps + 8, odp.rc);
@@ -633,8 +635,7 @@ impl Ucontext {
         let hca_va = c.core.u64(q::hca_va);
         let pd_h = c.core.u32(q::pd_handle);
         let access = c.core.u32(q::access_flags);
-        check_mr_access(access)?;
-        odp::on_demand(self.nic, access)?;
+        check_mr_access(self.nic, access)?;
         if length == 0 || length > isize::MAX as u64 || start % PAGE != hca_va % PAGE {
             return Err(Errno::EINVAL);
         }
@@ -679,7 +680,8 @@ impl Ucontext {
     ) -> Result<(u32, u32, Mapped), Errno> {
         let writable = writable_access(access);
         let perm = if writable { DmaPerm::RW } else { DmaPerm::RO };
-        let mem = if odp::on_demand(self.nic, access)? {
+        // `check_mr_access` let ON_DEMAND through only if the device offers ODP.
+        let mem = if access & ACCESS_ON_DEMAND != 0 {
             // Linux `create_user_odp_mr`: nothing pinned, nothing checked now.
             Mapped::on_demand(self.nic, start, length as usize, perm)?
         } else {
@@ -775,8 +777,7 @@ impl Ucontext {
         let mr = self.mrs.get(&h).ok_or(Errno::ENOENT)?;
         let access = if flags & ACCESS != 0 {
             let a = c.core.u32(q::access_flags);
-            check_mr_access(a)?;
-            odp::on_demand(self.nic, a)?;
+            check_mr_access(self.nic, a)?;
             a
         } else {
             mr.access
@@ -2218,10 +2219,10 @@ fn caps_atomic(nic: &Nic) -> bool {
 }
 
 /// Linux `ib_check_mr_access` with mlx5_ib's support: known flags only, remote
-/// write or atomic only with local write (on-demand paging is [`odp::on_demand`]'s
-/// check). `IBV_ACCESS_MW_BIND` needs nothing of an mlx5 mkey: windows
-/// bind to any region of their PD.
-fn check_mr_access(access: u32) -> Result<(), Errno> {
+/// write or atomic only with local write, on-demand paging only where the device
+/// offers it ([`odp::on_demand`]: EOPNOTSUPP otherwise). `IBV_ACCESS_MW_BIND` needs
+/// nothing of an mlx5 mkey: windows bind to any region of their PD.
+fn check_mr_access(nic: &Nic, access: u32) -> Result<(), Errno> {
     // IB_ACCESS_SUPPORTED: the flags up to IB_ACCESS_HUGETLB (1 << 7), and the
     // optional range (IB_UVERBS_ACCESS_OPTIONAL_RANGE, bits 20..29, of which mlx5_ib
     // honours relaxed ordering and ignores the rest), which libibverbs passes once
@@ -2235,7 +2236,7 @@ fn check_mr_access(access: u32) -> Result<(), Errno> {
     {
         return Err(Errno::EINVAL);
     }
-    Ok(())
+    odp::on_demand(nic, access).map(|_| ())
 }
 
 /// The extended CREATE_QP's `create_flags`: Linux's core refuses a flag it does not
