@@ -47,7 +47,7 @@ pub fn tcp_ping(
 ) -> Result<Vec<u64>, CliError> {
     let out = vec![0x5au8; size];
     let mut back = vec![0u8; size];
-    let mut stamps = Vec::with_capacity(iters as usize);
+    let mut stamps = super::runner::stamp_array(iters as usize);
     let t0 = Instant::now();
     for _ in 0..iters {
         stamps.push(t0.elapsed().as_nanos() as u64);
