@@ -396,7 +396,6 @@ pub(super) fn post_error(
     CliError::runtime(format!("{side}: posting {what}"), e)
 }
 
-/// The PSN a QP starts with (perftest draws a random 24-bit one; any value works).
 /// An empty vector with room for `n` clock stamps whose memory is written once
 /// before the test starts, as perftest clears its `tposted` and `tcompleted` arrays
 /// (`memset` in `alloc_ctx`): stamps taken during the test would otherwise pay a
@@ -409,6 +408,7 @@ pub(super) fn stamp_array(n: usize) -> Vec<u64> {
     v
 }
 
+/// The PSN a QP starts with (perftest draws a random 24-bit one; any value works).
 pub(super) fn initial_psn(qpn: u32) -> u32 {
     qpn.wrapping_mul(0x9e37_79b1) >> 8
 }
