@@ -14,6 +14,13 @@
 //! that its peer receives, so the memory figures are those of QPs that have carried
 //! traffic and are idle again. Prints one line per figure (`key: value`), for
 //! `benches/scale.sh`.
+//!
+//! Before it starts the clock it writes, then frees, as much memory as the run will
+//! take: on a virtual machine the first touch of a guest page the hypervisor has not
+//! backed yet costs several times an ordinary page fault (a fresh 1,200 MB mapping
+//! touched a page at a time: 8.6 µs per page, again right after: 2.3 µs), and which
+//! pages a run gets depends on what ran before it; the pages freed are the ones the
+//! run's allocations get back, so the times are the driver's and the simulator's.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -34,9 +41,24 @@ struct Cli {
     mr_per_qp: bool,
 }
 
+/// Bytes the process takes per QP pair and its MR (measured: 297,530 page faults at
+/// 16,384 QPs with `--mr-per-qp`), with some room.
+const BYTES_PER_QP_PAIR: usize = 96 << 10;
+
+/// Writes one byte of every page of a fresh `bytes`-byte buffer, then frees it, so the
+/// guest pages the run allocates next are backed already.
+fn warm_guest_memory(bytes: usize) {
+    let mut v = vec![0u8; bytes];
+    for i in (0..bytes).step_by(4096) {
+        v[i] = 1;
+    }
+    std::hint::black_box(&mut v);
+}
+
 fn main() {
     let cli = <Cli as clap::Parser>::parse();
     let n = cli.qps as usize;
+    warm_guest_memory(n * BYTES_PER_QP_PAIR);
     let net = common::net();
     let (ca, ga) = open(&net.a, 1);
     let (cb, gb) = open(&net.b, 2);
