@@ -231,12 +231,17 @@ impl<B: Bus> DoorbellWord for FastWord<B> {
 /// A per-slot `wr_id` table indexed by a 16-bit WQE counter masked to its length,
 /// with that bound proved once, at construction (the length is a power of two and
 /// the mask is the length minus one): a lookup is one `and` and one load, with no
-/// bounds check on the poll path.
+/// bounds check on the poll path. `repr(C)`: the pointer and the mask, what a lookup
+/// reads, are its first 16 bytes (the `Arc` only keeps the table alive).
+#[repr(C)]
 pub(crate) struct WrIdTable {
     ptr: *const AtomicU64,
     mask: u32,
     _table: Arc<[AtomicU64]>,
 }
+
+const _: () =
+    assert!(std::mem::size_of::<WrIdTable>() == 32 && std::mem::offset_of!(WrIdTable, mask) < 16);
 
 // SAFETY: the table owns a reference to its `Arc<[AtomicU64]>`, and every access
 // through it is an atomic load or store, so it may be sent and shared between

@@ -319,8 +319,16 @@ pub struct BadWr {
 /// What a QP shares with its CQs: per-slot `wr_id`s (written at post, read at poll)
 /// and the completion counters the CQ publishes for the QP to reclaim its slots.
 /// Atomics with `Relaxed`, `Release` and `Acquire` loads and stores only.
+///
+/// Laid out for a poll that meets the QP cold (with thousands of QPs on one CQ, the
+/// QP of a CQE is rarely the last one's): aligned to a cache line, with everything a
+/// requester CQE reads and writes (key, mask, `wr_id` table, QPN, counter) and the
+/// receive key in its first line, and what a received SEND reads besides (its
+/// `wr_id` table and counter) in the second; the rest, read only off the poll path,
+/// after. The `Arc` that holds it keeps its counts in the line before (an
+/// `ArcInner`'s two counters, then the value at its alignment).
+#[repr(C, align(64))]
 pub(crate) struct WqShared {
-    pub(crate) qpn: u32,
     /// [`cqe_qpn_key`] of `qpn` while the QP lives, [`DEAD_KEY`] once destroyed: a
     /// CQ matches a CQE's raw last 8 bytes against it (QPN, requester CQE and
     /// liveness in one compare).
@@ -329,17 +337,11 @@ pub(crate) struct WqShared {
     /// as a memory operand instead of materialising the 64-bit constant (one
     /// instruction less on the poll path). Never changes.
     key_mask: u64,
-    /// The send ring's own per-slot `wr_id` table (written once per WR, at post).
-    sq_wr_id: Arc<[AtomicU64]>,
-    /// The same table for the CQ's lookups, its bound proved once.
+    /// The send ring's `wr_id` table for the CQ's lookups, its bound proved once.
     sq_ids: WrIdTable,
+    pub(crate) qpn: u32,
     /// `DONE | wqe_counter` of the latest requester completion, 0 for none.
     pub(super) sq_done: AtomicU32,
-    rq_mask: u32,
-    /// The receive ring's own per-slot `wr_id` table.
-    rq_wr_id: Arc<[AtomicU64]>,
-    /// `DONE | tail` (the RQ counter after the latest receive completion).
-    rq_done: AtomicU32,
     /// [`cqe_recv_key`] of `qpn` while the QP lives and takes its receive WQEs from
     /// its own RQ, [`DEAD_KEY`] once destroyed or given an SRQ: a CQ matches a
     /// CQE's raw last 8 bytes against it (QPN, received SEND without immediate, own
@@ -347,6 +349,17 @@ pub(crate) struct WqShared {
     recv_key: AtomicU64,
     /// The receive ring's `wr_id` table for the CQ's lookups, its bound proved once.
     rq_ids: WrIdTable,
+    /// `DONE | tail` (the RQ counter after the latest receive completion).
+    rq_done: AtomicU32,
+    rq_mask: u32,
+    /// The destination QPN of the connected (RC, UC) QP, from its INIT→RTR: the
+    /// `src_qp` of a completion whose `flags_rqpn` the device overwrote with data
+    /// (scatter to CQE).
+    dest_qpn: AtomicU32,
+    /// The send ring's own per-slot `wr_id` table (written once per WR, at post).
+    sq_wr_id: Arc<[AtomicU64]>,
+    /// The receive ring's own per-slot `wr_id` table.
+    rq_wr_id: Arc<[AtomicU64]>,
     /// The SRQ receive completions take their `wr_id` from, if the QP has one.
     srq: std::sync::OnceLock<Arc<SrqShared>>,
     /// Set when the QP's responder scatters to CQE (`qpc.cs_res`): where the poll
@@ -355,11 +368,21 @@ pub(crate) struct WqShared {
     /// Set when the QP's requester scatters to CQE (`qpc.cs_req`): where the poll
     /// copies a READ response or an atomic result the device placed in its CQE.
     send_scatter: std::sync::OnceLock<super::scatter::SendScatter>,
-    /// The destination QPN of the connected (RC, UC) QP, from its INIT→RTR: the
-    /// `src_qp` of a completion whose `flags_rqpn` the device overwrote with data
-    /// (scatter to CQE).
-    dest_qpn: AtomicU32,
 }
+
+// The poll path's fields where the layout above puts them: a requester CQE's in the
+// first line, a received SEND's rest in the second.
+const _: () = {
+    use std::mem::{align_of, offset_of, size_of};
+    assert!(align_of::<WqShared>() == 64);
+    // `WrIdTable` is 32 bytes, its pointer and mask first (asserted beside it).
+    assert!(size_of::<WrIdTable>() == 32);
+    assert!(offset_of!(WqShared, sq_done) + 4 <= 64);
+    assert!(offset_of!(WqShared, qpn) + 4 <= 64);
+    assert!(offset_of!(WqShared, recv_key) + 8 <= 64);
+    assert!(offset_of!(WqShared, rq_ids) >= 64 && offset_of!(WqShared, rq_ids) + 16 <= 128);
+    assert!(offset_of!(WqShared, rq_done) >= 64 && offset_of!(WqShared, rq_done) + 4 <= 128);
+};
 
 #[cfg(test)]
 thread_local! {
