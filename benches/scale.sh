@@ -16,17 +16,25 @@
 #   linear growth): the least of `runs` runs, because on a virtual machine the first
 #   touch of a guest page the hypervisor has not backed yet costs several times a
 #   page fault's usual time (system time, not the driver's); examples/scale.rs warms
-#   the memory it will take first, which removes most but not all of it.
+#   the memory it will take first, which removes most but not all of it;
+# * with CG_QPS="1 1024 16384": instructions and cache misses per message of the
+#   same runs under callgrind (deterministic, unlike the rates), collected inside
+#   `perf`'s measured loop (`runner::run_sizes`) less the statistics it computes
+#   after (`stats::bw_report`); the simulated last level is a 2 MiB L2 (this
+#   machine's; its L3 is shared with other VMs). `-u 20` (a 4.3 s ACK timeout):
+#   under valgrind, 50 times slower, the default 67 ms timer comes due within a run
+#   and two identical runs differed in the ACKs they sent.
 #
 # Usage: benches/scale.sh [runs]   (default 3; QPS="1 1024" and MSGS=... to choose,
-# MR_QPS="1024" for the --mr_per_qp table (empty: none), FERROVERBS=<binary> to
-# measure another build of the tool)
+# MR_QPS="1024" for the --mr_per_qp table (empty: none), CG_QPS as above (default
+# none), FERROVERBS=<binary> to measure another build of the tool)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
 MSGS=${MSGS:-200000}
 QPS=${QPS:-"1 16 256 1024 16384"}
 MR_QPS=${MR_QPS-"1024 16384"}
+CG_QPS=${CG_QPS:-}
 T=${CARGO_TARGET_DIR:-target}
 cargo build --release --quiet --bin ferroverbs --example scale
 F=${FERROVERBS:-$T/release/ferroverbs}
@@ -118,3 +126,29 @@ for n in 1024 4096 16384; do
     col() { awk -v k="$1:" '$1 == k { print $2 }' "$OUT/c" | least; }
     echo "| $n | $(col create_qp_us) | $(col connect_qp_us) | $(col destroy_qp_us) | $(col reg_mr_us) | $(col dereg_mr_us) |"
 done
+
+if [ -n "$CG_QPS" ]; then
+    echo
+    echo "## Per message under callgrind (--D1=49152,12,64 --LL=2097152,16,64; -u 20)"
+    echo
+    echo "| test | QPs | messages | instructions | D1 misses | L2-sized misses |"
+    echo "|---|---|---|---|---|---|"
+    for test in write-bw send-bw; do
+        for q in $CG_QPS; do
+            n=$((MSGS / q))
+            [ "$n" -ge 5 ] || n=5
+            timeout 3000 valgrind --tool=callgrind --cache-sim=yes --D1=49152,12,64 --LL=2097152,16,64 \
+                --toggle-collect='*runner::run_sizes*' --toggle-collect='*stats::bw_report*' \
+                --callgrind-out-file="$OUT/cg.out" "$F" perf "$test" -s 64 -q "$q" -n "$n" -u 20 \
+                >/dev/null 2>&1
+            # The summary line, its columns named by the events line.
+            awk -v t="$test" -v q="$q" -v m=$((q * n)) '
+                /^events:/ { for (i = 2; i <= NF; i++) col[$i] = i }
+                /^summary:/ {
+                    printf "| %s | %d | %d | %.0f | %.2f | %.2f |\n", t, q, m, $col["Ir"] / m,
+                        ($col["D1mr"] + $col["D1mw"]) / m,
+                        ($col["ILmr"] + $col["DLmr"] + $col["DLmw"]) / m
+                }' "$OUT/cg.out"
+        done
+    done
+fi
