@@ -534,9 +534,10 @@ fn scan_shadow(nic: &Nic, addr: usize) -> bool {
 /// Sleep between the watcher's looks at hot pages (a fallback: the poll wrapper
 /// forwards their doorbells).
 pub const HOT_TICK: Duration = Duration::from_micros(200);
-/// Looks at hot pages without an empty poll between them after which the watcher
-/// traps the pages again (1 ms: a busy poller descheduled for a look or two on a
-/// loaded machine stays hot).
+/// Looks at hot pages without an empty poll between them, and with no poller inside
+/// its assist, after which the watcher traps the pages again (1 ms: a busy poller
+/// descheduled for a look or two on a loaded machine stays hot, and one whose empty
+/// poll yielded the core to another program stays hot however long that lasts).
 pub const COOL_LOOKS: u32 = 5;
 
 /// The environment variable naming a file to which the process appends, at exit,
@@ -606,7 +607,10 @@ pub fn start(nic: &'static Nic) {
                     flush_hot();
                     if hot_look.elapsed() >= HOT_TICK {
                         let now = crate::poll_assist::assists();
-                        quiet = if now == polls { quiet + 1 } else { 0 };
+                        // A poller inside its assist (yielding to a busy
+                        // machine) is still polling: not a quiet look.
+                        let idle = now == polls && !crate::poll_assist::assisting();
+                        quiet = if idle { quiet + 1 } else { 0 };
                         if quiet >= COOL_LOOKS {
                             quiet = 0;
                             for s in crate::mmio_trap::cool_all() {

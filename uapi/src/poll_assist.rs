@@ -66,6 +66,8 @@ static DEVICE: OnceLock<&'static Nic> = OnceLock::new();
 /// (for tests).
 static ASSISTS: AtomicU64 = AtomicU64::new(0);
 static ASSISTED_HITS: AtomicU64 = AtomicU64::new(0);
+/// Threads inside an assist now (servicing the device or yielding the core).
+static IN_ASSIST: AtomicUsize = AtomicUsize::new(0);
 
 /// Distinct `start_poll` functions of libmlx5 the layer can wrap: a wrapper per
 /// slot, each calling the original of its slot, so that a wrapped poll finds its
@@ -99,6 +101,15 @@ pub fn stats() -> (u64, u64) {
 /// [`crate::mmio_trap`]).
 pub fn assists() -> u64 {
     ASSISTS.load(Ordering::Relaxed)
+}
+
+/// Whether a thread is inside an assist now: a busy poller whose empty poll yielded
+/// the core and has not had it back yet. On a loaded machine that yield can last a
+/// scheduler time slice of another program, milliseconds without a new poll, and the
+/// poller is still polling ([`crate::doorbell`]'s watcher does not count such a look
+/// as quiet).
+pub fn assisting() -> bool {
+    IN_ASSIST.load(Ordering::Acquire) != 0
 }
 
 /// The wrapper installed in `ibv_context.ops.poll_cq`: libmlx5's poll, and on an
@@ -164,11 +175,13 @@ fn assist() {
     let Some(sim) = &nic.sim else {
         return;
     };
+    IN_ASSIST.fetch_add(1, Ordering::AcqRel);
     if sim.try_service().unwrap_or(0) == 0 {
         std::thread::yield_now();
     } else {
         ASSISTED_HITS.fetch_add(1, Ordering::Relaxed);
     }
+    IN_ASSIST.fetch_sub(1, Ordering::AcqRel);
 }
 
 /// Wraps the `poll_cq` entry of the context of the CQ at `user_handle` (CREATE_CQ's
