@@ -1010,7 +1010,7 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
     pub fn receive(&mut self, now: Duration, from: A, mad: &[u8]) -> Result<(), crate::Error> {
         let m = CmMad::parse(mad)?;
         match m.msg {
-            Message::Req(req) => self.on_req(from, m.tid, req),
+            Message::Req(req) => self.on_req(now, from, m.tid, req),
             Message::Mra(mra) => self.on_mra(now, mra),
             Message::Rej(rej) => self.on_rej(now, rej),
             Message::Rep(rep) => self.on_rep(from, m.tid, rep),
@@ -1057,7 +1057,7 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
         }
     }
 
-    fn on_req(&mut self, from: A, tid: u64, req: Req) {
+    fn on_req(&mut self, now: Duration, from: A, tid: u64, req: Req) {
         let key = (req.local_ca_guid, req.local_comm_id);
         if let Some(&id) = self.by_remote.get(&key) {
             // A duplicate (Linux `cm_dup_req_handler`).
@@ -1085,13 +1085,25 @@ impl<A: Clone + Eq + Hash + Debug> Engine<A> {
             return;
         }
         if let Some(&old) = self.by_remote_qpn.get(&(req.local_ca_guid, req.local_qpn)) {
-            // The peer's QP still belongs to a connection here (Linux `cm_match_req`).
-            if self.conns.get(&old).is_some_and(|c| c.state != State::Idle) {
+            // The peer's QP still belongs to a connection here (Linux `cm_match_req`):
+            // the REQ is rejected as stale and the old connection is disconnected
+            // (`ib_send_cm_dreq`, which acts on an established one only), so that
+            // the peer's next REQ finds the QP free once the old connection's
+            // DREQ is answered or given up. A peer whose process died without a
+            // DREQ and whose new process reuses the QPN would otherwise be
+            // refused for as long as this side kept the old connection. A
+            // connection in TimeWait no longer holds the peer's QPN (Linux
+            // `cm_enter_timewait` removes it from the remote-QPN table).
+            let state = self.conns.get(&old).map(|c| c.state);
+            if state.is_some_and(|s| !matches!(s, State::Idle | State::TimeWait)) {
                 self.send(
                     from,
                     tid,
                     Message::Rej(stale_rej(0, req.local_comm_id, MsgKind::Req)),
                 );
+                if state == Some(State::Established) {
+                    let _ = self.disconnect(now, ConnId(old));
+                }
                 return;
             }
         }

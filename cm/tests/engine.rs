@@ -561,3 +561,50 @@ fn destroying_an_established_connection_sends_a_dreq_and_reports_nothing() {
     );
     assert_eq!(n.a.state(ia), None, "and is gone after TimeWait");
 }
+
+/// A peer whose process died without a DREQ comes back as a new process (another
+/// comm ID) with the same QPN: its REQ is rejected as stale and the old connection
+/// is sent a DREQ, which the new process answers with a DREP (it knows no such
+/// connection); the old connection is reported disconnected and, from TimeWait on,
+/// no longer holds the QPN, so the REQ sent again is a connect request (Linux
+/// `cm_match_req`, `cm_issue_drep`, `cm_enter_timewait`).
+#[test]
+fn a_req_from_the_qp_of_a_dead_connection_is_stale_and_disconnects_it() {
+    let mut n = Net::new();
+    let (_, ib) = established(&mut n);
+    // A's process is gone; its successor has the same CA GUID and QPN.
+    n.a = Engine::new(Config::rdma_cm(0xaaaa, 3));
+    n.log.clear();
+    let ia = n.a.connect(n.now, B, &connect_params()).unwrap();
+    n.pump();
+    assert_eq!(n.log, [(A, "REQ"), (B, "REJ"), (B, "DREQ"), (A, "DREP")]);
+    let rej = n.sent.iter().find_map(|(_, m)| match m.msg {
+        Message::Rej(r) => Some(r),
+        _ => None,
+    });
+    assert_eq!(rej.map(|r| r.reason), Some(rej_reason::STALE_CONN));
+    assert!(matches!(
+        Net::events(&mut n.a).as_slice(),
+        [Event::Rejected { id, .. }] if *id == ia
+    ));
+    assert_eq!(Net::events(&mut n.b), [Event::Disconnected { id: ib }]);
+    assert_eq!(n.b.state(ib), Some(State::TimeWait));
+    // The REQ again (the application retries): now a connect request.
+    n.log.clear();
+    let ia2 = n.a.connect(n.now, B, &connect_params()).unwrap();
+    n.pump();
+    assert_eq!(n.log, [(A, "REQ")]);
+    let ib2 = match Net::events(&mut n.b).as_slice() {
+        [Event::ConnectRequest { id, from, .. }] => {
+            assert_eq!(*from, A);
+            *id
+        }
+        e => panic!("{e:?}"),
+    };
+    n.b.accept(n.now, ib2, &accept_params()).unwrap();
+    n.pump();
+    assert!(matches!(
+        Net::events(&mut n.a).as_slice(),
+        [Event::ConnectResponse { id, .. }] if *id == ia2
+    ));
+}
